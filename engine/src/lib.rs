@@ -1,0 +1,7 @@
+//! minisgl engine: requests, scheduling, KV cache management, tokenization,
+//! chat templates and the front ends (`serve`, `generate`, `bench`, `shell`).
+#![forbid(unsafe_code)]
+
+pub mod chat_template;
+pub mod gguf_tokenizer;
+pub mod tokenizer;

@@ -1,0 +1,7 @@
+//! The `minisgl` command line.
+#![forbid(unsafe_code)]
+
+fn main() {
+    eprintln!("minisgl: no subcommands yet");
+    std::process::exit(2);
+}
