@@ -1,0 +1,62 @@
+/*
+ * minisgl/check.h: host-side argument checks for the launchers (the C++ half of
+ * the argument validation; kernel-runtime validates the same things in Rust first).
+ *
+ * Host code only: never included by device sources compiled with NVRTC.
+ *
+ *   MSGL_TRY(msgl::expect_tensor(t, "store_kv", "k", 2, dtype_bit(MSGL_BF16) | dtype_bit(MSGL_F16)));
+ *
+ * Each check returns MSGL_OK or records a message naming the op and the argument
+ * (retrieved with msgl_last_error()) and returns the status.
+ */
+#ifndef MINISGL_CHECK_H
+#define MINISGL_CHECK_H
+
+#include <cstdarg>
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+#include "minisgl/tensor.h"
+
+namespace msgl {
+
+/* Records a printf-style message as this thread's last error and returns `status`. */
+int32_t set_error(int32_t status, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+const char* dtype_name(int32_t dtype);
+int64_t dtype_size(int32_t dtype);
+
+#define MSGL_TRY(expr)                         \
+  do {                                         \
+    const int32_t msgl_status_ = (expr);       \
+    if (msgl_status_ != MSGL_OK) return msgl_status_; \
+  } while (0)
+
+/* A set of dtypes as a bit mask. */
+constexpr uint32_t dtype_bit(int32_t dtype) { return 1u << dtype; }
+constexpr uint32_t kAnyDtype = 0x3f;
+constexpr uint32_t kIndexDtypes = dtype_bit(MSGL_I32) | dtype_bit(MSGL_I64);
+
+/* `t` is non-null, on a CUDA device, has `ndim` dimensions and a dtype in `dtypes`. */
+int32_t expect_tensor(const msgl_tensor* t, const char* op, const char* name, int ndim, uint32_t dtypes);
+
+/* Dimension `dim` of `t` equals `expected`. */
+int32_t expect_dim(const msgl_tensor* t, const char* op, const char* name, int dim, int64_t expected);
+
+/* `t` is contiguous (row-major, no gaps). */
+int32_t expect_contiguous(const msgl_tensor* t, const char* op, const char* name);
+
+/* The innermost dimension of `t` is contiguous (stride 1) and rows are `align` bytes aligned. */
+int32_t expect_rows(const msgl_tensor* t, const char* op, const char* name, int64_t align);
+
+/* `a` and `b` are on the same device and have the same dtype. */
+int32_t expect_same(const msgl_tensor* a, const char* a_name, const msgl_tensor* b,
+                    const char* b_name, const char* op);
+
+/* Turns the last CUDA error (after a launch) into a status. */
+int32_t check_launch(const char* op);
+
+}  // namespace msgl
+
+#endif /* MINISGL_CHECK_H */

@@ -1,0 +1,81 @@
+/*
+ * minisgl/device.cuh: device helpers shared by the kernels.
+ *
+ * Device code only, and no system headers: every kernel source must also compile
+ * under NVRTC, which sees this file through the run-time header table.
+ */
+#ifndef MINISGL_DEVICE_CUH
+#define MINISGL_DEVICE_CUH
+
+#include "minisgl/tensor.h"
+
+namespace msgl {
+
+constexpr int kWarpSize = 32;
+
+/* The widest plain copy unit (in bytes) that divides `bytes`: 16, 8, 4, 2 or 1. */
+__host__ __device__ constexpr int vec_bytes_for(long long bytes) {
+  return bytes % 16 == 0 ? 16 : bytes % 8 == 0 ? 8 : bytes % 4 == 0 ? 4 : bytes % 2 == 0 ? 2 : 1;
+}
+
+/* A copy unit of N bytes as one machine word (uint4 for 16 bytes). */
+template <int N> struct VecOf;
+template <> struct VecOf<16> { using type = uint4; };
+template <> struct VecOf<8> { using type = uint2; };
+template <> struct VecOf<4> { using type = unsigned int; };
+template <> struct VecOf<2> { using type = unsigned short; };
+template <> struct VecOf<1> { using type = unsigned char; };
+
+template <int N> __device__ __forceinline__ typename VecOf<N>::type zero_vec();
+template <> __device__ __forceinline__ uint4 zero_vec<16>() { return make_uint4(0, 0, 0, 0); }
+template <> __device__ __forceinline__ uint2 zero_vec<8>() { return make_uint2(0, 0); }
+template <> __device__ __forceinline__ unsigned int zero_vec<4>() { return 0u; }
+template <> __device__ __forceinline__ unsigned short zero_vec<2>() { return 0; }
+template <> __device__ __forceinline__ unsigned char zero_vec<1>() { return 0; }
+
+/* Reads index i of an int32 or int64 index array. */
+__device__ __forceinline__ long long load_index(const void* indices, int is_64, long long i) {
+  return is_64 ? static_cast<const long long*>(indices)[i]
+               : static_cast<long long>(static_cast<const int*>(indices)[i]);
+}
+
+/*
+ * Copies one row of ROW_BYTES bytes with `num_threads` cooperating threads (a warp,
+ * or several warps for wide rows), `thread` being this thread's rank among them.
+ * All loads are issued before the first store so that a thread keeps several
+ * 16-byte requests in flight.
+ */
+template <int ROW_BYTES, int NUM_THREADS>
+__device__ __forceinline__ void copy_row(void* __restrict__ dst, const void* __restrict__ src, int thread) {
+  constexpr int VB = vec_bytes_for(ROW_BYTES);
+  using V = typename VecOf<VB>::type;
+  constexpr int NV = ROW_BYTES / VB;
+  constexpr int PER_THREAD = (NV + NUM_THREADS - 1) / NUM_THREADS;
+  const V* s = static_cast<const V*>(src);
+  V* d = static_cast<V*>(dst);
+  V buf[PER_THREAD];
+#pragma unroll
+  for (int j = 0; j < PER_THREAD; ++j) {
+    const int k = thread + j * NUM_THREADS;
+    if (NV % NUM_THREADS == 0 || k < NV) buf[j] = s[k];
+  }
+#pragma unroll
+  for (int j = 0; j < PER_THREAD; ++j) {
+    const int k = thread + j * NUM_THREADS;
+    if (NV % NUM_THREADS == 0 || k < NV) d[k] = buf[j];
+  }
+}
+
+/* Writes zeros over one row of ROW_BYTES bytes, cooperating as copy_row does. */
+template <int ROW_BYTES, int NUM_THREADS>
+__device__ __forceinline__ void zero_row(void* __restrict__ dst, int thread) {
+  constexpr int VB = vec_bytes_for(ROW_BYTES);
+  using V = typename VecOf<VB>::type;
+  constexpr int NV = ROW_BYTES / VB;
+  V* d = static_cast<V*>(dst);
+  for (int k = thread; k < NV; k += NUM_THREADS) d[k] = zero_vec<VB>();
+}
+
+}  // namespace msgl
+
+#endif /* MINISGL_DEVICE_CUH */
