@@ -15,13 +15,12 @@
 
 mod hf;
 mod python;
+mod rewrite;
 
-use std::borrow::Cow;
 use std::path::PathBuf;
 
 use chrono::NaiveDateTime;
-use minijinja::value::{Kwargs, Rest};
-use minijinja::{filters, Environment, Error, ErrorKind, State, UndefinedBehavior, Value};
+use minijinja::{Environment, Error, ErrorKind, UndefinedBehavior, Value};
 use serde_json::{Map, Value as Json};
 
 pub use hf::{load_chat_template, ModelChatConfig, SpecialTokens};
@@ -133,42 +132,7 @@ impl ChatTemplate {
         env.set_keep_trailing_newline(false);
         env.set_undefined_behavior(UndefinedBehavior::Lenient);
         env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
-        env.set_unknown_method_callback(python::unknown_method);
-        env.set_formatter(|out, _state, value| {
-            out.write_str(&python::python_str(value)).map_err(Error::from)
-        });
-
-        env.add_filter("tojson", python::tojson);
-        env.add_filter("string", |v: Value| python::python_str(&v));
-        env.add_test("sequence", |v: Value| python::is_sequence(&v));
-        env.add_test("iterable", |v: Value| python::is_iterable(&v));
-        env.add_test("number", |v: Value| python::is_number(&v));
-        env.add_test("integer", |v: Value| python::is_integer(&v));
-        env.add_test("float", |v: Value| python::is_float(&v));
-        env.add_test("none", |v: Value| python::is_none(&v));
-        // jinja2's select/reject/map family treats a falsy input (`None`) as an
-        // empty sequence, unlike plain iteration; unwrap our `None` for them.
-        env.add_filter("select", |state: &State, v: Value, test: Option<String>, args: Rest<Value>| {
-            filters::select(state, python::none_to_empty(v), test.map(Cow::Owned), args)
-        });
-        env.add_filter("reject", |state: &State, v: Value, test: Option<String>, args: Rest<Value>| {
-            filters::reject(state, python::none_to_empty(v), test.map(Cow::Owned), args)
-        });
-        env.add_filter(
-            "selectattr",
-            |state: &State, v: Value, attr: String, test: Option<String>, args: Rest<Value>| {
-                filters::selectattr(state, python::none_to_empty(v), Cow::Owned(attr), test.map(Cow::Owned), args)
-            },
-        );
-        env.add_filter(
-            "rejectattr",
-            |state: &State, v: Value, attr: String, test: Option<String>, args: Rest<Value>| {
-                filters::rejectattr(state, python::none_to_empty(v), Cow::Owned(attr), test.map(Cow::Owned), args)
-            },
-        );
-        env.add_filter("map", |state: &State, v: Value, args: Rest<Value>| {
-            filters::map(state, python::none_to_empty(v), args)
-        });
+        python::install(&mut env);
 
         env.add_function("raise_exception", |message: Option<Value>| -> Result<Value, Error> {
             let message = message.map(|m| python::python_str(&m)).unwrap_or_default();
@@ -176,9 +140,8 @@ impl ChatTemplate {
                 .with_source(RaisedException(message)))
         });
         env.add_function("strftime_now", move |format: String| strftime(clock.now(), &format));
-        env.add_function("namespace", namespace);
 
-        let source = rewrite_generation_tags(source);
+        let source = rewrite::rewrite_template(source);
         env.add_template_owned(TEMPLATE_NAME, source)
             .map_err(|e| ChatTemplateError::Syntax(describe(&e)))?;
         Ok(Self { env })
@@ -205,11 +168,16 @@ impl ChatTemplate {
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| ChatTemplateError::Render(describe(&e)))?;
-        template.render(python::json_to_value(&Json::Object(ctx))).map_err(|e| {
-            match raised_message(&e) {
-                Some(message) => ChatTemplateError::Raised(message),
-                None => ChatTemplateError::Render(describe(&e)),
-            }
+        let ctx = python::json_to_value(&Json::Object(ctx));
+        // NOTE: a safety net, not control flow. minijinja has had panics on
+        // odd inputs (slicing an empty list backwards, which `rewrite.rs` now
+        // avoids); a template bug must become an error for this request, not
+        // take the server down.
+        let rendered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| template.render(ctx)))
+            .map_err(|_| ChatTemplateError::Render("template engine panicked".to_owned()))?;
+        rendered.map_err(|e| match raised_message(&e) {
+            Some(message) => ChatTemplateError::Raised(message),
+            None => ChatTemplateError::Render(describe(&e)),
         })
     }
 }
@@ -245,35 +213,6 @@ fn normalize_messages(messages: &[Json]) -> Result<Vec<Json>, ChatTemplateError>
         .collect()
 }
 
-/// jinja2's `namespace(...)`, refusing underscore-prefixed names like
-/// transformers' `TemplateNamespace` does.
-fn namespace(args: Rest<Value>, kwargs: Kwargs) -> Result<Value, Error> {
-    let mut init: Vec<(Value, Value)> = Vec::new();
-    match args.as_slice() {
-        [] => {}
-        [defaults] => {
-            let pairs = defaults.as_object().and_then(|o| o.try_iter_pairs()).ok_or_else(|| {
-                Error::new(ErrorKind::InvalidOperation, "namespace() expects a mapping or keyword arguments")
-            })?;
-            init.extend(pairs);
-        }
-        _ => return Err(Error::new(ErrorKind::TooManyArguments, "namespace() takes at most 1 argument")),
-    }
-    for key in kwargs.args() {
-        init.push((Value::from(key), kwargs.get::<Value>(key)?));
-    }
-    for (key, _) in &init {
-        if key.as_str().is_some_and(|k| k.starts_with('_')) {
-            return Err(Error::new(
-                ErrorKind::InvalidOperation,
-                format!("chat templates cannot store underscore-prefixed attributes on a namespace, but got {key}"),
-            ));
-        }
-    }
-    let defaults: Vec<(Value, Value)> = init;
-    minijinja::functions::namespace(Some(Value::from_iter(defaults)))
-}
-
 /// `strftime_now(format)`: `time` formatted like Python's `strftime`.
 ///
 /// An invalid format is an error rather than the panic chrono's `to_string`
@@ -289,57 +228,6 @@ fn strftime(time: NaiveDateTime, format: &str) -> Result<String, Error> {
     write!(out, "{}", time.format_with_items(items.into_iter()))
         .map_err(|_| Error::new(ErrorKind::InvalidOperation, format!("cannot format time with {format:?}")))?;
     Ok(out)
-}
-
-/// Turns transformers' `{% generation %}...{% endgeneration %}` (which marks
-/// assistant text for training masks and renders its body unchanged) into an
-/// always-true `if` with the same whitespace control, since minijinja has no
-/// such tag.
-fn rewrite_generation_tags(source: &str) -> String {
-    let mut out = String::with_capacity(source.len());
-    let mut rest = source;
-    while let Some(start) = rest.find("{%") {
-        out.push_str(&rest[..start]);
-        let tag = &rest[start..];
-        let Some(end) = tag.find("%}") else { break };
-        let inner = &tag[2..end];
-        let (open_ctl, body) = split_ctl_prefix(inner);
-        let (body, close_ctl) = split_ctl_suffix(body);
-        let replacement = match body.trim() {
-            "generation" => Some("if true"),
-            "endgeneration" => Some("endif"),
-            _ => None,
-        };
-        match replacement {
-            Some(keyword) => {
-                out.push_str("{%");
-                out.push_str(open_ctl);
-                out.push(' ');
-                out.push_str(keyword);
-                out.push(' ');
-                out.push_str(close_ctl);
-                out.push_str("%}");
-            }
-            None => out.push_str(&tag[..end + 2]),
-        }
-        rest = &tag[end + 2..];
-    }
-    out.push_str(rest);
-    out
-}
-
-fn split_ctl_prefix(s: &str) -> (&str, &str) {
-    match s.chars().next() {
-        Some('-' | '+') => s.split_at(1),
-        _ => ("", s),
-    }
-}
-
-fn split_ctl_suffix(s: &str) -> (&str, &str) {
-    match s.chars().last() {
-        Some('-' | '+') => s.split_at(s.len() - 1),
-        _ => (s, ""),
-    }
 }
 
 /// The message `raise_exception` was called with, if that is what failed.

@@ -19,12 +19,185 @@
 //! - The jinja2 tests whose Python meaning differs (`sequence`, `iterable`,
 //!   `number`, `integer`, `float`).
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::sync::Arc;
 
 use minijinja::value::{from_args, Kwargs, Object, ObjectRepr, Rest, ValueKind};
-use minijinja::{Error, ErrorKind, State, Value};
+use minijinja::{filters, Environment, Error, ErrorKind, State, Value};
 use serde_json::Value as Json;
+
+/// jinja2's `namespace(...)`, refusing underscore-prefixed names like
+/// transformers' `TemplateNamespace` does.
+fn namespace(args: Rest<Value>, kwargs: Kwargs) -> Result<Value, Error> {
+    let mut init: Vec<(Value, Value)> = Vec::new();
+    match args.as_slice() {
+        [] => {}
+        [defaults] => {
+            let pairs = defaults.as_object().and_then(|o| o.try_iter_pairs()).ok_or_else(|| {
+                Error::new(ErrorKind::InvalidOperation, "namespace() expects a mapping or keyword arguments")
+            })?;
+            init.extend(pairs);
+        }
+        _ => return Err(Error::new(ErrorKind::TooManyArguments, "namespace() takes at most 1 argument")),
+    }
+    for key in kwargs.args() {
+        init.push((Value::from(key), kwargs.get::<Value>(key)?));
+    }
+    for (key, _) in &init {
+        if key.as_str().is_some_and(|k| k.starts_with('_')) {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!("chat templates cannot store underscore-prefixed attributes on a namespace, but got {key}"),
+            ));
+        }
+    }
+    let defaults: Vec<(Value, Value)> = init;
+    minijinja::functions::namespace(Some(Value::from_iter(defaults)))
+}
+
+/// Installs the Python behaviour into `env`: method calls, printing, the
+/// filters and tests whose jinja2 meaning differs from minijinja's, and
+/// `namespace` with transformers' name check.
+pub(super) fn install(env: &mut Environment<'static>) {
+    env.set_unknown_method_callback(unknown_method);
+    env.set_formatter(|out, _state, value| out.write_str(&python_str(value)).map_err(Error::from));
+
+    env.add_filter("tojson", tojson);
+    env.add_filter("string", |v: Value| python_str(&v));
+    // jinja2's string filters convert their input with `str()` first, so a
+    // list prints as `['a']`, not minijinja's `["a"]`.
+    env.add_filter("trim", |v: Value, chars: Option<String>| {
+        let s = python_str(&v);
+        match chars {
+            Some(set) => s.trim_matches(|c| set.contains(c)).to_owned(),
+            None => s.trim_matches(is_py_space).to_owned(),
+        }
+    });
+    env.add_filter("upper", |v: Value| python_str(&v).to_uppercase());
+    env.add_filter("lower", |v: Value| python_str(&v).to_lowercase());
+    env.add_filter("capitalize", |v: Value| py_capitalize(&python_str(&v)));
+    env.add_filter("title", |v: Value| jinja_title(&python_str(&v)));
+    env.add_filter("replace", |v: Value, old: String, new: String, count: Option<i64>| {
+        let s = python_str(&v);
+        match count.and_then(|n| usize::try_from(n).ok()) {
+            Some(n) => s.replacen(&old, &new, n),
+            None => s.replace(&old, &new),
+        }
+    });
+    env.add_filter("indent", jinja_indent);
+    env.add_filter("length", py_len);
+    env.add_filter("count", py_len);
+    // jinja2's select/reject/map family treats a falsy input (`None`) as an
+    // empty sequence, unlike plain iteration; unwrap our `None` for them.
+    env.add_filter("select", |state: &State, v: Value, test: Option<String>, args: Rest<Value>| {
+        filters::select(state, none_to_empty(v), test.map(Cow::Owned), args)
+    });
+    env.add_filter("reject", |state: &State, v: Value, test: Option<String>, args: Rest<Value>| {
+        filters::reject(state, none_to_empty(v), test.map(Cow::Owned), args)
+    });
+    env.add_filter(
+        "selectattr",
+        |state: &State, v: Value, attr: String, test: Option<String>, args: Rest<Value>| {
+            filters::selectattr(state, none_to_empty(v), Cow::Owned(attr), test.map(Cow::Owned), args)
+        },
+    );
+    env.add_filter(
+        "rejectattr",
+        |state: &State, v: Value, attr: String, test: Option<String>, args: Rest<Value>| {
+            filters::rejectattr(state, none_to_empty(v), Cow::Owned(attr), test.map(Cow::Owned), args)
+        },
+    );
+    env.add_filter("map", |state: &State, v: Value, args: Rest<Value>| {
+        filters::map(state, none_to_empty(v), args)
+    });
+
+    env.add_test("sequence", |v: Value| is_sequence(&v));
+    env.add_test("iterable", |v: Value| is_iterable(&v));
+    env.add_test("number", |v: Value| is_number(&v));
+    env.add_test("integer", |v: Value| v.is_integer());
+    env.add_test("float", |v: Value| v.kind() == ValueKind::Number && !v.is_integer());
+    env.add_test("none", |v: Value| is_none(&v));
+
+    env.add_function("namespace", namespace);
+}
+
+/// `len()` as jinja2's `length` filter applies it: `Undefined` has length 0,
+/// `None` and numbers have none.
+fn py_len(v: Value) -> Result<Value, Error> {
+    if v.is_undefined() {
+        return Ok(Value::from(0));
+    }
+    if is_none(&v) {
+        return Err(invalid("object of type 'NoneType' has no len()"));
+    }
+    match v.len() {
+        Some(n) => Ok(Value::from(n)),
+        None => Err(invalid(format!("object of type {} has no len()", v.kind()))),
+    }
+}
+
+/// jinja2's `indent(width=4, first=False, blank=False)` filter, including
+/// its quirk of appending a newline before splitting lines.
+fn jinja_indent(v: Value, width: Option<Value>, first: Option<bool>, blank: Option<bool>) -> Result<String, Error> {
+    let indention = match width {
+        None => " ".repeat(4),
+        Some(w) => match (w.as_str(), w.as_i64()) {
+            (Some(s), _) => s.to_owned(),
+            (None, Some(n)) => " ".repeat(n.clamp(0, 1024) as usize),
+            _ => return Err(invalid("indent width must be an int or a str")),
+        },
+    };
+    let s = python_str(&v) + "\n";
+    let lines = py_splitlines(&s, false);
+    let mut rv = if blank.unwrap_or(false) {
+        lines.join(&format!("\n{indention}"))
+    } else {
+        let mut iter = lines.iter();
+        let mut rv = iter.next().cloned().unwrap_or_default();
+        let rest: Vec<String> =
+            iter.map(|line| if line.is_empty() { String::new() } else { format!("{indention}{line}") }).collect();
+        if !rest.is_empty() {
+            rv.push('\n');
+            rv.push_str(&rest.join("\n"));
+        }
+        rv
+    };
+    if first.unwrap_or(false) {
+        rv.insert_str(0, &indention);
+    }
+    Ok(rv)
+}
+
+/// jinja2's `title` filter (not `str.title()`): words start after `-`,
+/// whitespace or an opening bracket, and each word is capitalized.
+fn jinja_title(s: &str) -> String {
+    let is_sep = |c: char| c == '-' || c.is_whitespace() || matches!(c, '(' | '{' | '[' | '<');
+    let mut out = String::with_capacity(s.len());
+    let mut at_word_start = true;
+    for c in s.chars() {
+        if is_sep(c) {
+            out.push(c);
+            at_word_start = true;
+        } else if at_word_start {
+            out.extend(c.to_uppercase());
+            at_word_start = false;
+        } else {
+            out.extend(c.to_lowercase());
+        }
+    }
+    out
+}
+
+fn py_capitalize(s: &str) -> String {
+    let mut chars = s.chars();
+    let mut out = String::with_capacity(s.len());
+    if let Some(first) = chars.next() {
+        out.extend(first.to_uppercase());
+        out.extend(chars.flat_map(char::to_lowercase));
+    }
+    out
+}
 
 /// Python's `None` as it arrives from the caller's JSON (`tools=None`, a
 /// `null` field).
@@ -163,6 +336,9 @@ pub(super) fn unknown_method(
     method: &str,
     args: &[Value],
 ) -> Result<Value, Error> {
+    if method == "__slice__" {
+        return py_slice(value, args);
+    }
     match value.kind() {
         ValueKind::String => {
             let s = value.as_str().unwrap_or_default();
@@ -196,6 +372,67 @@ pub(super) fn unknown_method(
         _ => {}
     }
     minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+}
+
+/// `value[start:stop:step]` with Python's semantics; the template rewriter
+/// turns every slice into this call (see `rewrite.rs`).
+fn py_slice(value: &Value, args: &[Value]) -> Result<Value, Error> {
+    let bound = |idx: usize| -> Result<Option<i64>, Error> {
+        match args.get(idx) {
+            None => Ok(None),
+            Some(v) if v.is_none() || v.is_undefined() || is_none(v) => Ok(None),
+            Some(v) => v
+                .as_i64()
+                .map(Some)
+                .ok_or_else(|| invalid("slice indices must be integers or None")),
+        }
+    };
+    let (start, stop, step) = (bound(0)?, bound(1)?, bound(2)?.unwrap_or(1));
+    if step == 0 {
+        return Err(invalid("slice step cannot be zero"));
+    }
+    match value.kind() {
+        ValueKind::String => {
+            let chars: Vec<char> = value.as_str().unwrap_or_default().chars().collect();
+            let picked: String = slice_indices(chars.len(), start, stop, step).map(|i| chars[i]).collect();
+            Ok(Value::from(picked))
+        }
+        ValueKind::Seq | ValueKind::Iterable => {
+            let items: Vec<Value> = value.try_iter()?.collect();
+            let picked: Vec<Value> = slice_indices(items.len(), start, stop, step).map(|i| items[i].clone()).collect();
+            Ok(Value::from(picked))
+        }
+        // jinja2 fails on slicing an undefined value ...
+        ValueKind::Undefined => Err(Error::from(ErrorKind::UndefinedError)),
+        // ... and turns a failed slice of anything else into an undefined value.
+        _ => Ok(Value::UNDEFINED),
+    }
+}
+
+/// The indices `range(len)[start:stop:step]` selects (CPython's
+/// `PySlice_AdjustIndices`); every index is `< len`.
+fn slice_indices(len: usize, start: Option<i64>, stop: Option<i64>, step: i64) -> impl Iterator<Item = usize> {
+    let len = len as i64;
+    let (lower, upper) = if step > 0 { (0, len) } else { (-1, len - 1) };
+    let clamp = |bound: Option<i64>, default: i64| match bound {
+        None => default,
+        Some(b) => {
+            let b = if b < 0 { b.saturating_add(len) } else { b };
+            b.clamp(lower, upper)
+        }
+    };
+    let start = clamp(start, if step > 0 { lower } else { upper });
+    let stop = clamp(stop, if step > 0 { upper } else { lower });
+    let mut i = start;
+    std::iter::from_fn(move || {
+        let in_range = if step > 0 { i < stop } else { i > stop };
+        if !in_range {
+            return None;
+        }
+        let current = i;
+        i = i.saturating_add(step);
+        Some(current as usize)
+    })
 }
 
 /// Python `str` methods whose semantics minijinja-contrib lacks or gets
@@ -234,13 +471,7 @@ fn string_method(s: &str, method: &str, args: &[Value]) -> Result<Option<Value>,
         }
         "capitalize" => {
             PyArgs::parse(args)?.finish(0, method)?;
-            let mut chars = s.chars();
-            let mut out = String::with_capacity(s.len());
-            if let Some(first) = chars.next() {
-                out.extend(first.to_uppercase());
-                out.extend(chars.flat_map(char::to_lowercase));
-            }
-            Value::from(out)
+            Value::from(py_capitalize(s))
         }
         "swapcase" => {
             PyArgs::parse(args)?.finish(0, method)?;
@@ -817,16 +1048,6 @@ pub(super) fn is_number(value: &Value) -> bool {
     matches!(value.kind(), ValueKind::Number | ValueKind::Bool)
 }
 
-/// jinja2's `integer` test (which excludes booleans).
-pub(super) fn is_integer(value: &Value) -> bool {
-    value.is_integer()
-}
-
-/// jinja2's `float` test.
-pub(super) fn is_float(value: &Value) -> bool {
-    value.kind() == ValueKind::Number && !value.is_integer()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -871,6 +1092,20 @@ mod tests {
         assert_eq!(py_pad("abc", "center", 6, '*'), "*abc**");
         assert_eq!(py_splitlines("a\r\nb\nc", false), ["a", "b", "c"]);
         assert_eq!(py_splitlines("a\r\nb\n", true), ["a\r\n", "b\n"]);
+    }
+
+    #[test]
+    fn slices_match_python() {
+        let idx = |len, start, stop, step| slice_indices(len, start, stop, step).collect::<Vec<_>>();
+        assert_eq!(idx(0, None, None, -1), Vec::<usize>::new());
+        assert_eq!(idx(3, None, None, -1), [2, 1, 0]);
+        assert_eq!(idx(3, Some(2), Some(0), -1), [2, 1]);
+        assert_eq!(idx(3, Some(-1), Some(-5), -1), [2, 1, 0]);
+        assert_eq!(idx(5, Some(1), None, 2), [1, 3]);
+        assert_eq!(idx(5, Some(-2), None, 1), [3, 4]);
+        assert_eq!(idx(5, Some(0), Some(2), -1), Vec::<usize>::new());
+        assert_eq!(idx(5, Some(10), Some(-10), 1), Vec::<usize>::new());
+        assert_eq!(idx(3, None, Some(-1), 1), [0, 1]);
     }
 
     #[test]
