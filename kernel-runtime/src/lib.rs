@@ -22,6 +22,7 @@ pub mod cuda;
 pub mod device;
 pub mod dtype;
 pub mod error;
+mod gpu;
 pub mod kernels;
 pub mod nccl;
 pub mod ops;

@@ -5,6 +5,9 @@
 //! Callers (the typed launchers in `crate::ops`) have already checked shapes,
 //! dtypes and devices; these functions only index memory.
 
+pub mod attention;
+pub mod dense;
+
 use half::{bf16, f16};
 
 use crate::dtype::{DType, Element, FloatElement};

@@ -6,10 +6,20 @@
 //! | [`store_kv`] | scatter new K/V rows into the paged KV caches |
 //! | [`index`], [`embedding`] | embedding gather (with the vocab-parallel range) |
 //! | [`copy`], [`cast`] | strided copy, dtype conversion |
+//! | [`linear`] | `x @ w^T + b` (cuBLASLt on CUDA) |
+//! | [`rms_norm`], [`fused_add_rms_norm`], [`head_rms_norm`] | RMSNorm variants |
+//! | [`rope`] | rotary embedding (neox layout), in place |
+//! | [`silu_mul`] | SiLU(gate) * up |
+//! | [`argmax`] | greedy token choice |
+//! | [`paged_attention`] | attention over the paged KV cache (prefill and decode) |
 
+mod attention;
+mod dense;
 mod index;
 mod store;
 
+pub use attention::{paged_attention, PagedAttnMeta};
+pub use dense::{argmax, fused_add_rms_norm, head_rms_norm, linear, rms_norm, rope, silu_mul};
 pub use index::{embedding, index};
 pub use store::store_kv;
 

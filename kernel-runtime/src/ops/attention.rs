@@ -1,0 +1,99 @@
+//! Paged attention over the KV cache, for prefill (ragged, causal, with a cached
+//! prefix) and decode alike.
+
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+use super::common_device;
+
+/// The batch layout attention needs, as device (or host) tensors built by the
+/// engine for one forward step.
+#[derive(Debug, Clone)]
+pub struct PagedAttnMeta<'a> {
+    /// `[b + 1]` int32: new (query) tokens of sequence i are rows
+    /// `q_indptr[i]..q_indptr[i + 1]` of q.
+    pub q_indptr: &'a Tensor,
+    /// `[b]` int32: tokens of sequence i in the cache after this step's store
+    /// (cached prefix + new tokens).
+    pub kv_lens: &'a Tensor,
+    /// `[b, max_pages]` int32: page numbers of sequence i, in order.
+    pub block_table: &'a Tensor,
+    /// Host copies: query tokens and kv length of each sequence (for planning and
+    /// the CPU path).
+    pub q_lens_host: &'a [usize],
+    pub kv_lens_host: &'a [usize],
+}
+
+/// `out[t, h] = softmax(q[t, h] . K^T * scale + causal mask) V` for every new token t
+/// of every sequence, reading K and V from the paged caches.
+///
+/// `q`: `[t, heads_q, d]` (unit stride in the last dimension, any other strides);
+/// caches: `[num_pages, page_size, heads_kv, d]` contiguous; `out`: `[t, heads_q,
+/// d]` contiguous (written). `heads_q` must be a multiple of `heads_kv` (GQA). Token
+/// j of a sequence with q_len new tokens and kv_len cached tokens sits at position
+/// `kv_len - q_len + j` and attends to cache positions `0..=kv_len - q_len + j`.
+pub fn paged_attention(
+    out: &Tensor,
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    meta: &PagedAttnMeta<'_>,
+    scale: f32,
+) -> Result<()> {
+    const OP: &str = "paged_attention";
+    let device = common_device(
+        OP,
+        &[("out", out), ("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("q_indptr", meta.q_indptr), ("kv_lens", meta.kv_lens), ("block_table", meta.block_table)],
+    )?;
+    let [t, hq, d] = q.dims::<3>(OP, "q")?;
+    let [_pages, _page_size, hkv, dk] = k_cache.dims::<4>(OP, "k_cache")?;
+    q.expect_dtype(OP, "q", &[DType::F32, DType::F16, DType::BF16])?;
+    for (name, x) in [("k_cache", k_cache), ("v_cache", v_cache), ("out", out)] {
+        x.expect_dtype(OP, name, &[q.dtype()])?;
+    }
+    v_cache.expect_shape(OP, "v_cache", k_cache.shape())?;
+    out.expect_shape(OP, "out", &[t, hq, d])?.expect_contiguous(OP, "out")?;
+    k_cache.expect_contiguous(OP, "k_cache")?;
+    v_cache.expect_contiguous(OP, "v_cache")?;
+    if dk != d {
+        return Err(Error::arg(OP, format!("argument `k_cache` has head dimension {dk}, `q` has {d}")));
+    }
+    if hkv == 0 || hq % hkv != 0 {
+        return Err(Error::arg(OP, format!("query heads {hq} are not a multiple of kv heads {hkv}")));
+    }
+    if q.strides()[2] != 1 {
+        return Err(Error::arg(OP, "argument `q` must have unit stride in its last dimension"));
+    }
+    let b = meta.q_lens_host.len();
+    if meta.kv_lens_host.len() != b {
+        return Err(Error::arg(OP, format!("{} query lengths but {} kv lengths", b, meta.kv_lens_host.len())));
+    }
+    meta.q_indptr.expect_dtype(OP, "q_indptr", &[DType::I32])?.expect_shape(OP, "q_indptr", &[b + 1])?;
+    meta.kv_lens.expect_dtype(OP, "kv_lens", &[DType::I32])?.expect_shape(OP, "kv_lens", &[b])?;
+    let [tb, max_pages] = meta.block_table.dims::<2>(OP, "block_table")?;
+    meta.block_table.expect_dtype(OP, "block_table", &[DType::I32])?.expect_contiguous(OP, "block_table")?;
+    if tb < b {
+        return Err(Error::arg(OP, format!("argument `block_table` has {tb} rows for {b} sequences")));
+    }
+    let page_size = k_cache.dim(1);
+    for (i, (&ql, &kl)) in meta.q_lens_host.iter().zip(meta.kv_lens_host).enumerate() {
+        if ql > kl {
+            return Err(Error::arg(OP, format!("sequence {i} has {ql} new tokens but only {kl} cached tokens")));
+        }
+        if kl > max_pages * page_size {
+            return Err(Error::arg(OP, format!("sequence {i} has {kl} tokens but its block table row holds {max_pages} pages of {page_size}")));
+        }
+    }
+    if meta.q_lens_host.iter().sum::<usize>() != t {
+        return Err(Error::arg(OP, format!("query lengths sum to {}, `q` has {t} rows", meta.q_lens_host.iter().sum::<usize>())));
+    }
+    if t == 0 {
+        return Ok(());
+    }
+    match device {
+        Device::Cpu => crate::cpu::attention::paged_attention(out, q, k_cache, v_cache, meta, scale),
+        Device::Cuda(_) => crate::gpu::paged_attention(out, q, k_cache, v_cache, meta, scale),
+    }
+}

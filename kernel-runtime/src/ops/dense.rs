@@ -1,0 +1,184 @@
+//! The ops of a dense decoder layer: linear (GEMM), RMSNorm (plain, fused with
+//! the residual add, per head), rotary embedding, SiLU-and-mul, argmax.
+//!
+//! Each op checks its arguments here, then calls the CPU reference
+//! (`crate::cpu::dense`) or the CUDA implementation (`crate::gpu`). Ops that write
+//! in place say so; their outputs may be strided views (e.g. q and k inside a fused
+//! QKV projection output) as documented per op.
+
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+use super::common_device;
+
+const FLOATS: &[DType] = &[DType::F32, DType::F16, DType::BF16];
+
+/// `x @ w^T (+ bias)`: `x` `[m, k]`, `w` `[n, k]` (the HuggingFace `Linear` layout),
+/// `bias` `[n]`; returns a new contiguous `[m, n]` tensor of x's dtype. Compute is
+/// f32 (accumulate) on every device.
+pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    const OP: &str = "linear";
+    let device = common_device(OP, &[("x", x), ("w", w)])?;
+    let [m, k] = x.dims::<2>(OP, "x")?;
+    let [n, wk] = w.dims::<2>(OP, "w")?;
+    if wk != k {
+        return Err(Error::arg(OP, format!("argument `w` has shape {:?}, expected [_, {k}] to match `x` {:?}", w.shape(), x.shape())));
+    }
+    x.expect_dtype(OP, "x", FLOATS)?;
+    if w.dtype() != x.dtype() {
+        return Err(Error::arg(OP, format!("argument `w` has dtype {}, `x` has {}", w.dtype(), x.dtype())));
+    }
+    w.expect_contiguous(OP, "w")?;
+    if let Some(b) = bias {
+        b.expect_shape(OP, "bias", &[n])?.expect_device(OP, "bias", device)?.expect_dtype(OP, "bias", &[x.dtype()])?;
+    }
+    let out = Tensor::empty(&[m, n], x.dtype(), device)?;
+    if m == 0 || n == 0 {
+        return Ok(out);
+    }
+    match device {
+        Device::Cpu => crate::cpu::dense::linear(&out, x, w, bias)?,
+        Device::Cuda(_) => crate::gpu::linear(&out, x, w, bias)?,
+    }
+    Ok(out)
+}
+
+/// `out = x / rms(x) * w` over the last dimension: `x` `[t, h]`, `w` `[h]`;
+/// returns a new `[t, h]` tensor.
+pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
+    const OP: &str = "rms_norm";
+    let device = common_device(OP, &[("x", x), ("w", w)])?;
+    let [t, h] = x.dims::<2>(OP, "x")?;
+    w.expect_shape(OP, "w", &[h])?.expect_dtype(OP, "w", &[x.dtype()])?;
+    x.expect_dtype(OP, "x", FLOATS)?;
+    let out = Tensor::empty(&[t, h], x.dtype(), device)?;
+    if t == 0 {
+        return Ok(out);
+    }
+    match device {
+        Device::Cpu => crate::cpu::dense::rms_norm(&out, x, w, eps)?,
+        Device::Cuda(_) => crate::gpu::rms_norm(&out, x, w, eps)?,
+    }
+    Ok(out)
+}
+
+/// The pre-norm residual step, in place: `residual += x; x = rms_norm(residual) * w`.
+/// `x`, `residual`: `[t, h]` contiguous, same dtype (both written); `w`: `[h]`.
+pub fn fused_add_rms_norm(x: &Tensor, residual: &Tensor, w: &Tensor, eps: f32) -> Result<()> {
+    const OP: &str = "fused_add_rms_norm";
+    let device = common_device(OP, &[("x", x), ("residual", residual), ("w", w)])?;
+    let [t, h] = x.dims::<2>(OP, "x")?;
+    residual.expect_shape(OP, "residual", &[t, h])?.expect_dtype(OP, "residual", &[x.dtype()])?;
+    w.expect_shape(OP, "w", &[h])?.expect_dtype(OP, "w", &[x.dtype()])?;
+    x.expect_dtype(OP, "x", FLOATS)?.expect_contiguous(OP, "x")?;
+    residual.expect_contiguous(OP, "residual")?;
+    if x.same_buffer(residual) {
+        return Err(Error::arg(OP, "`x` and `residual` must not share memory"));
+    }
+    if t == 0 {
+        return Ok(());
+    }
+    match device {
+        Device::Cpu => crate::cpu::dense::fused_add_rms_norm(x, residual, w, eps),
+        Device::Cuda(_) => crate::gpu::fused_add_rms_norm(x, residual, w, eps),
+    }
+}
+
+/// Per-head RMSNorm in place (Qwen3's q/k norm): `x` `[t, heads, d]` with unit
+/// stride in the last dimension (any other strides, e.g. a view into a fused QKV
+/// output); `w` `[d]`.
+pub fn head_rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<()> {
+    const OP: &str = "head_rms_norm";
+    common_device(OP, &[("x", x), ("w", w)])?;
+    let [t, _heads, d] = x.dims::<3>(OP, "x")?;
+    x.expect_dtype(OP, "x", FLOATS)?;
+    w.expect_shape(OP, "w", &[d])?.expect_dtype(OP, "w", &[x.dtype()])?;
+    if x.strides()[2] != 1 {
+        return Err(Error::arg(OP, "argument `x` must have unit stride in its last dimension"));
+    }
+    if t == 0 {
+        return Ok(());
+    }
+    match x.device() {
+        Device::Cpu => crate::cpu::dense::head_rms_norm(x, w, eps),
+        Device::Cuda(_) => crate::gpu::head_rms_norm(x, w, eps),
+    }
+}
+
+/// Rotary position embedding in place, neox layout (the rotated pairs are
+/// `(i, i + rotary_dim / 2)`), on `q` `[t, heads_q, d]` and `k` `[t, heads_k, d]`
+/// (unit stride in the last dimension, any other strides). `positions`: `[t]`
+/// int32/int64; `cos_sin`: `[max_positions, rotary_dim]` f32, row p holding
+/// `cos(p * inv_freq)` in its first half and `sin(p * inv_freq)` in its second half
+/// (see models' rotary module for how scaling variants fill it). Dimensions past
+/// `rotary_dim` are left as they are.
+pub fn rope(q: &Tensor, k: &Tensor, positions: &Tensor, cos_sin: &Tensor) -> Result<()> {
+    const OP: &str = "rope";
+    let device = common_device(OP, &[("q", q), ("k", k), ("positions", positions), ("cos_sin", cos_sin)])?;
+    let [t, _hq, d] = q.dims::<3>(OP, "q")?;
+    let [tk, _hk, dk] = k.dims::<3>(OP, "k")?;
+    if (tk, dk) != (t, d) {
+        return Err(Error::arg(OP, format!("argument `k` has shape {:?}, expected [{t}, _, {d}]", k.shape())));
+    }
+    q.expect_dtype(OP, "q", FLOATS)?;
+    k.expect_dtype(OP, "k", &[q.dtype()])?;
+    positions.expect_dtype(OP, "positions", &[DType::I32, DType::I64])?.expect_shape(OP, "positions", &[t])?;
+    positions.expect_contiguous(OP, "positions")?;
+    let [_max_pos, rotary_dim] = cos_sin.dims::<2>(OP, "cos_sin")?;
+    cos_sin.expect_dtype(OP, "cos_sin", &[DType::F32])?.expect_contiguous(OP, "cos_sin")?;
+    if rotary_dim == 0 || rotary_dim % 2 != 0 || rotary_dim > d {
+        return Err(Error::arg(OP, format!("rotary dimension {rotary_dim} must be even and at most the head dimension {d}")));
+    }
+    if q.strides()[2] != 1 || k.strides()[2] != 1 {
+        return Err(Error::arg(OP, "arguments `q` and `k` must have unit stride in their last dimension"));
+    }
+    if t == 0 {
+        return Ok(());
+    }
+    match device {
+        Device::Cpu => crate::cpu::dense::rope(q, k, positions, cos_sin),
+        Device::Cuda(_) => crate::gpu::rope(q, k, positions, cos_sin),
+    }
+}
+
+/// `silu(x[:, :i]) * x[:, i:]` for `x` `[t, 2i]` (gate then up, as a fused
+/// gate_up projection produces); returns a new `[t, i]` tensor.
+pub fn silu_mul(x: &Tensor) -> Result<Tensor> {
+    const OP: &str = "silu_mul";
+    let [t, two_i] = x.dims::<2>(OP, "x")?;
+    x.expect_dtype(OP, "x", FLOATS)?.expect_contiguous(OP, "x")?;
+    if two_i % 2 != 0 {
+        return Err(Error::arg(OP, format!("argument `x` has odd width {two_i}")));
+    }
+    let out = Tensor::empty(&[t, two_i / 2], x.dtype(), x.device())?;
+    if t == 0 {
+        return Ok(out);
+    }
+    match x.device() {
+        Device::Cpu => crate::cpu::dense::silu_mul(&out, x)?,
+        Device::Cuda(_) => crate::gpu::silu_mul(&out, x)?,
+    }
+    Ok(out)
+}
+
+/// Index of the largest value of each row of `x` `[b, v]` (the first one on ties);
+/// returns `[b]` int32.
+pub fn argmax(x: &Tensor) -> Result<Tensor> {
+    const OP: &str = "argmax";
+    let [b, v] = x.dims::<2>(OP, "x")?;
+    x.expect_dtype(OP, "x", FLOATS)?.expect_contiguous(OP, "x")?;
+    if v == 0 {
+        return Err(Error::arg(OP, "argument `x` has empty rows"));
+    }
+    let out = Tensor::empty(&[b], DType::I32, x.device())?;
+    if b == 0 {
+        return Ok(out);
+    }
+    match x.device() {
+        Device::Cpu => crate::cpu::dense::argmax(&out, x)?,
+        Device::Cuda(_) => crate::gpu::argmax(&out, x)?,
+    }
+    Ok(out)
+}
