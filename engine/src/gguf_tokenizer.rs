@@ -39,13 +39,17 @@ pub struct GgufTokenizer {
     pub bos_token: Option<String>,
     /// Text of `tokenizer.ggml.eos_token_id`, for chat templates.
     pub eos_token: Option<String>,
+    /// `tokenizer.ggml.bos_token_id`.
     pub bos_token_id: Option<u32>,
+    /// `tokenizer.ggml.eos_token_id`.
     pub eos_token_id: Option<u32>,
     /// Every id that ends generation: EOS, `eot_token_id`, `eom_token_id`, and
     /// the control tokens llama.cpp treats as end-of-generation by their text
     /// (`<|im_end|>`, `<|eot_id|>`, `<|endoftext|>`, ...). Sorted, unique.
     pub eos_token_ids: Vec<u32>,
+    /// `tokenizer.ggml.padding_token_id`.
     pub pad_token_id: Option<u32>,
+    /// `tokenizer.ggml.unknown_token_id` (byte-level BPE never produces it).
     pub unk_token_id: Option<u32>,
     /// Whether prompts start with BOS (`add_bos_token`, else the
     /// pre-tokenizer's llama.cpp default); `encode(_, true)` adds it.

@@ -710,3 +710,56 @@ fn real_smollm2_q4_1() {
     }
     eprintln!("dequantised {total} values in {:?}", start.elapsed());
 }
+
+#[test]
+fn header_allocations_are_bounded_in_huge_files() {
+    // A sparse 1 GiB file whose header claims a 700 MB string: refused before
+    // anything is allocated, as corrupt rather than truncated.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("huge.gguf");
+    let mut header = Vec::from(&b"GGUF"[..]);
+    header.extend_from_slice(&3u32.to_le_bytes());
+    header.extend_from_slice(&0u64.to_le_bytes());
+    header.extend_from_slice(&1u64.to_le_bytes());
+    header.extend_from_slice(&1u64.to_le_bytes());
+    header.push(b'k');
+    header.extend_from_slice(&8u32.to_le_bytes());
+    header.extend_from_slice(&700_000_000u64.to_le_bytes());
+    std::fs::write(&path, &header).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    let err = GgufFile::open(&path).unwrap_err();
+    assert!(matches!(err, GgufError::HeaderTooLarge { .. }), "{err}");
+    assert!(
+        err.to_string().contains("value of metadata key `k`"),
+        "{err}"
+    );
+    // The same with an array of 100M i32: the count is refused up front.
+    let at = header.len() - 12;
+    header.truncate(at);
+    header.extend_from_slice(&9u32.to_le_bytes());
+    header.extend_from_slice(&5u32.to_le_bytes());
+    header.extend_from_slice(&100_000_000u64.to_le_bytes());
+    std::fs::write(&path, &header).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(1 << 30)
+        .unwrap();
+    let err = GgufFile::open(&path).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            GgufError::AbsurdCount {
+                count: 100_000_000,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}

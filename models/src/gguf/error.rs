@@ -38,6 +38,13 @@ pub enum GgufError {
         file_len: u64,
     },
 
+    #[error("{}: {what}: the header would exceed {limit} bytes (corrupt length or count)", path.display())]
+    HeaderTooLarge {
+        path: PathBuf,
+        what: String,
+        limit: u64,
+    },
+
     #[error("{}: {what}: count {count} cannot fit in the file ({reason}; truncated or corrupt)", path.display())]
     AbsurdCount {
         path: PathBuf,

@@ -5,7 +5,7 @@
 //! ```text
 //! "GGUF" | u32 version | u64 tensor_count | u64 kv_count
 //! kv_count   x { string key | u32 value_type | value }
-//! tensor_count x { string name | u32 n_dims | u64 ne[n_dims] | u32 ggml_type | u64 offset }
+//! tensor_count x { string name | u32 num_dims | u64 ne[num_dims] | u32 ggml_type | u64 offset }
 //! padding to `general.alignment` (default 32)
 //! tensor data; each tensor at data_start + offset
 //! ```
@@ -40,6 +40,13 @@ const MAX_DIMS: u32 = 4;
 /// Nesting limit for arrays of arrays: real files use at most 2 levels, and a
 /// limit keeps a malicious file from exhausting the stack.
 const MAX_ARRAY_DEPTH: u32 = 8;
+/// Upper bound on the header (metadata and tensor infos). Real headers are a
+/// few MB even with a 256k-token vocabulary; the bound caps what a corrupt
+/// length or count can make the parser allocate in a multi-GB file.
+pub const MAX_HEADER_BYTES: u64 = 256 << 20;
+/// Initial capacity cap for vectors sized by counts read from the file:
+/// they grow as entries actually arrive.
+const MAX_PREALLOC: u64 = 1 << 16;
 
 /// The type tag of a metadata value (`gguf_type` in ggml).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -841,11 +848,20 @@ impl<'p, R: Read> Parser<'p, R> {
         self.path.to_path_buf()
     }
 
+    /// Bytes the header may still take: to the end of the file or of the
+    /// [`MAX_HEADER_BYTES`] budget, whichever comes first.
     fn remaining(&self) -> u64 {
-        self.len.saturating_sub(self.pos)
+        self.len.min(MAX_HEADER_BYTES).saturating_sub(self.pos)
     }
 
     fn truncated(&self, needed: u64) -> GgufError {
+        if self.pos.saturating_add(needed) <= self.len {
+            return GgufError::HeaderTooLarge {
+                path: self.path(),
+                what: self.what.clone(),
+                limit: MAX_HEADER_BYTES,
+            };
+        }
         GgufError::Truncated {
             path: self.path(),
             what: self.what.clone(),
@@ -901,7 +917,7 @@ impl<'p, R: Read> Parser<'p, R> {
                 what: self.what.clone(),
                 count,
                 reason: format!(
-                    "{min_size}+ bytes each, {} bytes left in the file",
+                    "{min_size}+ bytes each, {} bytes left for the header",
                     self.remaining()
                 ),
             });
@@ -951,14 +967,14 @@ impl<'p, R: Read> Parser<'p, R> {
             });
         }
         self.what = "tensor count".into();
-        // Smallest tensor info: name length, n_dims, type, offset.
+        // Smallest tensor info: name length, num_dims, type, offset.
         let tensor_count = self.count(8 + 4 + 4 + 8)?;
         self.what = "metadata count".into();
         // Smallest entry: key length, type, one byte of value.
         let kv_count = self.count(8 + 4 + 1)?;
 
-        let mut metadata = Vec::with_capacity(kv_count as usize);
-        let mut seen = HashMap::with_capacity(kv_count as usize);
+        let mut metadata = Vec::with_capacity(kv_count.min(MAX_PREALLOC) as usize);
+        let mut seen = HashMap::with_capacity(kv_count.min(MAX_PREALLOC) as usize);
         for i in 0..kv_count {
             self.what = format!("metadata key #{i}");
             let key = self.string()?;
@@ -991,8 +1007,9 @@ impl<'p, R: Read> Parser<'p, R> {
             },
         };
 
-        let mut tensors: Vec<TensorInfo> = Vec::with_capacity(tensor_count as usize);
-        let mut names = HashMap::with_capacity(tensor_count as usize);
+        let mut tensors: Vec<TensorInfo> =
+            Vec::with_capacity(tensor_count.min(MAX_PREALLOC) as usize);
+        let mut names = HashMap::with_capacity(tensor_count.min(MAX_PREALLOC) as usize);
         for i in 0..tensor_count {
             self.what = format!("tensor info #{i}");
             let name = self.string()?;
@@ -1003,14 +1020,13 @@ impl<'p, R: Read> Parser<'p, R> {
                 });
             }
             self.what = format!("tensor info #{i} (`{name}`)");
-            let n_dims = self.u32()?;
-            if n_dims > MAX_DIMS {
-                return Err(
-                    self.invalid_tensor(&name, format!("{n_dims} dimensions (at most {MAX_DIMS})"))
-                );
+            let num_dims = self.u32()?;
+            if num_dims > MAX_DIMS {
+                return Err(self
+                    .invalid_tensor(&name, format!("{num_dims} dimensions (at most {MAX_DIMS})")));
             }
-            let mut dims = Vec::with_capacity(n_dims as usize);
-            for _ in 0..n_dims {
+            let mut dims = Vec::with_capacity(num_dims as usize);
+            for _ in 0..num_dims {
                 dims.push(self.u64()?);
             }
             let type_id = self.u32()?;
@@ -1145,7 +1161,7 @@ impl<'p, R: Read> Parser<'p, R> {
         count: u64,
         mut read: impl FnMut(&mut Self) -> Result<T>,
     ) -> Result<Vec<T>> {
-        let mut v = Vec::with_capacity(count.min(1 << 16) as usize);
+        let mut v = Vec::with_capacity(count.min(MAX_PREALLOC) as usize);
         for _ in 0..count {
             v.push(read(self)?);
         }
