@@ -1,0 +1,146 @@
+//! The ahead-of-time build, end to end with the real nvcc: every family compiles
+//! for sm_90, a second run rebuilds nothing, a changed source rebuilds only its
+//! family, the manifest names every kernel with its hash, and compile errors come
+//! back with nvcc's output.
+//!
+//! Needs nvcc (CUDA_HOME or PATH; `.ci/run` installs the PyPI toolkit). On a
+//! machine without it, set MINISGL_SKIP_NVCC_TESTS=1 to skip.
+
+use std::path::{Path, PathBuf};
+
+use kernel_build::aot::{self, AotOptions};
+use kernel_build::manifest::Manifest;
+use kernel_build::Spec;
+
+fn nvcc_or_skip() -> Option<PathBuf> {
+    match aot::find_nvcc() {
+        Ok(p) => Some(p),
+        Err(e) if std::env::var_os("MINISGL_SKIP_NVCC_TESTS").is_some() => {
+            eprintln!("skipped: {e}");
+            None
+        }
+        Err(e) => panic!("{e} (set MINISGL_SKIP_NVCC_TESTS=1 to skip the nvcc tests)"),
+    }
+}
+
+fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let entry = entry.unwrap();
+        let to = dst.join(entry.file_name());
+        if entry.path().is_dir() {
+            copy_dir(&entry.path(), &to);
+        } else {
+            std::fs::copy(entry.path(), &to).unwrap();
+        }
+    }
+}
+
+fn options(csrc: &Path, out: &Path, nvcc: &Path) -> AotOptions {
+    AotOptions {
+        csrc_dir: csrc.to_owned(),
+        out_dir: out.to_owned(),
+        archs: vec!["sm_90".into()],
+        nvcc: Some(nvcc.to_owned()),
+        jobs: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
+    }
+}
+
+#[test]
+fn builds_every_family_then_rebuilds_only_what_changed() {
+    let Some(nvcc) = nvcc_or_skip() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let csrc = tmp.path().join("csrc");
+    copy_dir(&kernel_build::workspace_csrc_dir(), &csrc);
+    let out = tmp.path().join("out");
+    let spec = Spec::load(&csrc).unwrap();
+
+    // First build: every family's object and every cubin is compiled, and linked.
+    let first = aot::build(&options(&csrc, &out, &nvcc)).unwrap();
+    assert!(first.linked);
+    for family in &spec.families {
+        assert!(first.compiled.contains(&format!("{}.o", family.name)), "{} not compiled: {:?}", family.name, first.compiled);
+    }
+    let manifest = Manifest::read(&out).unwrap();
+    assert_eq!(manifest.archs, ["sm_90"]);
+    assert!(manifest.nvcc_version.starts_with("13."), "nvcc {}", manifest.nvcc_version);
+    assert!(out.join(&manifest.library.path).is_file());
+    assert_eq!(manifest.kernels.len(), spec.families.len());
+    for family in &spec.families {
+        let entry = manifest.kernel(&family.name).unwrap_or_else(|| panic!("{} missing from the manifest", family.name));
+        assert_eq!(entry.hash.len(), 64, "{}: hash {:?}", family.name, entry.hash);
+        assert_eq!(entry.symbols, family.symbols);
+        assert_eq!(entry.instances.len(), family.instances().len());
+        if family.jit_entry.is_some() {
+            assert_eq!(entry.cubins.len(), family.instances().len(), "{}: one cubin per instance", family.name);
+            for c in &entry.cubins {
+                let bytes = std::fs::read(out.join(&c.artifact.path)).unwrap();
+                assert_eq!(&bytes[..4], b"\x7fELF", "{} is not a cubin", c.artifact.path);
+            }
+        }
+    }
+    let symbols = String::from_utf8_lossy(&std::fs::read(out.join(&manifest.library.path)).unwrap()).into_owned();
+    for family in &spec.families {
+        for s in &family.symbols {
+            assert!(symbols.contains(s.as_str()), "{s} not in the library");
+        }
+    }
+
+    // Second build: nothing to do, manifest unchanged.
+    let second = aot::build(&options(&csrc, &out, &nvcc)).unwrap();
+    assert!(second.up_to_date(), "rebuilt {:?} (linked: {})", second.compiled, second.linked);
+    assert_eq!(Manifest::read(&out).unwrap(), manifest);
+
+    // A changed source rebuilds that family only (object + cubins) and relinks.
+    let store = csrc.join("kernels/store.cu");
+    let text = std::fs::read_to_string(&store).unwrap();
+    std::fs::write(&store, format!("{text}\n/* touched */\n")).unwrap();
+    let third = aot::build(&options(&csrc, &out, &nvcc)).unwrap();
+    assert!(third.linked);
+    assert!(third.compiled.iter().all(|c| c == "store.o" || c.starts_with("cubin/store/")), "{:?}", third.compiled);
+    assert!(third.compiled.contains(&"store.o".to_owned()));
+    let after = Manifest::read(&out).unwrap();
+    assert_ne!(after.kernel("store").unwrap().hash, manifest.kernel("store").unwrap().hash);
+    assert_eq!(after.kernel("index").unwrap().hash, manifest.kernel("index").unwrap().hash);
+
+    // A header change rebuilds everything.
+    let header = csrc.join("include/minisgl/device.cuh");
+    let text = std::fs::read_to_string(&header).unwrap();
+    std::fs::write(&header, format!("{text}\n/* touched */\n")).unwrap();
+    let fourth = aot::build(&options(&csrc, &out, &nvcc)).unwrap();
+    for family in &spec.families {
+        assert!(fourth.compiled.contains(&format!("{}.o", family.name)));
+    }
+}
+
+#[test]
+fn compile_errors_carry_nvccs_output() {
+    let Some(nvcc) = nvcc_or_skip() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    let csrc = tmp.path().join("csrc");
+    std::fs::create_dir_all(csrc.join("kernels")).unwrap();
+    std::fs::create_dir_all(csrc.join("include/minisgl")).unwrap();
+    std::fs::write(csrc.join("include/minisgl/empty.h"), "").unwrap();
+    std::fs::write(
+        csrc.join("kernels.toml"),
+        "format = 1\n[[family]]\nname = \"broken\"\nsource = \"kernels/broken.cu\"\nsymbols = [\"msgl_broken\"]\n",
+    )
+    .unwrap();
+    std::fs::write(csrc.join("kernels/broken.cu"), "extern \"C\" int msgl_broken() { return this_is_not_declared; }\n").unwrap();
+    let err = aot::build(&options(&csrc, &tmp.path().join("out"), &nvcc)).unwrap_err().to_string();
+    assert!(err.contains("compiling broken.o failed"), "{err}");
+    assert!(err.contains("this_is_not_declared"), "nvcc's message is missing: {err}");
+    assert!(err.contains("command:"), "{err}");
+}
+
+#[test]
+fn a_missing_nvcc_is_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut opts = options(&kernel_build::workspace_csrc_dir(), tmp.path(), Path::new("/nonexistent/bin/nvcc"));
+    opts.nvcc = Some(PathBuf::from("/nonexistent/bin/nvcc"));
+    let err = aot::build(&opts).unwrap_err().to_string();
+    assert!(err.contains("/nonexistent/bin/nvcc"), "{err}");
+    opts.archs = vec!["compute_90".into()];
+    let err = aot::build(&opts).unwrap_err().to_string();
+    assert!(err.contains("invalid architecture `compute_90`"), "{err}");
+}

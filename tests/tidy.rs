@@ -1,0 +1,69 @@
+//! Repository hygiene that review would otherwise have to catch: every Rust file
+//! starts with a `//!` header, no test is `#[ignore]`d or `#[should_panic]`, and
+//! every crate below `engine` forbids (or, for kernel-runtime, documents) unsafe.
+
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if path.is_dir() {
+            if !name.starts_with('.') && name != "target" && name != "fixtures" {
+                rust_files(&path, out);
+            }
+        } else if name.ends_with(".rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn workspace_files() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["src", "tests", "benches", "kernel-build", "kernel-runtime", "models", "engine", "xtask"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    files
+}
+
+#[test]
+fn every_rust_file_starts_with_a_module_doc() {
+    let missing: Vec<String> = workspace_files()
+        .into_iter()
+        .filter(|p| {
+            let text = std::fs::read_to_string(p).unwrap_or_default();
+            let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+            // build.rs and main.rs of binaries start with //! too; nothing is exempt.
+            !first.starts_with("//!")
+        })
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(missing.is_empty(), "files without a //! header:\n{}", missing.join("\n"));
+}
+
+#[test]
+fn no_test_is_ignored_or_expects_a_panic() {
+    let needles = [concat!("#[", "ignore"), concat!("#[", "should_panic")];
+    let offenders: Vec<String> = workspace_files()
+        .into_iter()
+        .filter(|p| {
+            let text = std::fs::read_to_string(p).unwrap_or_default();
+            needles.iter().any(|n| text.contains(n))
+        })
+        .map(|p| p.display().to_string())
+        .collect();
+    assert!(offenders.is_empty(), "ignored or should_panic tests in:\n{}", offenders.join("\n"));
+}
+
+#[test]
+fn only_kernel_runtime_may_use_unsafe() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for lib in ["src/lib.rs", "kernel-build/src/lib.rs", "models/src/lib.rs", "engine/src/lib.rs", "engine/src/main.rs", "xtask/src/main.rs"] {
+        let text = std::fs::read_to_string(root.join(lib)).unwrap();
+        assert!(text.contains("#![forbid(unsafe_code)]"), "{lib} must forbid unsafe code");
+    }
+    let runtime = std::fs::read_to_string(root.join("kernel-runtime/src/lib.rs")).unwrap();
+    assert!(runtime.contains("undocumented_unsafe_blocks"), "kernel-runtime must lint undocumented unsafe blocks");
+}
