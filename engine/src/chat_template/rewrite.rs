@@ -18,8 +18,7 @@
 pub(super) fn rewrite_template(source: &str) -> String {
     let mut out = String::with_capacity(source.len() + 64);
     let mut rest = source;
-    loop {
-        let Some(open) = rest.find('{') else { break };
+    while let Some(open) = rest.find('{') {
         let after = &rest[open..];
         let kind = match after.as_bytes().get(1) {
             Some(b'{') => "}}",
