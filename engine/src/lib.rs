@@ -3,5 +3,10 @@
 #![forbid(unsafe_code)]
 
 pub mod chat_template;
+pub mod core;
+pub mod engine;
 pub mod gguf_tokenizer;
+pub mod kvcache;
+pub mod sampling;
+pub mod scheduler;
 pub mod tokenizer;
