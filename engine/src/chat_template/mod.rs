@@ -7,11 +7,19 @@
 //! transformers configures jinja2 (`trim_blocks`, `lstrip_blocks`, loop
 //! controls, lenient undefined values, its `tojson`, `raise_exception` and
 //! `strftime_now`), plus the Python behaviour templates lean on (string
-//! methods, `str()` of `None`/`True`/lists/dicts): see [`python`]. The
-//! conformance test `engine/tests/chat_templates.rs` renders 49 real templates
-//! against transformers' output.
+//! methods, `str()` of `None`/`True`/lists/dicts): see `python.rs`. Two
+//! constructs are rewritten in the source before compiling (see `rewrite.rs`):
+//! transformers' `{% generation %}` tag and slices, which minijinja gets
+//! wrong (and can panic on) with negative steps. The conformance test
+//! `engine/tests/chat_templates.rs` renders 49 real templates against
+//! transformers' output.
 //!
-//! [`hf`] finds the template and the special tokens in a model folder.
+//! `hf.rs` finds the template and the special tokens in a model folder.
+//!
+//! Known difference: jinja2's `Markup` (what `|safe` returns) HTML-escapes a
+//! plain string added to it with `+`; minijinja concatenates unescaped. Of the
+//! 49 templates only meetkai's functionary-v3.1 does this, when tools are
+//! given.
 
 mod hf;
 mod python;
@@ -42,9 +50,15 @@ pub enum ChatTemplateError {
     #[error("invalid chat messages: {0}")]
     InvalidMessages(String),
     #[error("cannot read {path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path} is not valid JSON: {source}")]
-    Json { path: PathBuf, source: serde_json::Error },
+    Json {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
     #[error("{path}: {reason}")]
     Config { path: PathBuf, reason: String },
 }
@@ -77,9 +91,11 @@ pub struct RenderOptions {
     /// `bos_token`, `eos_token`, ... as template variables; absent ones stay
     /// undefined, as in transformers.
     pub special_tokens: SpecialTokens,
-    /// Tool (function) JSON schemas, passed as `tools`; `None` passes `none`.
+    /// Tool (function) JSON schemas, passed as `tools`. `None` passes
+    /// Python's `None`, which (unlike minijinja's `none`) cannot be iterated,
+    /// so tool-use templates fail without tools exactly as in transformers.
     pub tools: Option<Json>,
-    /// Retrieval documents, passed as `documents`; `None` passes `none`.
+    /// Retrieval documents, passed as `documents` (`None` as for `tools`).
     pub documents: Option<Json>,
     /// Further template variables (`enable_thinking`, `date_string`, ...).
     /// The named fields above take precedence over keys here.
@@ -89,7 +105,13 @@ pub struct RenderOptions {
 impl RenderOptions {
     /// Options with no tools, documents or extra variables.
     pub fn new(add_generation_prompt: bool, special_tokens: SpecialTokens) -> Self {
-        Self { add_generation_prompt, special_tokens, tools: None, documents: None, extra: Map::new() }
+        Self {
+            add_generation_prompt,
+            special_tokens,
+            tools: None,
+            documents: None,
+            extra: Map::new(),
+        }
     }
 }
 
@@ -134,12 +156,17 @@ impl ChatTemplate {
         env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
         python::install(&mut env);
 
-        env.add_function("raise_exception", |message: Option<Value>| -> Result<Value, Error> {
-            let message = message.map(|m| python::python_str(&m)).unwrap_or_default();
-            Err(Error::new(ErrorKind::InvalidOperation, message.clone())
-                .with_source(RaisedException(message)))
+        env.add_function(
+            "raise_exception",
+            |message: Option<Value>| -> Result<Value, Error> {
+                let message = message.map(|m| python::python_str(&m)).unwrap_or_default();
+                Err(Error::new(ErrorKind::InvalidOperation, message.clone())
+                    .with_source(RaisedException(message)))
+            },
+        );
+        env.add_function("strftime_now", move |format: String| {
+            strftime(clock.now(), &format)
         });
-        env.add_function("strftime_now", move |format: String| strftime(clock.now(), &format));
 
         let source = rewrite::rewrite_template(source);
         env.add_template_owned(TEMPLATE_NAME, source)
@@ -153,28 +180,46 @@ impl ChatTemplate {
     /// Like transformers' `apply_chat_template`, keys whose value is `null`
     /// are dropped and the reasoning fields (`reasoning_content`, `thinking`,
     /// `reasoning`) are aliased to each other before rendering.
-    pub fn render(&self, messages: &[Json], opts: &RenderOptions) -> Result<String, ChatTemplateError> {
+    pub fn render(
+        &self,
+        messages: &[Json],
+        opts: &RenderOptions,
+    ) -> Result<String, ChatTemplateError> {
         let messages = normalize_messages(messages)?;
-        let mut ctx = opts.extra.clone();
+        let mut ctx: Map<String, Json> = opts.extra.clone();
         for (name, token) in opts.special_tokens.iter() {
             ctx.insert(name.to_owned(), Json::String(token.to_owned()));
         }
         ctx.insert("messages".to_owned(), Json::Array(messages));
-        ctx.insert("tools".to_owned(), opts.tools.clone().unwrap_or(Json::Null));
-        ctx.insert("documents".to_owned(), opts.documents.clone().unwrap_or(Json::Null));
-        ctx.insert("add_generation_prompt".to_owned(), Json::Bool(opts.add_generation_prompt));
+        ctx.insert(
+            "add_generation_prompt".to_owned(),
+            Json::Bool(opts.add_generation_prompt),
+        );
+        let mut vars: Vec<(String, Value)> = ctx
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "tools" | "documents"))
+            .map(|(k, v)| (k.clone(), python::json_to_value(v)))
+            .collect();
+        for (name, value) in [("tools", &opts.tools), ("documents", &opts.documents)] {
+            let value = match value {
+                Some(json) if !json.is_null() => python::json_to_value(json),
+                _ => python::absent(),
+            };
+            vars.push((name.to_owned(), value));
+        }
 
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| ChatTemplateError::Render(describe(&e)))?;
-        let ctx = python::json_to_value(&Json::Object(ctx));
+        let ctx = Value::from_iter(vars);
         // NOTE: a safety net, not control flow. minijinja has had panics on
         // odd inputs (slicing an empty list backwards, which `rewrite.rs` now
         // avoids); a template bug must become an error for this request, not
         // take the server down.
-        let rendered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| template.render(ctx)))
-            .map_err(|_| ChatTemplateError::Render("template engine panicked".to_owned()))?;
+        let rendered =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| template.render(ctx)))
+                .map_err(|_| ChatTemplateError::Render("template engine panicked".to_owned()))?;
         rendered.map_err(|e| match raised_message(&e) {
             Some(message) => ChatTemplateError::Raised(message),
             None => ChatTemplateError::Render(describe(&e)),
@@ -195,9 +240,15 @@ fn normalize_messages(messages: &[Json]) -> Result<Vec<Json>, ChatTemplateError>
                     "message {idx} must be a JSON object"
                 )));
             };
-            let fields: Map<String, Json> =
-                fields.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), v.clone())).collect();
-            let reasoning = REASONING_FIELDS.iter().find_map(|name| fields.get(*name)).cloned();
+            let fields: Map<String, Json> = fields
+                .iter()
+                .filter(|(_, v)| !v.is_null())
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            let reasoning = REASONING_FIELDS
+                .iter()
+                .find_map(|name| fields.get(*name))
+                .cloned();
             let Some(reasoning) = reasoning else {
                 return Ok(Json::Object(fields));
             };
@@ -222,11 +273,18 @@ fn strftime(time: NaiveDateTime, format: &str) -> Result<String, Error> {
     use std::fmt::Write as _;
     let items: Vec<Item<'_>> = StrftimeItems::new(format).collect();
     if items.iter().any(|item| matches!(item, Item::Error)) {
-        return Err(Error::new(ErrorKind::InvalidOperation, format!("invalid strftime format {format:?}")));
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("invalid strftime format {format:?}"),
+        ));
     }
     let mut out = String::new();
-    write!(out, "{}", time.format_with_items(items.into_iter()))
-        .map_err(|_| Error::new(ErrorKind::InvalidOperation, format!("cannot format time with {format:?}")))?;
+    write!(out, "{}", time.format_with_items(items.into_iter())).map_err(|_| {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("cannot format time with {format:?}"),
+        )
+    })?;
     Ok(out)
 }
 
@@ -262,7 +320,16 @@ mod tests {
     fn render(src: &str, messages: Json) -> Result<String, ChatTemplateError> {
         let tmpl = ChatTemplate::new(src)?;
         let messages = messages.as_array().cloned().unwrap_or_default();
-        tmpl.render(&messages, &RenderOptions::new(true, SpecialTokens::default()))
+        tmpl.render(
+            &messages,
+            &RenderOptions::new(true, SpecialTokens::default()),
+        )
+    }
+
+    #[test]
+    fn template_is_shareable_across_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<ChatTemplate>();
     }
 
     #[test]
@@ -291,12 +358,20 @@ mod tests {
     #[test]
     fn raise_exception_is_typed() {
         let err = render("{{ raise_exception('no system role') }}", json!([])).unwrap_err();
-        assert!(matches!(err, ChatTemplateError::Raised(ref m) if m == "no system role"), "{err}");
+        assert!(
+            matches!(err, ChatTemplateError::Raised(ref m) if m == "no system role"),
+            "{err}"
+        );
     }
 
     #[test]
     fn syntax_errors_do_not_panic() {
-        for src in ["{% if %}", "{{ ", "{% for x in %}{% endfor %}", "{% endgeneration %}"] {
+        for src in [
+            "{% if %}",
+            "{{ ",
+            "{% for x in %}{% endfor %}",
+            "{% endgeneration %}",
+        ] {
             assert!(ChatTemplate::new(src).is_err(), "{src}");
         }
     }
@@ -309,8 +384,11 @@ mod tests {
 
     #[test]
     fn undefined_is_lenient_like_jinja2() {
-        let out = render("[{{ missing }}][{{ messages[0].nope }}][{% if messages[0].nope %}x{% endif %}]", json!([{"role": "user"}]))
-            .unwrap();
+        let out = render(
+            "[{{ missing }}][{{ messages[0].nope }}][{% if messages[0].nope %}x{% endif %}]",
+            json!([{"role": "user"}]),
+        )
+        .unwrap();
         assert_eq!(out, "[][][]");
         assert!(render("{{ missing.attr }}", json!([])).is_err());
     }
@@ -318,14 +396,22 @@ mod tests {
     #[test]
     fn generation_tags_render_their_body() {
         let src = "{% for m in messages %}{%- generation -%}\n[{{ m.content }}]\n{%- endgeneration -%}{% endfor %}";
-        assert_eq!(render(src, json!([{"content": "a"}, {"content": "b"}])).unwrap(), "[a][b]");
+        assert_eq!(
+            render(src, json!([{"content": "a"}, {"content": "b"}])).unwrap(),
+            "[a][b]"
+        );
     }
 
     #[test]
     fn strftime_uses_the_clock() {
-        let t = chrono::NaiveDate::from_ymd_opt(2026, 1, 15).and_then(|d| d.and_hms_opt(12, 0, 0)).unwrap();
-        let tmpl = ChatTemplate::with_clock("{{ strftime_now('%d %B %Y') }}", Clock::Fixed(t)).unwrap();
-        let out = tmpl.render(&[], &RenderOptions::new(false, SpecialTokens::default())).unwrap();
+        let t = chrono::NaiveDate::from_ymd_opt(2026, 1, 15)
+            .and_then(|d| d.and_hms_opt(12, 0, 0))
+            .unwrap();
+        let tmpl =
+            ChatTemplate::with_clock("{{ strftime_now('%d %B %Y') }}", Clock::Fixed(t)).unwrap();
+        let out = tmpl
+            .render(&[], &RenderOptions::new(false, SpecialTokens::default()))
+            .unwrap();
         assert_eq!(out, "15 January 2026");
         assert!(ChatTemplate::new("{{ strftime_now('%Q') }}")
             .unwrap()
@@ -344,8 +430,34 @@ mod tests {
     }
 
     #[test]
+    fn absent_tools_behave_like_python_none() {
+        let src = "{{ tools }}|{{ tools is none }}|{{ tools == none }}|{{ tools != None }}|{{ tools | tojson }}|{{ not tools }}|{{ tools | selectattr('x') | list | length }}";
+        assert_eq!(
+            render(src, json!([])).unwrap(),
+            "None|True|True|False|null|True|0"
+        );
+        assert!(render("{% for t in tools %}{% endfor %}", json!([])).is_err());
+        let nested = render(
+            "{{ messages[0].content[0].text == none }}",
+            json!([{"content": [{"text": null}]}]),
+        );
+        assert_eq!(nested.unwrap(), "True");
+        let tmpl = ChatTemplate::new("{% for t in tools %}{{ t.name }}{% endfor %}").unwrap();
+        let mut opts = RenderOptions::new(false, SpecialTokens::default());
+        opts.tools = Some(json!([{"name": "a"}, {"name": "b"}]));
+        assert_eq!(tmpl.render(&[], &opts).unwrap(), "ab");
+    }
+
+    #[test]
     fn namespace_rejects_underscore_names() {
         assert!(render("{% set ns = namespace(_x=1) %}", json!([])).is_err());
-        assert_eq!(render("{% set ns = namespace(x=1) %}{% set ns.x = 2 %}{{ ns.x }}", json!([])).unwrap(), "2");
+        assert_eq!(
+            render(
+                "{% set ns = namespace(x=1) %}{% set ns.x = 2 %}{{ ns.x }}",
+                json!([])
+            )
+            .unwrap(),
+            "2"
+        );
     }
 }

@@ -53,13 +53,18 @@ pub(super) fn rewrite_template(source: &str) -> String {
             match inner.trim() {
                 "raw" => {
                     // Everything up to the closing `endraw` tag is literal text.
-                    let raw_end = find_endraw(&after[block_end..]).map_or(after.len(), |i| block_end + i);
+                    let raw_end =
+                        find_endraw(&after[block_end..]).map_or(after.len(), |i| block_end + i);
                     out.push_str(&after[..raw_end]);
                     rest = &after[raw_end..];
                     continue;
                 }
                 "generation" | "endgeneration" => {
-                    let keyword = if inner.trim() == "generation" { "if true" } else { "endif" };
+                    let keyword = if inner.trim() == "generation" {
+                        "if true"
+                    } else {
+                        "endif"
+                    };
                     out.push_str(&format!("{{%{open_ctl} {keyword} {close_ctl}%}}"));
                     rest = &after[block_end..];
                     continue;
@@ -68,7 +73,7 @@ pub(super) fn rewrite_template(source: &str) -> String {
             }
         }
         out.push_str(&after[..body_start]);
-        out.push_str(&rewrite_slices(body));
+        out.push_str(&rewrite_none_comparisons(&rewrite_slices(body)));
         out.push_str(kind);
         rest = &after[block_end..];
     }
@@ -183,16 +188,16 @@ fn rewrite_slices(expr: &str) -> String {
         match bytes[i] {
             b'\'' | b'"' => i = skip_string(bytes, i),
             b'[' => {
-                let Some(close) = matching_bracket(bytes, i) else { break };
+                let Some(close) = matching_bracket(bytes, i) else {
+                    break;
+                };
                 let inner = &expr[i + 1..close];
                 let parts = split_top_level_colons(inner);
                 // Only a subscript (after an operand) can be a slice; a list
                 // literal with a colon is a syntax error left to the parser.
-                let after_operand = expr[..i]
-                    .trim_end()
-                    .chars()
-                    .last()
-                    .is_some_and(|c| c.is_alphanumeric() || matches!(c, '_' | ')' | ']' | '\'' | '"'));
+                let after_operand = expr[..i].trim_end().chars().last().is_some_and(|c| {
+                    c.is_alphanumeric() || matches!(c, '_' | ')' | ']' | '\'' | '"')
+                });
                 out.push_str(&expr[copied..i]);
                 if after_operand && (parts.len() == 2 || parts.len() == 3) {
                     let args: Vec<String> = (0..3)
@@ -212,6 +217,65 @@ fn rewrite_slices(expr: &str) -> String {
             }
             _ => i += 1,
         }
+    }
+    out.push_str(&expr[copied..]);
+    out
+}
+
+/// Turns `tools == none` / `tools != none` (also `documents`, `None`) into
+/// `tools is none` / `tools is not none`: when absent these variables are a
+/// Python-like `None` object that minijinja's `==` cannot equate with the
+/// literal (see `python::PyNone`), while the `none` test knows it.
+fn rewrite_none_comparisons(expr: &str) -> String {
+    let bytes = expr.as_bytes();
+    let is_ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut out = String::with_capacity(expr.len());
+    let (mut i, mut copied) = (0, 0);
+    while i < bytes.len() {
+        if matches!(bytes[i], b'\'' | b'"') {
+            i = skip_string(bytes, i);
+            continue;
+        }
+        let starts_word = i == 0 || !(is_ident(bytes[i - 1]) || bytes[i - 1] == b'.');
+        let name = ["tools", "documents"]
+            .into_iter()
+            .find(|n| expr[i..].starts_with(n));
+        let (Some(name), true) = (name, starts_word) else {
+            i += 1;
+            continue;
+        };
+        let after_name = &expr[i + name.len()..];
+        let rest = after_name.trim_start();
+        let op = if rest.starts_with("==") {
+            "is"
+        } else if rest.starts_with("!=") {
+            "is not"
+        } else {
+            ""
+        };
+        let operand = rest.get(2..).unwrap_or("").trim_start();
+        let literal = ["none", "None"]
+            .into_iter()
+            .find(|l| operand.starts_with(l));
+        let literal_ends = literal.is_some_and(|l| {
+            operand
+                .as_bytes()
+                .get(l.len())
+                .is_none_or(|&b| !is_ident(b))
+        });
+        if op.is_empty()
+            || after_name.as_bytes().first().is_some_and(|&b| is_ident(b))
+            || !literal_ends
+        {
+            i += name.len();
+            continue;
+        }
+        let literal_len = literal.map_or(0, str::len);
+        let end = expr.len() - operand.len() + literal_len;
+        out.push_str(&expr[copied..i]);
+        out.push_str(&format!("{name} {op} none"));
+        i = end;
+        copied = end;
     }
     out.push_str(&expr[copied..]);
     out
@@ -237,15 +301,62 @@ mod tests {
 
     #[test]
     fn slices_become_method_calls() {
-        assert_eq!(rewrite_template("{{ m[::-1] }}"), "{{ m.__slice__(none, none, -1) }}");
-        assert_eq!(rewrite_template("{%- for x in a[1:] -%}"), "{%- for x in a.__slice__(1, none, none) -%}");
+        assert_eq!(
+            rewrite_template("{{ m[::-1] }}"),
+            "{{ m.__slice__(none, none, -1) }}"
+        );
+        assert_eq!(
+            rewrite_template("{%- for x in a[1:] -%}"),
+            "{%- for x in a.__slice__(1, none, none) -%}"
+        );
         assert_eq!(
             rewrite_template("{{ a[b[1:]|length:] }}"),
             "{{ a.__slice__(b.__slice__(1, none, none)|length, none, none) }}"
         );
-        assert_eq!(rewrite_template("{{ a[0] ~ ['x'][0] }}"), "{{ a[0] ~ ['x'][0] }}");
-        assert_eq!(rewrite_template("{{ 'a[1:]' ~ x['k:v'] }}"), "{{ 'a[1:]' ~ x['k:v'] }}");
-        assert_eq!(rewrite_template("{{ [{'a': 1}][0] }}"), "{{ [{'a': 1}][0] }}");
+        assert_eq!(
+            rewrite_template("{{ a[0] ~ ['x'][0] }}"),
+            "{{ a[0] ~ ['x'][0] }}"
+        );
+        assert_eq!(
+            rewrite_template("{{ 'a[1:]' ~ x['k:v'] }}"),
+            "{{ 'a[1:]' ~ x['k:v'] }}"
+        );
+        assert_eq!(
+            rewrite_template("{{ [{'a': 1}][0] }}"),
+            "{{ [{'a': 1}][0] }}"
+        );
+    }
+
+    #[test]
+    fn none_comparisons_of_tools_become_tests() {
+        assert_eq!(
+            rewrite_template("{% if tools != none and x %}"),
+            "{% if tools is not none and x %}"
+        );
+        assert_eq!(
+            rewrite_template("{{ documents==None }}"),
+            "{{ documents is none }}"
+        );
+        assert_eq!(
+            rewrite_template("{{ my_tools != none }}"),
+            "{{ my_tools != none }}"
+        );
+        assert_eq!(
+            rewrite_template("{{ x.tools != none }}"),
+            "{{ x.tools != none }}"
+        );
+        assert_eq!(
+            rewrite_template("{{ tools != nonex }}"),
+            "{{ tools != nonex }}"
+        );
+        assert_eq!(
+            rewrite_template("{{ 'tools != none' }}"),
+            "{{ 'tools != none' }}"
+        );
+        assert_eq!(
+            rewrite_template("{{ tools_x == none }}"),
+            "{{ tools_x == none }}"
+        );
     }
 
     #[test]
@@ -267,7 +378,15 @@ mod tests {
 
     #[test]
     fn malformed_input_is_copied() {
-        for src in ["{{ a[1:", "{% if x", "{#", "{{ 'abc", "{", "}}", "{{ a[1:] }"] {
+        for src in [
+            "{{ a[1:",
+            "{% if x",
+            "{#",
+            "{{ 'abc",
+            "{",
+            "}}",
+            "{{ a[1:] }",
+        ] {
             let _ = rewrite_template(src);
         }
         assert_eq!(rewrite_template("{{ a[1:"), "{{ a[1:");
