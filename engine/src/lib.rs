@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod chat_template;
+pub mod cli;
 pub mod core;
 pub mod engine;
 pub mod gguf_tokenizer;

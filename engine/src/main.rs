@@ -1,7 +1,6 @@
-//! The `minisgl` command line.
+//! The `minisgl` command line: see `engine::cli` for the subcommands.
 #![forbid(unsafe_code)]
 
-fn main() {
-    eprintln!("minisgl: no subcommands yet");
-    std::process::exit(2);
+fn main() -> std::process::ExitCode {
+    engine::cli::main()
 }

@@ -1,0 +1,63 @@
+//! The `minisgl` subcommands.
+//!
+//! | command | module | what |
+//! | --- | --- | --- |
+//! | `serve` | [`serve`] | OpenAI-compatible HTTP server |
+//! | `generate` | [`generate`] | offline generation: one prompt, a file of prompts, or random ids |
+//! | `bench` | [`bench`] | the mini-sglang offline throughput benchmark |
+//! | `shell` | [`shell`] | interactive chat in the terminal |
+//! | `render-template` | [`render_template`] | render a chat template, for debugging it |
+//!
+//! Options shared by the commands that load a model live in [`common`].
+
+pub mod bench;
+pub mod common;
+pub mod generate;
+pub mod render_template;
+pub mod serve;
+pub mod shell;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// minisgl: a kernel-first LLM inference engine.
+#[derive(Parser, Debug)]
+#[command(name = "minisgl", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Serve a model over an OpenAI-compatible HTTP API.
+    Serve(serve::ServeArgs),
+    /// Generate text offline (greedy by default).
+    Generate(generate::GenerateArgs),
+    /// Run the offline throughput benchmark.
+    Bench(bench::BenchArgs),
+    /// Chat with a model in the terminal.
+    Shell(shell::ShellArgs),
+    /// Render a chat template with a conversation and print the prompt.
+    RenderTemplate(render_template::RenderTemplateArgs),
+}
+
+/// Parses the command line, runs the command and maps errors to exit code 1.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(a) => serve::run(a),
+        Command::Generate(a) => generate::run(a),
+        Command::Bench(a) => bench::run(a),
+        Command::Shell(a) => shell::run(a),
+        Command::RenderTemplate(a) => render_template::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("minisgl: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
