@@ -47,3 +47,19 @@ pub struct EngineArgs {
     #[arg(long, default_value = "radix")]
     pub cache: String,
 }
+
+/// A model ready to serve: the engine (scheduler + model runner), the tokenizer
+/// and the chat template configuration, and the name clients address it by.
+pub struct LoadedModel {
+    pub engine: crate::engine::Engine<Box<dyn crate::engine::ModelRunner + Send>>,
+    pub tokenizer: crate::tokenizer::Tokenizer,
+    pub chat: crate::chat_template::ModelChatConfig,
+    /// The served model name (the folder or file name).
+    pub name: String,
+}
+
+/// Loads the model, its tokenizer and chat template, sizes the KV pool and builds
+/// the engine.
+pub fn load_model(_model: &ModelArgs, _engine: &EngineArgs) -> anyhow::Result<LoadedModel> {
+    anyhow::bail!("model loading is not wired yet")
+}
