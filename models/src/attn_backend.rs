@@ -1,0 +1,182 @@
+//! The attention backend registry (`--attn`) and its implementations.
+//!
+//! The trait is [`AttnBackend`] in `ctx`; this module names the implementations
+//! ([`AttnBackendKind`], a closed set), parses `--attn` ([`AttnBackendSpec`]: one
+//! name, or a `prefill,decode` pair as mini-sglang accepts), and builds them from
+//! [`ATTN_BACKENDS`], the one table to extend when a backend is added.
+//!
+//! | name | what |
+//! | --- | --- |
+//! | `paged` | `ops::store_kv` + `ops::paged_attention`: any page size, CPU and CUDA |
+
+use std::fmt;
+use std::str::FromStr;
+
+use kernel_runtime::{ops, Tensor};
+
+use crate::ctx::{AttnBackend, AttnInputs, AttnPlan, ForwardBatch, ForwardCtx};
+use crate::error::{ModelError, Result};
+
+/// The attention implementations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AttnBackendKind {
+    /// The kernel-runtime paged attention op (CPU reference and CUDA).
+    Paged,
+}
+
+/// A constructor of one backend.
+pub type AttnBackendCtor = fn() -> Result<Box<dyn AttnBackend>>;
+
+/// Every backend: kind, `--attn` name, constructor.
+pub const ATTN_BACKENDS: &[(AttnBackendKind, &str, AttnBackendCtor)] = &[(AttnBackendKind::Paged, "paged", || Ok(Box::new(PagedAttnBackend)))];
+
+fn supported() -> String {
+    ATTN_BACKENDS.iter().map(|b| b.1).collect::<Vec<_>>().join(", ")
+}
+
+impl AttnBackendKind {
+    /// The `--attn` name.
+    pub fn name(self) -> &'static str {
+        ATTN_BACKENDS.iter().find(|b| b.0 == self).map_or("?", |b| b.1)
+    }
+
+    /// Builds the backend.
+    pub fn create(self) -> Result<Box<dyn AttnBackend>> {
+        let ctor = ATTN_BACKENDS.iter().find(|b| b.0 == self).map(|b| b.2).ok_or_else(|| ModelError::UnsupportedAttnBackend {
+            name: format!("{self:?}"),
+            supported: supported(),
+        })?;
+        ctor()
+    }
+}
+
+impl FromStr for AttnBackendKind {
+    type Err = ModelError;
+
+    fn from_str(s: &str) -> Result<AttnBackendKind> {
+        let name = s.trim();
+        ATTN_BACKENDS
+            .iter()
+            .find(|b| b.1.eq_ignore_ascii_case(name))
+            .map(|b| b.0)
+            .ok_or_else(|| ModelError::UnsupportedAttnBackend { name: name.to_owned(), supported: supported() })
+    }
+}
+
+impl fmt::Display for AttnBackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The backends of prefill and decode steps (`--attn paged` or `--attn a,b`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttnBackendSpec {
+    pub prefill: AttnBackendKind,
+    pub decode: AttnBackendKind,
+}
+
+impl AttnBackendSpec {
+    /// One backend for both phases.
+    pub fn single(kind: AttnBackendKind) -> AttnBackendSpec {
+        AttnBackendSpec { prefill: kind, decode: kind }
+    }
+
+    /// Builds the backend: the one named, or a pair choosing by phase.
+    pub fn create(&self) -> Result<Box<dyn AttnBackend>> {
+        if self.prefill == self.decode {
+            self.prefill.create()
+        } else {
+            Ok(Box::new(HybridAttnBackend { prefill: self.prefill.create()?, decode: self.decode.create()? }))
+        }
+    }
+}
+
+impl FromStr for AttnBackendSpec {
+    type Err = ModelError;
+
+    /// `name` or `prefill_name,decode_name`.
+    fn from_str(s: &str) -> Result<AttnBackendSpec> {
+        match s.split_once(',') {
+            None => Ok(AttnBackendSpec::single(s.parse()?)),
+            Some((prefill, decode)) => Ok(AttnBackendSpec { prefill: prefill.parse()?, decode: decode.parse()? }),
+        }
+    }
+}
+
+impl fmt::Display for AttnBackendSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.prefill == self.decode {
+            write!(f, "{}", self.prefill)
+        } else {
+            write!(f, "{},{}", self.prefill, self.decode)
+        }
+    }
+}
+
+/// `ops::store_kv` then `ops::paged_attention` over the batch's block table.
+#[derive(Debug)]
+pub struct PagedAttnBackend;
+
+impl AttnBackend for PagedAttnBackend {
+    fn name(&self) -> &'static str {
+        "paged"
+    }
+
+    fn plan(&self, _batch: &ForwardBatch) -> Result<AttnPlan> {
+        Ok(AttnPlan::default())
+    }
+
+    fn forward(&self, ctx: &ForwardCtx<'_>, inputs: AttnInputs<'_>) -> Result<Tensor> {
+        let (k_cache, v_cache) = ctx.kv.layer(inputs.layer_idx)?;
+        ops::store_kv(k_cache, v_cache, ctx.batch.out_loc(), inputs.k, inputs.v)?;
+        let out = Tensor::empty(inputs.q.shape(), inputs.q.dtype(), inputs.q.device())?;
+        ops::paged_attention(&out, inputs.q, k_cache, v_cache, &ctx.batch.attn_meta(), inputs.scale)?;
+        Ok(out)
+    }
+}
+
+/// One backend for prefill (and mixed) steps, another for pure decode steps.
+#[derive(Debug)]
+pub struct HybridAttnBackend {
+    prefill: Box<dyn AttnBackend>,
+    decode: Box<dyn AttnBackend>,
+}
+
+impl HybridAttnBackend {
+    fn pick(&self, batch: &ForwardBatch) -> &dyn AttnBackend {
+        if batch.is_decode() {
+            &*self.decode
+        } else {
+            &*self.prefill
+        }
+    }
+}
+
+impl AttnBackend for HybridAttnBackend {
+    fn name(&self) -> &'static str {
+        "hybrid"
+    }
+
+    fn plan(&self, batch: &ForwardBatch) -> Result<AttnPlan> {
+        self.pick(batch).plan(batch)
+    }
+
+    fn forward(&self, ctx: &ForwardCtx<'_>, inputs: AttnInputs<'_>) -> Result<Tensor> {
+        self.pick(ctx.batch).forward(ctx, inputs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse_and_unknown_names_list_the_supported() {
+        assert_eq!("paged".parse::<AttnBackendSpec>().unwrap(), AttnBackendSpec::single(AttnBackendKind::Paged));
+        assert_eq!("paged,paged".parse::<AttnBackendSpec>().unwrap().to_string(), "paged");
+        let e = "fa,paged".parse::<AttnBackendSpec>().unwrap_err().to_string();
+        assert!(e.contains("`fa`") && e.contains("supported: paged"), "{e}");
+        assert_eq!(AttnBackendKind::Paged.create().unwrap().name(), "paged");
+    }
+}

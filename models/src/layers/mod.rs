@@ -1,0 +1,28 @@
+//! The building blocks of the dense decoders, shared by every model file.
+//!
+//! | module | what |
+//! | --- | --- |
+//! | [`linear`] | `Linear`, and its tensor-parallel roles: column (qkv, gate_up) and row (o, down) |
+//! | [`embedding`] | the token embedding and the LM head (tied or not) |
+//! | [`norm`] | RMSNorm, plain, fused with the residual add, and per head |
+//! | [`attention`] | the RoPE attention block: fused QKV, optional q/k norm, rope, backend, o_proj |
+//! | [`mlp`] | the gated MLP: fused gate_up, SiLU-and-mul, down |
+//!
+//! Layers hold weights only; each `forward` takes what varies per step
+//! (`ForwardCtx`). Tensor parallelism is not implemented yet, but the layers that
+//! split under it are already separate types ([`linear::ColumnParallelLinear`],
+//! [`linear::RowParallelLinear`], [`embedding::VocabParallelEmbedding`]), so a
+//! split (shard at load, all-reduce after row-parallel layers) changes these
+//! types and not the models.
+
+pub mod attention;
+pub mod embedding;
+pub mod linear;
+pub mod mlp;
+pub mod norm;
+
+pub use attention::{AttnOptions, RopeAttention};
+pub use embedding::{ParallelLmHead, VocabParallelEmbedding};
+pub use linear::{ColumnParallelLinear, Linear, RowParallelLinear};
+pub use mlp::GatedMlp;
+pub use norm::RmsNorm;

@@ -1,0 +1,176 @@
+//! Rotary position embedding: the cos/sin table `ops::rope` reads, for plain,
+//! linear and LLaMA-3 scaled RoPE.
+//!
+//! The table is `[max_position_embeddings, rotary_dim]` f32, row p holding
+//! `cos(p * inv_freq)` in its first half and `sin(p * inv_freq)` in its second
+//! half; it is built once per model and shared by every layer. Scaling variants
+//! differ only in `inv_freq`, so they are all a function from the config to the
+//! inverse frequencies, as in transformers' `ROPE_INIT_FUNCTIONS`.
+//!
+//! Precision follows transformers (and vLLM) rather than exact arithmetic, so
+//! that long positions agree with the reference: the inverse frequencies are
+//! computed in f64 and rounded to f32 (transformers keeps them in an f32 buffer;
+//! or to `RopeConfig::inv_freq_dtype` when emulating a model cast to bf16/f16
+//! after construction), the angle `p * inv_freq` is rounded to f32 (transformers
+//! multiplies in f32 with autocast disabled), and its cos and sin are taken in
+//! f64 and rounded once.
+
+use half::{bf16, f16};
+use kernel_runtime::{ops, DType, Device, Tensor};
+
+use crate::config::{ModelConfig, RopeConfig, RopeScaling};
+use crate::error::{ModelError, Result};
+
+/// The inverse frequencies of `rotary_dim` rotated dimensions (`rotary_dim / 2`
+/// values), in f64 before the final rounding to f32.
+///
+/// Default: `1 / theta^(2i / rotary_dim)` (transformers'
+/// `_compute_default_rope_parameters`); linear: that divided by the factor;
+/// llama3: transformers' `_compute_llama3_parameters`, which keeps high
+/// frequencies, divides low ones by the factor and blends in between.
+pub fn inv_freq(rope: &RopeConfig, rotary_dim: usize) -> Vec<f64> {
+    let base: Vec<f64> = (0..rotary_dim / 2).map(|i| 1.0 / rope.theta.powf((2 * i) as f64 / rotary_dim as f64)).collect();
+    match rope.scaling {
+        RopeScaling::Default => base,
+        RopeScaling::Linear { factor } => base.into_iter().map(|f| f / factor).collect(),
+        RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings: old_context } => {
+            let low_freq_wavelen = old_context / low_freq_factor;
+            let high_freq_wavelen = old_context / high_freq_factor;
+            base.into_iter()
+                .map(|f| {
+                    let wavelen = 2.0 * std::f64::consts::PI / f;
+                    if wavelen < high_freq_wavelen {
+                        f
+                    } else if wavelen > low_freq_wavelen {
+                        f / factor
+                    } else {
+                        let smooth = (old_context / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+                        (1.0 - smooth) * f / factor + smooth * f
+                    }
+                })
+                .collect()
+        }
+    }
+}
+
+/// The row-major `[max_positions, rotary_dim]` table (cos half, then sin half).
+pub fn cos_sin_table(rope: &RopeConfig, rotary_dim: usize, max_positions: usize) -> Vec<f32> {
+    let round: fn(f32) -> f32 = match rope.inv_freq_dtype {
+        DType::BF16 => |f| bf16::from_f32(f).to_f32(),
+        DType::F16 => |f| f16::from_f32(f).to_f32(),
+        _ => |f| f,
+    };
+    let inv_freq: Vec<f32> = inv_freq(rope, rotary_dim).into_iter().map(|f| round(f as f32)).collect();
+    let half = rotary_dim / 2;
+    let mut table = vec![0f32; max_positions * rotary_dim];
+    for (p, row) in table.chunks_exact_mut(rotary_dim.max(1)).enumerate() {
+        let (cos, sin) = row.split_at_mut(half);
+        for (i, &f) in inv_freq.iter().enumerate() {
+            let angle = f64::from(p as f32 * f);
+            cos[i] = angle.cos() as f32;
+            sin[i] = angle.sin() as f32;
+        }
+    }
+    table
+}
+
+/// The rotary embedding of one model: its cos/sin table on the device.
+///
+/// Cloning shares the table (tensors are reference-counted), so every attention
+/// layer holds its own handle to the one table.
+#[derive(Debug, Clone)]
+pub struct RotaryEmbedding {
+    cos_sin: Tensor,
+    rotary_dim: usize,
+}
+
+impl RotaryEmbedding {
+    /// Builds the table for `config` (its `max_position_embeddings` rows) on `device`.
+    pub fn new(config: &ModelConfig, device: Device) -> Result<RotaryEmbedding> {
+        let rotary_dim = config.rotary_dim();
+        if rotary_dim == 0 || rotary_dim > config.head_dim {
+            return Err(config.unsupported(format!("rotary dimension {rotary_dim} for head_dim {}", config.head_dim)));
+        }
+        let max_positions = config.max_position_embeddings;
+        let table = cos_sin_table(&config.rope, rotary_dim, max_positions);
+        let cos_sin = Tensor::from_slice(&table, &[max_positions, rotary_dim], device).map_err(ModelError::from)?;
+        Ok(RotaryEmbedding { cos_sin, rotary_dim })
+    }
+
+    /// The `[max_positions, rotary_dim]` f32 table.
+    pub fn cos_sin(&self) -> &Tensor {
+        &self.cos_sin
+    }
+
+    /// Rotated dimensions per head.
+    pub fn rotary_dim(&self) -> usize {
+        self.rotary_dim
+    }
+
+    /// Rotates `q` `[t, heads_q, d]` and `k` `[t, heads_k, d]` in place by `positions` `[t]`.
+    pub fn forward(&self, q: &Tensor, k: &Tensor, positions: &Tensor) -> Result<()> {
+        Ok(ops::rope(q, k, positions, &self.cos_sin)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rope(scaling: RopeScaling) -> RopeConfig {
+        RopeConfig { theta: 500000.0, scaling, partial_rotary_factor: 1.0, inv_freq_dtype: DType::F32 }
+    }
+
+    #[test]
+    fn default_inv_freq_and_table() {
+        let f = inv_freq(&rope(RopeScaling::Default), 8);
+        assert_eq!(f.len(), 4);
+        assert_eq!(f[0], 1.0);
+        assert!((f[1] - 500000f64.powf(-0.25)).abs() < 1e-15);
+        let t = cos_sin_table(&rope(RopeScaling::Default), 8, 3);
+        assert_eq!(&t[..8], &[1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]);
+        assert_eq!(t[2 * 8], 2f64.cos() as f32);
+        assert_eq!(t[2 * 8 + 4], 2f64.sin() as f32);
+    }
+
+    #[test]
+    fn llama3_scaling_matches_transformers() {
+        // Llama-3.1-8B: theta 500000, head_dim 128, factor 8, low 1, high 4, 8192.
+        let scaled = inv_freq(
+            &rope(RopeScaling::Llama3 { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position_embeddings: 8192.0 }),
+            128,
+        );
+        let plain = inv_freq(&rope(RopeScaling::Default), 128);
+        // High frequencies (wavelength < 2048) are kept, low ones (> 8192) divided by 8.
+        assert_eq!(scaled[0], plain[0]);
+        assert_eq!(scaled[63], plain[63] / 8.0);
+        // transformers' `_compute_llama3_parameters` replayed in numpy float32 (the
+        // dtype it runs in), at high, medium (blended: 29..=34) and low frequencies.
+        let want = [(0, 1.0f32), (20, 1.656044e-02), (29, 2.1665706e-03), (31, 8.5675146e-04), (34, 1.7850779e-04), (40, 3.4281024e-05), (63, 3.068926e-07)];
+        for (i, w) in want {
+            let got = scaled[i] as f32;
+            assert!((got - w).abs() <= w * 1e-6, "inv_freq[{i}] = {got}, transformers {w}");
+        }
+    }
+
+    #[test]
+    fn linear_scaling_divides() {
+        let plain = inv_freq(&rope(RopeScaling::Default), 64);
+        let lin = inv_freq(&rope(RopeScaling::Linear { factor: 4.0 }), 64);
+        for (a, b) in plain.iter().zip(&lin) {
+            assert_eq!(a / 4.0, *b);
+        }
+    }
+
+    #[test]
+    fn inv_freq_can_be_rounded_like_a_cast_model() {
+        let mut r = rope(RopeScaling::Default);
+        let exact = cos_sin_table(&r, 64, 2);
+        r.inv_freq_dtype = DType::BF16;
+        let rounded = cos_sin_table(&r, 64, 2);
+        // Row 1 holds cos(inv_freq): the bf16-rounded frequencies differ.
+        let f = inv_freq(&r, 64)[5] as f32;
+        assert_eq!(rounded[64 + 5], f64::from(bf16::from_f32(f).to_f32()).cos() as f32);
+        assert_ne!(exact[64..], rounded[64..]);
+    }
+}

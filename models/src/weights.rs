@@ -1,0 +1,439 @@
+//! Weight loading: checkpoint tensors by HF name, converted to the compute dtype,
+//! fused where the layers want them fused, and placed on a device.
+//!
+//! Three sources stand behind one [`Weights`] handle:
+//!
+//! | source | what |
+//! | --- | --- |
+//! | safetensors | an HF folder: `model.safetensors`, or shards listed by `model.safetensors.index.json` |
+//! | GGUF | a llama.cpp file, through [`GgufCheckpoint`] (dequantised to f32, HF names) |
+//! | dummy | random weights of the shapes the model asks for (`--load-format dummy`) |
+//!
+//! Models ask through a [`VarBuilder`] (candle's name for it): a prefix plus the
+//! checkpoint name, so a model's `vb.pp("self_attn")` reads like the checkpoint.
+//! The only renaming is fusing, listed once in [`MERGE_GROUPS`] (mini-sglang's
+//! `_MERGE_GROUPS`): the attention block holds one `qkv_proj` and the MLP one
+//! `gate_up_proj`, concatenated along the output dimension in the table's order
+//! (q, k, v; gate then up, as `ops::silu_mul` expects).
+//!
+//! NOTE: safetensors files are read with positioned reads of each tensor's bytes,
+//! not memory-mapped as DESIGN.md has it: this crate forbids `unsafe`, and mapping
+//! a file is unsafe. When kernel-runtime grows a safe mmap helper, only
+//! [`SafetensorsFile::read`] changes. Either way a host copy is made per tensor
+//! (to convert dtypes and to fuse) before the upload.
+
+use std::collections::{BTreeSet, HashMap};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use kernel_runtime::{DType, Device, Tensor};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
+use safetensors::tensor::{Metadata, TensorInfo};
+use safetensors::Dtype as StDtype;
+
+use crate::error::{ModelError, Result};
+use crate::gguf::GgufCheckpoint;
+
+/// Tensors the layers hold fused: the fused name and, in order, the checkpoint
+/// tensors concatenated (along dimension 0) to make it. Names are the last path
+/// component before `.weight` / `.bias`.
+pub const MERGE_GROUPS: &[MergeGroup] = &[
+    MergeGroup { fused: "qkv_proj", parts: &["q_proj", "k_proj", "v_proj"] },
+    MergeGroup { fused: "gate_up_proj", parts: &["gate_proj", "up_proj"] },
+];
+
+/// One row of [`MERGE_GROUPS`].
+#[derive(Debug, Clone, Copy)]
+pub struct MergeGroup {
+    /// The name the layer uses (`qkv_proj`).
+    pub fused: &'static str,
+    /// The checkpoint names it is made of, in concatenation order.
+    pub parts: &'static [&'static str],
+}
+
+/// Where weights come from (`--load-format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadFormat {
+    /// Safetensors for a folder, the file itself for a `.gguf`.
+    Auto,
+    /// Safetensors in an HF folder.
+    Safetensors,
+    /// Random weights from `config.json` alone (benchmarks at real sizes).
+    Dummy,
+}
+
+impl FromStr for LoadFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<LoadFormat, String> {
+        match s.trim() {
+            "auto" => Ok(LoadFormat::Auto),
+            "safetensors" => Ok(LoadFormat::Safetensors),
+            "dummy" => Ok(LoadFormat::Dummy),
+            other => Err(format!("unknown load format `{other}` (expected auto, safetensors or dummy)")),
+        }
+    }
+}
+
+// ---- safetensors -----------------------------------------------------------------
+
+/// Headers above this size are rejected as corrupt (the safetensors crate's limit).
+const MAX_HEADER_BYTES: u64 = 100_000_000;
+
+/// One safetensors file: its parsed header and where the tensor data starts.
+#[derive(Debug)]
+struct SafetensorsFile {
+    path: PathBuf,
+    data_start: u64,
+    tensors: HashMap<String, TensorInfo>,
+}
+
+impl SafetensorsFile {
+    /// Reads and validates the header: a length, a JSON table whose offsets tile the
+    /// data without gaps (checked by the safetensors crate), and a file exactly as
+    /// long as the table says (so a truncated download is caught here, not when a
+    /// tensor is read).
+    fn open(path: &Path) -> Result<SafetensorsFile> {
+        let bad = |message: String| ModelError::Safetensors { path: path.to_path_buf(), message };
+        let mut file = File::open(path).map_err(ModelError::io(path))?;
+        let file_len = file.metadata().map_err(ModelError::io(path))?.len();
+        let mut len_bytes = [0u8; 8];
+        if file_len < 8 {
+            return Err(bad(format!("the file has {file_len} bytes, fewer than the 8-byte header length (truncated)")));
+        }
+        file.read_exact(&mut len_bytes).map_err(ModelError::io(path))?;
+        let header_len = u64::from_le_bytes(len_bytes);
+        if header_len > MAX_HEADER_BYTES {
+            return Err(bad(format!("header length {header_len} is implausibly large (corrupt file)")));
+        }
+        if 8 + header_len > file_len {
+            return Err(bad(format!("header length {header_len} exceeds the {file_len}-byte file (truncated or corrupt)")));
+        }
+        let mut header = vec![0u8; header_len as usize];
+        file.read_exact(&mut header).map_err(ModelError::io(path))?;
+        let metadata: Metadata = serde_json::from_slice(&header).map_err(|e| bad(format!("corrupt header: {e}")))?;
+        let data_start = 8 + header_len;
+        let data_len = metadata.data_len() as u64;
+        let have = file_len - data_start;
+        if have < data_len {
+            return Err(bad(format!("truncated: the header describes {data_len} bytes of tensor data, the file holds {have}")));
+        }
+        if have > data_len {
+            return Err(bad(format!("{} bytes of trailing data after the {data_len} bytes the header describes (corrupt)", have - data_len)));
+        }
+        let tensors = metadata.tensors().into_iter().map(|(name, info)| (name, info.clone())).collect();
+        Ok(SafetensorsFile { path: path.to_path_buf(), data_start, tensors })
+    }
+
+    /// The raw bytes of one tensor of this file.
+    fn read(&self, info: &TensorInfo) -> Result<Vec<u8>> {
+        let (start, end) = info.data_offsets;
+        let mut file = File::open(&self.path).map_err(ModelError::io(&self.path))?;
+        file.seek(SeekFrom::Start(self.data_start + start as u64)).map_err(ModelError::io(&self.path))?;
+        let mut bytes = vec![0u8; end - start];
+        file.read_exact(&mut bytes).map_err(ModelError::io(&self.path))?;
+        Ok(bytes)
+    }
+}
+
+/// The safetensors files of an HF folder and which file holds which tensor.
+#[derive(Debug)]
+struct SafetensorsFolder {
+    files: Vec<SafetensorsFile>,
+    index: HashMap<String, usize>,
+}
+
+/// The single-file and the sharded layouts' file names.
+const SINGLE_FILE: &str = "model.safetensors";
+const INDEX_FILE: &str = "model.safetensors.index.json";
+
+/// Whether `dir` holds safetensors weights in one of the two layouts.
+pub fn has_safetensors(dir: &Path) -> bool {
+    dir.join(INDEX_FILE).is_file() || dir.join(SINGLE_FILE).is_file()
+}
+
+impl SafetensorsFolder {
+    fn open(dir: &Path) -> Result<SafetensorsFolder> {
+        let index_path = dir.join(INDEX_FILE);
+        let (names, weight_map): (Vec<String>, Option<HashMap<String, String>>) = if index_path.is_file() {
+            let text = std::fs::read_to_string(&index_path).map_err(ModelError::io(&index_path))?;
+            let value: serde_json::Value =
+                serde_json::from_str(&text).map_err(|source| ModelError::Json { path: index_path.clone(), source })?;
+            let map = value.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| ModelError::Safetensors {
+                path: index_path.clone(),
+                message: "no `weight_map` object".into(),
+            })?;
+            let mut weight_map = HashMap::new();
+            for (tensor, file) in map {
+                let file = file.as_str().ok_or_else(|| ModelError::Safetensors {
+                    path: index_path.clone(),
+                    message: format!("`weight_map.{tensor}` is not a file name"),
+                })?;
+                weight_map.insert(tensor.clone(), file.to_owned());
+            }
+            let files: BTreeSet<String> = weight_map.values().cloned().collect();
+            (files.into_iter().collect(), Some(weight_map))
+        } else if dir.join(SINGLE_FILE).is_file() {
+            (vec![SINGLE_FILE.to_owned()], None)
+        } else {
+            return Err(ModelError::NoWeights {
+                path: dir.to_path_buf(),
+                message: format!("no {SINGLE_FILE} or {INDEX_FILE} (use --load-format dummy for random weights)"),
+            });
+        };
+
+        let mut files = Vec::with_capacity(names.len());
+        let mut index = HashMap::new();
+        for name in &names {
+            let file = SafetensorsFile::open(&dir.join(name))?;
+            for tensor in file.tensors.keys() {
+                index.insert(tensor.clone(), files.len());
+            }
+            files.push(file);
+        }
+        if let Some(weight_map) = weight_map {
+            for (tensor, file) in &weight_map {
+                let holds = index.get(tensor).is_some_and(|&i| files[i].path.file_name().is_some_and(|f| f == file.as_str()));
+                if !holds {
+                    return Err(ModelError::Safetensors {
+                        path: index_path.clone(),
+                        message: format!("`weight_map` puts tensor `{tensor}` in {file}, which does not hold it"),
+                    });
+                }
+            }
+        }
+        Ok(SafetensorsFolder { files, index })
+    }
+
+    fn lookup(&self, name: &str) -> Option<(&SafetensorsFile, &TensorInfo)> {
+        let file = &self.files[*self.index.get(name)?];
+        Some((file, file.tensors.get(name)?))
+    }
+}
+
+// ---- dummy weights -------------------------------------------------------------
+
+/// Elements per independently seeded block of a dummy tensor (so that blocks are
+/// generated in parallel and the values do not depend on the thread count).
+const DUMMY_BLOCK: usize = 1 << 16;
+
+/// FNV-1a: a stable hash of tensor names for per-tensor seeds.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
+/// Deterministic random values for tensor `name` of `shape`, in ranges that keep
+/// activations finite at any depth: norm weights near 1, biases small, matrices
+/// uniform with variance `1 / fan_in` (fan_in = the last dimension), which is
+/// what keeps `x @ w^T` at the scale of `x`.
+fn dummy_values(seed: u64, name: &str, shape: &[usize]) -> Vec<f32> {
+    let numel: usize = shape.iter().product();
+    let fan_in = shape.last().copied().unwrap_or(1).max(1) as f32;
+    let (center, half_width) = if name.ends_with("norm.weight") {
+        (1.0, 0.1)
+    } else if name.ends_with(".bias") {
+        (0.0, 0.02)
+    } else {
+        (0.0, (3.0 / fan_in).sqrt())
+    };
+    let tensor_seed = seed ^ fnv1a(name.as_bytes());
+    let mut values = vec![0f32; numel];
+    values.par_chunks_mut(DUMMY_BLOCK).enumerate().for_each(|(block, chunk)| {
+        let mut rng = StdRng::seed_from_u64(tensor_seed.wrapping_add((block as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)));
+        for v in chunk {
+            *v = center + rng.gen_range(-half_width..half_width);
+        }
+    });
+    values
+}
+
+// ---- the weights handle --------------------------------------------------------
+
+#[derive(Debug)]
+enum Source {
+    Safetensors(SafetensorsFolder),
+    Gguf(Box<GgufCheckpoint>),
+    Dummy { seed: u64 },
+}
+
+/// A checkpoint opened for loading into `dtype` on `device`.
+#[derive(Debug)]
+pub struct Weights {
+    source: Source,
+    /// The folder or file named in errors.
+    location: PathBuf,
+    dtype: DType,
+    device: Device,
+}
+
+impl Weights {
+    /// The safetensors weights of an HF folder.
+    pub fn safetensors(dir: &Path, dtype: DType, device: Device) -> Result<Weights> {
+        Ok(Weights { source: Source::Safetensors(SafetensorsFolder::open(dir)?), location: dir.to_path_buf(), dtype, device })
+    }
+
+    /// The tensors of a GGUF checkpoint (dequantised to f32, then converted).
+    pub fn gguf(checkpoint: GgufCheckpoint, path: &Path, dtype: DType, device: Device) -> Result<Weights> {
+        Ok(Weights { source: Source::Gguf(Box::new(checkpoint)), location: path.to_path_buf(), dtype, device })
+    }
+
+    /// Random weights (see `dummy_values`), the same for the same `seed` and names.
+    pub fn dummy(location: &Path, seed: u64, dtype: DType, device: Device) -> Weights {
+        Weights { source: Source::Dummy { seed }, location: location.to_path_buf(), dtype, device }
+    }
+
+    /// The compute dtype tensors are converted to.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The device tensors are placed on.
+    pub fn device(&self) -> Device {
+        self.device
+    }
+
+    /// A builder at the checkpoint's root.
+    pub fn root(&self) -> VarBuilder<'_> {
+        VarBuilder { weights: self, prefix: String::new() }
+    }
+
+    /// Whether the checkpoint has a tensor of this full name (dummy weights have
+    /// every tensor the model asks for, but no pre-fused ones).
+    fn has(&self, name: &str) -> bool {
+        match &self.source {
+            Source::Safetensors(f) => f.index.contains_key(name),
+            Source::Gguf(g) => g.tensor(name).is_some(),
+            Source::Dummy { .. } => false,
+        }
+    }
+
+    fn shape_error(&self, name: &str, expected: &[usize], actual: &[usize]) -> ModelError {
+        ModelError::TensorShape { location: self.location.clone(), name: name.to_owned(), expected: expected.to_vec(), actual: actual.to_vec() }
+    }
+
+    fn missing(&self, name: &str) -> ModelError {
+        ModelError::MissingTensor { location: self.location.clone(), name: name.to_owned() }
+    }
+
+    /// Tensor `name`, checked against `shape`, as a host tensor in the compute dtype.
+    fn load_host(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
+        let host = match &self.source {
+            Source::Safetensors(folder) => {
+                let (file, info) = folder.lookup(name).ok_or_else(|| self.missing(name))?;
+                if info.shape != shape {
+                    return Err(self.shape_error(name, shape, &info.shape));
+                }
+                let dtype = match info.dtype {
+                    StDtype::BF16 => DType::BF16,
+                    StDtype::F16 => DType::F16,
+                    StDtype::F32 => DType::F32,
+                    other => {
+                        return Err(ModelError::TensorDtype { location: file.path.clone(), name: name.to_owned(), stored: format!("{other:?}") })
+                    }
+                };
+                Tensor::from_bytes(&file.read(info)?, dtype, shape, Device::Cpu)?
+            }
+            Source::Gguf(checkpoint) => {
+                let info = checkpoint.tensor(name).ok_or_else(|| self.missing(name))?;
+                if info.shape != shape {
+                    return Err(self.shape_error(name, shape, &info.shape));
+                }
+                let (_, data) = checkpoint.load_f32(name)?;
+                Tensor::from_slice(&data, shape, Device::Cpu)?
+            }
+            Source::Dummy { seed } => Tensor::from_slice(&dummy_values(*seed, name, shape), shape, Device::Cpu)?,
+        };
+        Ok(host.to_dtype(self.dtype)?)
+    }
+}
+
+/// A view of [`Weights`] under a name prefix (`model.layers.3.`).
+#[derive(Debug, Clone)]
+pub struct VarBuilder<'a> {
+    weights: &'a Weights,
+    prefix: String,
+}
+
+impl<'a> VarBuilder<'a> {
+    /// The builder for the sub-module `name` (`vb.pp("self_attn")`).
+    pub fn pp(&self, name: impl AsRef<str>) -> VarBuilder<'a> {
+        VarBuilder { weights: self.weights, prefix: self.name(name.as_ref()) }
+    }
+
+    /// The full checkpoint name of `leaf` under this prefix.
+    pub fn name(&self, leaf: &str) -> String {
+        if self.prefix.is_empty() {
+            leaf.to_owned()
+        } else {
+            format!("{}.{leaf}", self.prefix)
+        }
+    }
+
+    /// The compute dtype.
+    pub fn dtype(&self) -> DType {
+        self.weights.dtype
+    }
+
+    /// The target device.
+    pub fn device(&self) -> Device {
+        self.weights.device
+    }
+
+    /// Tensor `leaf` of exactly `shape`, in the compute dtype, on the device.
+    pub fn get(&self, leaf: &str, shape: &[usize]) -> Result<Tensor> {
+        Ok(self.weights.load_host(&self.name(leaf), shape)?.to_device(self.weights.device)?)
+    }
+
+    /// The fused tensor `fused.suffix` (`qkv_proj.weight`): the checkpoint's own
+    /// fused tensor when it has one, else the parts [`MERGE_GROUPS`] lists for
+    /// `fused`, of shapes `[rows_i, rest...]`, concatenated along dimension 0.
+    pub fn get_merged(&self, fused: &str, suffix: &str, part_rows: &[usize], rest: &[usize]) -> Result<Tensor> {
+        let group = MERGE_GROUPS.iter().find(|g| g.fused == fused).ok_or_else(|| {
+            ModelError::MissingTensor { location: self.weights.location.clone(), name: format!("{} (no merge group `{fused}`)", self.name(fused)) }
+        })?;
+        if group.parts.len() != part_rows.len() {
+            return Err(ModelError::MissingTensor {
+                location: self.weights.location.clone(),
+                name: format!("{} (merge group `{fused}` has {} parts, {} sizes given)", self.name(fused), group.parts.len(), part_rows.len()),
+            });
+        }
+        let total_rows: usize = part_rows.iter().sum();
+        let shape: Vec<usize> = std::iter::once(total_rows).chain(rest.iter().copied()).collect();
+        let fused_name = self.name(&format!("{fused}.{suffix}"));
+        if self.weights.has(&fused_name) {
+            return self.get(&format!("{fused}.{suffix}"), &shape);
+        }
+        let mut bytes = Vec::with_capacity(shape.iter().product::<usize>() * self.weights.dtype.size_in_bytes());
+        for (part, &rows) in group.parts.iter().zip(part_rows) {
+            let part_shape: Vec<usize> = std::iter::once(rows).chain(rest.iter().copied()).collect();
+            bytes.extend(self.weights.load_host(&self.name(&format!("{part}.{suffix}")), &part_shape)?.to_host_bytes()?);
+        }
+        Ok(Tensor::from_bytes(&bytes, self.weights.dtype, &shape, self.weights.device)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dummy_values_are_deterministic_and_scaled() {
+        let a = dummy_values(7, "model.layers.0.mlp.down_proj.weight", &[64, 1024]);
+        assert_eq!(a, dummy_values(7, "model.layers.0.mlp.down_proj.weight", &[64, 1024]));
+        assert_ne!(a, dummy_values(7, "model.layers.1.mlp.down_proj.weight", &[64, 1024]));
+        let var = a.iter().map(|v| v * v).sum::<f32>() / a.len() as f32;
+        assert!((var * 1024.0 - 1.0).abs() < 0.05, "variance {var}");
+        let norm = dummy_values(7, "model.norm.weight", &[64]);
+        assert!(norm.iter().all(|v| (0.9..1.1).contains(v)));
+    }
+
+    #[test]
+    fn load_formats_parse() {
+        assert_eq!("dummy".parse::<LoadFormat>(), Ok(LoadFormat::Dummy));
+        assert!("pt".parse::<LoadFormat>().unwrap_err().contains("auto, safetensors or dummy"));
+    }
+}
