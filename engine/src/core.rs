@@ -89,7 +89,11 @@ impl SamplingParams {
 
     /// Sampling at `temperature` with a fixed seed, no truncation.
     pub fn random(max_tokens: usize, temperature: f32, seed: u64) -> Self {
-        Self { temperature, seed: Some(seed), ..Self::greedy(max_tokens) }
+        Self {
+            temperature,
+            seed: Some(seed),
+            ..Self::greedy(max_tokens)
+        }
     }
 }
 
@@ -144,9 +148,19 @@ impl PendingReq {
     /// errors.
     pub fn new(id: ReqId, prompt_ids: Vec<u32>, params: SamplingParams, seed: u64) -> Self {
         assert!(!prompt_ids.is_empty(), "{id}: empty prompt");
-        assert!(params.max_tokens >= 1, "{id}: max_tokens must be at least 1");
+        assert!(
+            params.max_tokens >= 1,
+            "{id}: max_tokens must be at least 1"
+        );
         let prompt_len = prompt_ids.len();
-        Self { id, token_ids: prompt_ids, prompt_len, params, seed, cached_tokens: None }
+        Self {
+            id,
+            token_ids: prompt_ids,
+            prompt_len,
+            params,
+            seed,
+            cached_tokens: None,
+        }
     }
 
     pub fn id(&self) -> ReqId {
@@ -178,14 +192,21 @@ impl PendingReq {
     /// cache) already holds the KV of the first tokens.
     pub fn admit(self, pages: ReqPages, page_size: usize, admission: u64) -> Req {
         let cached_len = pages.num_shared_pages() * page_size;
-        assert!(cached_len < self.token_ids.len(), "{}: a prefix match must leave a token to compute", self.id);
+        assert!(
+            cached_len < self.token_ids.len(),
+            "{}: a prefix match must leave a token to compute",
+            self.id
+        );
         Req {
             id: self.id,
+            admitted_len: self.token_ids.len(),
             token_ids: self.token_ids,
             prompt_len: self.prompt_len,
             params: self.params,
             seed: self.seed,
-            cached_tokens: self.cached_tokens.unwrap_or(cached_len.min(self.prompt_len)),
+            cached_tokens: self
+                .cached_tokens
+                .unwrap_or(cached_len.min(self.prompt_len)),
             cached_len,
             pages,
             admission,
@@ -195,7 +216,13 @@ impl PendingReq {
     /// Ends the request while it waits (it holds no pages).
     pub fn finish(self, reason: FinishReason) -> FinishedReq {
         let cached_tokens = self.cached_tokens.unwrap_or(0);
-        FinishedReq::new(self.id, self.token_ids, self.prompt_len, reason, cached_tokens)
+        FinishedReq::new(
+            self.id,
+            self.token_ids,
+            self.prompt_len,
+            reason,
+            cached_tokens,
+        )
     }
 }
 
@@ -212,6 +239,9 @@ pub struct Req {
     /// Invariant: `cached_len < token_ids.len()` and the page table holds at
     /// least `cached_len` tokens.
     cached_len: usize,
+    /// `token_ids.len()` at admission: what the first sampling step feeds up
+    /// to (the prompt, or prompt and outputs after a preemption).
+    admitted_len: usize,
     pages: ReqPages,
     /// Admission order, for preempting the newest first.
     admission: u64,
@@ -248,9 +278,11 @@ impl Req {
         self.token_ids.len() - self.cached_len
     }
 
-    /// Still feeding its prompt (or, after a preemption, recomputing).
+    /// Has not sampled since admission: still feeding its prompt (or, after
+    /// a preemption, recomputing). The step that samples next completes the
+    /// prefill.
     pub fn is_prefilling(&self) -> bool {
-        self.extend_len() > 1
+        self.token_ids.len() == self.admitted_len
     }
 
     /// Outputs still allowed, counting the one the next full step samples.
@@ -272,7 +304,12 @@ impl Req {
 
     /// Grows the page table to hold the KV of the next `extend_len` tokens.
     pub fn grow(&mut self, extend_len: usize, cache: &mut CacheManager) {
-        assert!(extend_len <= self.extend_len(), "{}: cannot feed {extend_len} of {} tokens", self.id, self.extend_len());
+        assert!(
+            extend_len <= self.extend_len(),
+            "{}: cannot feed {extend_len} of {} tokens",
+            self.id,
+            self.extend_len()
+        );
         cache.grow(&mut self.pages, self.cached_len + extend_len);
     }
 
@@ -304,19 +341,33 @@ impl Req {
     /// A step fed the next `len` tokens but not the last one: nothing to
     /// sample yet.
     pub fn complete_chunk(&mut self, len: usize) {
-        assert!(0 < len && len < self.extend_len(), "{}: a chunk of {len} tokens must leave some of {}", self.id, self.extend_len());
+        assert!(
+            0 < len && len < self.extend_len(),
+            "{}: a chunk of {len} tokens must leave some of {}",
+            self.id,
+            self.extend_len()
+        );
         self.cached_len += len;
     }
 
     /// A step fed all remaining tokens and sampled `token`. Returns why the
     /// request ends, if it does.
-    pub fn complete_step(&mut self, len: usize, token: u32, eos_token_ids: &[u32]) -> Option<FinishReason> {
-        assert_eq!(len, self.extend_len(), "{}: a sampling step must feed every pending token", self.id);
+    pub fn complete_step(
+        &mut self,
+        len: usize,
+        token: u32,
+        eos_token_ids: &[u32],
+    ) -> Option<FinishReason> {
+        assert_eq!(
+            len,
+            self.extend_len(),
+            "{}: a sampling step must feed every pending token",
+            self.id
+        );
         self.cached_len += len;
         self.token_ids.push(token);
-        if !self.params.ignore_eos && eos_token_ids.contains(&token) {
-            Some(FinishReason::Stop)
-        } else if self.params.stop_token_ids.contains(&token) {
+        let is_eos = !self.params.ignore_eos && eos_token_ids.contains(&token);
+        if is_eos || self.params.stop_token_ids.contains(&token) {
             Some(FinishReason::Stop)
         } else if self.num_outputs() >= self.params.max_tokens {
             Some(FinishReason::Length)
@@ -343,7 +394,13 @@ impl Req {
     /// Ends the request and gives its pages back.
     pub fn finish(self, reason: FinishReason, cache: &mut CacheManager) -> FinishedReq {
         cache.release(&self.token_ids[..self.cached_len], self.pages);
-        FinishedReq::new(self.id, self.token_ids, self.prompt_len, reason, self.cached_tokens)
+        FinishedReq::new(
+            self.id,
+            self.token_ids,
+            self.prompt_len,
+            reason,
+            self.cached_tokens,
+        )
     }
 }
 
@@ -359,9 +416,21 @@ pub struct FinishedReq {
 }
 
 impl FinishedReq {
-    fn new(id: ReqId, mut token_ids: Vec<u32>, prompt_len: usize, reason: FinishReason, cached_tokens: usize) -> Self {
+    fn new(
+        id: ReqId,
+        mut token_ids: Vec<u32>,
+        prompt_len: usize,
+        reason: FinishReason,
+        cached_tokens: usize,
+    ) -> Self {
         let output_ids = token_ids.split_off(prompt_len);
-        Self { id, reason, prompt_len, output_ids, cached_tokens }
+        Self {
+            id,
+            reason,
+            prompt_len,
+            output_ids,
+            cached_tokens,
+        }
     }
 }
 
@@ -392,7 +461,10 @@ pub struct Batch {
 impl Batch {
     pub fn new(rows: Vec<BatchRow>) -> Self {
         assert!(!rows.is_empty(), "an empty batch is not a step");
-        assert!(rows.iter().all(|r| r.extend_len > 0), "every row feeds at least one token");
+        assert!(
+            rows.iter().all(|r| r.extend_len > 0),
+            "every row feeds at least one token"
+        );
         Self { rows }
     }
 
@@ -542,7 +614,10 @@ mod tests {
         req.complete_chunk(3);
         assert_eq!((req.cached_len(), req.extend_len()), (3, 2));
         assert_eq!(req.complete_step(2, 9, &[0]), None);
-        assert_eq!((req.cached_len(), req.extend_len(), req.num_outputs()), (5, 1, 1));
+        assert_eq!(
+            (req.cached_len(), req.extend_len(), req.num_outputs()),
+            (5, 1, 1)
+        );
         assert!(!req.is_prefilling());
         assert_eq!(req.sampling_row().step, 1);
         assert_eq!(req.complete_step(1, 8, &[0]), Some(FinishReason::Length));
@@ -594,7 +669,11 @@ mod tests {
 
     #[test]
     fn batch_phase_is_its_shape() {
-        let row = |extend_len| BatchRow { id: ReqId::new(0), extend_len, samples: true };
+        let row = |extend_len| BatchRow {
+            id: ReqId::new(0),
+            extend_len,
+            samples: true,
+        };
         assert_eq!(Batch::new(vec![row(1), row(1)]).phase(), Phase::Decode);
         assert_eq!(Batch::new(vec![row(1), row(5)]).phase(), Phase::Prefill);
         assert_eq!(Batch::new(vec![row(1), row(5)]).num_tokens(), 6);

@@ -20,7 +20,9 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::core::{FinishReason, FinishedReq, PendingReq, PreparedBatch, ReqId, SamplingParams, TokenEvent};
+use crate::core::{
+    FinishReason, FinishedReq, PendingReq, PreparedBatch, ReqId, SamplingParams, TokenEvent,
+};
 use crate::kvcache::CacheKind;
 use crate::sampling::{self, Logits};
 use crate::scheduler::{SchedulePolicy, Scheduler, SchedulerConfig};
@@ -44,6 +46,21 @@ pub trait ModelRunner {
 
     /// Longest sequence (prompt plus outputs) the model supports.
     fn max_context_len(&self) -> usize;
+}
+
+/// Lets a server pick its model at run time (`Engine<Box<dyn ModelRunner>>`).
+impl<R: ModelRunner + ?Sized> ModelRunner for Box<R> {
+    fn forward(&mut self, batch: &PreparedBatch) -> Result<Logits, RunnerError> {
+        (**self).forward(batch)
+    }
+
+    fn vocab_size(&self) -> usize {
+        (**self).vocab_size()
+    }
+
+    fn max_context_len(&self) -> usize {
+        (**self).max_context_len()
+    }
 }
 
 /// Engine knobs. No `Default`: the command line (or the test) decides.
@@ -90,7 +107,13 @@ pub struct GenerateOutput {
 
 impl From<FinishedReq> for GenerateOutput {
     fn from(f: FinishedReq) -> Self {
-        Self { id: f.id, output_ids: f.output_ids, finish_reason: f.reason, prompt_tokens: f.prompt_len, cached_tokens: f.cached_tokens }
+        Self {
+            id: f.id,
+            output_ids: f.output_ids,
+            finish_reason: f.reason,
+            prompt_tokens: f.prompt_len,
+            cached_tokens: f.cached_tokens,
+        }
     }
 }
 
@@ -142,11 +165,21 @@ pub enum EngineError {
     #[error("invalid request: `{field}` {reason}")]
     InvalidRequest { field: &'static str, reason: String },
     #[error("request too long: {prompt_len} prompt tokens + max_tokens {max_tokens} exceed the {limit} of {limit_tokens} tokens")]
-    TooLong { prompt_len: usize, max_tokens: usize, limit: LengthLimit, limit_tokens: usize },
+    TooLong {
+        prompt_len: usize,
+        max_tokens: usize,
+        limit: LengthLimit,
+        limit_tokens: usize,
+    },
     #[error("generate needs an idle engine, {num_requests} requests are in flight")]
     Busy { num_requests: usize },
     #[error("model runner returned logits of shape [{got_rows}, {got_vocab}], expected [{rows}, {vocab}]")]
-    LogitsShape { rows: usize, vocab: usize, got_rows: usize, got_vocab: usize },
+    LogitsShape {
+        rows: usize,
+        vocab: usize,
+        got_rows: usize,
+        got_vocab: usize,
+    },
     #[error("model runner failed")]
     Runner(#[source] RunnerError),
 }
@@ -163,7 +196,10 @@ pub struct Engine<R> {
 
 impl<R: fmt::Debug> fmt::Debug for Engine<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Engine").field("runner", &self.runner).field("scheduler", &self.scheduler).finish_non_exhaustive()
+        f.debug_struct("Engine")
+            .field("runner", &self.runner)
+            .field("scheduler", &self.scheduler)
+            .finish_non_exhaustive()
     }
 }
 
@@ -171,15 +207,27 @@ impl<R: ModelRunner> Engine<R> {
     pub fn new(runner: R, config: EngineConfig) -> Result<Self, EngineError> {
         let vocab_size = runner.vocab_size();
         let max_context_len = runner.max_context_len();
-        let bad = |field, reason: &str| Err(EngineError::Config { field, reason: reason.to_owned() });
+        let bad = |field, reason: &str| {
+            Err(EngineError::Config {
+                field,
+                reason: reason.to_owned(),
+            })
+        };
         if config.page_size == 0 {
             return bad("page_size", "must be at least 1");
         }
         if config.num_pages == 0 {
             return bad("num_pages", "must be at least 1");
         }
-        if config.num_pages.checked_mul(config.page_size).is_none_or(|slots| slots > u32::MAX as usize) {
-            return bad("num_pages", "times page_size must fit in 32-bit KV slot indices");
+        if config
+            .num_pages
+            .checked_mul(config.page_size)
+            .is_none_or(|slots| slots > u32::MAX as usize)
+        {
+            return bad(
+                "num_pages",
+                "times page_size must fit in 32-bit KV slot indices",
+            );
         }
         if config.max_prefill_length == 0 {
             return bad("max_prefill_length", "must be at least 1");
@@ -193,7 +241,11 @@ impl<R: ModelRunner> Engine<R> {
         if vocab_size == 0 || vocab_size > u32::MAX as usize {
             return bad("vocab_size", "of the model runner must be in 1..=u32::MAX");
         }
-        if let Some(&t) = config.eos_token_ids.iter().find(|&&t| t as usize >= vocab_size) {
+        if let Some(&t) = config
+            .eos_token_ids
+            .iter()
+            .find(|&&t| t as usize >= vocab_size)
+        {
             return Err(EngineError::Config {
                 field: "eos_token_ids",
                 reason: format!("token {t} is outside the vocabulary of {vocab_size}"),
@@ -209,7 +261,14 @@ impl<R: ModelRunner> Engine<R> {
             decode_reserve: config.decode_reserve,
             eos_token_ids: config.eos_token_ids,
         });
-        Ok(Self { runner, scheduler, vocab_size, max_context_len, next_id: 0, num_steps: 0 })
+        Ok(Self {
+            runner,
+            scheduler,
+            vocab_size,
+            max_context_len,
+            next_id: 0,
+            num_steps: 0,
+        })
     }
 
     pub fn runner(&self) -> &R {
@@ -226,7 +285,8 @@ impl<R: ModelRunner> Engine<R> {
         let id = ReqId::new(self.next_id);
         self.next_id += 1;
         let seed = req.params.seed.unwrap_or_else(rand::random);
-        self.scheduler.add(PendingReq::new(id, req.prompt_ids, req.params, seed));
+        self.scheduler
+            .add(PendingReq::new(id, req.prompt_ids, req.params, seed));
         Ok(id)
     }
 
@@ -235,9 +295,14 @@ impl<R: ModelRunner> Engine<R> {
     /// the requests keep their state, so the step can be retried or the
     /// requests aborted.
     pub fn step(&mut self) -> Result<Vec<TokenEvent>, EngineError> {
-        let Some(batch) = self.scheduler.schedule() else { return Ok(Vec::new()) };
+        let Some(batch) = self.scheduler.schedule() else {
+            return Ok(Vec::new());
+        };
         let prepared = self.scheduler.prepare(batch);
-        let logits = self.runner.forward(&prepared).map_err(EngineError::Runner)?;
+        let logits = self
+            .runner
+            .forward(&prepared)
+            .map_err(EngineError::Runner)?;
         let rows = prepared.logits_rows().len();
         if logits.num_rows() != rows || logits.vocab_size() != self.vocab_size {
             return Err(EngineError::LogitsShape {
@@ -255,10 +320,15 @@ impl<R: ModelRunner> Engine<R> {
     /// Runs `requests` to completion and returns their outputs in order.
     /// Needs an idle engine (it would otherwise swallow other requests'
     /// tokens). Either every request is valid and queued, or none is.
-    pub fn generate(&mut self, requests: Vec<GenerateRequest>) -> Result<Vec<GenerateOutput>, EngineError> {
+    pub fn generate(
+        &mut self,
+        requests: Vec<GenerateRequest>,
+    ) -> Result<Vec<GenerateOutput>, EngineError> {
         let in_flight = self.scheduler.num_waiting() + self.scheduler.num_running();
         if in_flight > 0 {
-            return Err(EngineError::Busy { num_requests: in_flight });
+            return Err(EngineError::Busy {
+                num_requests: in_flight,
+            });
         }
         for req in &requests {
             self.validate(req)?;
@@ -286,7 +356,10 @@ impl<R: ModelRunner> Engine<R> {
                 }
             }
         }
-        Ok(outputs.into_iter().map(|o| o.expect("every request finished")).collect())
+        Ok(outputs
+            .into_iter()
+            .map(|o| o.expect("every request finished"))
+            .collect())
     }
 
     /// Cancels a request and frees its pages. `false` if it is unknown
@@ -342,14 +415,28 @@ impl<R: ModelRunner> Engine<R> {
         if prompt_len == 0 {
             return invalid("prompt_ids", "must not be empty".into());
         }
-        if let Some((i, &t)) = req.prompt_ids.iter().enumerate().find(|(_, &t)| t as usize >= self.vocab_size) {
-            return invalid("prompt_ids", format!("token {t} at index {i} is outside the vocabulary of {}", self.vocab_size));
+        if let Some((i, &t)) = req
+            .prompt_ids
+            .iter()
+            .enumerate()
+            .find(|(_, &t)| t as usize >= self.vocab_size)
+        {
+            return invalid(
+                "prompt_ids",
+                format!(
+                    "token {t} at index {i} is outside the vocabulary of {}",
+                    self.vocab_size
+                ),
+            );
         }
         if p.max_tokens == 0 {
             return invalid("max_tokens", "must be at least 1".into());
         }
         if !(p.temperature.is_finite() && p.temperature >= 0.0) {
-            return invalid("temperature", format!("must be a finite number >= 0, got {}", p.temperature));
+            return invalid(
+                "temperature",
+                format!("must be a finite number >= 0, got {}", p.temperature),
+            );
         }
         if p.top_k == Some(0) {
             return invalid("top_k", "must be at least 1 (or unset)".into());
@@ -361,7 +448,12 @@ impl<R: ModelRunner> Engine<R> {
             return invalid("min_p", format!("must be in [0, 1], got {}", p.min_p));
         }
         let too_long = |limit, limit_tokens| {
-            Err(EngineError::TooLong { prompt_len, max_tokens: p.max_tokens, limit, limit_tokens })
+            Err(EngineError::TooLong {
+                prompt_len,
+                max_tokens: p.max_tokens,
+                limit,
+                limit_tokens,
+            })
         };
         let total = prompt_len.saturating_add(p.max_tokens);
         if total > self.max_context_len {

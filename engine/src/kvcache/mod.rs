@@ -71,7 +71,10 @@ pub struct CacheHandle {
 
 impl CacheHandle {
     fn root() -> Self {
-        Self { node: NodeId::ROOT, num_pages: 0 }
+        Self {
+            node: NodeId::ROOT,
+            num_pages: 0,
+        }
     }
 
     pub fn node(&self) -> NodeId {
@@ -132,7 +135,10 @@ impl ReqPages {
 
     /// The page table, in token order.
     pub fn page_ids(&self) -> impl Iterator<Item = PageId> + '_ {
-        self.shared.iter().copied().chain(self.owned.iter().map(Page::id))
+        self.shared
+            .iter()
+            .copied()
+            .chain(self.owned.iter().map(Page::id))
     }
 
     pub fn page_id(&self, idx: usize) -> PageId {
@@ -198,7 +204,12 @@ impl CacheManager {
             CacheKind::Radix => Box::new(RadixCache::new(page_size)),
             CacheKind::Naive => Box::new(NaiveCache::new()),
         };
-        Self { pool: PagePool::new(page_size, num_pages), prefix, num_req_pages: 0, hit_tokens: 0 }
+        Self {
+            pool: PagePool::new(page_size, num_pages),
+            prefix,
+            num_req_pages: 0,
+            hit_tokens: 0,
+        }
     }
 
     pub fn page_size(&self) -> usize {
@@ -248,7 +259,14 @@ impl CacheManager {
     pub fn acquire(&mut self, m: PrefixMatch) -> ReqPages {
         self.prefix.lock(m.node);
         self.hit_tokens += (m.pages.len() * self.page_size()) as u64;
-        ReqPages { handle: CacheHandle { node: m.node, num_pages: m.pages.len() }, shared: m.pages, owned: Vec::new() }
+        ReqPages {
+            handle: CacheHandle {
+                node: m.node,
+                num_pages: m.pages.len(),
+            },
+            shared: m.pages,
+            owned: Vec::new(),
+        }
     }
 
     /// Pages `pages` lacks to hold `num_tokens` tokens.
@@ -264,7 +282,11 @@ impl CacheManager {
         if num == 0 {
             return;
         }
-        assert!(num <= self.num_available_pages(), "out of KV pages: need {num}, {} available", self.num_available_pages());
+        assert!(
+            num <= self.num_available_pages(),
+            "out of KV pages: need {num}, {} available",
+            self.num_available_pages()
+        );
         if num > self.pool.num_free() {
             let evicted = self.prefix.evict(num - self.pool.num_free());
             self.pool.free_all(evicted);
@@ -279,7 +301,12 @@ impl CacheManager {
     pub fn cache_prefix(&mut self, tokens: &[u32], pages: &mut ReqPages) {
         let page_size = self.page_size();
         let num_full = tokens.len() / page_size;
-        assert!(num_full <= pages.num_pages(), "{} tokens cannot live in {} pages", tokens.len(), pages.num_pages());
+        assert!(
+            num_full <= pages.num_pages(),
+            "{} tokens cannot live in {} pages",
+            tokens.len(),
+            pages.num_pages()
+        );
         if num_full <= pages.num_shared_pages() {
             return;
         }
@@ -296,7 +323,11 @@ impl CacheManager {
     /// pool.
     pub fn release(&mut self, tokens: &[u32], mut pages: ReqPages) {
         self.cache_prefix(tokens, &mut pages);
-        let ReqPages { handle, shared: _, owned } = pages;
+        let ReqPages {
+            handle,
+            shared: _,
+            owned,
+        } = pages;
         self.prefix.unlock(handle.node);
         self.num_req_pages -= owned.len();
         self.pool.free_all(owned);

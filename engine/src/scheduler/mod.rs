@@ -50,7 +50,9 @@ pub use policy::{pages_to_reserve, reserve_tokens};
 
 use std::collections::VecDeque;
 
-use crate::core::{Batch, BatchRow, FinishReason, FinishedReq, PendingReq, PreparedBatch, Req, ReqId, TokenEvent};
+use crate::core::{
+    Batch, BatchRow, FinishReason, FinishedReq, PendingReq, PreparedBatch, Req, ReqId, TokenEvent,
+};
 use crate::kvcache::{CacheKind, CacheManager};
 
 /// How prefill and decode share steps.
@@ -102,11 +104,27 @@ pub struct Scheduler {
 
 impl Scheduler {
     pub fn new(config: SchedulerConfig) -> Self {
-        assert!(config.max_prefill_length > 0, "max_prefill_length must be positive");
-        assert!(config.max_running_requests > 0, "max_running_requests must be positive");
-        assert!((0.0..=1.0).contains(&config.decode_reserve), "decode_reserve must be in [0, 1]");
+        assert!(
+            config.max_prefill_length > 0,
+            "max_prefill_length must be positive"
+        );
+        assert!(
+            config.max_running_requests > 0,
+            "max_running_requests must be positive"
+        );
+        assert!(
+            (0.0..=1.0).contains(&config.decode_reserve),
+            "decode_reserve must be in [0, 1]"
+        );
         let cache = CacheManager::new(config.page_size, config.num_pages, config.cache);
-        Self { config, cache, waiting: VecDeque::new(), running: Vec::new(), next_admission: 0, counters: SchedulerCounters::default() }
+        Self {
+            config,
+            cache,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            next_admission: 0,
+            counters: SchedulerCounters::default(),
+        }
     }
 
     pub fn config(&self) -> &SchedulerConfig {
@@ -168,7 +186,12 @@ impl Scheduler {
         }
 
         if rows.is_empty() || self.config.policy == SchedulePolicy::Mixed {
-            rows.extend(self.running[..num_old].iter().filter(|r| !r.is_prefilling()).map(|r| row_for(r, 1)));
+            rows.extend(
+                self.running[..num_old]
+                    .iter()
+                    .filter(|r| !r.is_prefilling())
+                    .map(|r| row_for(r, 1)),
+            );
         }
 
         self.fit(&mut rows);
@@ -182,12 +205,28 @@ impl Scheduler {
         let mut reserved: usize = self
             .running
             .iter()
-            .map(|r| pages_to_reserve(r.token_ids().len(), r.remaining_outputs(), ratio, r.pages().num_pages(), page_size))
+            .map(|r| {
+                pages_to_reserve(
+                    r.token_ids().len(),
+                    r.remaining_outputs(),
+                    ratio,
+                    r.pages().num_pages(),
+                    page_size,
+                )
+            })
             .sum();
         while *budget > 0 && self.running.len() < self.config.max_running_requests {
-            let Some(next) = self.waiting.front() else { break };
+            let Some(next) = self.waiting.front() else {
+                break;
+            };
             let m = self.cache.match_prefix(next.token_ids());
-            let need = pages_to_reserve(next.token_ids().len(), next.remaining_outputs(), ratio, m.num_pages(), page_size);
+            let need = pages_to_reserve(
+                next.token_ids().len(),
+                next.remaining_outputs(),
+                ratio,
+                m.num_pages(),
+                page_size,
+            );
             // Locking the match takes its evictable pages out of the
             // available ones.
             let available = self.cache.num_available_pages() - m.num_evictable_pages();
@@ -214,18 +253,36 @@ impl Scheduler {
             let needed: usize = rows
                 .iter()
                 .map(|row| {
-                    let req = self.running.iter().find(|r| r.id() == row.id).expect("row of a running request");
-                    self.cache.pages_to_grow(req.pages(), req.cached_len() + row.extend_len)
+                    let req = self
+                        .running
+                        .iter()
+                        .find(|r| r.id() == row.id)
+                        .expect("row of a running request");
+                    self.cache
+                        .pages_to_grow(req.pages(), req.cached_len() + row.extend_len)
                 })
                 .sum();
             if needed <= self.cache.num_available_pages() {
                 return;
             }
-            assert!(self.running.len() > 1, "a lone request must fit the pool (checked at submission)");
-            let newest = self.running.iter().enumerate().max_by_key(|(_, r)| r.admission()).map(|(i, _)| i).expect("running");
+            assert!(
+                self.running.len() > 1,
+                "a lone request must fit the pool (checked at submission)"
+            );
+            let newest = self
+                .running
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, r)| r.admission())
+                .map(|(i, _)| i)
+                .expect("running");
             let victim = self.running.remove(newest);
             rows.retain(|row| row.id != victim.id());
-            log::debug!("preempting {} ({} tokens) to free KV pages", victim.id(), victim.token_ids().len());
+            log::debug!(
+                "preempting {} ({} tokens) to free KV pages",
+                victim.id(),
+                victim.token_ids().len()
+            );
             self.counters.num_preempted += 1;
             let pending = victim.preempt(&mut self.cache);
             self.waiting.push_front(pending);
@@ -240,31 +297,50 @@ impl Scheduler {
     /// Applies a finished step: `tokens[i]` was sampled for
     /// `batch.logits_rows()[i]`. Returns one event per sampled token.
     pub fn complete(&mut self, batch: PreparedBatch, tokens: &[u32]) -> Vec<TokenEvent> {
-        assert_eq!(tokens.len(), batch.logits_rows.len(), "one token per logits row");
+        assert_eq!(
+            tokens.len(),
+            batch.logits_rows.len(),
+            "one token per logits row"
+        );
         let mut events = Vec::with_capacity(tokens.len());
         let mut sampled = tokens.iter();
         for row in &batch.rows {
-            let token = if row.samples { sampled.next().copied() } else { None };
+            let token = if row.samples {
+                sampled.next().copied()
+            } else {
+                None
+            };
             // A request finished from outside while the step ran (possible
             // with overlap scheduling) simply drops its row.
-            let Some(idx) = self.running.iter().position(|r| r.id() == row.id) else { continue };
+            let Some(idx) = self.running.iter().position(|r| r.id() == row.id) else {
+                continue;
+            };
             let Some(token) = token else {
                 self.running[idx].complete_chunk(row.extend_len);
                 continue;
             };
             let req = &mut self.running[idx];
+            let completes_prefill = req.is_prefilling();
             match req.complete_step(row.extend_len, token, &self.config.eos_token_ids) {
                 None => {
-                    if row.extend_len > 1 {
+                    if completes_prefill {
                         // Prompt done: share its pages with later requests.
                         req.cache_prefix(&mut self.cache);
                     }
-                    events.push(TokenEvent { id: row.id, token, finished: None });
+                    events.push(TokenEvent {
+                        id: row.id,
+                        token,
+                        finished: None,
+                    });
                 }
                 Some(reason) => {
                     let finished = self.running.remove(idx).finish(reason, &mut self.cache);
                     self.counters.num_finished += 1;
-                    events.push(TokenEvent { id: row.id, token, finished: Some(finished) });
+                    events.push(TokenEvent {
+                        id: row.id,
+                        token,
+                        finished: Some(finished),
+                    });
                 }
             }
         }
@@ -274,6 +350,11 @@ impl Scheduler {
     /// Ends a request from outside (abort, or a stop string matched by the
     /// detokenizer), freeing its pages. `None` if it is not known (already
     /// finished, or never added).
+    ///
+    /// NOTE: with overlap scheduling, a request in the step the GPU is
+    /// running must not be finished until that step completes, or its pages
+    /// could be reused while the kernels still write them; mini-sglang defers
+    /// such frees (`pending_aborts`) the same way.
     pub fn finish(&mut self, id: ReqId, reason: FinishReason) -> Option<FinishedReq> {
         if let Some(idx) = self.running.iter().position(|r| r.id() == id) {
             self.counters.num_finished += 1;
@@ -294,7 +375,11 @@ impl Scheduler {
     pub fn check_integrity(&self) {
         self.cache.check_integrity();
         if self.running.is_empty() {
-            assert_eq!(self.cache.num_used_pages(), 0, "pages in use with no request running");
+            assert_eq!(
+                self.cache.num_used_pages(),
+                0,
+                "pages in use with no request running"
+            );
         }
     }
 }
@@ -302,7 +387,11 @@ impl Scheduler {
 /// The row of a running request for a step with `budget` prefill tokens left.
 fn row_for(req: &Req, budget: usize) -> BatchRow {
     let extend_len = req.extend_len().min(budget);
-    BatchRow { id: req.id(), extend_len, samples: extend_len == req.extend_len() }
+    BatchRow {
+        id: req.id(),
+        extend_len,
+        samples: extend_len == req.extend_len(),
+    }
 }
 
 #[cfg(test)]
@@ -310,7 +399,11 @@ mod tests {
     use super::*;
     use crate::core::{Phase, SamplingParams};
 
-    fn config(num_pages: usize, max_prefill_length: usize, policy: SchedulePolicy) -> SchedulerConfig {
+    fn config(
+        num_pages: usize,
+        max_prefill_length: usize,
+        policy: SchedulePolicy,
+    ) -> SchedulerConfig {
         SchedulerConfig {
             page_size: 4,
             num_pages,
@@ -324,14 +417,28 @@ mod tests {
     }
 
     fn pending(id: u64, prompt_len: usize, max_tokens: usize) -> PendingReq {
-        let prompt = (0..prompt_len as u32).map(|i| i + 1000 * id as u32).collect();
-        PendingReq::new(ReqId::new(id), prompt, SamplingParams::greedy(max_tokens), 0)
+        let prompt = (0..prompt_len as u32)
+            .map(|i| i + 1000 * id as u32)
+            .collect();
+        PendingReq::new(
+            ReqId::new(id),
+            prompt,
+            SamplingParams::greedy(max_tokens),
+            0,
+        )
     }
 
+    /// A step's phase, `(request, extend_len)` per row, and its events.
+    type StepTrace = (Phase, Vec<(u64, usize)>, Vec<TokenEvent>);
+
     /// Runs one step, sampling token 7 for every row.
-    fn step(s: &mut Scheduler) -> Option<(Phase, Vec<(u64, usize)>, Vec<TokenEvent>)> {
+    fn step(s: &mut Scheduler) -> Option<StepTrace> {
         let batch = s.schedule()?;
-        let shape = batch.rows().iter().map(|r| (r.id.get(), r.extend_len)).collect();
+        let shape = batch
+            .rows()
+            .iter()
+            .map(|r| (r.id.get(), r.extend_len))
+            .collect();
         let prepared = s.prepare(batch);
         let phase = prepared.phase();
         let tokens = vec![7; prepared.logits_rows().len()];
@@ -432,7 +539,10 @@ mod tests {
         s.add(pending(3, 5, 5));
         let done = s.finish(ReqId::new(1), FinishReason::Abort).unwrap();
         assert_eq!(done.output_ids, [7]);
-        assert_eq!(s.finish(ReqId::new(3), FinishReason::Stop).unwrap().reason, FinishReason::Stop);
+        assert_eq!(
+            s.finish(ReqId::new(3), FinishReason::Stop).unwrap().reason,
+            FinishReason::Stop
+        );
         assert!(s.finish(ReqId::new(3), FinishReason::Abort).is_none());
         s.finish(ReqId::new(2), FinishReason::Abort).unwrap();
         assert!(!s.has_work());

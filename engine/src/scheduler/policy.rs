@@ -17,16 +17,32 @@ use crate::kvcache::pages_for;
 /// future growth. Its last output is never fed back, hence the `- 1`: with
 /// ratio 1 this is exactly the KV it can ever need.
 pub fn reserve_tokens(num_tokens: usize, remaining_outputs: usize, ratio: f64) -> usize {
-    assert!(remaining_outputs >= 1, "a live request can produce at least one more token");
-    assert!((0.0..=1.0).contains(&ratio), "reserve ratio must be in [0, 1]");
+    assert!(
+        remaining_outputs >= 1,
+        "a live request can produce at least one more token"
+    );
+    assert!(
+        (0.0..=1.0).contains(&ratio),
+        "reserve ratio must be in [0, 1]"
+    );
     let growth = remaining_outputs - 1;
     num_tokens + (growth as f64 * ratio).ceil() as usize
 }
 
 /// Pages a request still needs for its reservation, given `num_pages` it
 /// already has (possibly shared with the prefix cache).
-pub fn pages_to_reserve(num_tokens: usize, remaining_outputs: usize, ratio: f64, num_pages: usize, page_size: usize) -> usize {
-    pages_for(reserve_tokens(num_tokens, remaining_outputs, ratio), page_size).saturating_sub(num_pages)
+pub fn pages_to_reserve(
+    num_tokens: usize,
+    remaining_outputs: usize,
+    ratio: f64,
+    num_pages: usize,
+    page_size: usize,
+) -> usize {
+    pages_for(
+        reserve_tokens(num_tokens, remaining_outputs, ratio),
+        page_size,
+    )
+    .saturating_sub(num_pages)
 }
 
 #[cfg(test)]

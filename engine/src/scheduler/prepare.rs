@@ -13,7 +13,11 @@ use crate::kvcache::{pages_for, CacheManager};
 
 /// Builds the step. Every row's request must be in `running` (the scheduler
 /// just picked them).
-pub(super) fn prepare(batch: Batch, running: &mut [Req], cache: &mut CacheManager) -> PreparedBatch {
+pub(super) fn prepare(
+    batch: Batch,
+    running: &mut [Req],
+    cache: &mut CacheManager,
+) -> PreparedBatch {
     let page_size = cache.page_size();
     let phase = batch.phase();
     let rows = batch.rows().to_vec();
@@ -31,21 +35,39 @@ pub(super) fn prepare(batch: Batch, running: &mut [Req], cache: &mut CacheManage
     q_indptr.push(0);
 
     for (row_idx, row) in rows.iter().enumerate() {
-        let req = running.iter_mut().find(|r| r.id() == row.id).expect("scheduled request is not running");
+        let req = running
+            .iter_mut()
+            .find(|r| r.id() == row.id)
+            .expect("scheduled request is not running");
         req.grow(row.extend_len, cache);
         let start = req.cached_len();
         let end = start + row.extend_len;
-        assert_eq!(row.samples, end == req.token_ids().len(), "{}: sampling rows are exactly those reaching the last token", row.id);
+        assert_eq!(
+            row.samples,
+            end == req.token_ids().len(),
+            "{}: sampling rows are exactly those reaching the last token",
+            row.id
+        );
         let pages = req.pages();
         for pos in start..end {
             input_ids.push(req.token_ids()[pos]);
             positions.push(pos as u32);
-            out_loc.push(pages.page_id(pos / page_size).slot(page_size, pos % page_size));
+            out_loc.push(
+                pages
+                    .page_id(pos / page_size)
+                    .slot(page_size, pos % page_size),
+            );
         }
         q_indptr.push(input_ids.len() as u32);
         q_lens.push(row.extend_len as u32);
         kv_lens.push(end as u32);
-        row_pages.push(pages.page_ids().take(pages_for(end, page_size)).map(|p| p.get()).collect());
+        row_pages.push(
+            pages
+                .page_ids()
+                .take(pages_for(end, page_size))
+                .map(|p| p.get())
+                .collect(),
+        );
         if row.samples {
             logits_rows.push(row_idx as u32);
             sampling.push(req.sampling_row());

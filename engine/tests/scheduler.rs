@@ -1,0 +1,866 @@
+//! Scheduler, KV cache and engine tests against a fake deterministic model.
+//!
+//! [`FakeLm`] behaves like a causal LM over the paged KV cache: the "KV" of
+//! the token at position `p` is a hash of its own id and the KV at `p - 1`
+//! (read back through the page table), and a row's logits hash the KV of all
+//! positions it attends to. Its outputs are thus a function of each
+//! sequence's full token history, and any mistake in page tables, slots,
+//! chunk boundaries, prefix reuse, eviction or preemption changes them. An
+//! independent oracle ([`oracle`]) computes the same function without any
+//! paging; every test asserts that the engine reproduces it exactly, and
+//! that the pool is whole again afterwards.
+
+use std::collections::HashMap;
+
+use engine::core::{FinishReason, PreparedBatch, ReqId, SamplingParams};
+use engine::engine::{
+    Engine, EngineConfig, EngineError, GenerateOutput, GenerateRequest, LengthLimit, ModelRunner,
+    RunnerError,
+};
+use engine::kvcache::CacheKind;
+use engine::sampling::{self, Logits, SamplingRow};
+use engine::scheduler::SchedulePolicy;
+
+const VOCAB: usize = 48;
+const EOS: u32 = 0;
+const MAX_CONTEXT: usize = 4096;
+const CHAIN_SEED: u64 = 0x5EED;
+
+fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// KV of a token given the KV of the one before it.
+fn chain(prev: u64, token: u32) -> u64 {
+    mix(prev ^ mix(u64::from(token) + 1))
+}
+
+/// Logits of a row from the KV of its last token and a digest of all its KV.
+fn logits_for(last: u64, digest: u64) -> Vec<f32> {
+    let key = mix(last ^ digest.rotate_left(17));
+    (0..VOCAB as u64)
+        .map(|v| {
+            (mix(key ^ v.wrapping_mul(0xA24B_AED4_963E_E407)) >> 40) as f32 / (1u64 << 24) as f32
+                * 8.0
+                - 4.0
+        })
+        .collect()
+}
+
+fn digest_step(acc: u64, pos: usize, kv: u64) -> u64 {
+    acc.wrapping_add(kv.rotate_left((pos % 64) as u32))
+}
+
+/// A paged "model" (see the module docs). It validates the step it is given
+/// like a careful kernel launcher would.
+#[derive(Debug)]
+struct FakeLm {
+    page_size: usize,
+    kv: Vec<Option<u64>>,
+    max_batch_rows: usize,
+}
+
+impl FakeLm {
+    fn new(config: &EngineConfig) -> Self {
+        Self {
+            page_size: config.page_size,
+            kv: vec![None; config.num_pages * config.page_size],
+            max_batch_rows: 0,
+        }
+    }
+}
+
+impl ModelRunner for FakeLm {
+    fn forward(&mut self, b: &PreparedBatch) -> Result<Logits, RunnerError> {
+        let ps = self.page_size;
+        if b.page_size() != ps {
+            return Err("page size mismatch".into());
+        }
+        let rows = b.num_rows();
+        self.max_batch_rows = self.max_batch_rows.max(rows);
+        let width = b.max_num_pages();
+        let (indptr, kv_lens, q_lens) = (b.q_indptr(), b.kv_lens(), b.q_lens());
+        if indptr.len() != rows + 1
+            || kv_lens.len() != rows
+            || q_lens.len() != rows
+            || b.page_table().len() != rows * width
+        {
+            return Err("inconsistent batch shapes".into());
+        }
+        let slot_of = |row: usize, pos: usize| -> Result<usize, RunnerError> {
+            if pos / ps >= width {
+                return Err(format!("row {row}: position {pos} is past its page table").into());
+            }
+            Ok(b.page_table()[row * width + pos / ps] as usize * ps + pos % ps)
+        };
+        for r in 0..rows {
+            let (start, end) = (indptr[r] as usize, indptr[r + 1] as usize);
+            let (q_len, kv_len) = (q_lens[r] as usize, kv_lens[r] as usize);
+            if end - start != q_len || q_len == 0 || kv_len < q_len {
+                return Err(format!("row {r}: bad lengths").into());
+            }
+            for i in start..end {
+                let pos = b.positions()[i] as usize;
+                if pos != kv_len - q_len + (i - start) {
+                    return Err(format!("row {r}: token {i} at position {pos}").into());
+                }
+                let slot = slot_of(r, pos)?;
+                if b.out_loc()[i] as usize != slot {
+                    return Err(format!(
+                        "row {r}: out_loc {} but page table says {slot}",
+                        b.out_loc()[i]
+                    )
+                    .into());
+                }
+                let prev = if pos == 0 {
+                    CHAIN_SEED
+                } else {
+                    self.kv[slot_of(r, pos - 1)?]
+                        .ok_or_else(|| format!("row {r}: read of unwritten KV at {}", pos - 1))?
+                };
+                self.kv[slot] = Some(chain(prev, b.input_ids()[i]));
+            }
+        }
+        let mut data = Vec::with_capacity(b.logits_rows().len() * VOCAB);
+        for &r in b.logits_rows() {
+            let r = r as usize;
+            let kv_len = kv_lens[r] as usize;
+            // Attention reads every cached position: fold them all in.
+            let mut digest = 0;
+            let mut last = 0;
+            for pos in 0..kv_len {
+                last = self.kv[slot_of(r, pos)?]
+                    .ok_or_else(|| format!("row {r}: read of unwritten KV at {pos}"))?;
+                digest = digest_step(digest, pos, last);
+            }
+            data.extend(logits_for(last, digest));
+        }
+        Ok(Logits::new(data, VOCAB))
+    }
+
+    fn vocab_size(&self) -> usize {
+        VOCAB
+    }
+
+    fn max_context_len(&self) -> usize {
+        MAX_CONTEXT
+    }
+}
+
+/// The expected output of one request: the fake model's function evaluated
+/// directly on the token history, with the same stopping rules.
+fn oracle(req: &GenerateRequest) -> (Vec<u32>, FinishReason) {
+    let p = &req.params;
+    let mut tokens = req.prompt_ids.clone();
+    let mut out = Vec::new();
+    loop {
+        let mut h = CHAIN_SEED;
+        let mut digest = 0;
+        for (pos, &t) in tokens.iter().enumerate() {
+            h = chain(h, t);
+            digest = digest_step(digest, pos, h);
+        }
+        let row = SamplingRow {
+            temperature: p.temperature,
+            top_k: p.top_k,
+            top_p: p.top_p,
+            min_p: p.min_p,
+            seed: p.seed.expect("oracle requests are seeded"),
+            step: out.len() as u64,
+        };
+        let token = sampling::sample_row(&logits_for(h, digest), &row);
+        tokens.push(token);
+        out.push(token);
+        if (!p.ignore_eos && token == EOS) || p.stop_token_ids.contains(&token) {
+            return (out, FinishReason::Stop);
+        }
+        if out.len() >= p.max_tokens {
+            return (out, FinishReason::Length);
+        }
+    }
+}
+
+fn config(
+    page_size: usize,
+    num_pages: usize,
+    max_prefill_length: usize,
+    cache: CacheKind,
+    policy: SchedulePolicy,
+) -> EngineConfig {
+    EngineConfig {
+        page_size,
+        num_pages,
+        max_prefill_length,
+        max_running_requests: 16,
+        cache,
+        policy,
+        decode_reserve: 1.0,
+        eos_token_ids: vec![EOS],
+    }
+}
+
+/// A prompt that starts with `shared` tokens common to every request of the
+/// same `family`, then diverges.
+fn prompt(family: u32, shared: usize, own: usize, salt: u32) -> Vec<u32> {
+    let common = (0..shared as u32).map(|i| 1 + (family * 7 + i * 13) % (VOCAB as u32 - 1));
+    let unique = (0..own as u32).map(|i| 1 + (salt * 31 + i * 17 + 5) % (VOCAB as u32 - 1));
+    common.chain(unique).collect()
+}
+
+/// Sixteen requests: prompt lengths 1..~70, outputs 1..40, greedy and
+/// sampled (temperature, top-k, top-p, min-p), stop ids, ignore_eos, and
+/// families sharing prefixes of various lengths.
+fn sixteen_requests() -> Vec<GenerateRequest> {
+    (0..16u32)
+        .map(|i| {
+            let shared = [0, 5, 12, 33][(i % 4) as usize];
+            let own = [1, 9, 20, 3, 37][(i % 5) as usize];
+            let mut params = match i % 4 {
+                0 => SamplingParams::greedy(40),
+                1 => SamplingParams::random(25, 0.8, 1000 + u64::from(i)),
+                2 => SamplingParams {
+                    top_k: Some(5),
+                    top_p: 0.9,
+                    ..SamplingParams::random(30, 1.3, 77)
+                },
+                _ => SamplingParams {
+                    min_p: 0.2,
+                    ..SamplingParams::random(1 + i as usize, 1.0, u64::from(i))
+                },
+            };
+            params.seed.get_or_insert(9);
+            if i == 5 {
+                params.stop_token_ids = vec![3, 4];
+            }
+            if i == 6 || i == 11 {
+                params.ignore_eos = true;
+            }
+            GenerateRequest {
+                prompt_ids: prompt(i % 3, shared, own, i),
+                params,
+            }
+        })
+        .collect()
+}
+
+/// Steps `engine` until idle, checking the page accounting and limits at
+/// every step. Returns the tokens streamed per request and the finish
+/// records.
+fn drive(
+    engine: &mut Engine<FakeLm>,
+    max_running: usize,
+) -> (HashMap<ReqId, Vec<u32>>, HashMap<ReqId, GenerateOutput>) {
+    let mut streamed: HashMap<ReqId, Vec<u32>> = HashMap::new();
+    let mut finished = HashMap::new();
+    let mut guard = 0;
+    while engine.has_work() {
+        for event in engine.step().expect("step") {
+            streamed.entry(event.id).or_default().push(event.token);
+            if let Some(f) = event.finished {
+                finished.insert(f.id, GenerateOutput::from(f));
+            }
+        }
+        engine.check_integrity();
+        assert!(engine.stats().num_running <= max_running);
+        guard += 1;
+        assert!(guard < 100_000, "engine does not make progress");
+    }
+    (streamed, finished)
+}
+
+/// After a run: no page in use, and every page free once the prefix cache
+/// is flushed.
+fn assert_pool_whole(engine: &mut Engine<FakeLm>) {
+    engine.check_integrity();
+    let stats = engine.stats();
+    assert_eq!(stats.used_pages, 0, "{stats:?}");
+    assert_eq!(
+        stats.free_pages + stats.evictable_pages,
+        stats.num_pages,
+        "{stats:?}"
+    );
+    engine.flush_cache();
+    let stats = engine.stats();
+    assert_eq!(stats.free_pages, stats.num_pages, "{stats:?}");
+    assert_eq!(stats.cached_pages, 0);
+}
+
+fn new_engine(config: EngineConfig) -> Engine<FakeLm> {
+    Engine::new(FakeLm::new(&config), config).expect("valid config")
+}
+
+fn assert_matches_oracle(requests: &[GenerateRequest], outputs: &[GenerateOutput]) {
+    assert_eq!(requests.len(), outputs.len());
+    for (i, (req, out)) in requests.iter().zip(outputs).enumerate() {
+        let (ids, reason) = oracle(req);
+        assert_eq!(out.output_ids, ids, "request {i}");
+        assert_eq!(out.finish_reason, reason, "request {i}");
+        assert_eq!(out.prompt_tokens, req.prompt_ids.len());
+    }
+}
+
+/// Runs the sixteen requests together under `config` and checks them
+/// against the oracle, the stream against the final outputs, and the pool.
+fn check_together(config: EngineConfig) -> Engine<FakeLm> {
+    let requests = sixteen_requests();
+    let max_running = config.max_running_requests;
+    let mut engine = new_engine(config);
+    let ids: Vec<ReqId> = requests
+        .iter()
+        .map(|r| engine.add_request(r.clone()).expect("valid request"))
+        .collect();
+    let (streamed, finished) = drive(&mut engine, max_running);
+    let outputs: Vec<GenerateOutput> = ids.iter().map(|id| finished[id].clone()).collect();
+    assert_matches_oracle(&requests, &outputs);
+    for (id, out) in ids.iter().zip(&outputs) {
+        assert_eq!(streamed[id], out.output_ids, "streamed tokens of {id}");
+    }
+    assert_pool_whole(&mut engine);
+    engine
+}
+
+macro_rules! together_cases {
+    ($($name:ident: $ps:expr, $pages:expr, $prefill:expr, $cache:expr, $policy:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            check_together(config($ps, $pages, $prefill, $cache, $policy));
+        }
+    )*};
+}
+
+together_cases! {
+    together_radix_prefill_first: 4, 512, 256, CacheKind::Radix, SchedulePolicy::PrefillFirst;
+    together_radix_mixed: 4, 512, 256, CacheKind::Radix, SchedulePolicy::Mixed;
+    together_naive_prefill_first: 4, 512, 256, CacheKind::Naive, SchedulePolicy::PrefillFirst;
+    together_naive_mixed: 4, 512, 256, CacheKind::Naive, SchedulePolicy::Mixed;
+    together_page_size_1: 1, 2048, 256, CacheKind::Radix, SchedulePolicy::PrefillFirst;
+    together_page_size_16: 16, 128, 256, CacheKind::Radix, SchedulePolicy::Mixed;
+    chunked_8_page_16: 16, 128, 8, CacheKind::Radix, SchedulePolicy::PrefillFirst;
+    chunked_8_page_4_mixed: 4, 512, 8, CacheKind::Radix, SchedulePolicy::Mixed;
+    chunked_5_page_4_naive: 4, 512, 5, CacheKind::Naive, SchedulePolicy::PrefillFirst;
+    chunked_1_page_3: 3, 700, 1, CacheKind::Radix, SchedulePolicy::Mixed;
+}
+
+#[test]
+fn sixteen_together_equal_each_alone() {
+    let requests = sixteen_requests();
+    let cfg = config(4, 512, 256, CacheKind::Radix, SchedulePolicy::PrefillFirst);
+    let mut engine = new_engine(cfg.clone());
+    let together = engine.generate(requests.clone()).expect("generate");
+    assert!(
+        engine.runner().max_batch_rows > 1,
+        "requests were actually batched"
+    );
+    assert_pool_whole(&mut engine);
+    for (i, req) in requests.into_iter().enumerate() {
+        let mut alone = new_engine(cfg.clone());
+        let out = alone.generate(vec![req]).expect("generate");
+        assert_eq!(out[0].output_ids, together[i].output_ids, "request {i}");
+        assert_eq!(
+            out[0].finish_reason, together[i].finish_reason,
+            "request {i}"
+        );
+        assert_pool_whole(&mut alone);
+    }
+}
+
+#[test]
+fn chunked_prefill_equals_unchunked() {
+    let requests = sixteen_requests();
+    let run = |max_prefill_length| {
+        let mut engine = new_engine(config(
+            16,
+            128,
+            max_prefill_length,
+            CacheKind::Radix,
+            SchedulePolicy::PrefillFirst,
+        ));
+        let out = engine.generate(requests.clone()).expect("generate");
+        assert_pool_whole(&mut engine);
+        (out, engine.stats().num_steps)
+    };
+    let (unchunked, steps_unchunked) = run(4096);
+    let (chunked, steps_chunked) = run(8);
+    assert!(steps_chunked > steps_unchunked, "chunking takes more steps");
+    for (a, b) in unchunked.iter().zip(&chunked) {
+        assert_eq!(
+            (&a.output_ids, a.finish_reason),
+            (&b.output_ids, b.finish_reason)
+        );
+    }
+}
+
+#[test]
+fn radix_reuses_a_shared_prefix() {
+    let first = GenerateRequest {
+        prompt_ids: prompt(1, 40, 6, 1),
+        params: SamplingParams::random(12, 0.7, 5),
+    };
+    let second = GenerateRequest {
+        prompt_ids: prompt(1, 40, 9, 2),
+        params: SamplingParams::random(12, 0.7, 6),
+    };
+    let mut engine = new_engine(config(
+        4,
+        256,
+        64,
+        CacheKind::Radix,
+        SchedulePolicy::PrefillFirst,
+    ));
+    let a = engine.generate(vec![first.clone()]).expect("generate");
+    assert_eq!(engine.stats().cache_hit_tokens, 0);
+    assert_eq!(a[0].cached_tokens, 0);
+    let b = engine.generate(vec![second.clone()]).expect("generate");
+    // 40 shared tokens: 10 whole pages are reused.
+    assert_eq!(b[0].cached_tokens, 40);
+    assert_eq!(engine.stats().cache_hit_tokens, 40);
+    assert_matches_oracle(
+        &[first.clone(), second.clone()],
+        &[a[0].clone(), b[0].clone()],
+    );
+
+    // The same request again reuses its whole prompt but its last token.
+    let again = engine.generate(vec![second.clone()]).expect("generate");
+    assert_eq!(again[0].output_ids, b[0].output_ids);
+    assert_eq!(
+        again[0].cached_tokens,
+        (second.prompt_ids.len() - 1) / 4 * 4
+    );
+    assert_pool_whole(&mut engine);
+
+    // The naive cache gives the same tokens without reuse.
+    let mut naive = new_engine(config(
+        4,
+        256,
+        64,
+        CacheKind::Naive,
+        SchedulePolicy::PrefillFirst,
+    ));
+    let n = naive.generate(vec![first, second]).expect("generate");
+    assert_eq!(n[1].output_ids, b[0].output_ids);
+    assert_eq!(n[1].cached_tokens, 0);
+    assert_eq!(naive.stats().cache_hit_tokens, 0);
+    assert_pool_whole(&mut naive);
+}
+
+#[test]
+fn radix_shares_prefixes_between_concurrent_requests() {
+    // Sixteen requests, three families: later arrivals hit what earlier ones
+    // cached after their prefill.
+    let mut cfg = config(4, 512, 64, CacheKind::Radix, SchedulePolicy::PrefillFirst);
+    cfg.max_prefill_length = 40;
+    let engine = check_together(cfg);
+    assert!(engine.stats().cache_hit_tokens > 0);
+}
+
+#[test]
+fn small_pool_queues_requests() {
+    // 40 pages of 4 tokens: the largest request needs about 27, so at most
+    // one or two run at a time and the rest wait their turn.
+    let mut cfg = config(4, 40, 64, CacheKind::Radix, SchedulePolicy::PrefillFirst);
+    cfg.decode_reserve = 1.0;
+    let requests = sixteen_requests();
+    let mut engine = new_engine(cfg.clone());
+    for r in &requests {
+        engine.add_request(r.clone()).expect("valid request");
+    }
+    let mut max_waiting_while_running = 0;
+    let mut finished = HashMap::new();
+    while engine.has_work() {
+        for event in engine.step().expect("step") {
+            if let Some(f) = event.finished {
+                finished.insert(f.id, GenerateOutput::from(f));
+            }
+        }
+        let stats = engine.stats();
+        if stats.num_running > 0 {
+            max_waiting_while_running = max_waiting_while_running.max(stats.num_waiting);
+        }
+        engine.check_integrity();
+    }
+    assert!(max_waiting_while_running > 8, "requests queued for memory");
+    assert_eq!(
+        engine.stats().num_preempted,
+        0,
+        "full reservation never preempts"
+    );
+    let mut outputs: Vec<GenerateOutput> = finished.into_values().collect();
+    outputs.sort_by_key(|o| o.id);
+    assert_matches_oracle(&requests, &outputs);
+    assert_pool_whole(&mut engine);
+}
+
+macro_rules! preemption_cases {
+    ($($name:ident: $ps:expr, $pages:expr, $cache:expr, $policy:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            // No reservation for growth: everything is admitted at once and
+            // decode runs out of pages.
+            let mut cfg = config($ps, $pages, 256, $cache, $policy);
+            cfg.decode_reserve = 0.0;
+            let requests = sixteen_requests();
+            let mut engine = new_engine(cfg);
+            let outputs = engine.generate(requests.clone()).expect("generate");
+            assert!(engine.stats().num_preempted > 0, "{:?}", engine.stats());
+            assert_matches_oracle(&requests, &outputs);
+            assert_pool_whole(&mut engine);
+        }
+    )*};
+}
+
+preemption_cases! {
+    preemption_radix: 4, 64, CacheKind::Radix, SchedulePolicy::PrefillFirst;
+    preemption_naive_mixed: 4, 64, CacheKind::Naive, SchedulePolicy::Mixed;
+    preemption_page_size_1: 1, 120, CacheKind::Radix, SchedulePolicy::Mixed;
+}
+
+#[test]
+fn max_running_requests_is_respected() {
+    let mut cfg = config(4, 512, 256, CacheKind::Radix, SchedulePolicy::Mixed);
+    cfg.max_running_requests = 3;
+    let requests = sixteen_requests();
+    let mut engine = new_engine(cfg);
+    for r in &requests {
+        engine.add_request(r.clone()).expect("valid request");
+    }
+    drive(&mut engine, 3);
+    assert!(engine.runner().max_batch_rows <= 3);
+    assert_pool_whole(&mut engine);
+}
+
+#[test]
+fn abort_frees_pages() {
+    let mut engine = new_engine(config(
+        4,
+        128,
+        16,
+        CacheKind::Radix,
+        SchedulePolicy::PrefillFirst,
+    ));
+    let long = |salt| GenerateRequest {
+        prompt_ids: prompt(2, 0, 30, salt),
+        params: SamplingParams {
+            ignore_eos: true,
+            ..SamplingParams::greedy(60)
+        },
+    };
+    let a = engine.add_request(long(1)).expect("valid");
+    let b = engine.add_request(long(2)).expect("valid");
+    let c = engine.add_request(long(3)).expect("valid");
+    // A mid-prefill (16 of 30 tokens), B and C still queued.
+    engine.step().expect("step");
+    assert!(engine.stats().used_pages > 0);
+    assert!(engine.abort(a));
+    assert!(!engine.abort(a), "a second abort finds nothing");
+    assert_eq!(engine.stats().used_pages, 0);
+    assert!(engine.abort(c));
+    // B runs for a while, then is aborted mid-decode.
+    for _ in 0..8 {
+        engine.step().expect("step");
+    }
+    assert!(engine.stats().used_pages > 0);
+    let done = engine.finish(b, FinishReason::Abort).expect("B is running");
+    assert_eq!(done.reason, FinishReason::Abort);
+    assert!(!done.output_ids.is_empty());
+    assert!(!engine.has_work());
+    assert!(engine.step().expect("idle step").is_empty());
+    assert_pool_whole(&mut engine);
+    assert!(!engine.abort(ReqId::new(999)));
+}
+
+#[test]
+fn finish_from_outside_reports_its_reason() {
+    // A stop string matched by the detokenizer ends a request with `Stop`.
+    let mut engine = new_engine(config(
+        4,
+        128,
+        64,
+        CacheKind::Radix,
+        SchedulePolicy::PrefillFirst,
+    ));
+    let id = engine
+        .add_request(GenerateRequest {
+            prompt_ids: prompt(0, 3, 3, 0),
+            params: SamplingParams {
+                ignore_eos: true,
+                ..SamplingParams::greedy(50)
+            },
+        })
+        .expect("valid");
+    let mut streamed = Vec::new();
+    for _ in 0..4 {
+        streamed.extend(engine.step().expect("step").into_iter().map(|e| e.token));
+    }
+    let done = engine.finish(id, FinishReason::Stop).expect("running");
+    assert_eq!(done.reason, FinishReason::Stop);
+    assert_eq!(done.output_ids, streamed);
+    assert_pool_whole(&mut engine);
+}
+
+#[test]
+fn invalid_requests_are_rejected_at_submission() {
+    let mut engine = new_engine(config(
+        4,
+        16,
+        64,
+        CacheKind::Radix,
+        SchedulePolicy::PrefillFirst,
+    ));
+    let req = |prompt_ids: Vec<u32>, params| GenerateRequest { prompt_ids, params };
+    let err = |r: Result<ReqId, EngineError>| r.expect_err("must be rejected");
+
+    match err(engine.add_request(req(vec![], SamplingParams::greedy(4)))) {
+        EngineError::InvalidRequest { field, .. } => assert_eq!(field, "prompt_ids"),
+        e => panic!("unexpected {e}"),
+    }
+    match err(engine.add_request(req(vec![1, VOCAB as u32], SamplingParams::greedy(4)))) {
+        EngineError::InvalidRequest { field, reason } => {
+            assert_eq!(field, "prompt_ids");
+            assert!(reason.contains("index 1"), "{reason}");
+        }
+        e => panic!("unexpected {e}"),
+    }
+    let bad_params = [
+        ("max_tokens", SamplingParams::greedy(0)),
+        (
+            "temperature",
+            SamplingParams {
+                temperature: -1.0,
+                ..SamplingParams::greedy(4)
+            },
+        ),
+        (
+            "temperature",
+            SamplingParams {
+                temperature: f32::NAN,
+                ..SamplingParams::greedy(4)
+            },
+        ),
+        (
+            "top_k",
+            SamplingParams {
+                top_k: Some(0),
+                ..SamplingParams::greedy(4)
+            },
+        ),
+        (
+            "top_p",
+            SamplingParams {
+                top_p: 0.0,
+                ..SamplingParams::greedy(4)
+            },
+        ),
+        (
+            "top_p",
+            SamplingParams {
+                top_p: 1.5,
+                ..SamplingParams::greedy(4)
+            },
+        ),
+        (
+            "min_p",
+            SamplingParams {
+                min_p: -0.1,
+                ..SamplingParams::greedy(4)
+            },
+        ),
+    ];
+    for (expected, params) in bad_params {
+        match err(engine.add_request(req(vec![1, 2], params))) {
+            EngineError::InvalidRequest { field, .. } => assert_eq!(field, expected),
+            e => panic!("unexpected {e}"),
+        }
+    }
+
+    // 64 KV slots: 60 + 5 tokens need 64 slots (the last output is never
+    // fed) and fit; 60 + 6 do not.
+    engine
+        .add_request(req(vec![1; 60], SamplingParams::greedy(5)))
+        .expect("fits the pool exactly");
+    match err(engine.add_request(req(vec![1; 60], SamplingParams::greedy(6)))) {
+        e @ EngineError::TooLong {
+            limit: LengthLimit::KvPool,
+            ..
+        } => {
+            assert!(e.to_string().contains("KV cache pool"), "{e}");
+        }
+        e => panic!("unexpected {e}"),
+    }
+    let mut big = new_engine(config(
+        4,
+        4096,
+        64,
+        CacheKind::Radix,
+        SchedulePolicy::PrefillFirst,
+    ));
+    match err(big.add_request(req(vec![1; MAX_CONTEXT], SamplingParams::greedy(1)))) {
+        e @ EngineError::TooLong {
+            limit: LengthLimit::Context,
+            ..
+        } => {
+            assert!(e.to_string().contains("model context of 4096"), "{e}");
+        }
+        e => panic!("unexpected {e}"),
+    }
+
+    // A batch with one bad request queues none of them.
+    let outcome = big.generate(vec![
+        req(vec![1, 2], SamplingParams::greedy(3)),
+        req(vec![], SamplingParams::greedy(3)),
+    ]);
+    assert!(outcome.is_err());
+    assert!(!big.has_work());
+
+    // The request that fitted the pool exactly runs to completion.
+    let (_, finished) = drive(&mut engine, 16);
+    assert_eq!(finished.len(), 1);
+    assert_pool_whole(&mut engine);
+}
+
+#[test]
+fn invalid_configs_are_rejected() {
+    let good = config(4, 16, 64, CacheKind::Radix, SchedulePolicy::PrefillFirst);
+    type Edit = fn(&mut EngineConfig);
+    let cases: [(&str, Edit); 6] = [
+        ("page_size", |c| c.page_size = 0),
+        ("num_pages", |c| c.num_pages = 0),
+        ("max_prefill_length", |c| c.max_prefill_length = 0),
+        ("max_running_requests", |c| c.max_running_requests = 0),
+        ("decode_reserve", |c| c.decode_reserve = 1.5),
+        ("eos_token_ids", |c| c.eos_token_ids = vec![VOCAB as u32]),
+    ];
+    for (expected, edit) in cases {
+        let mut cfg = good.clone();
+        edit(&mut cfg);
+        match Engine::new(FakeLm::new(&good), cfg) {
+            Err(EngineError::Config { field, .. }) => assert_eq!(field, expected),
+            other => panic!("{expected}: unexpected {:?}", other.map(|_| ())),
+        }
+    }
+}
+
+/// A runner that fails, or returns logits of the wrong shape.
+#[derive(Debug)]
+struct BrokenLm {
+    wrong_shape: bool,
+}
+
+impl ModelRunner for BrokenLm {
+    fn forward(&mut self, b: &PreparedBatch) -> Result<Logits, RunnerError> {
+        if self.wrong_shape {
+            Ok(Logits::new(
+                vec![0.0; (b.logits_rows().len() + 1) * VOCAB],
+                VOCAB,
+            ))
+        } else {
+            Err("device lost".into())
+        }
+    }
+
+    fn vocab_size(&self) -> usize {
+        VOCAB
+    }
+
+    fn max_context_len(&self) -> usize {
+        MAX_CONTEXT
+    }
+}
+
+#[test]
+fn runner_errors_surface_and_leave_a_consistent_engine() {
+    for wrong_shape in [false, true] {
+        let cfg = config(4, 64, 64, CacheKind::Radix, SchedulePolicy::PrefillFirst);
+        let mut engine = Engine::new(BrokenLm { wrong_shape }, cfg).expect("valid config");
+        let req = GenerateRequest {
+            prompt_ids: vec![1, 2, 3, 4, 5],
+            params: SamplingParams::greedy(3),
+        };
+        let err = engine
+            .generate(vec![req.clone()])
+            .expect_err("runner is broken");
+        match (wrong_shape, &err) {
+            (false, EngineError::Runner(source)) => assert_eq!(source.to_string(), "device lost"),
+            (
+                true,
+                EngineError::LogitsShape {
+                    rows: 1,
+                    got_rows: 2,
+                    ..
+                },
+            ) => {}
+            _ => panic!("unexpected {err}"),
+        }
+        // generate aborted its requests: nothing is left holding pages.
+        assert!(!engine.has_work());
+        engine.check_integrity();
+        assert_eq!(engine.stats().used_pages, 0);
+
+        // Step-wise, a failed step can be retried and the request aborted.
+        let id = engine.add_request(req).expect("valid");
+        assert!(engine.step().is_err());
+        assert!(engine.step().is_err());
+        engine.check_integrity();
+        assert!(engine.abort(id));
+        assert_eq!(engine.stats().used_pages, 0);
+    }
+}
+
+#[test]
+fn generate_needs_an_idle_engine() {
+    let mut engine = new_engine(config(
+        4,
+        64,
+        64,
+        CacheKind::Radix,
+        SchedulePolicy::PrefillFirst,
+    ));
+    let req = GenerateRequest {
+        prompt_ids: vec![1, 2, 3],
+        params: SamplingParams::greedy(3),
+    };
+    let id = engine.add_request(req.clone()).expect("valid");
+    assert!(matches!(
+        engine.generate(vec![req]),
+        Err(EngineError::Busy { num_requests: 1 })
+    ));
+    assert!(engine.abort(id));
+}
+
+#[test]
+fn unseeded_requests_still_run() {
+    let mut engine = new_engine(config(
+        4,
+        64,
+        64,
+        CacheKind::Radix,
+        SchedulePolicy::PrefillFirst,
+    ));
+    let params = SamplingParams {
+        temperature: 1.0,
+        ..SamplingParams::greedy(5)
+    };
+    let out = engine
+        .generate(vec![GenerateRequest {
+            prompt_ids: vec![1, 2, 3],
+            params,
+        }])
+        .expect("generate");
+    assert!(!out[0].output_ids.is_empty() && out[0].output_ids.len() <= 5);
+    assert_pool_whole(&mut engine);
+}
+
+#[test]
+fn boxed_runner_chosen_at_run_time() {
+    let cfg = config(4, 64, 64, CacheKind::Radix, SchedulePolicy::PrefillFirst);
+    let runner: Box<dyn ModelRunner> = Box::new(FakeLm::new(&cfg));
+    let mut engine = Engine::new(runner, cfg).expect("valid config");
+    let req = GenerateRequest {
+        prompt_ids: vec![1, 2, 3],
+        params: SamplingParams::random(6, 0.9, 4),
+    };
+    let out = engine.generate(vec![req.clone()]).expect("generate");
+    assert_matches_oracle(&[req], &out);
+}
