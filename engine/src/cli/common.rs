@@ -1,9 +1,18 @@
 //! Options shared by every command that loads a model, and the code that turns
 //! them into a running engine.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use anyhow::Context;
 use clap::Args;
+use kernel_runtime::{DType, Device};
+
+use crate::chat_template::{ModelChatConfig, SpecialTokens};
+use crate::engine::{Engine, EngineConfig, ModelRunner};
+use crate::kvcache::CacheKind;
+use crate::runner::CausalLmRunner;
+use crate::scheduler::SchedulePolicy;
+use crate::tokenizer::Tokenizer;
 
 /// Which model and how to run it.
 #[derive(Args, Debug, Clone)]
@@ -58,8 +67,138 @@ pub struct LoadedModel {
     pub name: String,
 }
 
+/// `--device`: `auto` is the first GPU when a driver and a device are present, else the CPU.
+pub fn resolve_device(spec: &str) -> anyhow::Result<Device> {
+    if spec.trim() == "auto" {
+        return Ok(match kernel_runtime::cuda::device_count() {
+            Ok(n) if n > 0 => Device::Cuda(0),
+            _ => Device::Cpu,
+        });
+    }
+    let device: Device = spec.parse().map_err(|e: String| anyhow::anyhow!("--device: {e}"))?;
+    if let Device::Cuda(i) = device {
+        // Fail here, with the driver's reason, rather than at the first tensor.
+        kernel_runtime::cuda::device(i).with_context(|| format!("--device {spec}"))?;
+    }
+    Ok(device)
+}
+
+/// `--dtype`: `auto` lets the model loader choose (f32 on the CPU, the checkpoint's
+/// float type on the GPU).
+pub fn resolve_dtype(spec: &str) -> anyhow::Result<Option<DType>> {
+    match spec.trim() {
+        "auto" => Ok(None),
+        other => match DType::parse(other) {
+            Some(d) if d.is_float() => Ok(Some(d)),
+            _ => anyhow::bail!("--dtype: `{other}` is not one of auto, bf16, f16, f32"),
+        },
+    }
+}
+
+/// The model with its options resolved: what `generate` and `load_model` share.
+pub fn load_causal_lm(args: &ModelArgs) -> anyhow::Result<Box<dyn models::CausalLm>> {
+    let device = resolve_device(&args.device)?;
+    let options = models::LoadOptions {
+        device,
+        dtype: resolve_dtype(&args.dtype)?,
+        load_format: args.load_format.parse().map_err(|e: String| anyhow::anyhow!("--load-format: {e}"))?,
+        attn: args.attn.parse().with_context(|| format!("--attn {}", args.attn))?,
+    };
+    let started = std::time::Instant::now();
+    let model = models::load_model(&args.model, &options).with_context(|| format!("loading {}", args.model.display()))?;
+    eprintln!(
+        "minisgl: loaded {} ({}) on {device} in {:.1}s",
+        args.model.display(),
+        model.config().architecture,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(model)
+}
+
+/// The tokenizer and chat configuration of a model folder or GGUF file.
+pub fn load_tokenizer(path: &Path) -> anyhow::Result<(Tokenizer, ModelChatConfig)> {
+    if path.is_dir() {
+        let tokenizer = Tokenizer::from_dir(path).with_context(|| format!("loading the tokenizer of {}", path.display()))?;
+        let chat = ModelChatConfig::load(path).with_context(|| format!("loading the chat template of {}", path.display()))?;
+        return Ok((tokenizer, chat));
+    }
+    let file = models::gguf::GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let g = crate::gguf_tokenizer::tokenizer_from_gguf(&file).with_context(|| format!("building the tokenizer of {}", path.display()))?;
+    let special_tokens = SpecialTokens {
+        bos_token: g.bos_token.clone(),
+        eos_token: g.eos_token.clone(),
+        unk_token: g.unk_token_id.and_then(|id| g.tokenizer.id_to_token(id)),
+        pad_token: g.pad_token_id.and_then(|id| g.tokenizer.id_to_token(id)),
+    };
+    let chat = ModelChatConfig { chat_template: g.chat_template.clone(), special_tokens: special_tokens.clone() };
+    Ok((Tokenizer::new(g.tokenizer, special_tokens, g.eos_token_ids), chat))
+}
+
+/// KV pages when `--num-pages` is not given: on the GPU, `--mem-fraction` of the
+/// memory left free after the weights; on the CPU, 1 GiB of cache (at least one
+/// full-length sequence).
+pub fn default_num_pages(model: &dyn models::CausalLm, args: &EngineArgs) -> anyhow::Result<usize> {
+    let bytes_per_page = model.kv_cache_shape(1, args.page_size).bytes_per_page(model.dtype()).max(1);
+    let min_pages = model.max_position_embeddings().div_ceil(args.page_size) + 1;
+    Ok(match model.device() {
+        Device::Cpu => ((1usize << 30) / bytes_per_page).max(min_pages),
+        Device::Cuda(i) => {
+            if !(0.0..1.0).contains(&args.mem_fraction) {
+                anyhow::bail!("--mem-fraction must be in [0, 1), got {}", args.mem_fraction);
+            }
+            let (free, _total) = kernel_runtime::cuda::device(i)?.mem_info()?;
+            let pages = (free as f64 * args.mem_fraction) as usize / bytes_per_page;
+            if pages < 2 {
+                anyhow::bail!("only {free} bytes free on cuda:{i} after loading the weights: no room for a KV cache");
+            }
+            pages
+        }
+    })
+}
+
+/// The engine configuration from the command line, for a model.
+pub fn engine_config(args: &EngineArgs, num_pages: usize, eos_token_ids: Vec<u32>) -> anyhow::Result<EngineConfig> {
+    let cache = match args.cache.trim() {
+        "radix" => CacheKind::Radix,
+        "naive" => CacheKind::Naive,
+        other => anyhow::bail!("--cache: `{other}` is not one of radix, naive"),
+    };
+    Ok(EngineConfig {
+        page_size: args.page_size,
+        num_pages,
+        max_prefill_length: args.max_prefill_length,
+        max_running_requests: args.max_running_requests,
+        cache,
+        policy: SchedulePolicy::PrefillFirst,
+        decode_reserve: 1.0,
+        eos_token_ids,
+    })
+}
+
 /// Loads the model, its tokenizer and chat template, sizes the KV pool and builds
 /// the engine.
-pub fn load_model(_model: &ModelArgs, _engine: &EngineArgs) -> anyhow::Result<LoadedModel> {
-    anyhow::bail!("model loading is not wired yet")
+pub fn load_model(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::Result<LoadedModel> {
+    let (tokenizer, chat) = load_tokenizer(&model_args.model)?;
+    let model = load_causal_lm(model_args)?;
+    let num_pages = match engine_args.num_pages {
+        Some(n) => n,
+        None => default_num_pages(model.as_ref(), engine_args)?,
+    };
+    let mut eos: Vec<u32> = tokenizer.eos_token_ids().to_vec();
+    for &id in model.eos_token_ids() {
+        if !eos.contains(&id) {
+            eos.push(id);
+        }
+    }
+    let max_context = model.max_position_embeddings();
+    let runner = CausalLmRunner::new(model, num_pages, engine_args.page_size, max_context)
+        .with_context(|| format!("allocating a KV cache of {num_pages} pages"))?;
+    let config = engine_config(engine_args, num_pages, eos)?;
+    let engine = Engine::new(Box::new(runner) as Box<dyn ModelRunner + Send>, config)?;
+    let name = model_args
+        .model
+        .file_stem()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
+    Ok(LoadedModel { engine, tokenizer, chat, name })
 }
