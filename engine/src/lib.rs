@@ -8,6 +8,7 @@ pub mod core;
 pub mod engine;
 pub mod gguf_tokenizer;
 pub mod kvcache;
+pub mod runner;
 pub mod sampling;
 pub mod scheduler;
 pub mod tokenizer;
