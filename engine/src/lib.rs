@@ -11,4 +11,6 @@ pub mod kvcache;
 pub mod runner;
 pub mod sampling;
 pub mod scheduler;
+pub mod server;
+pub mod shell;
 pub mod tokenizer;

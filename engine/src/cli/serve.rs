@@ -1,8 +1,12 @@
-//! `minisgl serve`: placeholder (owned by the server work).
+//! `minisgl serve`: the OpenAI-compatible HTTP server (see `engine::server`).
 
 use std::process::ExitCode;
+use std::time::Duration;
 
+use anyhow::Context;
 use clap::Args;
+
+use crate::server::{self, ServerConfig};
 
 /// Arguments of `minisgl serve`.
 #[derive(Args, Debug)]
@@ -15,9 +19,42 @@ pub struct ServeArgs {
     pub host: String,
     #[arg(long, default_value_t = 30000)]
     pub port: u16,
+    /// The name clients use in the `model` field (default: the model's
+    /// folder or file name).
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Seconds requests in flight may run after SIGINT/SIGTERM before they
+    /// are aborted (a second signal aborts them at once).
+    #[arg(long, default_value_t = 30.0)]
+    pub shutdown_timeout: f64,
 }
 
-/// Runs the command.
-pub fn run(_args: ServeArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("not implemented yet")
+/// Loads the model, binds the port and serves until SIGINT or SIGTERM.
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    if !(args.shutdown_timeout.is_finite() && args.shutdown_timeout >= 0.0) {
+        anyhow::bail!("--shutdown-timeout must be a number of seconds >= 0");
+    }
+    let defaults = server::defaults_from_model_dir(&args.model.model)?;
+    let loaded = super::common::load_model(&args.model, &args.engine)?;
+    let addr = format!("{}:{}", args.host, args.port);
+    let listener =
+        std::net::TcpListener::bind(&addr).with_context(|| format!("cannot listen on {addr}"))?;
+    let local = listener
+        .local_addr()
+        .context("cannot read the bound address")?;
+    let model_name = args.served_model_name.unwrap_or(loaded.name);
+    eprintln!("minisgl: serving `{model_name}` on http://{local}");
+    server::serve(
+        loaded.engine,
+        loaded.tokenizer,
+        loaded.chat,
+        ServerConfig {
+            model_name,
+            defaults,
+            shutdown_timeout: Duration::from_secs_f64(args.shutdown_timeout),
+        },
+        listener,
+    )?;
+    eprintln!("minisgl: server stopped");
+    Ok(ExitCode::SUCCESS)
 }

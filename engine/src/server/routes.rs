@@ -1,0 +1,705 @@
+//! The HTTP routes: validate, render and tokenize, submit, respond or stream.
+//!
+//! | route | what |
+//! | --- | --- |
+//! | `POST /v1/chat/completions` | chat, streaming (SSE) or not |
+//! | `POST /v1/completions` | text completion, streaming or not |
+//! | `GET /v1/models`, `GET /v1/models/{model}` | the served model |
+//! | `POST /tokenize`, `POST /detokenize` | vLLM's tokenizer endpoints |
+//! | `GET /health` | 200 while the engine runs |
+//! | `GET /metrics` | Prometheus text format |
+//! | `GET/POST /flush_cache` | drop unused prefix-cache pages (SGLang) |
+//! | `GET /version` | the server version |
+//!
+//! Template rendering and tokenization run on tokio's blocking pool: they
+//! are CPU work proportional to the prompt and must not stall the threads
+//! that serve streams.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::Value as Json;
+use tokio::sync::mpsc::unbounded_channel;
+
+use super::engine_loop::{EngineHandle, Event, EventReceiver, Finished, Submission};
+use super::error::ApiError;
+use super::metrics::Metrics;
+use super::request::{
+    self, ChatRender, Prompt, Sampling, SamplingDefaults, StreamOptions, TokenizeInput,
+};
+use super::response::{
+    finish_reason_str, to_json, ChatChoice, ChatCompletion, ChatMessage, ChunkWriter, Completion,
+    CompletionChoice, DetokenizeResponse, ModelCard, ModelList, TokenizeResponse, Usage,
+};
+use crate::chat_template::{ChatTemplate, RenderOptions, SpecialTokens};
+use crate::tokenizer::Tokenizer;
+
+/// Largest request body accepted (a long prompt as JSON fits easily).
+pub const MAX_BODY_BYTES: usize = 64 << 20;
+
+/// `max_tokens` of a completion request that sets none (OpenAI's default).
+const COMPLETION_DEFAULT_MAX_TOKENS: usize = 16;
+
+/// The model as the routes see it.
+pub struct ServedModel {
+    /// The name clients address it by (`model` field).
+    pub name: String,
+    pub tokenizer: Arc<Tokenizer>,
+    /// The compiled chat template; `Err` holds why it does not compile.
+    pub template: Option<Result<ChatTemplate, String>>,
+    pub special_tokens: SpecialTokens,
+    pub defaults: SamplingDefaults,
+    /// Unix time the server started (the model card's `created`).
+    pub created: u64,
+}
+
+/// Everything the handlers share.
+pub struct AppState {
+    pub engine: EngineHandle,
+    pub model: ServedModel,
+    pub metrics: Arc<Metrics>,
+}
+
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(list_models))
+        .route("/v1/models/{model}", get(get_model))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/flush_cache", get(flush_cache).post(flush_cache))
+        .route("/version", get(version))
+        .fallback(not_found)
+        .layer(middleware::from_fn(json_method_not_allowed))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::RouteNotFound {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+    }
+}
+
+/// axum answers a known path with the wrong method with an empty 405; give
+/// it the JSON error body (keeping the `Allow` header).
+async fn json_method_not_allowed(request: Request, next: Next) -> Response {
+    let method = request.method().to_string();
+    let path = request.uri().path().to_owned();
+    let response = next.run(request).await;
+    if response.status() != StatusCode::METHOD_NOT_ALLOWED {
+        return response;
+    }
+    let allow = response.headers().get(header::ALLOW).cloned();
+    let mut json = ApiError::MethodNotAllowed { method, path }.into_response();
+    if let Some(allow) = allow {
+        json.headers_mut().insert(header::ALLOW, allow);
+    }
+    json
+}
+
+fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::BodyTooLarge(format!("the limit is {MAX_BODY_BYTES} bytes"))
+        } else {
+            ApiError::BadBody(rejection.body_text())
+        }
+    })
+}
+
+impl AppState {
+    /// Checks the request's `model` (optional, as in vLLM).
+    fn check_model(&self, model: Option<&str>) -> Result<(), ApiError> {
+        match model {
+            Some(m) if m != self.model.name => Err(ApiError::ModelNotFound {
+                model: m.to_owned(),
+                served: self.model.name.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Turns an error into its response, counting refusals.
+    fn reject(&self, err: ApiError) -> Response {
+        if err.status().is_client_error() {
+            self.metrics.record_rejected();
+        }
+        err.into_response()
+    }
+}
+
+impl ServedModel {
+    /// Renders a conversation with the model's chat template.
+    fn render_chat(&self, messages: &[Json], render: &ChatRender) -> Result<String, ApiError> {
+        let template = match &self.template {
+            Some(Ok(t)) => t,
+            Some(Err(e)) => return Err(ApiError::Template(e.clone())),
+            None => return Err(ApiError::NoChatTemplate),
+        };
+        let mut opts =
+            RenderOptions::new(render.add_generation_prompt, self.special_tokens.clone());
+        opts.extra = render.chat_template_kwargs.clone();
+        opts.documents = render.documents.clone();
+        let rendered = template
+            .render(messages, &opts)
+            .map_err(|e| ApiError::Template(e.to_string()))?;
+        if render.continue_final_message {
+            continue_final_message(rendered, messages)
+        } else {
+            Ok(rendered)
+        }
+    }
+
+    fn encode(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+        param: &str,
+    ) -> Result<Vec<u32>, ApiError> {
+        self.tokenizer
+            .encode(text, add_special_tokens)
+            .map_err(|e| ApiError::invalid_value(param, e.to_string()))
+    }
+}
+
+/// Cuts a rendered conversation right after the last message's content, so
+/// the model continues that message (transformers' `continue_final_message`).
+fn continue_final_message(rendered: String, messages: &[Json]) -> Result<String, ApiError> {
+    let last = messages
+        .last()
+        .and_then(|m| m.get("content"))
+        .and_then(Json::as_str)
+        .unwrap_or("");
+    let param = "continue_final_message";
+    let stripped = last.trim();
+    let Some(loc) = rendered.rfind(stripped) else {
+        return Err(ApiError::invalid_value(
+            param,
+            "the final message does not appear in the rendered chat",
+        ));
+    };
+    let trimmed_start = last.trim_start();
+    let end = if rendered[loc..].starts_with(trimmed_start) {
+        // The template kept the message's trailing whitespace.
+        loc + trimmed_start.len()
+    } else {
+        loc + stripped.len()
+    };
+    let mut rendered = rendered;
+    rendered.truncate(end);
+    Ok(rendered)
+}
+
+/// Runs CPU work (rendering, tokenizing) off the async threads. A panic in
+/// it becomes a 500 for this request.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::Internal(format!("request preparation failed: {e}")))?
+}
+
+/// A generation request, ready for the engine.
+struct Job {
+    prompt_ids: Vec<u32>,
+    sampling: Sampling,
+    stream: StreamOptions,
+    chat: bool,
+    /// Prompt text to send before the completion (`echo`).
+    echo: Option<String>,
+    /// `messages` or `prompt`, for error messages.
+    prompt_field: &'static str,
+    /// `max_tokens` when the request sets none.
+    default_max_tokens: usize,
+    arrival: Instant,
+}
+
+async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let arrival = Instant::now();
+    let result = async {
+        let body = body_bytes(body)?;
+        let req = request::parse_chat(&body)?;
+        state.check_model(req.model.as_deref())?;
+        let st = state.clone();
+        let (prompt_ids, req) = blocking(move || {
+            let text = st.model.render_chat(&req.messages, &req.render)?;
+            let ids = st.model.encode(&text, req.add_special_tokens, "messages")?;
+            Ok((ids, req))
+        })
+        .await?;
+        let room = state
+            .engine
+            .info()
+            .max_context_len
+            .saturating_sub(prompt_ids.len())
+            .max(1);
+        let default_max_tokens = state
+            .model
+            .defaults
+            .max_new_tokens
+            .map_or(room, |cap| cap.min(room));
+        generate(
+            &state,
+            Job {
+                prompt_ids,
+                sampling: req.sampling,
+                stream: req.stream,
+                chat: true,
+                echo: None,
+                prompt_field: "messages",
+                default_max_tokens,
+                arrival,
+            },
+        )
+        .await
+    }
+    .await;
+    result.unwrap_or_else(|e| state.reject(e))
+}
+
+async fn completions(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let arrival = Instant::now();
+    let result = async {
+        let body = body_bytes(body)?;
+        let req = request::parse_completion(&body)?;
+        state.check_model(req.model.as_deref())?;
+        let st = state.clone();
+        let (prompt_ids, echo, req) = blocking(move || {
+            let (ids, text) = match &req.prompt {
+                Prompt::Text(text) => (
+                    st.model.encode(text, req.add_special_tokens, "prompt")?,
+                    text.clone(),
+                ),
+                Prompt::Ids(ids) => {
+                    let text = if req.echo {
+                        st.model
+                            .tokenizer
+                            .decode(ids, false)
+                            .map_err(|e| ApiError::invalid_value("prompt", e.to_string()))?
+                    } else {
+                        String::new()
+                    };
+                    (ids.clone(), text)
+                }
+            };
+            Ok((ids, req.echo.then_some(text), req))
+        })
+        .await?;
+        let default_max_tokens = state
+            .model
+            .defaults
+            .max_new_tokens
+            .map_or(COMPLETION_DEFAULT_MAX_TOKENS, |cap| {
+                cap.min(COMPLETION_DEFAULT_MAX_TOKENS)
+            });
+        generate(
+            &state,
+            Job {
+                prompt_ids,
+                sampling: req.sampling,
+                stream: req.stream,
+                chat: false,
+                echo,
+                prompt_field: "prompt",
+                default_max_tokens,
+                arrival,
+            },
+        )
+        .await
+    }
+    .await;
+    result.unwrap_or_else(|e| state.reject(e))
+}
+
+/// Submits a job and answers with the whole completion or a stream.
+async fn generate(state: &Arc<AppState>, job: Job) -> Result<Response, ApiError> {
+    let params = job
+        .sampling
+        .to_params(&state.model.defaults, job.default_max_tokens);
+    let (tx, mut rx) = unbounded_channel();
+    state.engine.submit(Submission {
+        prompt_ids: job.prompt_ids,
+        params,
+        stop: job.sampling.stop.clone(),
+        skip_special_tokens: job.sampling.skip_special_tokens,
+        fit_max_tokens: job.sampling.max_tokens.is_none(),
+        arrival: job.arrival,
+        events: tx,
+    })?;
+    match rx.recv().await {
+        Some(Event::Accepted { .. }) => {}
+        Some(Event::Rejected(err)) => {
+            return Err(ApiError::from_engine(
+                &err,
+                job.prompt_field,
+                job.sampling.max_tokens.map(|(_, field)| field),
+            ))
+        }
+        Some(Event::Failed(err)) => return Err(err),
+        Some(other) => {
+            return Err(ApiError::Internal(format!(
+                "unexpected engine event before acceptance: {other:?}"
+            )))
+        }
+        None => return Err(ApiError::ShuttingDown),
+    }
+    let writer = ChunkWriter {
+        id: if job.chat {
+            format!("chatcmpl-{:032x}", rand::random::<u128>())
+        } else {
+            format!("cmpl-{:032x}", rand::random::<u128>())
+        },
+        created: unix_now(),
+        model: state.model.name.clone(),
+        chat: job.chat,
+    };
+    if job.stream.stream {
+        Ok(stream_response(
+            rx,
+            writer,
+            job.stream.include_usage,
+            job.echo,
+        ))
+    } else {
+        let (text, finished) = collect(rx).await?;
+        let text = match job.echo {
+            Some(mut prompt) => {
+                prompt.push_str(&text);
+                prompt
+            }
+            None => text,
+        };
+        Ok(full_response(&writer, &text, &finished))
+    }
+}
+
+/// Waits for the whole output of a non-streaming request.
+async fn collect(mut rx: EventReceiver) -> Result<(String, Finished), ApiError> {
+    let mut text = String::new();
+    loop {
+        match rx.recv().await {
+            Some(Event::Text(piece)) => text.push_str(&piece),
+            Some(Event::Finished(finished)) => {
+                text.push_str(&finished.text);
+                return Ok((text, finished));
+            }
+            Some(Event::Failed(err)) => return Err(err),
+            Some(Event::Accepted { .. } | Event::Rejected(_)) => {}
+            None => return Err(ApiError::Internal("the engine stopped".into())),
+        }
+    }
+}
+
+fn json_response(status: StatusCode, body: String) -> Response {
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn full_response(writer: &ChunkWriter, text: &str, finished: &Finished) -> Response {
+    let usage = Usage::new(
+        finished.prompt_tokens,
+        finished.completion_tokens,
+        finished.cached_tokens,
+    );
+    let finish_reason = finish_reason_str(finished.reason);
+    let body = if writer.chat {
+        to_json(&ChatCompletion {
+            id: &writer.id,
+            object: "chat.completion",
+            created: writer.created,
+            model: &writer.model,
+            choices: [ChatChoice {
+                index: 0,
+                message: ChatMessage {
+                    role: "assistant",
+                    content: text,
+                    refusal: None,
+                    tool_calls: Vec::new(),
+                },
+                logprobs: None,
+                finish_reason,
+            }],
+            usage,
+            system_fingerprint: None,
+        })
+    } else {
+        to_json(&Completion {
+            id: &writer.id,
+            object: "text_completion",
+            created: writer.created,
+            model: &writer.model,
+            choices: vec![CompletionChoice {
+                index: 0,
+                text,
+                logprobs: None,
+                finish_reason: Some(finish_reason),
+            }],
+            usage: Some(usage),
+            system_fingerprint: None,
+        })
+    };
+    json_response(StatusCode::OK, body)
+}
+
+/// The state of one SSE stream: chunks ready to send, and the events still
+/// to come. Dropping it (the client went away) drops the receiver, which
+/// the engine thread sees and aborts the request.
+struct StreamState {
+    rx: EventReceiver,
+    writer: ChunkWriter,
+    include_usage: bool,
+    ready: VecDeque<String>,
+    done: bool,
+}
+
+impl StreamState {
+    fn on_event(&mut self, event: Option<Event>) {
+        match event {
+            Some(Event::Text(text)) => self.ready.push_back(self.writer.text(&text)),
+            Some(Event::Finished(f)) => {
+                if !f.text.is_empty() {
+                    self.ready.push_back(self.writer.text(&f.text));
+                }
+                self.ready.push_back(self.writer.finish(f.reason));
+                if self.include_usage {
+                    let usage = Usage::new(f.prompt_tokens, f.completion_tokens, f.cached_tokens);
+                    self.ready.push_back(self.writer.usage(usage));
+                }
+                self.end();
+            }
+            // As vLLM does: an error object as a data event, then [DONE].
+            Some(Event::Failed(err)) => {
+                self.ready.push_back(err.to_json());
+                self.end();
+            }
+            Some(Event::Accepted { .. } | Event::Rejected(_)) => {}
+            None => {
+                self.ready
+                    .push_back(ApiError::Internal("the engine stopped".into()).to_json());
+                self.end();
+            }
+        }
+    }
+
+    fn end(&mut self) {
+        self.ready.push_back("[DONE]".to_owned());
+        self.done = true;
+    }
+}
+
+fn stream_response(
+    rx: EventReceiver,
+    writer: ChunkWriter,
+    include_usage: bool,
+    echo: Option<String>,
+) -> Response {
+    let mut ready = VecDeque::new();
+    if writer.chat {
+        ready.push_back(writer.role());
+    }
+    if let Some(prompt) = echo.filter(|p| !p.is_empty()) {
+        ready.push_back(writer.text(&prompt));
+    }
+    let state = StreamState {
+        rx,
+        writer,
+        include_usage,
+        ready,
+        done: false,
+    };
+    let stream = futures::stream::unfold(state, |mut st| async move {
+        loop {
+            if let Some(data) = st.ready.pop_front() {
+                return Some((Ok::<_, Infallible>(SseEvent::default().data(data)), st));
+            }
+            if st.done {
+                return None;
+            }
+            let event = st.rx.recv().await;
+            st.on_event(event);
+        }
+    });
+    Sse::new(stream).into_response()
+}
+
+async fn list_models(State(state): State<Arc<AppState>>) -> Response {
+    json_response(
+        StatusCode::OK,
+        to_json(&ModelList {
+            object: "list",
+            data: [model_card(&state)],
+        }),
+    )
+}
+
+fn model_card(state: &AppState) -> ModelCard<'_> {
+    ModelCard {
+        id: &state.model.name,
+        object: "model",
+        created: state.model.created,
+        owned_by: "minisgl",
+        root: &state.model.name,
+        max_model_len: state.engine.info().max_context_len,
+    }
+}
+
+async fn get_model(State(state): State<Arc<AppState>>, Path(model): Path<String>) -> Response {
+    match state.check_model(Some(&model)) {
+        Ok(()) => json_response(StatusCode::OK, to_json(&model_card(&state))),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn tokenize(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let result = async {
+        let body = body_bytes(body)?;
+        let req = request::parse_tokenize(&body)?;
+        state.check_model(req.model.as_deref())?;
+        let st = state.clone();
+        blocking(move || {
+            let (prompt, tokens) = match &req.input {
+                TokenizeInput::Prompt(Prompt::Text(text)) => (
+                    text.clone(),
+                    st.model.encode(text, req.add_special_tokens, "prompt")?,
+                ),
+                TokenizeInput::Prompt(Prompt::Ids(ids)) => {
+                    let text = st
+                        .model
+                        .tokenizer
+                        .decode(ids, false)
+                        .map_err(|e| ApiError::invalid_value("prompt", e.to_string()))?;
+                    (text, ids.clone())
+                }
+                TokenizeInput::Chat { messages, render } => {
+                    let text = st.model.render_chat(messages, render)?;
+                    let ids = st.model.encode(&text, req.add_special_tokens, "messages")?;
+                    (text, ids)
+                }
+            };
+            let token_strs = req.return_token_strs.then(|| {
+                tokens
+                    .iter()
+                    .map(|&id| st.model.tokenizer.id_to_token(id).unwrap_or_default())
+                    .collect()
+            });
+            Ok(TokenizeResponse {
+                count: tokens.len(),
+                max_model_len: st.engine.info().max_context_len,
+                tokens,
+                token_strs,
+                prompt,
+            })
+        })
+        .await
+    }
+    .await;
+    match result {
+        Ok(body) => json_response(StatusCode::OK, to_json(&body)),
+        Err(e) => state.reject(e),
+    }
+}
+
+async fn detokenize(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let result = async {
+        let body = body_bytes(body)?;
+        let req = request::parse_detokenize(&body)?;
+        state.check_model(req.model.as_deref())?;
+        let vocab = state.model.tokenizer.vocab_size();
+        if let Some((i, id)) = req
+            .tokens
+            .iter()
+            .enumerate()
+            .find(|(_, &id)| id as usize >= vocab)
+        {
+            return Err(ApiError::invalid_value(
+                format!("tokens.{i}"),
+                format!("{id} is outside the vocabulary of {vocab} tokens"),
+            ));
+        }
+        let st = state.clone();
+        blocking(move || {
+            st.model
+                .tokenizer
+                .decode(&req.tokens, false)
+                .map(|prompt| DetokenizeResponse { prompt })
+                .map_err(|e| ApiError::invalid_value("tokens", e.to_string()))
+        })
+        .await
+    }
+    .await;
+    match result {
+        Ok(body) => json_response(StatusCode::OK, to_json(&body)),
+        Err(e) => state.reject(e),
+    }
+}
+
+async fn health(State(state): State<Arc<AppState>>) -> Response {
+    if state.engine.is_alive() {
+        StatusCode::OK.into_response()
+    } else {
+        ApiError::Internal("the engine thread is not running".into()).into_response()
+    }
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let mut response = state.metrics.render().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    response
+}
+
+async fn flush_cache(State(state): State<Arc<AppState>>) -> Response {
+    if state.engine.flush_cache().await {
+        json_response(StatusCode::OK, r#"{"success":true}"#.to_owned())
+    } else {
+        ApiError::ShuttingDown.into_response()
+    }
+}
+
+async fn version() -> Response {
+    json_response(
+        StatusCode::OK,
+        format!(r#"{{"version":"{}"}}"#, env!("CARGO_PKG_VERSION")),
+    )
+}

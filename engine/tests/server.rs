@@ -1,0 +1,706 @@
+//! The OpenAI-compatible server, end to end.
+//!
+//! Two kinds of servers: in-process ones over a deterministic fake model
+//! ([`HashLm`], for exact control of outputs: stop strings, limits), and
+//! `minisgl serve` child processes over the tiny fixture models on the CPU
+//! (the real command line, the official `openai` Python client, concurrency,
+//! disconnects, signals). Expected outputs always come from the engine's
+//! offline `generate` on the same prompt ids.
+
+mod server_support;
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use engine::chat_template::{ChatTemplate, ModelChatConfig, RenderOptions};
+use engine::core::SamplingParams;
+use engine::engine::{Engine, EngineConfig, GenerateRequest};
+use engine::kvcache::CacheKind;
+use engine::scheduler::SchedulePolicy;
+use engine::server::{self, SamplingDefaults, ServerConfig, ServerHandle};
+use engine::tokenizer::Tokenizer;
+use serde_json::{json, Value as Json};
+use server_support::*;
+
+const MODEL: &str = "qwen3-tiny";
+
+fn tokenizer() -> Tokenizer {
+    Tokenizer::from_dir(&fixture(MODEL)).expect("fixture tokenizer")
+}
+
+fn fake_lm(tok: &Tokenizer, max_context_len: usize) -> HashLm {
+    HashLm {
+        vocab_size: tok.vocab_size(),
+        max_context_len,
+        banned: Vec::new(),
+        step_delay: Duration::ZERO,
+    }
+}
+
+fn fake_engine(lm: HashLm, tok: &Tokenizer, num_pages: usize) -> Engine<HashLm> {
+    Engine::new(
+        lm,
+        EngineConfig {
+            page_size: 4,
+            num_pages,
+            max_prefill_length: 64,
+            max_running_requests: 32,
+            cache: CacheKind::Radix,
+            policy: SchedulePolicy::Mixed,
+            decode_reserve: 1.0,
+            eos_token_ids: tok.eos_token_ids().to_vec(),
+        },
+    )
+    .expect("engine config")
+}
+
+fn start_fake(lm: HashLm, num_pages: usize) -> ServerHandle {
+    let tok = tokenizer();
+    let engine = fake_engine(lm, &tok, num_pages);
+    let chat = ModelChatConfig::load(&fixture(MODEL)).expect("chat config");
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
+    server::start(
+        engine,
+        tok,
+        chat,
+        ServerConfig {
+            model_name: MODEL.to_owned(),
+            defaults: SamplingDefaults::openai(),
+            shutdown_timeout: Duration::from_secs(5),
+        },
+        listener,
+    )
+    .expect("start server")
+}
+
+/// The chat prompt ids of `messages`, rendered as the server does.
+fn chat_prompt_ids(tok: &Tokenizer, messages: &Json) -> Vec<u32> {
+    let chat = ModelChatConfig::load(&fixture(MODEL)).unwrap();
+    let template = ChatTemplate::new(chat.chat_template.as_deref().unwrap()).unwrap();
+    let text = template
+        .render(
+            messages.as_array().unwrap(),
+            &RenderOptions::new(true, chat.special_tokens.clone()),
+        )
+        .unwrap();
+    tok.encode(&text, false).unwrap()
+}
+
+/// Offline greedy generation of `prompt_ids` with a fresh engine.
+fn offline(
+    lm: &HashLm,
+    tok: &Tokenizer,
+    prompt_ids: Vec<u32>,
+    max_tokens: usize,
+) -> (String, usize, String) {
+    let mut engine = fake_engine(lm.clone(), tok, 256);
+    let out = engine
+        .generate(vec![GenerateRequest {
+            prompt_ids,
+            params: SamplingParams::greedy(max_tokens),
+        }])
+        .unwrap()
+        .remove(0);
+    (
+        tok.decode(&out.output_ids, true).unwrap(),
+        out.output_ids.len(),
+        out.finish_reason.to_string(),
+    )
+}
+
+#[test]
+fn fake_model_chat_and_completions_match_offline_generation() {
+    let tok = tokenizer();
+    let lm = fake_lm(&tok, 512);
+    let server = start_fake(lm.clone(), 256);
+    let addr = server.addr();
+    let messages = json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a prime number."}]);
+    let prompt_ids = chat_prompt_ids(&tok, &messages);
+    let (want, want_tokens, want_reason) = offline(&lm, &tok, prompt_ids.clone(), 40);
+
+    let body = json!({"model": MODEL, "messages": messages, "max_tokens": 40, "temperature": 0});
+    let r = post_json(addr, "/v1/chat/completions", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["content"], want.as_str());
+    assert_eq!(v["choices"][0]["finish_reason"], want_reason.as_str());
+    assert_eq!(v["usage"]["prompt_tokens"], prompt_ids.len());
+    assert_eq!(v["usage"]["completion_tokens"], want_tokens);
+    assert_eq!(v["usage"]["total_tokens"], prompt_ids.len() + want_tokens);
+
+    let mut body = body.clone();
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"include_usage": true});
+    let s = SseStream::open(addr, "/v1/chat/completions", &body).unwrap();
+    assert_eq!(s.status, 200);
+    let payloads = s.collect().unwrap();
+    let sum = summarize(&payloads);
+    assert!(sum.done && sum.errors.is_empty());
+    assert_eq!(sum.text, want);
+    assert_eq!(sum.finish_reason.as_deref(), Some(want_reason.as_str()));
+    let usage = sum.usage.expect("usage chunk");
+    assert_eq!(usage["completion_tokens"], want_tokens);
+    // The usage chunk is the last before [DONE], with empty choices.
+    let last: Json = serde_json::from_str(&payloads[payloads.len() - 2]).unwrap();
+    assert_eq!(last["choices"], json!([]));
+    // The first chunk carries the role.
+    let first: Json = serde_json::from_str(&payloads[0]).unwrap();
+    assert_eq!(first["choices"][0]["delta"]["role"], "assistant");
+
+    // Completions, from text and from token ids.
+    let prompt = "The quick brown fox";
+    let ids = tok.encode(prompt, true).unwrap();
+    let (want, want_tokens, _) = offline(&lm, &tok, ids.clone(), 16);
+    for p in [json!(prompt), json!(ids)] {
+        let r = post_json(
+            addr,
+            "/v1/completions",
+            &json!({"prompt": p, "temperature": 0}),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        let v = r.json();
+        assert_eq!(v["object"], "text_completion");
+        assert_eq!(v["choices"][0]["text"], want.as_str());
+        assert_eq!(v["usage"]["completion_tokens"], want_tokens);
+        let s = SseStream::open(
+            addr,
+            "/v1/completions",
+            &json!({"prompt": p, "temperature": 0, "stream": true}),
+        )
+        .unwrap();
+        let sum = summarize(&s.collect().unwrap());
+        assert_eq!(sum.text, want);
+        assert!(sum.usage.is_none(), "no usage without include_usage");
+    }
+    // Echo puts the prompt first.
+    let r = post_json(
+        addr,
+        "/v1/completions",
+        &json!({"prompt": prompt, "temperature": 0, "echo": true}),
+    );
+    assert_eq!(r.json()["choices"][0]["text"], format!("{prompt}{want}"));
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn stop_strings_end_requests_early() {
+    let tok = tokenizer();
+    let mut lm = fake_lm(&tok, 512);
+    lm.banned = tok.eos_token_ids().to_vec();
+    let server = start_fake(lm.clone(), 256);
+    let prompt = "Once upon a time";
+    let ids = tok.encode(prompt, true).unwrap();
+    let (full, full_tokens, _) = offline(&lm, &tok, ids.clone(), 60);
+    let chars: Vec<char> = full.chars().collect();
+    assert!(
+        chars.len() > 20,
+        "the fake model's text is long enough: {full:?}"
+    );
+    let stop: String = chars[10..13].iter().collect();
+    let cut = &full[..full.find(&stop).unwrap()];
+    for stream in [false, true] {
+        let body = json!({"prompt": prompt, "max_tokens": 60, "temperature": 0, "stop": [stop], "stream": stream,
+                          "stream_options": if stream { json!({"include_usage": true}) } else { Json::Null }});
+        let (text, reason, usage) = if stream {
+            let sum = summarize(
+                &SseStream::open(server.addr(), "/v1/completions", &body)
+                    .unwrap()
+                    .collect()
+                    .unwrap(),
+            );
+            (sum.text, sum.finish_reason.unwrap(), sum.usage.unwrap())
+        } else {
+            let v = post_json(server.addr(), "/v1/completions", &body).json();
+            (
+                v["choices"][0]["text"].as_str().unwrap().to_owned(),
+                v["choices"][0]["finish_reason"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned(),
+                v["usage"].clone(),
+            )
+        };
+        assert_eq!(text, cut, "stream={stream}");
+        assert_eq!(reason, "stop");
+        let n = usage["completion_tokens"].as_u64().unwrap() as usize;
+        assert!(
+            n < full_tokens,
+            "the request ended early ({n} of {full_tokens} tokens)"
+        );
+    }
+    // max_tokens ends with `length`.
+    let v = post_json(
+        server.addr(),
+        "/v1/completions",
+        &json!({"prompt": prompt, "max_tokens": 3, "temperature": 0}),
+    )
+    .json();
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["usage"]["completion_tokens"], 3);
+    server.shutdown().unwrap();
+}
+
+/// One bad request and what the server must answer.
+struct Bad {
+    method: &'static str,
+    path: &'static str,
+    body: Option<String>,
+    status: u16,
+    /// The `param` of the error (None: must be null).
+    param: Option<&'static str>,
+}
+
+fn bad(path: &'static str, body: Json, status: u16, param: Option<&'static str>) -> Bad {
+    Bad {
+        method: "POST",
+        path,
+        body: Some(body.to_string()),
+        status,
+        param,
+    }
+}
+
+/// Sends every bad request of the spec and checks status and error shape;
+/// the server must keep serving after each one.
+fn check_bad_requests(addr: std::net::SocketAddr, model: &str, max_context_len: usize) {
+    let chat = "/v1/chat/completions";
+    let cmpl = "/v1/completions";
+    let msgs = json!([{"role": "user", "content": "hi"}]);
+    let with = |extra: Json| {
+        let mut b = json!({"model": model, "messages": msgs});
+        for (k, v) in extra.as_object().unwrap() {
+            b[k] = v.clone();
+        }
+        b
+    };
+    let long_prompt = "word ".repeat(max_context_len * 2);
+    let cases = vec![
+        Bad {
+            method: "POST",
+            path: chat,
+            body: Some("{not json".into()),
+            status: 400,
+            param: None,
+        },
+        Bad {
+            method: "POST",
+            path: chat,
+            body: Some("[1, 2]".into()),
+            status: 400,
+            param: None,
+        },
+        Bad {
+            method: "POST",
+            path: chat,
+            body: Some(String::new()),
+            status: 400,
+            param: None,
+        },
+        bad(chat, json!({"model": model}), 400, Some("messages")),
+        bad(
+            chat,
+            json!({"model": model, "messages": []}),
+            400,
+            Some("messages"),
+        ),
+        bad(
+            chat,
+            json!({"model": model, "messages": "hi"}),
+            400,
+            Some("messages"),
+        ),
+        bad(
+            chat,
+            json!({"model": model, "messages": [{"content": "x"}]}),
+            400,
+            Some("messages.0.role"),
+        ),
+        bad(
+            chat,
+            json!({"model": model, "messages": [{"role": "user", "content": 5}]}),
+            400,
+            Some("messages.0.content"),
+        ),
+        bad(
+            chat,
+            json!({"model": model, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}),
+            400,
+            Some("messages.0.content.0.type"),
+        ),
+        bad(
+            chat,
+            with(json!({"temperature": -0.5})),
+            400,
+            Some("temperature"),
+        ),
+        bad(
+            chat,
+            with(json!({"temperature": "hot"})),
+            400,
+            Some("temperature"),
+        ),
+        bad(chat, with(json!({"top_p": 0})), 400, Some("top_p")),
+        bad(chat, with(json!({"top_p": 1.5})), 400, Some("top_p")),
+        bad(chat, with(json!({"top_k": -2})), 400, Some("top_k")),
+        bad(chat, with(json!({"min_p": 2})), 400, Some("min_p")),
+        bad(
+            chat,
+            with(json!({"max_tokens": 0})),
+            400,
+            Some("max_tokens"),
+        ),
+        bad(
+            chat,
+            with(json!({"max_tokens": -3})),
+            400,
+            Some("max_tokens"),
+        ),
+        bad(
+            chat,
+            with(json!({"max_tokens": 1.5})),
+            400,
+            Some("max_tokens"),
+        ),
+        bad(
+            chat,
+            with(json!({"max_completion_tokens": 0})),
+            400,
+            Some("max_completion_tokens"),
+        ),
+        bad(
+            chat,
+            with(json!({"max_tokens": max_context_len + 1})),
+            400,
+            Some("max_tokens"),
+        ),
+        bad(chat, with(json!({"n": 2})), 400, Some("n")),
+        bad(chat, with(json!({"logprobs": true})), 400, Some("logprobs")),
+        bad(chat, with(json!({"stop": 3})), 400, Some("stop")),
+        bad(chat, with(json!({"stop": [""]})), 400, Some("stop.0")),
+        bad(chat, with(json!({"seed": "x"})), 400, Some("seed")),
+        bad(chat, with(json!({"stream": "yes"})), 400, Some("stream")),
+        bad(
+            chat,
+            with(json!({"stream_options": {"include_usage": true}})),
+            400,
+            Some("stream_options"),
+        ),
+        bad(
+            chat,
+            with(json!({"stream": true, "stream_options": {"bogus": true}})),
+            400,
+            Some("stream_options.bogus"),
+        ),
+        bad(
+            chat,
+            with(json!({"frequency_penalty": 0.5})),
+            400,
+            Some("frequency_penalty"),
+        ),
+        bad(
+            chat,
+            with(json!({"tools": [{"type": "function", "function": {"name": "f"}}]})),
+            400,
+            Some("tools"),
+        ),
+        bad(
+            chat,
+            with(json!({"response_format": {"type": "json_object"}})),
+            400,
+            Some("response_format"),
+        ),
+        bad(
+            chat,
+            with(json!({"frobnicate": 1})),
+            400,
+            Some("frobnicate"),
+        ),
+        bad(
+            chat,
+            with(json!({"chat_template_kwargs": {"messages": []}})),
+            400,
+            Some("chat_template_kwargs.messages"),
+        ),
+        bad(
+            chat,
+            with(json!({"add_generation_prompt": true, "continue_final_message": true})),
+            400,
+            Some("continue_final_message"),
+        ),
+        bad(
+            chat,
+            with(json!({"model": "no-such-model"})),
+            404,
+            Some("model"),
+        ),
+        bad(
+            chat,
+            json!({"model": model, "messages": [{"role": "user", "content": long_prompt}]}),
+            400,
+            Some("messages"),
+        ),
+        bad(cmpl, json!({"model": model}), 400, Some("prompt")),
+        bad(
+            cmpl,
+            json!({"model": model, "prompt": 7}),
+            400,
+            Some("prompt"),
+        ),
+        bad(
+            cmpl,
+            json!({"model": model, "prompt": ["a", "b"]}),
+            400,
+            Some("prompt"),
+        ),
+        bad(
+            cmpl,
+            json!({"model": model, "prompt": [1, -2]}),
+            400,
+            Some("prompt.1"),
+        ),
+        bad(
+            cmpl,
+            json!({"model": model, "prompt": [1, 99999999]}),
+            400,
+            Some("prompt"),
+        ),
+        bad(
+            cmpl,
+            json!({"model": model, "prompt": "x", "echo": "yes"}),
+            400,
+            Some("echo"),
+        ),
+        bad(
+            cmpl,
+            json!({"model": model, "prompt": "x", "logprobs": 1}),
+            400,
+            Some("logprobs"),
+        ),
+        bad(
+            cmpl,
+            json!({"model": model, "prompt": "x", "best_of": 3}),
+            400,
+            Some("best_of"),
+        ),
+        bad(
+            cmpl,
+            json!({"model": model, "prompt": "x", "suffix": "y"}),
+            400,
+            Some("suffix"),
+        ),
+        bad(
+            cmpl,
+            json!({"model": model, "prompt": "x", "max_completion_tokens": 4}),
+            400,
+            Some("max_completion_tokens"),
+        ),
+        bad(
+            cmpl,
+            json!({"model": model, "prompt": long_prompt}),
+            400,
+            Some("prompt"),
+        ),
+        bad(
+            cmpl,
+            json!({"model": "gpt-4", "prompt": "x"}),
+            404,
+            Some("model"),
+        ),
+        bad("/tokenize", json!({}), 400, Some("prompt")),
+        bad(
+            "/tokenize",
+            json!({"prompt": "a", "messages": msgs}),
+            400,
+            Some("messages"),
+        ),
+        bad(
+            "/detokenize",
+            json!({"tokens": [1, "x"]}),
+            400,
+            Some("tokens.1"),
+        ),
+        bad(
+            "/detokenize",
+            json!({"tokens": [99999999]}),
+            400,
+            Some("tokens.0"),
+        ),
+        Bad {
+            method: "GET",
+            path: "/v1/nothing",
+            body: None,
+            status: 404,
+            param: None,
+        },
+        Bad {
+            method: "POST",
+            path: "/v1/embeddings",
+            body: Some("{}".into()),
+            status: 404,
+            param: None,
+        },
+        Bad {
+            method: "GET",
+            path: chat,
+            body: None,
+            status: 405,
+            param: None,
+        },
+        Bad {
+            method: "DELETE",
+            path: "/v1/models",
+            body: None,
+            status: 405,
+            param: None,
+        },
+        Bad {
+            method: "GET",
+            path: "/v1/models/other",
+            body: None,
+            status: 404,
+            param: Some("model"),
+        },
+    ];
+    for case in &cases {
+        let r = request(
+            addr,
+            case.method,
+            case.path,
+            case.body.as_deref().map(str::as_bytes),
+        )
+        .unwrap_or_else(|e| panic!("{} {}: {e}", case.method, case.path));
+        let what = format!(
+            "{} {} {:?} -> {} {}",
+            case.method,
+            case.path,
+            case.body,
+            r.status,
+            r.text()
+        );
+        assert_eq!(r.status, case.status, "{what}");
+        let v = r.json();
+        let e = &v["error"];
+        assert!(
+            e["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{what}"
+        );
+        assert!(e["type"].as_str().is_some(), "{what}");
+        assert!(
+            e.get("code").is_some() && e.get("param").is_some(),
+            "{what}"
+        );
+        match case.param {
+            Some(p) => assert_eq!(e["param"], p, "{what}"),
+            None => assert!(e["param"].is_null(), "{what}"),
+        }
+        // Still serving.
+        assert_eq!(get(addr, "/health").status, 200, "after {what}");
+    }
+    // And still generating.
+    let r = post_json(addr, chat, &with(json!({"max_tokens": 2})));
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+#[test]
+fn fake_model_bad_requests_get_openai_errors() {
+    let tok = tokenizer();
+    let server = start_fake(fake_lm(&tok, 256), 128);
+    check_bad_requests(server.addr(), MODEL, 256);
+    // 4xx are counted.
+    let m = get(server.addr(), "/metrics").text();
+    assert!(metric(&m, "minisgl_requests_rejected_total") >= 40.0);
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn default_max_tokens_fits_the_kv_pool() {
+    // Context 1024, but a pool of 16 pages of 4 tokens: a chat request
+    // without max_tokens is shrunk to fit, not refused.
+    let tok = tokenizer();
+    let mut lm = fake_lm(&tok, 1024);
+    lm.banned = tok.eos_token_ids().to_vec();
+    let server = start_fake(lm, 16);
+    let body = json!({"messages": [{"role": "user", "content": "hi"}], "temperature": 0});
+    let r = post_json(server.addr(), "/v1/chat/completions", &body);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    let total = v["usage"]["total_tokens"].as_u64().unwrap();
+    assert_eq!(
+        total,
+        16 * 4 + 1,
+        "prompt + outputs fill the pool (the last output needs no slot)"
+    );
+    // An explicit max_tokens beyond the pool is refused.
+    let mut body = body;
+    body["max_tokens"] = json!(200);
+    let r = post_json(server.addr(), "/v1/chat/completions", &body);
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json()["error"]["code"], "context_length_exceeded");
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn tokenize_detokenize_models_and_health() {
+    let tok = tokenizer();
+    let server = start_fake(fake_lm(&tok, 300), 64);
+    let addr = server.addr();
+    let r = post_json(addr, "/tokenize", &json!({"prompt": "hello world"}));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let ids: Vec<u32> = serde_json::from_value(v["tokens"].clone()).unwrap();
+    assert_eq!(ids, tok.encode("hello world", true).unwrap());
+    assert_eq!(v["count"], ids.len());
+    assert_eq!(v["max_model_len"], 300);
+    assert_eq!(v["prompt"], "hello world");
+    let r = post_json(addr, "/detokenize", &json!({"tokens": ids}));
+    assert_eq!(r.json()["prompt"], "hello world");
+
+    let messages = json!([{"role": "user", "content": "hi"}]);
+    let v = post_json(
+        addr,
+        "/tokenize",
+        &json!({"messages": messages, "add_generation_prompt": true}),
+    )
+    .json();
+    assert_eq!(
+        v["prompt"],
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    );
+    let ids: Vec<u32> = serde_json::from_value(v["tokens"].clone()).unwrap();
+    assert_eq!(ids, chat_prompt_ids(&tok, &messages));
+    let v = post_json(
+        addr,
+        "/tokenize",
+        &json!({"messages": messages, "add_generation_prompt": false}),
+    )
+    .json();
+    assert_eq!(v["prompt"], "<|im_start|>user\nhi<|im_end|>\n");
+    // continue_final_message ends inside the last message.
+    let v = post_json(
+        addr,
+        "/tokenize",
+        &json!({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hel"}],
+                "add_generation_prompt": false, "continue_final_message": true}),
+    )
+    .json();
+    assert_eq!(
+        v["prompt"],
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nHel"
+    );
+
+    let v = get(addr, "/v1/models").json();
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["data"][0]["id"], MODEL);
+    assert_eq!(v["data"][0]["max_model_len"], 300);
+    assert_eq!(
+        get(addr, &format!("/v1/models/{MODEL}")).json()["id"],
+        MODEL
+    );
+    assert_eq!(get(addr, "/health").status, 200);
+    let m = get(addr, "/metrics");
+    assert!(m.header("content-type").unwrap().starts_with("text/plain"));
+    assert_eq!(metric(&m.text(), "minisgl_kv_pages_total"), 64.0);
+    server.shutdown().unwrap();
+}
