@@ -72,6 +72,8 @@ pub struct MoeConfig {
 
 impl MoeConfig {
     /// Whether layer `layer_idx` has the sparse MLP (transformers' rule).
+    // `is_multiple_of` needs Rust 1.87; the workspace's rust-version is 1.85.
+    #[allow(clippy::manual_is_multiple_of)]
     pub fn is_sparse_layer(&self, layer_idx: usize) -> bool {
         !self.mlp_only_layers.contains(&layer_idx) && self.num_experts > 0 && (layer_idx + 1) % self.decoder_sparse_step.max(1) == 0
     }

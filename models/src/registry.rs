@@ -173,13 +173,13 @@ fn is_gguf(path: &Path) -> bool {
 pub fn load_model(path: &Path, options: &LoadOptions) -> Result<Box<dyn CausalLm>> {
     enum Input {
         Folder,
-        Gguf(GgufCheckpoint),
+        Gguf(Box<GgufCheckpoint>),
     }
     let (config, input) = if path.is_dir() {
         (ModelConfig::from_folder(path)?, Input::Folder)
     } else if path.is_file() && is_gguf(path) {
         let checkpoint = GgufCheckpoint::open(path)?;
-        (ModelConfig::from_value(checkpoint.hf_config(), path)?, Input::Gguf(checkpoint))
+        (ModelConfig::from_value(checkpoint.hf_config(), path)?, Input::Gguf(Box::new(checkpoint)))
     } else if path.is_file() {
         return Err(ModelError::NoWeights { path: path.to_path_buf(), message: "expected a model folder or a .gguf file".into() });
     } else {
@@ -207,7 +207,7 @@ pub fn load_model(path: &Path, options: &LoadOptions) -> Result<Box<dyn CausalLm
             }
             Weights::safetensors(path, dtype, device)?
         }
-        (LoadFormat::Auto, Input::Gguf(checkpoint)) => Weights::gguf(checkpoint, path, dtype, device)?,
+        (LoadFormat::Auto, Input::Gguf(checkpoint)) => Weights::gguf(*checkpoint, path, dtype, device)?,
         (LoadFormat::Safetensors, Input::Gguf(_)) => {
             return Err(ModelError::NoWeights { path: path.to_path_buf(), message: "--load-format safetensors needs an HF folder, not a GGUF file".into() })
         }

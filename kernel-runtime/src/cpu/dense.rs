@@ -74,9 +74,10 @@ struct MatRef<'a> {
     col_stride: isize,
 }
 
-/// `dst[m, n] (+)= lhs[m, k] @ rhs[k, n]`, where `dst` is row-major with `n`
-/// columns; `accumulate` keeps what `dst` holds (the bias).
-fn gemm_f32(m: usize, n: usize, k: usize, dst: &mut [f32], accumulate: bool, lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) {
+/// `dst[m, n] (+)= lhs[m, k] @ rhs[k, n]` for `(m, n, k) = mnk`, where `dst` is
+/// row-major with `n` columns; `accumulate` keeps what `dst` holds (the bias).
+fn gemm_f32(mnk: (usize, usize, usize), dst: &mut [f32], accumulate: bool, lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) {
+    let (m, n, k) = mnk;
     debug_assert!(dst.len() >= m * n);
     let parallelism = if parallel { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
     // SAFETY: `dst` holds m x n row-major elements (asserted by the callers' sizes);
@@ -162,7 +163,7 @@ pub(crate) fn linear(out: &Tensor, x: &Tensor, w: &Tensor, bias: Option<&Tensor>
                     }
                 }
                 let rhs_block = MatRef { data: &rhs.data[c0 * k..c1 * k], ..rhs };
-                gemm_f32(m, nb, k, &mut part, accumulate, lhs, rhs_block, false);
+                gemm_f32((m, nb, k), &mut part, accumulate, lhs, rhs_block, false);
                 (c0, part)
             })
             .collect();
@@ -173,7 +174,7 @@ pub(crate) fn linear(out: &Tensor, x: &Tensor, w: &Tensor, bias: Option<&Tensor>
             }
         }
     } else {
-        gemm_f32(m, n, k, &mut acc, accumulate, lhs, rhs, true);
+        gemm_f32((m, n, k), &mut acc, accumulate, lhs, rhs, true);
     }
     write_f32(out, &acc)
 }
