@@ -7,12 +7,14 @@
 //! | `bench` | [`bench`] | the mini-sglang offline throughput benchmark |
 //! | `shell` | [`shell`] | interactive chat in the terminal |
 //! | `render-template` | [`render_template`] | render a chat template, for debugging it |
+//! | `pull` | [`pull`] | fetch a demo model (SmolLM2) into the local cache, on request |
 //!
 //! Options shared by the commands that load a model live in [`common`].
 
 pub mod bench;
 pub mod common;
 pub mod generate;
+pub mod pull;
 pub mod render_template;
 pub mod serve;
 pub mod shell;
@@ -41,6 +43,8 @@ pub enum Command {
     Shell(shell::ShellArgs),
     /// Render a chat template with a conversation and print the prompt.
     RenderTemplate(render_template::RenderTemplateArgs),
+    /// Download a demo model (smollm2) into the local cache and print its path.
+    Pull(pull::PullArgs),
 }
 
 /// Parses the command line, runs the command and maps errors to exit code 1.
@@ -52,6 +56,7 @@ pub fn main() -> ExitCode {
         Command::Bench(a) => bench::run(a),
         Command::Shell(a) => shell::run(a),
         Command::RenderTemplate(a) => render_template::run(a),
+        Command::Pull(a) => pull::run(a),
     };
     match result {
         Ok(code) => code,
