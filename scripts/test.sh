@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The test command: sets up the toolchain (scripts/env.sh), builds the kernels
-# ahead of time, and runs every test of the workspace. No GPU needed; GPU tests
-# run too when MINISGL_GPU_TESTS=1 is set on a machine with one.
+# ahead of time, fetches the SmolLM2 demo model (`minisgl pull smollm2`, once),
+# and runs every test of the workspace. No GPU needed; GPU tests run too when
+# MINISGL_GPU_TESTS=1 is set on a machine with one.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$MINISGL_ROOT"
 cargo xtask build-kernels
+cargo build --bin minisgl
+MINISGL_SMOLLM2_GGUF=$(target/debug/minisgl pull smollm2)
+export MINISGL_SMOLLM2_GGUF
 cargo test --workspace "$@"
