@@ -704,3 +704,423 @@ fn tokenize_detokenize_models_and_health() {
     assert_eq!(metric(&m.text(), "minisgl_kv_pages_total"), 64.0);
     server.shutdown().unwrap();
 }
+
+// ---------------------------------------------------------------------------
+// `minisgl serve` child processes over the fixture models (CPU).
+
+use engine::cli::common::{load_model, EngineArgs, LoadedModel, ModelArgs};
+use std::process::Command;
+
+const SERVE_READY: Duration = Duration::from_secs(120);
+
+fn load(name: &str) -> LoadedModel {
+    load_model(
+        &ModelArgs {
+            model: fixture(name),
+            device: "cpu".into(),
+            dtype: "auto".into(),
+            load_format: "auto".into(),
+            attn: "paged".into(),
+        },
+        &EngineArgs {
+            page_size: 16,
+            num_pages: Some(1024),
+            mem_fraction: 0.85,
+            max_prefill_length: 8192,
+            max_running_requests: 256,
+            cache: "radix".into(),
+        },
+    )
+    .unwrap_or_else(|e| panic!("load {name}: {e:#}"))
+}
+
+/// What the engine generates offline for a prompt.
+#[derive(Clone, Debug)]
+struct Expected {
+    text: String,
+    prompt_tokens: usize,
+    completion_tokens: usize,
+    finish_reason: String,
+}
+
+fn offline_greedy(m: &mut LoadedModel, prompt_ids: Vec<u32>, max_tokens: usize) -> Expected {
+    let prompt_tokens = prompt_ids.len();
+    let out = m
+        .engine
+        .generate(vec![GenerateRequest {
+            prompt_ids,
+            params: SamplingParams::greedy(max_tokens),
+        }])
+        .expect("offline generation")
+        .remove(0);
+    Expected {
+        text: m.tokenizer.decode(&out.output_ids, true).unwrap(),
+        prompt_tokens,
+        completion_tokens: out.output_ids.len(),
+        finish_reason: out.finish_reason.to_string(),
+    }
+}
+
+/// The chat prompt ids of `messages` with the model's own template.
+fn model_chat_ids(m: &LoadedModel, messages: &Json) -> Vec<u32> {
+    let template =
+        ChatTemplate::new(m.chat.chat_template.as_deref().expect("a chat template")).unwrap();
+    let text = template
+        .render(
+            messages.as_array().unwrap(),
+            &RenderOptions::new(true, m.chat.special_tokens.clone()),
+        )
+        .unwrap();
+    m.tokenizer.encode(&text, false).unwrap()
+}
+
+fn python() -> Command {
+    let mut cmd = Command::new("python3");
+    // What scripts/env.sh puts on the path.
+    let pydeps = repo_root().join(".pydeps");
+    let path = match std::env::var_os("PYTHONPATH") {
+        Some(p) if !p.is_empty() => {
+            let mut all = pydeps.into_os_string();
+            all.push(":");
+            all.push(p);
+            all
+        }
+        _ => pydeps.into_os_string(),
+    };
+    cmd.env("PYTHONPATH", path);
+    cmd
+}
+
+fn require_openai_package() {
+    let out = python()
+        .args(["-c", "import openai; print(openai.__version__)"])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!(
+            "the `openai` Python package is not importable ({}); run `source scripts/env.sh` \
+             (it installs the Python test clients into .pydeps) and run the tests again",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => {
+            panic!("cannot run python3 ({e}); install Python 3 and run `source scripts/env.sh`")
+        }
+    }
+}
+
+#[test]
+fn openai_client_matches_offline_generation() {
+    require_openai_package();
+    for name in ["qwen3-tiny", "llama-tiny"] {
+        let mut m = load(name);
+        let mut cases = Vec::new();
+        for (messages, max_tokens) in [
+            (
+                json!([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name a prime number."}]),
+                24,
+            ),
+            (
+                json!([{"role": "user", "content": "Write a haiku about the sea."}]),
+                40,
+            ),
+            (
+                json!([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Count to five."}]),
+                7,
+            ),
+        ] {
+            let ids = model_chat_ids(&m, &messages);
+            let e = offline_greedy(&mut m, ids, max_tokens);
+            cases.push(json!({"kind": "chat", "messages": messages, "max_tokens": max_tokens, "text": e.text,
+                "prompt_tokens": e.prompt_tokens, "completion_tokens": e.completion_tokens, "finish_reason": e.finish_reason}));
+        }
+        for (prompt, max_tokens) in [
+            ("def fibonacci(n):\n    ", 20),
+            ("The capital of France is", 12),
+            ("x", 30),
+        ] {
+            let ids = m.tokenizer.encode(prompt, true).unwrap();
+            let e = offline_greedy(&mut m, ids, max_tokens);
+            cases.push(json!({"kind": "completion", "prompt": prompt, "max_tokens": max_tokens, "text": e.text,
+                "prompt_tokens": e.prompt_tokens, "completion_tokens": e.completion_tokens, "finish_reason": e.finish_reason}));
+        }
+        drop(m);
+
+        let server = ServeProcess::start(&fixture(name), &["--num-pages", "1024"], SERVE_READY);
+        let dir = tempfile::tempdir().unwrap();
+        let spec_path = dir.path().join("cases.json");
+        let spec = json!({"base_url": format!("http://{}/v1", server.addr), "model": name, "cases": cases});
+        std::fs::write(&spec_path, serde_json::to_string_pretty(&spec).unwrap()).unwrap();
+        let out = python()
+            .arg(repo_root().join("tests/clients/openai_client.py"))
+            .arg(&spec_path)
+            .output()
+            .expect("run the openai client");
+        assert!(
+            out.status.success(),
+            "{name}: the openai client failed ({}):\n{}\n{}\nserver stderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            server.stderr_text()
+        );
+        server.assert_no_panic();
+    }
+}
+
+#[test]
+fn serve_bad_requests_get_openai_errors() {
+    let server = ServeProcess::start(&fixture(MODEL), &["--num-pages", "256"], SERVE_READY);
+    check_bad_requests(server.addr, MODEL, 1024);
+    server.assert_no_panic();
+}
+
+#[test]
+fn concurrent_streams_with_disconnects_free_every_page() {
+    const CLIENTS: usize = 64;
+    const MAX_TOKENS: usize = 32;
+    let texts = [
+        "def fibonacci(n):\n    ",
+        "import os\nimport sys\n",
+        "x",
+        "for i in range(10):",
+        "The capital of France is",
+        "print('hello world')",
+        "a = [1, 2, 3]",
+        "class Reader:\n    def __init__(self, path):\n",
+    ];
+    let mut m = load(MODEL);
+    let chats: Vec<Json> = texts
+        .iter()
+        .map(|t| json!([{"role": "user", "content": t}]))
+        .collect();
+    let expect_chat: Vec<Expected> = chats
+        .iter()
+        .map(|msgs| {
+            let ids = model_chat_ids(&m, msgs);
+            offline_greedy(&mut m, ids, MAX_TOKENS)
+        })
+        .collect();
+    let expect_cmpl: Vec<Expected> = texts
+        .iter()
+        .map(|t| {
+            let ids = m.tokenizer.encode(t, true).unwrap();
+            offline_greedy(&mut m, ids, MAX_TOKENS)
+        })
+        .collect();
+    drop(m);
+
+    let server = ServeProcess::start(&fixture(MODEL), &["--num-pages", "2048"], SERVE_READY);
+    let addr = server.addr;
+    let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..CLIENTS)
+            .map(|i| {
+                let (chats, texts, expect_chat, expect_cmpl) =
+                    (&chats, &texts, &expect_chat, &expect_cmpl);
+                s.spawn(move || -> Result<(), String> {
+                    let k = i % texts.len();
+                    let chat = i < CLIENTS / 2;
+                    // One client in eight goes away after a few chunks of a long
+                    // generation (ignore_eos keeps it running until then).
+                    let leaves = k == 3;
+                    let max_tokens = if leaves { 900 } else { MAX_TOKENS };
+                    let (path, mut body) = if chat {
+                        (
+                            "/v1/chat/completions",
+                            json!({"model": MODEL, "messages": chats[k]}),
+                        )
+                    } else {
+                        (
+                            "/v1/completions",
+                            json!({"model": MODEL, "prompt": texts[k]}),
+                        )
+                    };
+                    body["max_tokens"] = json!(max_tokens);
+                    body["temperature"] = json!(0);
+                    body["stream"] = json!(true);
+                    body["stream_options"] = json!({"include_usage": true});
+                    if leaves {
+                        body["ignore_eos"] = json!(true);
+                    }
+                    let mut stream = SseStream::open(addr, path, &body)
+                        .map_err(|e| format!("client {i}: {e}"))?;
+                    if stream.status != 200 {
+                        return Err(format!("client {i}: status {}", stream.status));
+                    }
+                    if leaves {
+                        for _ in 0..4 {
+                            stream.next_data().map_err(|e| format!("client {i}: {e}"))?;
+                        }
+                        stream.disconnect();
+                        return Ok(());
+                    }
+                    let sum = summarize(&stream.collect().map_err(|e| format!("client {i}: {e}"))?);
+                    let want = if chat {
+                        &expect_chat[k]
+                    } else {
+                        &expect_cmpl[k]
+                    };
+                    let usage = sum.usage.clone().unwrap_or_default();
+                    if !sum.done || !sum.errors.is_empty() {
+                        return Err(format!(
+                            "client {i}: stream did not end cleanly: {:?}",
+                            sum.errors
+                        ));
+                    }
+                    if sum.text != want.text
+                        || sum.finish_reason.as_deref() != Some(want.finish_reason.as_str())
+                        || usage["completion_tokens"] != want.completion_tokens
+                        || usage["prompt_tokens"] != want.prompt_tokens
+                    {
+                        return Err(format!(
+                            "client {i}: got {:?} ({:?}, {usage}), want {:?} ({}, {} tokens)",
+                            sum.text,
+                            sum.finish_reason,
+                            want.text,
+                            want.finish_reason,
+                            want.completion_tokens
+                        ));
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("client panicked".into())))
+            .collect()
+    });
+    let errors: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(
+        errors.is_empty(),
+        "{} clients failed:\n{errors:#?}\nserver stderr:\n{}",
+        errors.len(),
+        server.stderr_text()
+    );
+
+    // The 8 clients that left are aborted, nothing runs, no page is held.
+    let metrics = || get(addr, "/metrics").text();
+    let settled = wait_until(Duration::from_secs(60), || {
+        let m = metrics();
+        metric(&m, "minisgl_num_requests_running") == 0.0
+            && metric(&m, "minisgl_num_requests_waiting") == 0.0
+            && metric(&m, "minisgl_kv_pages_used") == 0.0
+            && metric(&m, "minisgl_requests_total{finish_reason=\"abort\"}") == 8.0
+    });
+    let m = metrics();
+    assert!(settled, "the server did not settle:\n{m}");
+    assert_eq!(
+        metric(&m, "minisgl_requests_total{finish_reason=\"error\"}"),
+        0.0
+    );
+    let done = metric(&m, "minisgl_requests_total{finish_reason=\"stop\"}")
+        + metric(&m, "minisgl_requests_total{finish_reason=\"length\"}");
+    assert_eq!(done, (CLIENTS - 8) as f64);
+    let total = metric(&m, "minisgl_kv_pages_total");
+    assert_eq!(
+        metric(&m, "minisgl_kv_pages_free") + metric(&m, "minisgl_kv_pages_evictable"),
+        total,
+        "every page is free or an unused prefix-cache page"
+    );
+    // Dropping the prefix cache gives the whole pool back.
+    let r = request(addr, "POST", "/flush_cache", None).unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(wait_until(Duration::from_secs(10), || metric(
+        &metrics(),
+        "minisgl_kv_pages_free"
+    ) == total));
+    assert!(metric(&m, "minisgl_time_to_first_token_seconds_count") >= CLIENTS as f64 - 8.0);
+    assert!(metric(&m, "minisgl_inter_token_latency_seconds_count") > 0.0);
+    server.assert_no_panic();
+}
+
+#[test]
+fn a_non_streaming_client_that_leaves_is_aborted() {
+    let server = ServeProcess::start(&fixture(MODEL), &["--num-pages", "256"], SERVE_READY);
+    let addr = server.addr;
+    let body = json!({"prompt": "x", "max_tokens": 1000, "temperature": 0, "ignore_eos": true})
+        .to_string();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    use std::io::Write as _;
+    write!(
+        stream,
+        "POST /v1/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    stream.flush().unwrap();
+    // Wait until it runs, then leave.
+    assert!(wait_until(Duration::from_secs(30), || {
+        metric(
+            &get(addr, "/metrics").text(),
+            "minisgl_num_requests_running",
+        ) == 1.0
+    }));
+    stream.shutdown(std::net::Shutdown::Both).unwrap();
+    drop(stream);
+    let aborted = wait_until(Duration::from_secs(20), || {
+        let m = get(addr, "/metrics").text();
+        metric(&m, "minisgl_requests_total{finish_reason=\"abort\"}") == 1.0
+            && metric(&m, "minisgl_kv_pages_used") == 0.0
+    });
+    assert!(aborted, "not aborted:\n{}", get(addr, "/metrics").text());
+    let m = get(addr, "/metrics").text();
+    assert!(metric(&m, "minisgl_generation_tokens_total") < 1000.0);
+    server.assert_no_panic();
+}
+
+#[test]
+fn sigterm_finishes_streams_in_flight_then_exits_zero() {
+    let mut server = ServeProcess::start(&fixture(MODEL), &["--num-pages", "256"], SERVE_READY);
+    let addr = server.addr;
+    let body = json!({"prompt": "x", "max_tokens": 600, "temperature": 0, "ignore_eos": true, "stream": true});
+    let mut stream = SseStream::open(addr, "/v1/completions", &body).unwrap();
+    let mut payloads = Vec::new();
+    for _ in 0..3 {
+        payloads.push(stream.next_data().unwrap().expect("a chunk"));
+    }
+    Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .expect("kill -TERM");
+    // New connections are refused while the stream drains.
+    let refused = wait_until(Duration::from_secs(5), || {
+        request(addr, "GET", "/health", None).is_err()
+    });
+    payloads.extend(stream.collect().unwrap());
+    let sum = summarize(&payloads);
+    assert!(refused, "still accepting connections after SIGTERM");
+    assert!(sum.done && sum.errors.is_empty(), "{:?}", sum.errors);
+    assert_eq!(sum.finish_reason.as_deref(), Some("length"));
+    let status = server.wait(Duration::from_secs(60));
+    assert!(
+        status.success(),
+        "exit status {status}:\n{}",
+        server.stderr_text()
+    );
+    server.assert_no_panic();
+}
+
+#[test]
+fn shutdown_timeout_aborts_streams_cleanly() {
+    let mut server = ServeProcess::start(
+        &fixture(MODEL),
+        &["--num-pages", "256", "--shutdown-timeout", "0"],
+        SERVE_READY,
+    );
+    let body = json!({"prompt": "x", "max_tokens": 1000, "temperature": 0, "ignore_eos": true, "stream": true});
+    let mut stream = SseStream::open(server.addr, "/v1/completions", &body).unwrap();
+    for _ in 0..3 {
+        stream.next_data().unwrap().expect("a chunk");
+    }
+    let status = server.terminate(Duration::from_secs(60));
+    let sum = summarize(&stream.collect().unwrap());
+    assert!(sum.done, "the stream ends with [DONE]");
+    assert_eq!(sum.errors.len(), 1, "one error event");
+    assert_eq!(sum.errors[0]["error"]["code"], "server_shutting_down");
+    assert!(
+        status.success(),
+        "exit status {status}:\n{}",
+        server.stderr_text()
+    );
+    server.assert_no_panic();
+}
