@@ -34,6 +34,8 @@ fn fake_lm(tok: &Tokenizer, max_context_len: usize) -> HashLm {
         max_context_len,
         banned: Vec::new(),
         step_delay: Duration::ZERO,
+        fail_on: None,
+        panic_on: None,
     }
 }
 
@@ -703,6 +705,68 @@ fn tokenize_detokenize_models_and_health() {
     assert!(m.header("content-type").unwrap().starts_with("text/plain"));
     assert_eq!(metric(&m.text(), "minisgl_kv_pages_total"), 64.0);
     server.shutdown().unwrap();
+}
+
+#[test]
+fn a_failing_model_fails_its_requests_and_keeps_serving() {
+    let tok = tokenizer();
+    let mut lm = fake_lm(&tok, 256);
+    lm.fail_on = Some(7);
+    let server = start_fake(lm, 64);
+    let addr = server.addr();
+    let r = post_json(
+        addr,
+        "/v1/completions",
+        &json!({"prompt": [5, 7, 9], "max_tokens": 4}),
+    );
+    assert_eq!(r.status, 500, "{}", r.text());
+    assert_eq!(r.json()["error"]["type"], "server_error");
+    let s = SseStream::open(
+        addr,
+        "/v1/completions",
+        &json!({"prompt": [5, 7], "max_tokens": 4, "stream": true}),
+    )
+    .unwrap();
+    let sum = summarize(&s.collect().unwrap());
+    assert!(sum.done && sum.errors.len() == 1, "{:?}", sum.errors);
+    // Other requests still work, and nothing leaked.
+    let r = post_json(
+        addr,
+        "/v1/completions",
+        &json!({"prompt": [5, 6], "max_tokens": 4, "temperature": 0}),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let m = get(addr, "/metrics").text();
+    assert_eq!(
+        metric(&m, "minisgl_requests_total{finish_reason=\"error\"}"),
+        2.0
+    );
+    assert_eq!(metric(&m, "minisgl_kv_pages_used"), 0.0);
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn an_engine_panic_stops_the_server_with_an_error() {
+    let tok = tokenizer();
+    let mut lm = fake_lm(&tok, 256);
+    lm.panic_on = Some(7);
+    let server = start_fake(lm, 64);
+    let addr = server.addr();
+    let r = post_json(
+        addr,
+        "/v1/completions",
+        &json!({"prompt": [5, 7], "max_tokens": 4}),
+    );
+    assert!(r.status >= 500, "{} {}", r.status, r.text());
+    // The server notices and stops on its own.
+    assert!(wait_until(Duration::from_secs(30), || request(
+        addr, "GET", "/health", None
+    )
+    .is_err()));
+    assert!(matches!(
+        server.shutdown(),
+        Err(server::ServerError::EnginePanicked)
+    ));
 }
 
 // ---------------------------------------------------------------------------

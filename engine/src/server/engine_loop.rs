@@ -29,7 +29,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
 use super::error::ApiError;
 use super::metrics::Metrics;
@@ -108,6 +108,8 @@ pub struct EngineInfo {
 pub struct EngineHandle {
     commands: mpsc::Sender<Command>,
     alive: Arc<AtomicBool>,
+    /// Notified once when the thread ends.
+    stopped: Arc<Notify>,
     info: EngineInfo,
 }
 
@@ -120,6 +122,14 @@ impl EngineHandle {
     /// if it panicked).
     pub fn is_alive(&self) -> bool {
         self.alive.load(Ordering::SeqCst)
+    }
+
+    /// Resolves when the engine thread has ended. For one waiter (the
+    /// server, which shuts down when the engine dies under it).
+    pub async fn stopped(&self) {
+        while self.is_alive() {
+            self.stopped.notified().await;
+        }
     }
 
     pub fn submit(&self, submission: Submission) -> Result<(), ApiError> {
@@ -161,6 +171,7 @@ where
     };
     let (tx, rx) = mpsc::channel();
     let alive = Arc::new(AtomicBool::new(true));
+    let stopped = Arc::new(Notify::new());
     metrics.publish_engine(engine.stats());
     let state = EngineLoop {
         engine,
@@ -169,7 +180,10 @@ where
         commands: rx,
         active: HashMap::new(),
     };
-    let guard = AliveGuard(alive.clone());
+    let guard = AliveGuard {
+        alive: alive.clone(),
+        stopped: stopped.clone(),
+    };
     let thread = std::thread::Builder::new()
         .name("minisgl-engine".to_owned())
         .spawn(move || {
@@ -180,18 +194,25 @@ where
         EngineHandle {
             commands: tx,
             alive,
+            stopped,
             info,
         },
         thread,
     ))
 }
 
-/// Clears the alive flag when the thread ends, by return or by panic.
-struct AliveGuard(Arc<AtomicBool>);
+/// Clears the alive flag and wakes the server when the thread ends, by
+/// return or by panic.
+struct AliveGuard {
+    alive: Arc<AtomicBool>,
+    stopped: Arc<Notify>,
+}
 
 impl Drop for AliveGuard {
     fn drop(&mut self) {
-        self.0.store(false, Ordering::SeqCst);
+        self.alive.store(false, Ordering::SeqCst);
+        // `notify_one` keeps a permit if nobody waits yet.
+        self.stopped.notify_one();
     }
 }
 

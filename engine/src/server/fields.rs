@@ -79,9 +79,20 @@ impl Fields {
     pub fn int(&mut self, field: &str) -> Result<Option<i128>, ApiError> {
         match self.take(field) {
             None => Ok(None),
-            Some(v) => as_int(&v)
-                .map(Some)
-                .ok_or_else(|| ApiError::invalid_type(self.name(field), "an integer")),
+            Some(v) => match as_int(&v) {
+                Some(i) => Ok(Some(i)),
+                // serde_json reads integers beyond 64 bits as floats.
+                None if v
+                    .as_f64()
+                    .is_some_and(|f| f.fract() == 0.0 && f.abs() > 1e18) =>
+                {
+                    Err(ApiError::invalid_value(
+                        self.name(field),
+                        format!("{v} is out of range"),
+                    ))
+                }
+                None => Err(ApiError::invalid_type(self.name(field), "an integer")),
+            },
         }
     }
 

@@ -17,7 +17,9 @@
 //! request, freeing its KV pages. On SIGINT/SIGTERM the server stops
 //! accepting connections, lets requests in flight finish for up to the
 //! shutdown timeout (a second signal cuts it short), then aborts the rest
-//! (streams end with an error event and `[DONE]`) and returns.
+//! (streams end with an error event and `[DONE]`) and returns. If the engine
+//! thread dies (a bug), the server shuts down the same way and reports it,
+//! rather than keep answering with errors.
 //!
 //! **Architecture Invariant:** this module is the only user of tokio, axum
 //! and the OpenAI JSON types in the engine crate ([`text`] is plain code the
@@ -64,6 +66,8 @@ pub enum ServerError {
     Serve(#[source] std::io::Error),
     #[error("the engine thread panicked")]
     EnginePanicked,
+    #[error("the server thread panicked")]
+    ServerPanicked,
     #[error("{path}: {reason}")]
     Config { path: PathBuf, reason: String },
 }
@@ -206,7 +210,7 @@ impl ServerHandle {
             let _ = stop.send(());
         }
         match self.thread.take() {
-            Some(thread) => thread.join().map_err(|_| ServerError::EnginePanicked)?,
+            Some(thread) => thread.join().map_err(|_| ServerError::ServerPanicked)?,
             None => Ok(()),
         }
     }
@@ -321,8 +325,15 @@ async fn serve_http(
     let app = routes::router(state);
     let (draining_tx, mut draining_rx) = tokio::sync::watch::channel(false);
 
+    let watched = engine.clone();
     let graceful = async move {
-        let second = trigger.first().await;
+        let second = tokio::select! {
+            second = trigger.first() => second,
+            () = watched.stopped() => {
+                eprintln!("minisgl: the engine thread stopped unexpectedly; shutting down");
+                Box::pin(std::future::ready(())) as BoxFuture
+            }
+        };
         eprintln!(
             "minisgl: shutting down: no new connections; requests in flight get {}s to finish",
             shutdown_timeout.as_secs_f64()

@@ -25,7 +25,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
-use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -552,7 +552,11 @@ fn stream_response(
             st.on_event(event);
         }
     });
-    Sse::new(stream).into_response()
+    // Comments every 15 s keep proxies from closing a stream whose first
+    // token is slow (a long queue or prefill).
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }
 
 async fn list_models(State(state): State<Arc<AppState>>) -> Response {

@@ -52,6 +52,10 @@ pub struct HashLm {
     pub banned: Vec<u32>,
     /// Sleep per forward pass, to keep requests in flight long enough.
     pub step_delay: Duration,
+    /// A forward pass fed this token fails (an `Err`, like a CUDA error).
+    pub fail_on: Option<u32>,
+    /// A forward pass fed this token panics (a bug in the engine).
+    pub panic_on: Option<u32>,
 }
 
 impl HashLm {
@@ -74,6 +78,12 @@ impl ModelRunner for HashLm {
     fn forward(&mut self, b: &PreparedBatch) -> Result<Logits, RunnerError> {
         if !self.step_delay.is_zero() {
             std::thread::sleep(self.step_delay);
+        }
+        if let Some(t) = self.fail_on.filter(|t| b.input_ids().contains(t)) {
+            return Err(format!("injected failure on token {t}").into());
+        }
+        if let Some(t) = self.panic_on.filter(|t| b.input_ids().contains(t)) {
+            panic!("injected panic on token {t}");
         }
         let mut data = Vec::with_capacity(b.logits_rows().len() * self.vocab_size);
         for &r in b.logits_rows() {
