@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or a launcher signature changes. */
-#define MSGL_ABI_VERSION 1
+#define MSGL_ABI_VERSION 2
 
 /* The most dimensions a tensor view carries. */
 #define MSGL_MAX_DIMS 6
@@ -127,6 +127,151 @@ typedef struct msgl_index_params {
   int32_t reserved;
 } msgl_index_params;
 
+
+/*
+ * norm: RMSNorm over rows of `hidden` elements, f32 accumulation.
+ *   plain / per head:  out[row] = x[row] * rsqrt(mean(x[row]^2) + eps) * weight
+ *   fused add:         residual[row] += x[row]; x[row] = norm(residual[row]) * weight
+ * A row is (token, head): its address is token * token_stride + head * head_stride
+ * (heads = 1 for a plain [tokens, hidden] matrix). `out` may alias `x` (in place).
+ * Instance parameter: DTYPE (msgl_dtype of every tensor).
+ */
+typedef struct msgl_norm_params {
+  void* out;                   /* device, rows (token, head) of `hidden` elements */
+  void* x;                     /* device, rows (token, head) of `hidden` elements */
+  void* residual;              /* device, [num_rows, hidden] rows; NULL unless fused add */
+  const void* weight;          /* device, [hidden] */
+  int64_t num_rows;            /* tokens x heads */
+  int64_t hidden;
+  int64_t heads;               /* rows per token (1 unless head_rms_norm) */
+  int64_t x_token_stride;      /* elements */
+  int64_t x_head_stride;       /* elements */
+  int64_t out_token_stride;    /* elements */
+  int64_t out_head_stride;     /* elements */
+  int64_t residual_row_stride; /* elements */
+  float eps;
+  int32_t threads_per_row;     /* power of two, 1..512 */
+  int32_t rows_per_block;      /* block = threads_per_row * rows_per_block threads */
+  int32_t vectorized;          /* 1: 16-byte vectors, at most 4 per thread (host-checked alignment) */
+} msgl_norm_params;
+
+/*
+ * rope: rotary embedding in place, neox layout: for i < rotary_dim / 2,
+ *   (x[i], x[i + rotary_dim / 2]) <- (x[i] c - x[i + r/2] s, x[i + r/2] c + x[i] s)
+ * with c = cos_sin[pos][i], s = cos_sin[pos][rotary_dim / 2 + i], pos = positions[t],
+ * on every head of q and k. Tokens whose position is outside the cache are left as
+ * they are. Instance parameter: DTYPE (of q and k).
+ */
+typedef struct msgl_rope_params {
+  void* q;                     /* device, [num_tokens, num_q_heads, head_dim], unit last stride */
+  void* k;                     /* device, [num_tokens, num_k_heads, head_dim], unit last stride */
+  const void* positions;       /* device, [num_tokens] int32 or int64 */
+  const float* cos_sin;        /* device, [max_positions, rotary_dim] f32 */
+  int64_t num_tokens;
+  int64_t q_token_stride;      /* elements */
+  int64_t q_head_stride;
+  int64_t k_token_stride;
+  int64_t k_head_stride;
+  int64_t max_positions;
+  int32_t num_q_heads;
+  int32_t num_k_heads;
+  int32_t rotary_dim;
+  int32_t index_is_64;
+  int32_t vectorized;          /* 1: 16-byte vectors (host-checked alignment) */
+  int32_t reserved;
+} msgl_rope_params;
+
+/*
+ * silu_mul: out[t, j] = silu(x[t, j]) * x[t, inter + j], f32 compute.
+ * Instance parameter: DTYPE.
+ */
+typedef struct msgl_silu_mul_params {
+  void* out;                   /* device, [num_tokens, inter] contiguous */
+  const void* x;               /* device, [num_tokens, 2 * inter] contiguous */
+  int64_t num_tokens;
+  int64_t inter;
+  int32_t vectorized;          /* 1: 16-byte vectors (inter * element size % 16 == 0, aligned) */
+  int32_t blocks_per_row;      /* grid = num_tokens * blocks_per_row */
+} msgl_silu_mul_params;
+
+/*
+ * argmax: out[r] = the first index of the largest value of row r (int32).
+ * Two stages when a row is split across blocks: stage 0 scans `split_len` elements
+ * per block into (value, index) partials, stage 1 reduces them (one warp per row).
+ * Instance parameter: DTYPE (of x).
+ */
+typedef struct msgl_argmax_params {
+  const void* x;               /* device, [rows, vocab], row_stride elements apart */
+  int32_t* out;                /* device, [rows] */
+  float* partial_value;        /* device, [rows, num_splits] when num_splits > 1 */
+  int32_t* partial_index;      /* device, [rows, num_splits] when num_splits > 1 */
+  int64_t rows;
+  int64_t vocab;
+  int64_t row_stride;          /* elements */
+  int64_t split_len;           /* elements per split (a multiple of 8) */
+  int32_t num_splits;
+  int32_t stage;               /* 0: scan x, 1: reduce the partials */
+  int32_t vectorized;          /* 1: 16-byte loads (row_stride and x aligned) */
+  int32_t reserved;
+} msgl_argmax_params;
+
+/*
+ * cast / copy: dst[i] = convert(src[i]) over a strided n-d index space (shapes and
+ * strides in elements, outermost first, dims already merged where both sides are
+ * contiguous). Instance parameters: SRC, DST (msgl_dtype, floats) for cast;
+ * ELEM_BYTES (1, 2, 4, 8) for copy.
+ */
+typedef struct msgl_convert_params {
+  void* dst;
+  const void* src;
+  int64_t numel;
+  int64_t shape[MSGL_MAX_DIMS];
+  int64_t dst_strides[MSGL_MAX_DIMS];
+  int64_t src_strides[MSGL_MAX_DIMS];
+  int32_t ndim;
+  int32_t contiguous;          /* 1: both sides dense (then shape/strides are unused) */
+} msgl_convert_params;
+
+/*
+ * paged attention (prefill with a cached prefix, and decode): for each sequence s
+ * with q_len = q_indptr[s+1] - q_indptr[s] new tokens and kv_len = kv_lens[s] keys,
+ * query token j (position kv_len - q_len + j) of head h attends to keys
+ * 0..=kv_len - q_len + j of kv head h / (num_q_heads / num_kv_heads).
+ *
+ * A block takes 16 * num_warps query rows of one (sequence, kv head), rows being
+ * (token, head-in-group) pairs, and keys [split * kv_chunk, (split + 1) * kv_chunk)
+ * of the sequence. When a sequence has more than one split, blocks write normalised
+ * f32 partial outputs and their log2-sum-exp, and the combine phase merges them.
+ * Instance parameters: DTYPE, HEAD_DIM, MMA (1: tensor-core products, bf16/f16 only;
+ * 0: CUDA-core products).
+ */
+typedef struct msgl_attention_params {
+  void* out;                   /* device, [num_tokens, num_q_heads, HEAD_DIM] contiguous */
+  const void* q;               /* device, [num_tokens, num_q_heads, HEAD_DIM], unit last stride */
+  const void* k_cache;         /* device, [num_pages, page_size, num_kv_heads, HEAD_DIM] contiguous */
+  const void* v_cache;         /* device, same shape as k_cache */
+  const int32_t* q_indptr;     /* device, [num_seqs + 1] */
+  const int32_t* kv_lens;      /* device, [num_seqs] */
+  const int32_t* block_table;  /* device, [>= num_seqs, max_pages] */
+  float* o_partial;            /* device, [num_tokens, num_q_heads, max_splits, HEAD_DIM] (max_splits > 1) */
+  float* lse_partial;          /* device, [num_tokens, num_q_heads, max_splits] (max_splits > 1) */
+  int64_t q_token_stride;      /* elements */
+  int64_t q_head_stride;       /* elements */
+  int64_t num_tokens;
+  int64_t num_pages;           /* pages in each cache (page numbers are bounds-checked) */
+  int32_t num_seqs;
+  int32_t num_q_heads;
+  int32_t num_kv_heads;
+  int32_t page_size;
+  int32_t max_pages;           /* block_table row length */
+  int32_t num_warps;           /* 1..4; a block holds 16 * num_warps query rows */
+  int32_t num_q_tiles;         /* sum over sequences of ceil(q_len * group / (16 * num_warps)) */
+  int32_t kv_chunk;            /* keys per split (a multiple of the key tile) */
+  int32_t max_splits;          /* splits of the longest sequence (grid dimension) */
+  int32_t phase;               /* 0: attention, 1: combine the splits */
+  float scale_log2;            /* softmax scale * log2(e) */
+} msgl_attention_params;
+
 #if !defined(__CUDACC_RTC__)
 
 /* The message of the last failed launcher call on this thread ("" if none). */
@@ -145,6 +290,51 @@ MSGL_API int32_t msgl_store_kv(const msgl_tensor* k_cache, const msgl_tensor* v_
 MSGL_API int32_t msgl_index(const msgl_tensor* out, const msgl_tensor* weight, const msgl_tensor* ids,
                    int64_t vocab_start, msgl_stream stream);
 
+/* rms_norm: out [t, h] contiguous, x [t, h] unit last stride, weight [h], one dtype.
+ * threads_per_row / rows_per_block / vectorized: the launch shape Rust chose. */
+MSGL_API int32_t msgl_rms_norm(const msgl_tensor* out, const msgl_tensor* x, const msgl_tensor* weight, float eps,
+                      int32_t threads_per_row, int32_t rows_per_block, int32_t vectorized, msgl_stream stream);
+
+/* fused_add_rms_norm: x, residual [t, h] unit last stride (both written), weight [h]. */
+MSGL_API int32_t msgl_fused_add_rms_norm(const msgl_tensor* x, const msgl_tensor* residual, const msgl_tensor* weight,
+                                float eps, int32_t threads_per_row, int32_t rows_per_block, int32_t vectorized,
+                                msgl_stream stream);
+
+/* head_rms_norm: x [t, heads, d] unit last stride (written in place), weight [d]. */
+MSGL_API int32_t msgl_head_rms_norm(const msgl_tensor* x, const msgl_tensor* weight, float eps, int32_t threads_per_row,
+                           int32_t rows_per_block, int32_t vectorized, msgl_stream stream);
+
+/* rope: q [t, hq, d], k [t, hk, d] (unit last stride, written in place), positions [t]
+ * int32/int64, cos_sin [max_positions, rotary_dim] f32 contiguous. grid: blocks of 256. */
+MSGL_API int32_t msgl_rope(const msgl_tensor* q, const msgl_tensor* k, const msgl_tensor* positions,
+                  const msgl_tensor* cos_sin, int32_t vectorized, int32_t grid, msgl_stream stream);
+
+/* silu_mul: out [t, i] contiguous, x [t, 2i] contiguous, same dtype. */
+MSGL_API int32_t msgl_silu_mul(const msgl_tensor* out, const msgl_tensor* x, int32_t vectorized, msgl_stream stream);
+
+/* argmax: out [b] int32, x [b, v] unit last stride; partial_value [b, num_splits] f32 and
+ * partial_index [b, num_splits] int32 scratch when num_splits > 1 (else may be NULL). */
+MSGL_API int32_t msgl_argmax(const msgl_tensor* out, const msgl_tensor* x, const msgl_tensor* partial_value,
+                    const msgl_tensor* partial_index, int32_t num_splits, int64_t split_len, int32_t vectorized,
+                    msgl_stream stream);
+
+/* cast: dst and src of one shape (any strides), float dtypes. */
+MSGL_API int32_t msgl_cast(const msgl_tensor* dst, const msgl_tensor* src, msgl_stream stream);
+
+/* copy: dst and src of one shape and dtype (any strides). */
+MSGL_API int32_t msgl_copy(const msgl_tensor* dst, const msgl_tensor* src, msgl_stream stream);
+
+/* paged_attention: tensors as in msgl_attention_params; `plan` carries the launch
+ * decomposition Rust chose (num_warps, num_q_tiles, kv_chunk, max_splits,
+ * scale_log2; its pointer, stride and size fields are ignored); mma selects the
+ * instance (1: tensor cores). o_partial / lse_partial may be NULL when
+ * plan->max_splits == 1. */
+MSGL_API int32_t msgl_paged_attention(const msgl_tensor* out, const msgl_tensor* q, const msgl_tensor* k_cache,
+                             const msgl_tensor* v_cache, const msgl_tensor* q_indptr, const msgl_tensor* kv_lens,
+                             const msgl_tensor* block_table, const msgl_tensor* o_partial,
+                             const msgl_tensor* lse_partial, const msgl_attention_params* plan, int32_t mma,
+                             msgl_stream stream);
+
 #endif /* !__CUDACC_RTC__ */
 
 #ifdef __cplusplus
@@ -155,6 +345,12 @@ MSGL_API int32_t msgl_index(const msgl_tensor* out, const msgl_tensor* weight, c
 static_assert(sizeof(msgl_tensor) == 120, "msgl_tensor layout changed: bump MSGL_ABI_VERSION, run cargo xtask codegen");
 static_assert(sizeof(msgl_store_params) == 80, "msgl_store_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_index_params) == 56, "msgl_index_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_norm_params) == 112, "msgl_norm_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_rope_params) == 104, "msgl_rope_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_silu_mul_params) == 40, "msgl_silu_mul_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_argmax_params) == 80, "msgl_argmax_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_convert_params) == 176, "msgl_convert_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_attention_params) == 152, "msgl_attention_params layout changed: run cargo xtask codegen");
 #endif
 
 #endif /* MINISGL_TENSOR_H */

@@ -30,6 +30,8 @@ pub struct CudaDevice {
     name: String,
     /// Kernel functions loaded from cubins (AOT or NVRTC), by family and instance.
     pub(crate) functions: Mutex<HashMap<(String, kernel_build::Instance), Arc<LoadedFunction>>>,
+    /// The cuBLASLt handle, workspace and GEMM plans, created by the first `linear`.
+    pub(crate) blas: OnceLock<std::result::Result<crate::gpu::gemm::Blas, String>>,
 }
 
 impl std::fmt::Debug for CudaDevice {
@@ -95,6 +97,7 @@ pub fn device(ordinal: usize) -> Result<Arc<CudaDevice>> {
         sm_count,
         name,
         functions: Mutex::new(HashMap::new()),
+        blas: OnceLock::new(),
     });
     map.insert(ordinal, dev.clone());
     Ok(dev)

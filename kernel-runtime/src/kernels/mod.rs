@@ -334,6 +334,23 @@ impl Drop for LoadedFunction {
 }
 
 impl LoadedFunction {
+    /// Lets launches use up to `bytes` of dynamic shared memory (above the default
+    /// 48 KiB a kernel gets without opting in). See the
+    /// [cuFuncSetAttribute docs](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html).
+    pub fn set_max_dynamic_shared_bytes(&self, device: &CudaDevice, bytes: u32) -> Result<()> {
+        device.bind()?;
+        let bytes = i32::try_from(bytes).map_err(|_| Error::Kernels(format!("{bytes} bytes of shared memory")))?;
+        // SAFETY: `function` is a live handle of this device's context (bound above).
+        unsafe {
+            result::function::set_function_attribute(
+                self.function,
+                cu::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes,
+            )
+        }
+        .map_err(Error::driver(format!("allowing {bytes} bytes of dynamic shared memory ({})", self.origin)))
+    }
+
     /// Enqueues the kernel with one by-value parameter struct `params`.
     ///
     /// # Safety

@@ -77,7 +77,7 @@ pub fn copy(dst: &Tensor, src: &Tensor) -> Result<()> {
         Device::Cpu => crate::cpu::copy(dst, src),
         Device::Cuda(_) => {
             if !(dst.is_contiguous() && src.is_contiguous()) {
-                return Err(Error::arg(OP, "strided copies on CUDA are not supported yet; copy through the host"));
+                return crate::gpu::copy(dst, src);
             }
             let dev = dst.cuda_device().ok_or_else(|| Error::arg(OP, "missing device"))?;
             dev.copy_dtod(dst.device_ptr(), src.device_ptr(), dst.size_in_bytes())
@@ -97,7 +97,12 @@ pub fn cast(src: &Tensor, dtype: DType) -> Result<Tensor> {
             crate::cpu::cast(&out, src)?;
             Ok(out)
         }
-        // Conversions on the GPU happen at load time only; go through the host.
+        Device::Cuda(_) if dtype.is_float() => {
+            let out = Tensor::empty(src.shape(), dtype, src.device())?;
+            crate::gpu::cast(&out, src)?;
+            Ok(out)
+        }
+        // Integer conversions are rare (host-side index building): go through the host.
         Device::Cuda(_) => src.to_device(Device::Cpu)?.to_dtype(dtype)?.to_device(src.device()),
     }
 }

@@ -1,0 +1,79 @@
+//! Every kernel family of the dense and attention ops compiles through NVRTC for
+//! sm_90 on a machine without a GPU, from the sources kernel-runtime embeds: the
+//! run-time path an instance missing from the AOT build takes (no system headers,
+//! no cuda_fp16.h / cuda_bf16.h in device code).
+//!
+//! Needs libnvrtc (LD_LIBRARY_PATH=$CUDA_HOME/lib; `.ci/run` provides it); set
+//! MINISGL_SKIP_CUDA_TOOLKIT_TESTS=1 to skip.
+
+use kernel_runtime::kernels::{self, jit};
+
+/// Instances compiled: every AOT instance of the small families, and the attention
+/// variants that matter (both dtypes with tensor cores, f32 and the 16-bit
+/// CUDA-core fallback, head_dim 256).
+fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
+    let mut out = Vec::new();
+    for family in ["norm", "rope", "activation", "argmax"] {
+        for dtype in [0, 1, 2] {
+            out.push((family, vec![("DTYPE", dtype)]));
+        }
+    }
+    for src in [0, 1, 2] {
+        for dst in [0, 1, 2] {
+            out.push(("cast", vec![("SRC", src), ("DST", dst)]));
+        }
+    }
+    for bytes in [1, 2, 4, 8] {
+        out.push(("copy", vec![("ELEM_BYTES", bytes)]));
+    }
+    for (dtype, head_dim, mma) in [(2, 128, 1), (1, 64, 1), (2, 256, 1), (0, 64, 0), (0, 128, 0), (2, 128, 0)] {
+        out.push(("attention", vec![("DTYPE", dtype), ("HEAD_DIM", head_dim), ("MMA", mma)]));
+    }
+    out
+}
+
+#[test]
+fn every_dense_and_attention_family_compiles_with_nvrtc_for_sm90() {
+    if std::env::var_os("MINISGL_SKIP_CUDA_TOOLKIT_TESTS").is_some() {
+        eprintln!("skipped (nvrtc): MINISGL_SKIP_CUDA_TOOLKIT_TESTS is set");
+        return;
+    }
+    assert!(jit::nvrtc_present(), "libnvrtc.so not found: set LD_LIBRARY_PATH to $CUDA_HOME/lib");
+    let (spec, sources) = kernels::embedded().unwrap();
+    let work = instances();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2).min(8);
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let (spec, sources, work, next) = (&spec, &sources, &work, &next);
+                s.spawn(move || {
+                    let mut failed = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some((name, values)) = work.get(i) else { return failed };
+                        let family = spec.family(name).unwrap_or_else(|| panic!("family `{name}` is not in kernels.toml"));
+                        let instance = family.instance(values).unwrap();
+                        match jit::compile(sources, family, &instance, "sm_90") {
+                            Ok(cubin) if cubin.starts_with(b"\x7fELF") => {}
+                            Ok(_) => failed.push(format!("{name}[{instance}]: NVRTC output is not a cubin")),
+                            Err(e) => failed.push(format!("{name}[{instance}]: {e}")),
+                        }
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    assert!(failures.is_empty(), "NVRTC failures:\n{}", failures.join("\n\n"));
+}
+
+#[test]
+fn every_new_family_has_a_jit_entry_and_aot_instances() {
+    let (spec, _) = kernels::embedded().unwrap();
+    for name in ["norm", "rope", "activation", "argmax", "cast", "copy", "attention"] {
+        let family = spec.family(name).unwrap_or_else(|| panic!("family `{name}` is not in kernels.toml"));
+        assert!(family.jit_entry.is_some(), "{name} has no jit_entry");
+        assert!(!family.instances().is_empty(), "{name} has no AOT instance");
+    }
+}
