@@ -67,6 +67,7 @@ fn start_fake(lm: HashLm, num_pages: usize) -> ServerHandle {
         chat,
         ServerConfig {
             model_name: MODEL.to_owned(),
+            model_aliases: vec!["alias/with-slash".to_owned()],
             defaults: SamplingDefaults::openai(),
             shutdown_timeout: Duration::from_secs(5),
         },

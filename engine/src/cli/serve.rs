@@ -42,6 +42,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let local = listener
         .local_addr()
         .context("cannot read the bound address")?;
+    // Without --served-model-name, clients may also use the path as typed
+    // (vLLM's name for it).
+    let model_aliases = match &args.served_model_name {
+        Some(_) => Vec::new(),
+        None => vec![args.model.model.display().to_string()],
+    };
     let model_name = args.served_model_name.unwrap_or(loaded.name);
     eprintln!("minisgl: serving `{model_name}` on http://{local}");
     server::serve(
@@ -50,6 +56,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
         loaded.chat,
         ServerConfig {
             model_name,
+            model_aliases,
             defaults,
             shutdown_timeout: Duration::from_secs_f64(args.shutdown_timeout),
         },

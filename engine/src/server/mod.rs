@@ -77,6 +77,9 @@ pub enum ServerError {
 pub struct ServerConfig {
     /// The name clients address the model by (the `model` field).
     pub model_name: String,
+    /// Other names accepted in the `model` field (e.g. the `--model` path
+    /// as typed, which vLLM uses as the name); responses use `model_name`.
+    pub model_aliases: Vec<String>,
     /// Sampling defaults for fields a request leaves unset.
     pub defaults: SamplingDefaults,
     /// How long requests in flight may run after a shutdown signal before
@@ -281,6 +284,7 @@ where
         engine: engine.clone(),
         model: ServedModel {
             name: config.model_name,
+            aliases: config.model_aliases,
             tokenizer,
             template,
             special_tokens: chat.special_tokens,

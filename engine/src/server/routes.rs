@@ -4,7 +4,7 @@
 //! | --- | --- |
 //! | `POST /v1/chat/completions` | chat, streaming (SSE) or not |
 //! | `POST /v1/completions` | text completion, streaming or not |
-//! | `GET /v1/models`, `GET /v1/models/{model}` | the served model |
+//! | `GET /v1/models`, `GET /v1/models/{*model}` | the served model |
 //! | `POST /tokenize`, `POST /detokenize` | vLLM's tokenizer endpoints |
 //! | `GET /health` | 200 while the engine runs |
 //! | `GET /metrics` | Prometheus text format |
@@ -55,6 +55,8 @@ const COMPLETION_DEFAULT_MAX_TOKENS: usize = 16;
 pub struct ServedModel {
     /// The name clients address it by (`model` field).
     pub name: String,
+    /// Other accepted names.
+    pub aliases: Vec<String>,
     pub tokenizer: Arc<Tokenizer>,
     /// The compiled chat template; `Err` holds why it does not compile.
     pub template: Option<Result<ChatTemplate, String>>,
@@ -76,7 +78,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(list_models))
-        .route("/v1/models/{model}", get(get_model))
+        // A wildcard: served names often contain a slash (`Qwen/Qwen3-8B`).
+        .route("/v1/models/{*model}", get(get_model))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/health", get(health))
@@ -133,10 +136,12 @@ impl AppState {
     /// Checks the request's `model` (optional, as in vLLM).
     fn check_model(&self, model: Option<&str>) -> Result<(), ApiError> {
         match model {
-            Some(m) if m != self.model.name => Err(ApiError::ModelNotFound {
-                model: m.to_owned(),
-                served: self.model.name.clone(),
-            }),
+            Some(m) if m != self.model.name && !self.model.aliases.iter().any(|a| a == m) => {
+                Err(ApiError::ModelNotFound {
+                    model: m.to_owned(),
+                    served: self.model.name.clone(),
+                })
+            }
             _ => Ok(()),
         }
     }
