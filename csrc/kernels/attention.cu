@@ -197,7 +197,11 @@ __device__ __forceinline__ void attention_tile(const msgl_attention_params& p) {
              static_cast<long long>(kv_head * group + pr % group) * p.q_head_stride + col * CHUNK_ELEMS;
     cp_async16(q_s + r * ROW + col * CHUNK_ELEMS, src, valid ? 16 : 0);
   }
-  /* Gathers keys [start, start + BN) of this kv head into `dst`, zeros past kv_stop. */
+  /* Page sizes are usually powers of two: then shift and mask instead of dividing. */
+  const int page_size = p.page_size;
+  const int page_shift = (page_size & (page_size - 1)) == 0 ? __ffs(page_size) - 1 : -1;
+  /* Gathers keys [start, start + BN) of this kv head into `dst`, zeros past kv_stop
+   * and for page numbers outside the cache. */
   auto load_kv = [&](T* dst, const void* cache, int start) {
     for (int c = threadIdx.x; c < BN * CHUNKS; c += threads) {
       const int r = c / CHUNKS, col = c % CHUNKS;
@@ -205,10 +209,12 @@ __device__ __forceinline__ void attention_tile(const msgl_attention_params& p) {
       const T* src = static_cast<const T*>(cache);
       bool valid = kv < kv_stop;
       if (valid) {
-        const int page = pages[kv / p.page_size];
+        const int page_idx = page_shift >= 0 ? kv >> page_shift : kv / page_size;
+        const int in_page = page_shift >= 0 ? kv & (page_size - 1) : kv - page_idx * page_size;
+        const int page = pages[page_idx];
         valid = page >= 0 && page < p.num_pages;
         if (valid) {
-          const long long slot = static_cast<long long>(page) * p.page_size + kv % p.page_size;
+          const long long slot = static_cast<long long>(page) * page_size + in_page;
           src += (slot * p.num_kv_heads + kv_head) * HEAD_DIM + col * CHUNK_ELEMS;
         }
       }

@@ -7,10 +7,10 @@
 //!   rows (q_len x GQA group), at most 4, so a decode batch runs 1-warp blocks;
 //! - `num_q_tiles`: the q tiles of all sequences (the kernel finds its sequence by a
 //!   prefix sum over q_indptr);
-//! - `kv_chunk`: when (q tiles x kv heads) would not give every SM two blocks, the
-//!   keys are split into chunks of at least 256 so that they do (a batch of one
-//!   decoding 4k tokens gets about 16 splits per kv head), and the combine phase
-//!   merges the splits.
+//! - `kv_chunk`: when (q tiles x kv heads) would not give every SM four blocks,
+//!   the keys are split into chunks of at least 128 so that they do (a batch of
+//!   one decoding 4k tokens with 8 kv heads gets 32 splits per kv head), and the
+//!   combine phase merges the splits.
 //!
 //! Products run on the tensor cores for bf16/f16 (instance MMA = 1) and on CUDA
 //! cores for f32. `MINISGL_ATTENTION_MMA=0` forces the CUDA-core instance for 16-bit
@@ -31,10 +31,10 @@ use super::{device_of, dispatch, dtype_code, grid_u32, rows_aligned};
 const OP: &str = "paged_attention";
 /// attention.cu's kAttnMaxWarps.
 const MAX_WARPS: usize = 4;
-/// Blocks per SM the split heuristic aims for.
-const BLOCKS_PER_SM: usize = 2;
-/// The fewest keys a split holds.
-const MIN_CHUNK: usize = 256;
+/// Blocks per SM the split heuristic aims for (decode blocks are one warp).
+const BLOCKS_PER_SM: usize = 4;
+/// The fewest keys a split holds (two 64-key tiles).
+const MIN_CHUNK: usize = 128;
 /// Warps per block of the combine phase.
 const COMBINE_WARPS: usize = 4;
 
@@ -193,11 +193,14 @@ mod tests {
     #[test]
     fn decode_batches_split_and_prefill_batches_do_not() {
         // One sequence decoding at 4096 tokens, GQA 32/8: 1 warp, 8 blocks without
-        // splits -> 33 splits wanted, chunks of 128 rounded up to the 256 minimum.
+        // splits -> 66 splits wanted, chunks of 63 raised to the 128 minimum.
         let p = plan(&[1], &[4096], 4, 8, 64, 132);
         assert_eq!((p.num_warps, p.num_q_tiles), (1, 1));
-        assert_eq!(p.kv_chunk, 256);
-        assert_eq!(p.max_splits, 16);
+        assert_eq!(p.kv_chunk, 128);
+        assert_eq!(p.max_splits, 32);
+        // 64 sequences decoding at 2048: 512 blocks, just under 4 per SM -> 2 splits.
+        let p = plan(&[1; 64], &[2048; 64], 4, 8, 64, 132);
+        assert_eq!((p.kv_chunk, p.max_splits), (1024, 2));
         // A 4096-token prefill: 64-row tiles, plenty of blocks, no split.
         let p = plan(&[4096], &[4096], 4, 8, 64, 132);
         assert_eq!((p.num_warps, p.num_q_tiles, p.max_splits), (4, 256, 1));
