@@ -216,6 +216,19 @@ typedef struct msgl_argmax_params {
 } msgl_argmax_params;
 
 /*
+ * sample: one token per row of logits (see kernels/sampling.cu for the rules).
+ * Instance parameter: DTYPE of the logits.
+ */
+typedef struct msgl_sample_params {
+  const void* logits;          /* device, [rows, vocab], row_stride elements apart */
+  const float* params;         /* device, [rows, 5]: temperature, top_k (0 = off), top_p, min_p, u */
+  int32_t* out;                /* device, [rows] */
+  int64_t vocab;
+  int64_t row_stride;          /* elements */
+  int64_t num_rows;
+} msgl_sample_params;
+
+/*
  * cast / copy: dst[i] = convert(src[i]) over a strided n-d index space (shapes and
  * strides in elements, outermost first, dims already merged where both sides are
  * contiguous). Instance parameters: SRC, DST (msgl_dtype, floats) for cast;
@@ -318,6 +331,11 @@ MSGL_API int32_t msgl_argmax(const msgl_tensor* out, const msgl_tensor* x, const
                     const msgl_tensor* partial_index, int32_t num_splits, int64_t split_len, int32_t vectorized,
                     msgl_stream stream);
 
+/* sample: logits [rows, vocab] f32/f16/bf16 (unit inner stride), params [rows, 5] f32
+ * contiguous, out [rows] int32. */
+MSGL_API int32_t msgl_sample(const msgl_tensor* logits, const msgl_tensor* params, const msgl_tensor* out,
+                             msgl_stream stream);
+
 /* cast: dst and src of one shape (any strides), float dtypes. */
 MSGL_API int32_t msgl_cast(const msgl_tensor* dst, const msgl_tensor* src, msgl_stream stream);
 
@@ -349,6 +367,7 @@ static_assert(sizeof(msgl_norm_params) == 112, "msgl_norm_params layout changed:
 static_assert(sizeof(msgl_rope_params) == 104, "msgl_rope_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_silu_mul_params) == 40, "msgl_silu_mul_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_argmax_params) == 80, "msgl_argmax_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_sample_params) == 48, "msgl_sample_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_convert_params) == 176, "msgl_convert_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_attention_params) == 152, "msgl_attention_params layout changed: run cargo xtask codegen");
 #endif

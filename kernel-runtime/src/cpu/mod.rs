@@ -7,6 +7,7 @@
 
 pub mod attention;
 pub mod dense;
+pub mod sampling;
 
 use half::{bf16, f16};
 

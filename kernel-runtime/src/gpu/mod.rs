@@ -10,6 +10,7 @@
 //! | [`argmax`] | `argmax` | `argmax` |
 //! | [`attention`] | `attention` | `paged_attention` |
 //! | [`convert`] | `cast`, `copy` | `cast`, strided `copy` |
+//! | [`sampling`] | `sampling` | `sample` |
 //!
 //! Every launcher follows `ops::store`: it checks what the kernel needs beyond the
 //! op contract (alignment for the 16-byte vector paths), computes the launch shape
@@ -24,6 +25,7 @@ mod convert;
 pub(crate) mod gemm;
 mod norm;
 mod rope;
+mod sampling;
 
 pub(crate) use activation::silu_mul;
 pub(crate) use argmax::argmax;
@@ -32,6 +34,7 @@ pub(crate) use convert::{cast, copy};
 pub(crate) use gemm::linear;
 pub(crate) use norm::{fused_add_rms_norm, head_rms_norm, rms_norm};
 pub(crate) use rope::rope;
+pub(crate) use sampling::sample;
 
 use std::sync::Arc;
 

@@ -11,16 +11,19 @@
 //! | [`rope`] | rotary embedding (neox layout), in place |
 //! | [`silu_mul`] | SiLU(gate) * up |
 //! | [`argmax`] | greedy token choice |
+//! | [`sample`] | one token per row: greedy, temperature, top-k, top-p, min-p |
 //! | [`paged_attention`] | attention over the paged KV cache (prefill and decode) |
 
 mod attention;
 mod dense;
 mod index;
+mod sampling;
 mod store;
 
 pub use attention::{paged_attention, PagedAttnMeta};
 pub use dense::{argmax, fused_add_rms_norm, head_rms_norm, linear, rms_norm, rope, silu_mul};
 pub use index::{embedding, index};
+pub use sampling::{sample, SampleRow};
 pub use store::store_kv;
 
 use crate::device::Device;

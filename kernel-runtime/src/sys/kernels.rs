@@ -467,6 +467,52 @@ impl Default for msgl_argmax_params {
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct msgl_sample_params {
+    pub logits: *const ::std::os::raw::c_void,
+    pub params: *const f32,
+    pub out: *mut i32,
+    pub vocab: i64,
+    pub row_stride: i64,
+    pub num_rows: i64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of msgl_sample_params",
+    ][::std::mem::size_of::<msgl_sample_params>() - 48usize];
+    [
+        "Alignment of msgl_sample_params",
+    ][::std::mem::align_of::<msgl_sample_params>() - 8usize];
+    [
+        "Offset of field: msgl_sample_params::logits",
+    ][::std::mem::offset_of!(msgl_sample_params, logits) - 0usize];
+    [
+        "Offset of field: msgl_sample_params::params",
+    ][::std::mem::offset_of!(msgl_sample_params, params) - 8usize];
+    [
+        "Offset of field: msgl_sample_params::out",
+    ][::std::mem::offset_of!(msgl_sample_params, out) - 16usize];
+    [
+        "Offset of field: msgl_sample_params::vocab",
+    ][::std::mem::offset_of!(msgl_sample_params, vocab) - 24usize];
+    [
+        "Offset of field: msgl_sample_params::row_stride",
+    ][::std::mem::offset_of!(msgl_sample_params, row_stride) - 32usize];
+    [
+        "Offset of field: msgl_sample_params::num_rows",
+    ][::std::mem::offset_of!(msgl_sample_params, num_rows) - 40usize];
+};
+impl Default for msgl_sample_params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct msgl_convert_params {
     pub dst: *mut ::std::os::raw::c_void,
     pub src: *const ::std::os::raw::c_void,
@@ -710,6 +756,12 @@ pub struct KernelLibrary {
         vectorized: i32,
         stream: msgl_stream,
     ) -> i32,
+    pub msgl_sample: unsafe extern "C" fn(
+        logits: *const msgl_tensor,
+        params: *const msgl_tensor,
+        out: *const msgl_tensor,
+        stream: msgl_stream,
+    ) -> i32,
     pub msgl_cast: unsafe extern "C" fn(
         dst: *const msgl_tensor,
         src: *const msgl_tensor,
@@ -760,6 +812,7 @@ impl KernelLibrary {
         let msgl_rope = __library.get(b"msgl_rope\0").map(|sym| *sym)?;
         let msgl_silu_mul = __library.get(b"msgl_silu_mul\0").map(|sym| *sym)?;
         let msgl_argmax = __library.get(b"msgl_argmax\0").map(|sym| *sym)?;
+        let msgl_sample = __library.get(b"msgl_sample\0").map(|sym| *sym)?;
         let msgl_cast = __library.get(b"msgl_cast\0").map(|sym| *sym)?;
         let msgl_copy = __library.get(b"msgl_copy\0").map(|sym| *sym)?;
         let msgl_paged_attention = __library
@@ -777,6 +830,7 @@ impl KernelLibrary {
             msgl_rope,
             msgl_silu_mul,
             msgl_argmax,
+            msgl_sample,
             msgl_cast,
             msgl_copy,
             msgl_paged_attention,
@@ -919,6 +973,15 @@ impl KernelLibrary {
             vectorized,
             stream,
         )
+    }
+    pub unsafe fn msgl_sample(
+        &self,
+        logits: *const msgl_tensor,
+        params: *const msgl_tensor,
+        out: *const msgl_tensor,
+        stream: msgl_stream,
+    ) -> i32 {
+        (self.msgl_sample)(logits, params, out, stream)
     }
     pub unsafe fn msgl_cast(
         &self,

@@ -1,0 +1,72 @@
+//! `sample`: one next token per row of logits, on the device that holds them
+//! (csrc/kernels/sampling.cu on CUDA, `cpu::sampling` on the host), so a decode
+//! step returns token ids rather than a copy of the logits.
+
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+/// The sampling settings of one row (see sampling.cu for the exact rules).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SampleRow {
+    /// 0 is greedy (argmax, first index on ties).
+    pub temperature: f32,
+    /// Keep the `top_k` most likely tokens; 0 keeps all.
+    pub top_k: u32,
+    /// Keep the smallest head of the ranking whose mass reaches `top_p`; 1 keeps all.
+    pub top_p: f32,
+    /// Drop tokens less likely than `min_p` times the most likely; 0 keeps all.
+    pub min_p: f32,
+    /// The uniform number of the draw, in `[0, 1)`.
+    pub u: f32,
+}
+
+impl SampleRow {
+    /// Greedy.
+    pub fn greedy() -> SampleRow {
+        SampleRow { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, u: 0.0 }
+    }
+}
+
+/// Samples one token per row of `logits` (`[rows, vocab]`, float, unit stride in
+/// the last dimension) with `params[r]` for row r; returns the token ids.
+pub fn sample(logits: &Tensor, params: &[SampleRow]) -> Result<Vec<u32>> {
+    const OP: &str = "sample";
+    let [rows, vocab] = logits.dims::<2>(OP, "logits")?;
+    logits.expect_dtype(OP, "logits", &[DType::F32, DType::F16, DType::BF16])?;
+    if params.len() != rows {
+        return Err(Error::arg(OP, format!("{} parameter rows for {rows} logits rows", params.len())));
+    }
+    if vocab == 0 || vocab > (1 << 31) - 2 {
+        return Err(Error::arg(OP, format!("argument `logits` has {vocab} columns")));
+    }
+    if rows > 1 && logits.strides()[1] != 1 {
+        return Err(Error::arg(OP, "argument `logits` must have unit stride in its last dimension"));
+    }
+    for (r, p) in params.iter().enumerate() {
+        let bad = if !(p.temperature.is_finite() && p.temperature >= 0.0) {
+            Some("temperature")
+        } else if !(p.top_p > 0.0 && p.top_p <= 1.0) {
+            Some("top_p")
+        } else if !(0.0..=1.0).contains(&p.min_p) {
+            Some("min_p")
+        } else if !(0.0..1.0).contains(&p.u) {
+            Some("u")
+        } else if p.top_k > 1 << 24 {
+            Some("top_k")
+        } else {
+            None
+        };
+        if let Some(field) = bad {
+            return Err(Error::arg(OP, format!("row {r}: `{field}` is out of range in {p:?}")));
+        }
+    }
+    if rows == 0 {
+        return Ok(Vec::new());
+    }
+    match logits.device() {
+        Device::Cpu => crate::cpu::sampling::sample(logits, params),
+        Device::Cuda(_) => crate::gpu::sample(logits, params),
+    }
+}
