@@ -46,6 +46,17 @@ pub trait ModelRunner {
 
     /// Longest sequence (prompt plus outputs) the model supports.
     fn max_context_len(&self) -> usize;
+
+    /// Runs the step and samples on the runner's own device: one token per
+    /// entry of `batch.logits_rows()`, drawn by the rules of
+    /// [`sampling`](crate::sampling) with the uniform numbers of
+    /// [`sampling::uniform`] (so that seeds reproduce). Runners whose logits
+    /// live on a GPU sample there instead of copying `[rows, vocab]` logits to
+    /// the host; `None` (the default) means "call [`ModelRunner::forward`]
+    /// and let the engine sample on the host".
+    fn forward_sample(&mut self, _batch: &PreparedBatch) -> Result<Option<Vec<u32>>, RunnerError> {
+        Ok(None)
+    }
 }
 
 /// Lets a server pick its model at run time (`Engine<Box<dyn ModelRunner>>`).
@@ -60,6 +71,10 @@ impl<R: ModelRunner + ?Sized> ModelRunner for Box<R> {
 
     fn max_context_len(&self) -> usize {
         (**self).max_context_len()
+    }
+
+    fn forward_sample(&mut self, batch: &PreparedBatch) -> Result<Option<Vec<u32>>, RunnerError> {
+        (**self).forward_sample(batch)
     }
 }
 
@@ -299,20 +314,39 @@ impl<R: ModelRunner> Engine<R> {
             return Ok(Vec::new());
         };
         let prepared = self.scheduler.prepare(batch);
-        let logits = self
-            .runner
-            .forward(&prepared)
-            .map_err(EngineError::Runner)?;
         let rows = prepared.logits_rows().len();
-        if logits.num_rows() != rows || logits.vocab_size() != self.vocab_size {
-            return Err(EngineError::LogitsShape {
-                rows,
-                vocab: self.vocab_size,
-                got_rows: logits.num_rows(),
-                got_vocab: logits.vocab_size(),
-            });
-        }
-        let tokens = sampling::sample(&logits, prepared.sampling());
+        let tokens = match self
+            .runner
+            .forward_sample(&prepared)
+            .map_err(EngineError::Runner)?
+        {
+            Some(tokens) => {
+                if tokens.len() != rows || tokens.iter().any(|&t| t as usize >= self.vocab_size) {
+                    return Err(EngineError::LogitsShape {
+                        rows,
+                        vocab: self.vocab_size,
+                        got_rows: tokens.len(),
+                        got_vocab: tokens.iter().map(|&t| t as usize + 1).max().unwrap_or(0),
+                    });
+                }
+                tokens
+            }
+            None => {
+                let logits = self
+                    .runner
+                    .forward(&prepared)
+                    .map_err(EngineError::Runner)?;
+                if logits.num_rows() != rows || logits.vocab_size() != self.vocab_size {
+                    return Err(EngineError::LogitsShape {
+                        rows,
+                        vocab: self.vocab_size,
+                        got_rows: logits.num_rows(),
+                        got_vocab: logits.vocab_size(),
+                    });
+                }
+                sampling::sample(&logits, prepared.sampling())
+            }
+        };
         self.num_steps += 1;
         Ok(self.scheduler.complete(prepared, &tokens))
     }

@@ -1,14 +1,16 @@
 //! The bridge between the engine and a `models::CausalLm`: turns the scheduler's
 //! [`PreparedBatch`] (host vectors) into a `models::ForwardBatch` on the model's
-//! device, runs the forward pass over the runner-owned KV cache, and returns the
-//! logits rows the sampler needs as f32 on the host.
+//! device, runs the forward pass over the runner-owned KV cache, and samples: on
+//! a GPU with `kernel_runtime::ops::sample` (only token ids cross to the host), on
+//! the CPU by handing the logits rows to the engine's sampler.
 
-use kernel_runtime::Tensor;
+use kernel_runtime::ops::SampleRow;
+use kernel_runtime::{Device, Tensor};
 use models::{CausalLm, ForwardBatch, KvCache, LogitRows, SeqStep};
 
 use crate::core::PreparedBatch;
 use crate::engine::{ModelRunner, RunnerError};
-use crate::sampling::Logits;
+use crate::sampling::{self, Logits, SamplingRow};
 
 /// A loaded model with its KV cache: the engine's [`ModelRunner`].
 #[derive(Debug)]
@@ -37,8 +39,10 @@ impl CausalLmRunner {
     }
 }
 
-impl ModelRunner for CausalLmRunner {
-    fn forward(&mut self, batch: &PreparedBatch) -> Result<Logits, RunnerError> {
+impl CausalLmRunner {
+    /// The forward pass: logits of the rows that sample, `[logits_rows, vocab]`,
+    /// left on the model's device.
+    fn logits(&mut self, batch: &PreparedBatch) -> Result<Tensor, RunnerError> {
         let page_size = batch.page_size();
         let width = batch.max_num_pages();
         let (ids, indptr, q_lens, kv_lens, table) =
@@ -57,14 +61,44 @@ impl ModelRunner for CausalLmRunner {
         let logits = self.model.forward(&forward, &self.kv)?;
         // Logits of every row's last token came back; keep the rows that sample.
         let wanted: Vec<i32> = batch.logits_rows().iter().map(|&r| r as i32).collect();
-        let selected = if wanted.len() == batch.num_rows() {
-            logits
-        } else {
-            let rows = Tensor::from_slice(&wanted, &[wanted.len()], logits.device())?;
-            kernel_runtime::ops::embedding(&logits.contiguous()?, &rows, 0)?
-        };
-        let vocab = selected.dim(1);
-        Ok(Logits::new(selected.to_f32_vec()?, vocab))
+        if wanted.len() == batch.num_rows() {
+            return Ok(logits);
+        }
+        let rows = Tensor::from_slice(&wanted, &[wanted.len()], logits.device())?;
+        Ok(kernel_runtime::ops::embedding(&logits.contiguous()?, &rows, 0)?)
+    }
+}
+
+/// The kernel's settings for one sampling row, with the engine's uniform number
+/// for the row's (seed, output index), so that seeds reproduce on the GPU too.
+fn sample_row(row: &SamplingRow) -> SampleRow {
+    // f32 rounding could turn 1 - 2^-53 into 1.0: keep u below 1.
+    let u = (sampling::uniform(row.seed, row.step) as f32).min(1.0 - f32::EPSILON / 2.0);
+    SampleRow {
+        temperature: row.temperature,
+        top_k: row.top_k.map_or(0, |k| k.min(1 << 24) as u32),
+        top_p: row.top_p,
+        min_p: row.min_p,
+        u,
+    }
+}
+
+impl ModelRunner for CausalLmRunner {
+    fn forward(&mut self, batch: &PreparedBatch) -> Result<Logits, RunnerError> {
+        let logits = self.logits(batch)?;
+        let vocab = logits.dim(1);
+        Ok(Logits::new(logits.to_f32_vec()?, vocab))
+    }
+
+    /// On a GPU the logits stay there and only token ids come back; on the CPU the
+    /// engine's sampler runs on the host logits.
+    fn forward_sample(&mut self, batch: &PreparedBatch) -> Result<Option<Vec<u32>>, RunnerError> {
+        if self.model.device() == Device::Cpu {
+            return Ok(None);
+        }
+        let logits = self.logits(batch)?;
+        let rows: Vec<SampleRow> = batch.sampling().iter().map(sample_row).collect();
+        Ok(Some(kernel_runtime::ops::sample(&logits, &rows)?))
     }
 
     fn vocab_size(&self) -> usize {
