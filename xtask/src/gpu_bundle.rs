@@ -29,7 +29,7 @@ pub fn run(out: PathBuf) -> Result<()> {
     std::fs::create_dir_all(bin_dir.join("tests"))?;
     std::fs::create_dir_all(bin_dir.join("benches"))?;
 
-    cargo(&root, &["build", "--release", "--bin", "minisgl"])?;
+    cargo(&root, &["build", "--release", "-p", "engine", "--bin", "minisgl"])?;
     copy_stripped(&root.join("target/release/minisgl"), &bin_dir.join("minisgl"))?;
     for (kind, args) in [
         ("tests", vec!["test", "--release", "--workspace", "--no-run", "--message-format=json"]),
@@ -81,14 +81,32 @@ fn executables(root: &Path, args: &[&str]) -> Result<Vec<(String, PathBuf)>> {
         let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else { continue };
         let Some(exe) = msg.get("executable").and_then(|e| e.as_str()) else { continue };
         let target = msg.pointer("/target/name").and_then(|n| n.as_str()).unwrap_or("unknown");
-        let krate = msg.pointer("/package_id").and_then(|n| n.as_str()).unwrap_or("");
-        let krate = krate.rsplit('/').next().unwrap_or("").split(['#', '@']).next().unwrap_or("");
+        let krate = package_name(msg.pointer("/package_id").and_then(|n| n.as_str()).unwrap_or(""));
         let kinds: Vec<&str> = msg.pointer("/target/kind").and_then(|k| k.as_array()).map(|a| a.iter().filter_map(|v| v.as_str()).collect()).unwrap_or_default();
         // Unit tests of a library are named after their crate.
-        let name = if kinds.contains(&"lib") { format!("{}-lib", target) } else if kinds.contains(&"bin") { format!("{}-bin", target) } else { format!("{krate}-{target}") };
+        let name = if kinds.contains(&"lib") {
+            format!("{target}-lib")
+        } else if kinds.contains(&"bin") {
+            format!("{target}-bin")
+        } else {
+            format!("{krate}-{target}")
+        };
         found.push((name, PathBuf::from(exe)));
     }
     Ok(found)
+}
+
+/// The package name in a cargo package id: `path+file:///dir#name@1.0` or
+/// `path+file:///dir/name#1.0`.
+fn package_name(id: &str) -> &str {
+    let last = id.rsplit('/').next().unwrap_or("");
+    match last.split_once('#') {
+        Some((dir, rest)) => match rest.split_once('@') {
+            Some((name, _version)) => name,
+            None => dir,
+        },
+        None => last,
+    }
 }
 
 fn copy_stripped(from: &Path, to: &Path) -> Result<()> {
@@ -116,6 +134,16 @@ fn copy_tree(from: &Path, to: &Path, keep: &dyn Fn(&Path) -> bool) -> Result<()>
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn package_names_from_ids() {
+        assert_eq!(super::package_name("path+file:///work/main#minisgl@0.1.0"), "minisgl");
+        assert_eq!(super::package_name("path+file:///work/main/engine#0.1.0"), "engine");
+        assert_eq!(super::package_name("registry+https://github.com/rust-lang/crates.io-index#serde@1.0.0"), "serde");
+    }
 }
 
 fn dir_size(dir: &Path) -> Result<u64> {
