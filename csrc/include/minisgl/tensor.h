@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or a launcher signature changes. */
-#define MSGL_ABI_VERSION 2
+#define MSGL_ABI_VERSION 3
 
 /* The most dimensions a tensor view carries. */
 #define MSGL_MAX_DIMS 6
@@ -285,6 +285,137 @@ typedef struct msgl_attention_params {
   float scale_log2;            /* softmax scale * log2(e) */
 } msgl_attention_params;
 
+/*
+ * Mixture of experts (Qwen3-MoE, Mixtral): routing, token batching by expert, the
+ * grouped GEMMs over the experts and the sum over the top-k outputs. The flow of
+ * one MoE layer over num_tokens tokens with top_k experts each (num_pairs =
+ * num_tokens * top_k (token, slot) pairs, pair p = token * top_k + slot):
+ *
+ *   moe_route    router logits -> topk_ids [num_tokens, top_k] int32, topk_weights f32
+ *   moe_align    topk_ids -> the pairs sorted by expert, each expert's run padded to
+ *                BLOCK_M entries (padding = num_pairs), the expert of each block
+ *                of BLOCK_M entries, the padded start of each expert's run
+ *   moe_gemm     gate_up: act[row] = silu(x[tok] W1g^T) * (x[tok] W1u^T) for every
+ *                row of the sorted list (GATE_UP = 1); down: part[pair] =
+ *                weight[pair] * act[row] W2^T (GATE_UP = 0)
+ *   moe_sum      out[t] = sum over the slots of part[t * top_k + slot]
+ */
+#define MSGL_MOE_MAX_EXPERTS 512
+#define MSGL_MOE_MAX_TOP_K 32
+
+/*
+ * moe_align: a stable counting sort of the pairs by expert (pairs of one expert
+ * keep their order), laid out as mini-sglang's moe_align_block_size does, with
+ * every expert's run padded to a multiple of BLOCK_M rows:
+ *   expert_offsets[e]  padded start of expert e's run, expert_offsets[num_experts]
+ *                      the padded total;
+ *   sorted_ids[i]      the pair at position i, or num_pairs for padding;
+ *   block_experts[b]   the expert of positions [b * BLOCK_M, (b + 1) * BLOCK_M);
+ *   tiles              the GEMM tiles: tiles[0] = their count, tiles[1] = tile_m,
+ *                      tiles[2 + i] = the first row of tile i (tiles cut each
+ *                      expert's run into pieces of at most tile_m rows).
+ * Pairs whose expert id is outside [0, num_experts) are dropped. Positions past
+ * the padded total are left unwritten. Phases: 0 counts and writes offsets, block
+ * experts, tiles and padding (one block); 1 scatters the pairs (one block per
+ * expert); 2 does both in one block (small batches). Instance parameter: BLOCK_M.
+ */
+typedef struct msgl_moe_align_params {
+  const int32_t* topk_ids;     /* device, [num_pairs] */
+  int32_t* sorted_ids;         /* device, [>= num_pairs + min(num_pairs, num_experts) * (BLOCK_M - 1)] */
+  int32_t* block_experts;      /* device, [sorted_ids length / BLOCK_M] */
+  int32_t* expert_offsets;     /* device, [num_experts + 1] */
+  int32_t* tiles;              /* device, [2 + max tiles] */
+  int64_t num_pairs;
+  int32_t num_experts;         /* 1..MSGL_MOE_MAX_EXPERTS */
+  int32_t tile_m;              /* rows per GEMM tile, a positive multiple of BLOCK_M */
+  int32_t phase;
+  int32_t reserved;
+} msgl_moe_align_params;
+
+/*
+ * moe_route: for each token, the top_k experts by router logit (the largest
+ * softmax probabilities; ties go to the lower expert index), their softmax
+ * probabilities over all experts in f32, renormalised to sum to 1 over the chosen
+ * experts when `renormalize` is set (Qwen3-MoE's norm_topk_prob). Phase 0: one
+ * warp per token. Phase 1 (small batches): one block routes every token, then
+ * runs moe_align's single-block sort on the result (`align`, whose topk_ids is
+ * this op's). Instance parameter: DTYPE (of the logits).
+ */
+typedef struct msgl_moe_route_params {
+  const void* logits;          /* device, [num_tokens, num_experts], rows logits_stride elements apart */
+  int32_t* topk_ids;           /* device, [num_tokens, top_k] contiguous */
+  float* topk_weights;         /* device, [num_tokens, top_k] contiguous */
+  msgl_moe_align_params align; /* phase 1 only */
+  int64_t num_tokens;
+  int64_t logits_stride;       /* elements */
+  int32_t num_experts;         /* 1..MSGL_MOE_MAX_EXPERTS */
+  int32_t top_k;               /* 1..min(num_experts, MSGL_MOE_MAX_TOP_K) */
+  int32_t renormalize;
+  int32_t phase;
+} msgl_moe_route_params;
+
+/*
+ * moe_gemm: one grouped GEMM over the tiles of moe_align's sorted list. Tile i
+ * covers rows [r0, r0 + rows) of the list, r0 = tiles[2 + i], all of expert
+ * e = block_experts[r0 / block_m], rows = min(BM, expert_offsets[e + 1] - r0); it
+ * multiplies its A rows by expert e's weights w[e] ([n_w, k], the HF Linear
+ * layout):
+ *   GATE_UP = 1: A row r = x[sorted_ids[r] / top_k] (zero for padding), w = the
+ *     packed gate_up [num_experts, 2 n, k] (gate rows first), and
+ *     out[r, j] = silu(A_r . w_gate[j]) * (A_r . w_up[j]) for j < n (out is the
+ *     activation, [sorted rows, n], in sorted order);
+ *   GATE_UP = 0: A row r = a[r] (the activation), w = down [num_experts, n, k], and
+ *     out[sorted_ids[r], j] = topk_weights[sorted_ids[r]] * (A_r . w[j]) for
+ *     non-padding rows (out is [num_pairs, n], by pair).
+ * Tiles past tiles[0] do nothing, so the grid is sized from a bound (max_tiles)
+ * and the launch needs no host copy of the counts. Instance parameters: DTYPE
+ * (bf16 or f16, of a, w and out), TILE (the tile configuration, moe_gemm.cu's
+ * table, whose BM must be the tile_m of `tiles`), GATE_UP.
+ */
+typedef struct msgl_moe_gemm_params {
+  const void* a;               /* device: GATE_UP x [num_tokens, k]; else act [sorted rows, k]; rows a_stride apart */
+  const void* w;               /* device, [num_experts, GATE_UP ? 2 n : n, k] contiguous */
+  void* out;                   /* device: GATE_UP act [sorted rows, n]; else [num_pairs, n]; rows out_stride apart */
+  const int32_t* sorted_ids;   /* device, moe_align's sorted list */
+  const int32_t* block_experts;  /* device, moe_align's block experts */
+  const int32_t* expert_offsets; /* device, [num_experts + 1] */
+  const int32_t* tiles;        /* device, moe_align's tiles */
+  const float* topk_weights;   /* device, [num_pairs] (GATE_UP = 0) */
+  int64_t a_stride;            /* elements */
+  int64_t out_stride;          /* elements */
+  int64_t num_pairs;
+  int32_t num_experts;
+  int32_t top_k;
+  int32_t n;                   /* output columns (GATE_UP: the intermediate size) */
+  int32_t k;                   /* reduction length, a multiple of 64 */
+  int32_t max_tiles;           /* tiles the grid covers (a bound on tiles[0]) */
+  int32_t block_m;             /* moe_align's BLOCK_M */
+} msgl_moe_gemm_params;
+
+/*
+ * moe_sum: out[t, h] = sum over slots s < top_k of w[t, s] * part[t * top_k + s, h]
+ * in f32 (w = topk_weights, or 1 when NULL: the fused path applies the weights in
+ * the down GEMM), skipping pairs whose expert id is outside [0, num_experts)
+ * (dropped by moe_align). Instance parameter: DTYPE (of out and part).
+ */
+typedef struct msgl_moe_sum_params {
+  void* out;                   /* device, [num_tokens, hidden] contiguous */
+  const void* part;            /* device, [num_tokens * top_k, hidden] contiguous */
+  const int32_t* topk_ids;     /* device, [num_tokens * top_k] */
+  const float* topk_weights;   /* device, [num_tokens * top_k], or NULL */
+  int64_t num_tokens;
+  int64_t hidden;
+  int32_t top_k;
+  int32_t num_experts;
+  int32_t vectorized;          /* 1: 16-byte vectors (hidden * element size % 16 == 0) */
+  int32_t blocks_per_row;      /* blocks of 256 threads across one row of out */
+} msgl_moe_sum_params;
+
+/* moe_align runs its single-block phase 2 up to this many pairs; moe_route fuses
+ * the sort into the routing block up to MSGL_MOE_ROUTE_ALIGN_MAX pairs. */
+#define MSGL_MOE_ALIGN_SMALL 4096
+#define MSGL_MOE_ROUTE_ALIGN_MAX 256
+
 #if !defined(__CUDACC_RTC__)
 
 /* The message of the last failed launcher call on this thread ("" if none). */
@@ -353,6 +484,43 @@ MSGL_API int32_t msgl_paged_attention(const msgl_tensor* out, const msgl_tensor*
                              const msgl_tensor* lse_partial, const msgl_attention_params* plan, int32_t mma,
                              msgl_stream stream);
 
+/* moe_route: logits [t, e] (unit last stride; f32/f16/bf16); topk_ids [t, k] int32 and
+ * topk_weights [t, k] f32 contiguous (written). */
+MSGL_API int32_t msgl_moe_route(const msgl_tensor* topk_ids, const msgl_tensor* topk_weights, const msgl_tensor* logits,
+                       int32_t renormalize, msgl_stream stream);
+
+/* moe_route_align: moe_route, then moe_align of its ids, in one block (t k <=
+ * MSGL_MOE_ROUTE_ALIGN_MAX); the sort's arguments as in moe_align. */
+MSGL_API int32_t msgl_moe_route_align(const msgl_tensor* topk_ids, const msgl_tensor* topk_weights,
+                             const msgl_tensor* sorted_ids, const msgl_tensor* block_experts,
+                             const msgl_tensor* expert_offsets, const msgl_tensor* tiles, const msgl_tensor* logits,
+                             int32_t renormalize, int32_t block_m, int32_t tile_m, msgl_stream stream);
+
+/* moe_align: topk_ids [t, k] int32 contiguous; sorted_ids [L] int32 with
+ * L >= round_up(t k + min(t k, e) (block_m - 1), block_m); block_experts [L / block_m] int32;
+ * expert_offsets [e + 1] int32; tiles [2 + ceil(L / tile_m) + min(t k, e)] int32 (all written;
+ * e = the number of experts). */
+MSGL_API int32_t msgl_moe_align(const msgl_tensor* sorted_ids, const msgl_tensor* block_experts,
+                       const msgl_tensor* expert_offsets, const msgl_tensor* tiles, const msgl_tensor* topk_ids,
+                       int32_t block_m, int32_t tile_m, msgl_stream stream);
+
+/* moe_gemm: gate_up = 1: out = act [L, n], a = x [t, h], w = [e, 2n, h];
+ * gate_up = 0: out = [t top_k, n], a = act [L, i], w = [e, n, i], topk_weights [t top_k] f32.
+ * sorted_ids, block_experts, expert_offsets and tiles as moe_align wrote them, with tile_m =
+ * the BM of `tile`; topk_weights may be NULL when gate_up = 1. pdl = 1 launches with
+ * programmatic stream serialization (the kernel may start before the previous one ends;
+ * gate_up must follow the sort, down must follow gate_up). */
+MSGL_API int32_t msgl_moe_gemm(const msgl_tensor* out, const msgl_tensor* a, const msgl_tensor* w,
+                      const msgl_tensor* sorted_ids, const msgl_tensor* block_experts,
+                      const msgl_tensor* expert_offsets, const msgl_tensor* tiles,
+                      const msgl_tensor* topk_weights, int32_t top_k, int32_t tile, int32_t gate_up,
+                      int32_t pdl, msgl_stream stream);
+
+/* moe_sum: out [t, h] and part [t k, h] contiguous, one dtype; topk_ids [t, k] int32;
+ * topk_weights [t, k] f32 contiguous or NULL; pdl as in moe_gemm. */
+MSGL_API int32_t msgl_moe_sum(const msgl_tensor* out, const msgl_tensor* part, const msgl_tensor* topk_ids,
+                     const msgl_tensor* topk_weights, int32_t num_experts, int32_t pdl, msgl_stream stream);
+
 #endif /* !__CUDACC_RTC__ */
 
 #ifdef __cplusplus
@@ -370,6 +538,10 @@ static_assert(sizeof(msgl_argmax_params) == 80, "msgl_argmax_params layout chang
 static_assert(sizeof(msgl_sample_params) == 48, "msgl_sample_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_convert_params) == 176, "msgl_convert_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_attention_params) == 152, "msgl_attention_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_moe_route_params) == 120, "msgl_moe_route_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_moe_align_params) == 64, "msgl_moe_align_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_moe_gemm_params) == 112, "msgl_moe_gemm_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_moe_sum_params) == 64, "msgl_moe_sum_params layout changed: run cargo xtask codegen");
 #endif
 
 #endif /* MINISGL_TENSOR_H */

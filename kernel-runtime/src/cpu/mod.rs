@@ -8,6 +8,7 @@
 pub mod attention;
 pub mod dense;
 pub mod sampling;
+pub mod moe;
 
 use half::{bf16, f16};
 

@@ -11,6 +11,7 @@
 //! | [`attention`] | `attention` | `paged_attention` |
 //! | [`convert`] | `cast`, `copy` | `cast`, strided `copy` |
 //! | [`sampling`] | `sampling` | `sample` |
+//! | [`moe`] | `moe_route`, `moe_align`, `moe_gemm`, `moe_sum` | the MoE ops and the tile plan |
 //!
 //! Every launcher follows `ops::store`: it checks what the kernel needs beyond the
 //! op contract (alignment for the 16-byte vector paths), computes the launch shape
@@ -23,6 +24,7 @@ mod argmax;
 mod attention;
 mod convert;
 pub(crate) mod gemm;
+pub(crate) mod moe;
 mod norm;
 mod rope;
 mod sampling;

@@ -13,17 +13,23 @@
 //! | [`argmax`] | greedy token choice |
 //! | [`sample`] | one token per row: greedy, temperature, top-k, top-p, min-p |
 //! | [`paged_attention`] | attention over the paged KV cache (prefill and decode) |
+//! | [`moe_route`], [`moe_align`], [`moe_gemm`], [`moe_sum`], [`fused_experts`], [`fused_moe`] | mixture of experts (`moe` module) |
 
 mod attention;
 mod dense;
 mod index;
 mod sampling;
+pub mod moe;
 mod store;
 
 pub use attention::{paged_attention, PagedAttnMeta};
 pub use dense::{argmax, fused_add_rms_norm, head_rms_norm, linear, rms_norm, rope, silu_mul};
 pub use index::{embedding, index};
 pub use sampling::{sample, SampleRow};
+pub use moe::{
+    fused_experts, fused_experts_with, fused_moe, moe_align, moe_gemm, moe_route, moe_sum, naive_experts, MoeAlignment, MoePlan,
+    MoeRouting,
+};
 pub use store::store_kv;
 
 use crate::device::Device;

@@ -1,0 +1,465 @@
+/*
+ * moe_gemm.cu: the grouped GEMMs of a mixture-of-experts layer over moe_align's
+ * sorted list, on the tensor cores (mma.sync m16n8k16, bf16/f16 in, f32
+ * accumulate). One kernel serves both projections:
+ *
+ *   GATE_UP = 1  act[r, j] = silu(A_r . Wg[e, j]) * (A_r . Wu[e, j]),  A_r = x[sorted_ids[r] / top_k]
+ *   GATE_UP = 0  part[p, j] = topk_weights[p] * (act[r] . Wd[e, j]),   p = sorted_ids[r]
+ *
+ * where e is the expert of row r and W[e] its [n_w, k] matrix (the HF Linear
+ * layout; the gate_up matrix holds the gate rows, then the up rows).
+ *
+ * Work decomposition. moe_align cut every expert's run of the sorted list into
+ * tiles of at most BM rows (multiples of its 16-row granule); a CTA computes one
+ * tile x BN output columns (gate_up: BN / 2 gate and the BN / 2 matching up
+ * columns). The grid is sized from a bound on the tile count and CTAs past the
+ * real count return at once, so nothing is copied to the host. Tiles are
+ * ordered in groups of 8 (all column tiles of 8 row tiles, row fastest), so the
+ * tiles of one expert share its weight tiles in L2. A tile shorter than BM (an
+ * expert's last) skips the mma of its empty 16-row slices; the common full tile
+ * runs a main loop without those guards.
+ *
+ * Per CTA: a WM x WN grid of warps, each owning a (BM / WM) x (BN / WN) piece.
+ * A rows (gathered by token for gate_up, zero-filled for padding) and weight rows
+ * stream into a STAGES-deep ring of shared-memory tiles with 16-byte cp.async
+ * (rows padded by 16 bytes, so ldmatrix is free of bank conflicts); fragments come
+ * from ldmatrix. SiLU-and-mul is fused into the gate_up epilogue: each warp owns
+ * the same columns of the gate half and of the up half, so a gate accumulator and
+ * its up partner sit in the same registers. The routing weight is applied in the
+ * down epilogue, which writes each pair's row for moe_sum.
+ *
+ * Programmatic dependent launch (pdl = 1, sm_90): the down GEMM issues its first
+ * weight stages before waiting for the gate_up GEMM (the weights do not depend on
+ * it), and every GEMM lets its successor launch once its main loop is done.
+ *
+ * The TILE table below is the configuration space the host's heuristic picks
+ * from by tokens per expert (kernel-runtime gpu/moe.rs, after mini-sglang's
+ * get_default_config): 16-row tiles with deep pipelines stream the weights of a
+ * decode step across every SM; 32- and 64-row tiles serve batches of a few to a
+ * few dozen tokens per expert; 128 x 128 tiles with 64 x 64 warp tiles the
+ * prefill batches.
+ */
+#include "minisgl/mma.cuh"
+
+namespace msgl {
+
+/* ---- the tile table ------------------------------------------------------------ */
+
+/* TILE -> tile shape: BM x BN per CTA, BK per pipeline stage, a WM x WN grid of
+ * warps, STAGES-deep cp.async ring, MINB CTAs per SM for the register budget. */
+template <int TILE> struct MoeTile;
+#define MSGL_MOE_TILE(T, BM_, BN_, BK_, WM_, WN_, STAGES_, MINB_)                                       \
+  template <> struct MoeTile<T> {                                                                       \
+    static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, STAGES = STAGES_, MINB = MINB_; \
+  };
+MSGL_MOE_TILE(0, 16, 64, 64, 1, 2, 8, 1)     // decode: 64-thread CTAs, 7 stages in flight
+MSGL_MOE_TILE(1, 16, 128, 128, 1, 4, 4, 1)   // decode when k % 128 == 0: 256-byte row segments
+MSGL_MOE_TILE(2, 32, 128, 64, 1, 4, 4, 1)    // up to ~24 tokens per expert
+MSGL_MOE_TILE(3, 64, 128, 64, 2, 2, 4, 1)    // up to ~96 tokens per expert
+MSGL_MOE_TILE(4, 128, 128, 32, 2, 2, 4, 1)   // prefill: 64 x 64 warp tiles
+#undef MSGL_MOE_TILE
+constexpr int kMoeTiles = 5;
+
+/* The BM (BK when `bk`) of tile `tile`, 0 when there is no such tile. */
+template <int TILE = 0> __host__ __device__ constexpr int moe_tile_bm(int tile, bool bk = false) {
+  if constexpr (TILE >= kMoeTiles) {
+    return 0;
+  } else {
+    return tile == TILE ? (bk ? MoeTile<TILE>::BK : MoeTile<TILE>::BM) : moe_tile_bm<TILE + 1>(tile, bk);
+  }
+}
+
+template <int TILE> __host__ __device__ constexpr int moe_tile_threads() { return MoeTile<TILE>::WM * MoeTile<TILE>::WN * 32; }
+
+/* Output columns of one CTA. */
+template <int TILE, int GATE_UP> __host__ __device__ constexpr int moe_tile_cols() {
+  return GATE_UP ? MoeTile<TILE>::BN / 2 : MoeTile<TILE>::BN;
+}
+
+/* Dynamic shared memory of a CTA for reduction length k. */
+template <int TILE> __host__ __device__ constexpr long long moe_tile_smem() {
+  using C = MoeTile<TILE>;
+  return static_cast<long long>(C::STAGES) * (C::BM + C::BN) * (C::BK + 8) * 2;
+}
+
+/* CTAs of the grid for `max_tiles` tiles and n output columns. */
+template <int TILE, int GATE_UP> __host__ __device__ constexpr long long moe_tile_grid(int max_tiles, int n) {
+  constexpr int cols = moe_tile_cols<TILE, GATE_UP>();
+  return static_cast<long long>(max_tiles) * ((n + cols - 1) / cols);
+}
+
+/* ---- the tiled kernel ----------------------------------------------------------- */
+
+/* The k loop of one CTA over its STAGES-deep ring. FULL: every m16 row tile of
+ * the warp is inside the tile's rows (no per-tile guards in the hot loop). */
+template <int DTYPE, int TILE, int GATE_UP, bool FULL, typename LoadStage>
+__device__ __forceinline__ void moe_tiled_mainloop(float (&acc)[MoeTile<TILE>::BM / MoeTile<TILE>::WM / 16]
+                                                             [MoeTile<TILE>::BN / MoeTile<TILE>::WN / 8][4],
+                                                   const unsigned short* smem, int KT, int rows, const LoadStage& load_stage) {
+  using Cfg = MoeTile<TILE>;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, WN = Cfg::WN, STAGES = Cfg::STAGES;
+  constexpr int TM = BM / Cfg::WM, TN = BN / WN, MI = TM / 16, NI = TN / 8;
+  constexpr int ROW = BK + 8;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int wm = warp / WN, wn = warp % WN;
+  // Shared-memory row of this warp's n8 tile j (gate_up: the first half from the
+  // gate rows, the second from the matching up rows).
+  auto b_row = [&](int j) {
+    if (GATE_UP) return j < NI / 2 ? wn * (TN / 2) + j * 8 : BN / 2 + wn * (TN / 2) + (j - NI / 2) * 8;
+    return wn * TN + j * 8;
+  };
+  auto active = [&](int i) { return FULL || wm * TM + i * 16 < rows; };
+  for (int kt = 0; kt < KT; ++kt) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    const int next = kt + STAGES - 1;
+    if (next < KT) load_stage(next % STAGES, next);
+    cp_async_commit();
+    const unsigned short* as = smem + (kt % STAGES) * (BM + BN) * ROW;
+    const unsigned short* bs = as + BM * ROW;
+#pragma unroll
+    for (int kk = 0; kk < BK / 16; ++kk) {
+      unsigned af[MI][4], bf[NI][2];
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+        if (active(i)) ldmatrix_x4(af[i], as + (wm * TM + i * 16 + lane % 16) * ROW + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+      for (int j = 0; j < NI; j += 2) {
+        unsigned r4[4];
+        // Tiles j and j + 1 are adjacent rows in shared memory (both gate or both up).
+        ldmatrix_x4(r4, bs + (b_row(j) + (lane / 16) * 8 + lane % 8) * ROW + kk * 16 + ((lane / 8) % 2) * 8);
+        bf[j][0] = r4[0];
+        bf[j][1] = r4[1];
+        bf[j + 1][0] = r4[2];
+        bf[j + 1][1] = r4[3];
+      }
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+        if (active(i)) {
+#pragma unroll
+          for (int j = 0; j < NI; ++j) mma16816<DTYPE>(acc[i][j], af[i], bf[j][0], bf[j][1]);
+        }
+    }
+  }
+}
+
+template <int DTYPE, int TILE, int GATE_UP>
+__device__ __forceinline__ void moe_tiled_impl(const msgl_moe_gemm_params& p) {
+  using Cfg = MoeTile<TILE>;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, BK = Cfg::BK, WM = Cfg::WM, WN = Cfg::WN, STAGES = Cfg::STAGES;
+  constexpr int THREADS = WM * WN * kWarpSize;
+  constexpr int TM = BM / WM, TN = BN / WN, MI = TM / 16, NI = TN / 8;
+  constexpr int ROW = BK + 8;                 // shared-memory row, elements
+  constexpr int CH = BK / 8;                  // 16-byte chunks per row
+  constexpr int A_ITERS = BM * CH / THREADS;  // chunks per thread per stage
+  constexpr int B_ITERS = BN * CH / THREADS;
+  constexpr int COLS = moe_tile_cols<TILE, GATE_UP>();
+  constexpr int GROUP = 8;
+  static_assert(BM * CH % THREADS == 0 && BN * CH % THREADS == 0, "tile loads must divide among the threads");
+  static_assert(NI % 2 == 0 && (!GATE_UP || NI % 4 == 0), "warp tiles come in pairs of n8 tiles");
+  extern __shared__ __align__(16) unsigned char moe_smem[];
+  __shared__ int s_pair[BM];
+  using T = unsigned short;
+
+  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
+  const int wm = warp / WN, wn = warp % WN;
+
+  // CTA -> (tile, column tile), in groups of GROUP tiles (the tiles of one
+  // expert are consecutive, so a group shares the expert's weight tiles in L2).
+  const int num_n = (p.n + COLS - 1) / COLS;
+  const int pid = blockIdx.x;
+  const int per_group = GROUP * num_n;
+  const int first = pid / per_group * GROUP;
+  const int group_size = p.max_tiles - first < GROUP ? p.max_tiles - first : GROUP;
+  const int ti = first + (pid % per_group) % group_size;
+  const int nt = (pid % per_group) / group_size;
+  // gate_up reads the tiles written by the kernel just before (the sort); down
+  // reads them before its predecessor (gate_up) has finished, so that its weight
+  // prefetch overlaps gate_up's tail under programmatic dependent launch (the
+  // sort ran to completion before gate_up started; L2-only loads, never a stale L1 line).
+  if (GATE_UP) grid_dependency_wait();
+  if (ti >= __ldcg(p.tiles) || __ldcg(p.tiles + 1) != BM) return;
+  const int r0 = __ldcg(p.tiles + 2 + ti);
+  const int e = __ldcg(p.block_experts + r0 / p.block_m);
+  const int end = __ldcg(p.expert_offsets + e + 1) - r0;
+  const int rows = end < BM ? end : BM;  // rows of this tile (a multiple of block_m)
+  const int K = p.k, KT = K / BK;
+
+  const long long n_w = GATE_UP ? 2LL * p.n : p.n;
+  const T* w = static_cast<const T*>(p.w) + static_cast<long long>(e) * n_w * K;
+  const T* b_src[B_ITERS];
+  int b_bytes[B_ITERS];
+#pragma unroll
+  for (int i = 0; i < B_ITERS; ++i) {
+    const int idx = tid + i * THREADS, r = idx / CH, c = idx % CH;
+    long long row;
+    bool valid;
+    if (GATE_UP) {
+      const int j = nt * (BN / 2) + (r < BN / 2 ? r : r - BN / 2);
+      valid = j < p.n;
+      row = r < BN / 2 ? j : p.n + j;
+    } else {
+      row = static_cast<long long>(nt) * BN + r;
+      valid = row < p.n;
+    }
+    b_src[i] = w + (valid ? row : 0) * K + c * 8;
+    b_bytes[i] = valid ? 16 : 0;
+  }
+  T* smem = reinterpret_cast<T*>(moe_smem);
+  auto load_b = [&](int s, int kt) {
+    T* bs = smem + s * (BM + BN) * ROW + BM * ROW;
+#pragma unroll
+    for (int i = 0; i < B_ITERS; ++i) {
+      const int idx = tid + i * THREADS, r = idx / CH, c = idx % CH;
+      cp_async16(bs + r * ROW + c * 8, b_src[i] + kt * BK, b_bytes[i]);
+    }
+  };
+  // The weights do not depend on the previous kernel: start their pipeline first.
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < KT) load_b(s, s);
+    cp_async_commit();
+  }
+  if (!GATE_UP) grid_dependency_wait();
+
+  if (tid < BM) s_pair[tid] = tid < rows ? p.sorted_ids[r0 + tid] : -1;
+  __syncthreads();
+
+  // Per-thread source rows of the A tile loads (fixed across k tiles).
+  const T* a = static_cast<const T*>(p.a);
+  const T* a_src[A_ITERS];
+  int a_bytes[A_ITERS];
+#pragma unroll
+  for (int i = 0; i < A_ITERS; ++i) {
+    const int idx = tid + i * THREADS, r = idx / CH, c = idx % CH;
+    const int pair = s_pair[r];
+    const bool valid = pair >= 0 && pair < p.num_pairs;
+    const long long row = GATE_UP ? (valid ? pair / p.top_k : 0) : static_cast<long long>(r0) + r;
+    a_src[i] = a + row * p.a_stride + c * 8;
+    a_bytes[i] = valid ? 16 : 0;
+  }
+  auto load_a = [&](int s, int kt) {
+    T* as = smem + s * (BM + BN) * ROW;
+#pragma unroll
+    for (int i = 0; i < A_ITERS; ++i) {
+      const int idx = tid + i * THREADS, r = idx / CH, c = idx % CH;
+      cp_async16(as + r * ROW + c * 8, a_src[i] + kt * BK, a_bytes[i]);
+    }
+  };
+  // Groups so far: B0..B(S-2); now A0..A(S-2). The main loop's wait<STAGES - 2>
+  // still finds stage kt's A and B complete (every A group follows its B group).
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < KT) load_a(s, s);
+    cp_async_commit();
+  }
+  auto load_stage = [&](int s, int kt) {
+    load_a(s, kt);
+    load_b(s, kt);
+  };
+
+  float acc[MI][NI][4];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int j = 0; j < NI; ++j)
+#pragma unroll
+      for (int v = 0; v < 4; ++v) acc[i][j][v] = 0.f;
+  if (rows >= BM) {
+    moe_tiled_mainloop<DTYPE, TILE, GATE_UP, true>(acc, smem, KT, rows, load_stage);
+  } else {
+    moe_tiled_mainloop<DTYPE, TILE, GATE_UP, false>(acc, smem, KT, rows, load_stage);
+  }
+  cp_async_wait<0>();
+  grid_dependents_launch();
+
+  using Out = typename DType<DTYPE>::Storage;
+  Out* out = static_cast<Out*>(p.out);
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int i = 0; i < MI; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int rl = wm * TM + i * 16 + g + 8 * h;  // row within the tile
+      if (rl >= rows) continue;
+      if (GATE_UP) {
+        const long long r = static_cast<long long>(r0) + rl;
+#pragma unroll
+        for (int j = 0; j < NI / 2; ++j) {
+          const int col = nt * (BN / 2) + wn * (TN / 2) + j * 8 + 2 * t;
+          const float y0 = silu_f32(acc[i][j][2 * h]) * acc[i][j + NI / 2][2 * h];
+          const float y1 = silu_f32(acc[i][j][2 * h + 1]) * acc[i][j + NI / 2][2 * h + 1];
+          if (col < p.n) *reinterpret_cast<unsigned*>(out + r * p.out_stride + col) = pack2<DTYPE>(y0, y1);
+        }
+      } else {
+        const int pair = s_pair[rl];
+        if (pair < 0 || pair >= p.num_pairs) continue;
+        const float wt = p.topk_weights[pair];
+        Out* o = out + static_cast<long long>(pair) * p.out_stride;
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {
+          const int col = nt * BN + wn * TN + j * 8 + 2 * t;
+          if (col < p.n) *reinterpret_cast<unsigned*>(o + col) = pack2<DTYPE>(acc[i][j][2 * h] * wt, acc[i][j][2 * h + 1] * wt);
+        }
+      }
+    }
+  }
+}
+
+template <int DTYPE, int TILE, int GATE_UP>
+__device__ __forceinline__ void moe_gemm_impl(const msgl_moe_gemm_params& p) {
+  moe_tiled_impl<DTYPE, TILE, GATE_UP>(p);
+}
+
+}  // namespace msgl
+
+#if defined(MSGL_JIT_INSTANCE)
+/* One instance, compiled by NVRTC or into an AOT cubin; launched from Rust with
+ * block = moe_tile_threads<TILE>(), grid = moe_tile_grid<TILE, GATE_UP>(max_tiles, n)
+ * and moe_tile_smem<TILE>() bytes of dynamic shared memory. */
+extern "C" __global__ void __launch_bounds__(msgl::moe_tile_threads<MSGL_TILE>(), msgl::MoeTile<MSGL_TILE>::MINB)
+    msgl_moe_gemm_kernel(const msgl_moe_gemm_params p) {
+  msgl::moe_gemm_impl<MSGL_DTYPE, MSGL_TILE, MSGL_GATE_UP>(p);
+}
+#endif
+
+#if !defined(__CUDACC_RTC__)
+#include "minisgl/check.h"
+#include "msgl_instances.inc" /* MSGL_FOR_EACH_INSTANCE(X): X(DTYPE, TILE, GATE_UP) for each AOT instance */
+
+namespace msgl {
+template <int DTYPE, int TILE, int GATE_UP>
+__global__ void __launch_bounds__(moe_tile_threads<TILE>(), MoeTile<TILE>::MINB) moe_gemm_kernel(const msgl_moe_gemm_params p) {
+  moe_gemm_impl<DTYPE, TILE, GATE_UP>(p);
+}
+
+template <int DTYPE, int TILE, int GATE_UP>
+int32_t launch_moe_gemm(const msgl_moe_gemm_params& p, bool pdl, cudaStream_t s) {
+  constexpr long long smem = moe_tile_smem<TILE>();
+  const long long grid = moe_tile_grid<TILE, GATE_UP>(p.max_tiles, p.n);
+  if (grid > 0x7fffffff) return set_error(MSGL_ERR_INVALID_ARGUMENT, "moe_gemm: %lld blocks exceed the grid limit", grid);
+  if (grid == 0) return MSGL_OK;
+  auto kernel = moe_gemm_kernel<DTYPE, TILE, GATE_UP>;
+  if (smem > 48 * 1024) {
+    // Once per process and device would do; the attribute is per function, and a
+    // repeated set is cheap next to a failed launch, so it is set until it holds.
+    static thread_local int done_for_device = -1;
+    int device = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) device = -2;
+    if (done_for_device != device) {
+      const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      if (err != cudaSuccess)
+        return set_error(MSGL_ERR_CUDA, "moe_gemm: %lld bytes of shared memory: %s", smem, cudaGetErrorString(err));
+      done_for_device = device;
+    }
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(moe_tile_threads<TILE>());
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, p);
+  if (err != cudaSuccess) return set_error(MSGL_ERR_CUDA, "moe_gemm: launch failed: %s", cudaGetErrorString(err));
+  return check_launch("moe_gemm");
+}
+}  // namespace msgl
+
+extern "C" int32_t msgl_moe_gemm(const msgl_tensor* out, const msgl_tensor* a, const msgl_tensor* w,
+                                 const msgl_tensor* sorted_ids, const msgl_tensor* block_experts,
+                                 const msgl_tensor* expert_offsets, const msgl_tensor* tiles,
+                                 const msgl_tensor* topk_weights, int32_t top_k, int32_t tile, int32_t gate_up,
+                                 int32_t pdl, msgl_stream stream) {
+  using namespace msgl;
+  const char* op = "moe_gemm";
+  constexpr uint32_t halves = dtype_bit(MSGL_F16) | dtype_bit(MSGL_BF16);
+  MSGL_TRY(expect_tensor(out, op, "out", 2, halves));
+  MSGL_TRY(expect_tensor(a, op, "a", 2, halves));
+  MSGL_TRY(expect_tensor(w, op, "w", 3, halves));
+  MSGL_TRY(expect_same(a, "a", out, "out", op));
+  MSGL_TRY(expect_same(a, "a", w, "w", op));
+  MSGL_TRY(expect_tensor(sorted_ids, op, "sorted_ids", 1, dtype_bit(MSGL_I32)));
+  MSGL_TRY(expect_tensor(block_experts, op, "block_experts", 1, dtype_bit(MSGL_I32)));
+  MSGL_TRY(expect_tensor(expert_offsets, op, "expert_offsets", 1, dtype_bit(MSGL_I32)));
+  MSGL_TRY(expect_tensor(tiles, op, "tiles", 1, dtype_bit(MSGL_I32)));
+  MSGL_TRY(expect_contiguous(w, op, "w"));
+  MSGL_TRY(expect_contiguous(sorted_ids, op, "sorted_ids"));
+  MSGL_TRY(expect_contiguous(block_experts, op, "block_experts"));
+  MSGL_TRY(expect_contiguous(expert_offsets, op, "expert_offsets"));
+  MSGL_TRY(expect_contiguous(tiles, op, "tiles"));
+  MSGL_TRY(expect_rows(a, op, "a", 16));
+  MSGL_TRY(expect_rows(out, op, "out", 16));
+  if (top_k < 1) return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: top_k %d must be positive", op, top_k);
+  const int bm = moe_tile_bm(tile);
+  if (bm == 0) return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: tile %d is not in the table (0..%d)", op, tile, kMoeTiles - 1);
+  const int64_t num_experts = w->shape[0];
+  const int64_t k = w->shape[2];
+  const int64_t n = gate_up ? w->shape[1] / 2 : w->shape[1];
+  const int64_t rows = sorted_ids->shape[0];
+  MSGL_TRY(expect_dim(expert_offsets, op, "expert_offsets", 0, num_experts + 1));
+  MSGL_TRY(expect_dim(a, op, "a", 1, k));
+  MSGL_TRY(expect_dim(out, op, "out", 1, n));
+  if (gate_up && w->shape[1] % 2 != 0)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the gate_up weight has an odd row count %lld", op,
+                     static_cast<long long>(w->shape[1]));
+  const int bk = moe_tile_bm(tile, true);
+  if (k % 64 != 0 || k % bk != 0 || n % 8 != 0 || k == 0)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: tile %d needs k %% %d == 0 and n %% 8 == 0, got k = %lld, n = %lld", op,
+                     tile, bk > 64 ? bk : 64, static_cast<long long>(k), static_cast<long long>(n));
+  const int64_t blocks = block_experts->shape[0];
+  const int64_t block_m = blocks > 0 ? rows / blocks : 0;
+  if (blocks == 0 || block_m * blocks != rows || block_m % 16 != 0 || bm % block_m != 0)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT,
+                     "%s: `sorted_ids` (%lld rows) and `block_experts` (%lld blocks) do not give a row granule that divides the tile's %d rows",
+                     op, static_cast<long long>(rows), static_cast<long long>(blocks), bm);
+  if (tiles->shape[0] < 3)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: `tiles` has %lld entries", op, static_cast<long long>(tiles->shape[0]));
+  int64_t num_pairs;
+  if (gate_up) {
+    num_pairs = a->shape[0] * top_k;
+    MSGL_TRY(expect_dim(out, op, "out", 0, rows));
+  } else {
+    num_pairs = out->shape[0];
+    MSGL_TRY(expect_dim(a, op, "a", 0, rows));
+    MSGL_TRY(expect_tensor(topk_weights, op, "topk_weights", 1, dtype_bit(MSGL_F32)));
+    MSGL_TRY(expect_dim(topk_weights, op, "topk_weights", 0, num_pairs));
+    MSGL_TRY(expect_contiguous(topk_weights, op, "topk_weights"));
+  }
+  if (num_pairs >= 0x7fffffff || rows >= 0x7fffffff || tiles->shape[0] >= 0x7fffffff)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: too many pairs for int32 positions", op);
+  for (const msgl_tensor* t : {sorted_ids, block_experts, expert_offsets, tiles})
+    if (t->device != a->device) return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: index tensors are not on the device of `a`", op);
+  if (rows == 0 || n == 0) return MSGL_OK;
+
+  msgl_moe_gemm_params p{};
+  p.a = a->data;
+  p.w = w->data;
+  p.out = out->data;
+  p.sorted_ids = static_cast<const int32_t*>(sorted_ids->data);
+  p.block_experts = static_cast<const int32_t*>(block_experts->data);
+  p.expert_offsets = static_cast<const int32_t*>(expert_offsets->data);
+  p.tiles = static_cast<const int32_t*>(tiles->data);
+  p.topk_weights = gate_up ? nullptr : static_cast<const float*>(topk_weights->data);
+  p.a_stride = a->shape[0] > 1 ? a->strides[0] : k;
+  p.out_stride = out->shape[0] > 1 ? out->strides[0] : n;
+  p.num_pairs = num_pairs;
+  p.num_experts = static_cast<int32_t>(num_experts);
+  p.top_k = top_k;
+  p.n = static_cast<int32_t>(n);
+  p.k = static_cast<int32_t>(k);
+  p.max_tiles = static_cast<int32_t>(tiles->shape[0] - 2);
+  p.block_m = static_cast<int32_t>(block_m);
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int32_t dtype = w->dtype;
+  const int32_t gu = gate_up != 0;
+#define MSGL_CASE(D, TL, GU) \
+  if (dtype == D && tile == TL && gu == GU) return launch_moe_gemm<D, TL, GU>(p, pdl != 0, s);
+  MSGL_FOR_EACH_INSTANCE(MSGL_CASE)
+#undef MSGL_CASE
+  return set_error(MSGL_ERR_NO_INSTANCE, "%s: no AOT instance DTYPE=%d TILE=%d GATE_UP=%d", op, dtype, tile, gu);
+}
+#endif

@@ -1,0 +1,158 @@
+/*
+ * moe_route.cu: the router of a mixture-of-experts layer, the top-k of the softmax
+ * of each token's router logits (mini-sglang's select_experts / topk_softmax):
+ *
+ *   p[e] = exp(l[e] - max l) / sum_e' exp(l[e'] - max l)          (f32)
+ *   ids  = the top_k experts by logit, largest first, ties to the lower index
+ *   w[j] = p[ids[j]], divided by sum_j p[ids[j]] when `renormalize`
+ *
+ * Decomposition (minisgl/moe.cuh, moe_route_token): one warp per token. Lane i
+ * holds logits i, i + 32, ... in registers (MSGL_MOE_MAX_EXPERTS / 32 of them,
+ * unrolled so that the array never leaves registers); the max and the sum of
+ * exponentials are warp reductions. The experts are chosen on the logits, which
+ * orders them exactly as the probabilities do without the rounding of exp: each of
+ * top_k rounds takes the lane-local best not yet taken, then a butterfly argmax
+ * across the warp (larger value, else lower index). Lane j keeps the j-th choice.
+ *
+ * Phase 1 (moe_route_align, decode-sized batches) runs in one block of 1024
+ * threads: its 32 warps route the tokens, then the same block sorts the pairs by
+ * expert (moe_align's single-block sort), saving a launch on the decode path.
+ */
+#include "minisgl/moe.cuh"
+
+namespace msgl {
+
+constexpr int kRouteWarps = 4;
+
+template <int DTYPE>
+__device__ __forceinline__ void moe_route_impl(const msgl_moe_route_params& p) {
+  const int warp = threadIdx.x / kWarpSize;
+  if (p.phase == 0) {
+    const long long token = static_cast<long long>(blockIdx.x) * kRouteWarps + warp;
+    if (token < p.num_tokens)
+      moe_route_token<DTYPE>(p.logits, p.logits_stride, p.num_experts, p.top_k, p.renormalize, token, p.topk_ids,
+                             p.topk_weights);
+    return;
+  }
+  __shared__ int count[MSGL_MOE_MAX_EXPERTS];
+  __shared__ int start[MSGL_MOE_MAX_EXPERTS + 1];
+  extern __shared__ unsigned short warp_count[];
+  for (long long token = warp; token < p.num_tokens; token += kMoeAlignWarps)
+    moe_route_token<DTYPE>(p.logits, p.logits_stride, p.num_experts, p.top_k, p.renormalize, token, p.topk_ids,
+                           p.topk_weights);
+  __syncthreads();  // the ids written above are visible to the whole block
+  const msgl_moe_align_params& a = p.align;
+  const MoeAlignOut out{a.topk_ids, a.sorted_ids, a.block_experts, a.expert_offsets, a.tiles,
+                        a.num_pairs, a.num_experts, a.tile_m};
+  moe_align_count<MSGL_MOE_ROUTE_BLOCK_M>(out, count, start);
+  moe_align_ranked(out, start, warp_count);
+}
+
+}  // namespace msgl
+
+#if defined(MSGL_JIT_INSTANCE)
+/* One instance, compiled by NVRTC or into an AOT cubin; launched from Rust with
+ * phase 0: block = 128 (4 tokens), grid = ceil(num_tokens / 4); phase 1: block =
+ * 1024, grid = 1, moe_align_ranked_smem(num_experts) bytes of dynamic shared memory. */
+extern "C" __global__ void __launch_bounds__(1024) msgl_moe_route_kernel(const msgl_moe_route_params p) {
+  msgl::moe_route_impl<MSGL_DTYPE>(p);
+}
+#endif
+
+#if !defined(__CUDACC_RTC__)
+#include "minisgl/check.h"
+#include "msgl_instances.inc" /* MSGL_FOR_EACH_INSTANCE(X): X(DTYPE) for each AOT instance */
+
+namespace msgl {
+template <int DTYPE>
+__global__ void __launch_bounds__(1024) moe_route_kernel(const msgl_moe_route_params p) {
+  moe_route_impl<DTYPE>(p);
+}
+
+int32_t moe_route_prepare(const char* op, const msgl_tensor* topk_ids, const msgl_tensor* topk_weights,
+                          const msgl_tensor* logits, int32_t renormalize, msgl_moe_route_params& p) {
+  constexpr uint32_t floats = dtype_bit(MSGL_F32) | dtype_bit(MSGL_F16) | dtype_bit(MSGL_BF16);
+  MSGL_TRY(expect_tensor(logits, op, "logits", 2, floats));
+  MSGL_TRY(expect_tensor(topk_ids, op, "topk_ids", 2, dtype_bit(MSGL_I32)));
+  MSGL_TRY(expect_tensor(topk_weights, op, "topk_weights", 2, dtype_bit(MSGL_F32)));
+  const int64_t num_tokens = logits->shape[0];
+  const int64_t num_experts = logits->shape[1];
+  const int64_t top_k = topk_ids->shape[1];
+  if (num_experts < 1 || num_experts > MSGL_MOE_MAX_EXPERTS)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: %lld experts, expected 1..%d", op, static_cast<long long>(num_experts),
+                     MSGL_MOE_MAX_EXPERTS);
+  if (top_k < 1 || top_k > num_experts || top_k > MSGL_MOE_MAX_TOP_K)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: top_k %lld, expected 1..min(%lld, %d)", op, static_cast<long long>(top_k),
+                     static_cast<long long>(num_experts), MSGL_MOE_MAX_TOP_K);
+  MSGL_TRY(expect_dim(topk_ids, op, "topk_ids", 0, num_tokens));
+  MSGL_TRY(expect_dim(topk_weights, op, "topk_weights", 0, num_tokens));
+  MSGL_TRY(expect_dim(topk_weights, op, "topk_weights", 1, top_k));
+  MSGL_TRY(expect_contiguous(topk_ids, op, "topk_ids"));
+  MSGL_TRY(expect_contiguous(topk_weights, op, "topk_weights"));
+  MSGL_TRY(expect_rows(logits, op, "logits", dtype_size(logits->dtype)));
+  if (topk_ids->device != logits->device || topk_weights->device != logits->device)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the outputs are not on the device of `logits`", op);
+  p = msgl_moe_route_params{};
+  p.logits = logits->data;
+  p.topk_ids = static_cast<int32_t*>(topk_ids->data);
+  p.topk_weights = static_cast<float*>(topk_weights->data);
+  p.num_tokens = num_tokens;
+  p.logits_stride = num_tokens > 1 ? logits->strides[0] : num_experts;
+  p.num_experts = static_cast<int32_t>(num_experts);
+  p.top_k = static_cast<int32_t>(top_k);
+  p.renormalize = renormalize != 0;
+  return MSGL_OK;
+}
+
+int32_t launch_moe_route(const char* op, const msgl_moe_route_params& p, int32_t dtype, cudaStream_t s) {
+  const bool fused = p.phase == 1;
+  const int64_t blocks = fused ? 1 : (p.num_tokens + kRouteWarps - 1) / kRouteWarps;
+  if (blocks > 0x7fffffff) return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: too many tokens", op);
+  const unsigned threads = fused ? kMoeAlignThreads : kRouteWarps * kWarpSize;
+  const unsigned smem = fused ? moe_align_ranked_smem(p.num_experts) : 0;
+  switch (dtype) {
+#define MSGL_CASE(D) \
+  case D: moe_route_kernel<D><<<static_cast<unsigned>(blocks), threads, smem, s>>>(p); break;
+    MSGL_FOR_EACH_INSTANCE(MSGL_CASE)
+#undef MSGL_CASE
+    default:
+      return set_error(MSGL_ERR_NO_INSTANCE, "%s: no AOT instance DTYPE=%d", op, dtype);
+  }
+  return check_launch(op);
+}
+}  // namespace msgl
+
+extern "C" int32_t msgl_moe_route(const msgl_tensor* topk_ids, const msgl_tensor* topk_weights, const msgl_tensor* logits,
+                                  int32_t renormalize, msgl_stream stream) {
+  using namespace msgl;
+  const char* op = "moe_route";
+  msgl_moe_route_params p;
+  MSGL_TRY(moe_route_prepare(op, topk_ids, topk_weights, logits, renormalize, p));
+  if (p.num_tokens == 0) return MSGL_OK;
+  return launch_moe_route(op, p, logits->dtype, static_cast<cudaStream_t>(stream));
+}
+
+extern "C" int32_t msgl_moe_route_align(const msgl_tensor* topk_ids, const msgl_tensor* topk_weights,
+                                        const msgl_tensor* sorted_ids, const msgl_tensor* block_experts,
+                                        const msgl_tensor* expert_offsets, const msgl_tensor* tiles,
+                                        const msgl_tensor* logits, int32_t renormalize, int32_t block_m, int32_t tile_m,
+                                        msgl_stream stream) {
+  using namespace msgl;
+  const char* op = "moe_route_align";
+  msgl_moe_route_params p;
+  MSGL_TRY(moe_route_prepare(op, topk_ids, topk_weights, logits, renormalize, p));
+  if (block_m != MSGL_MOE_ROUTE_BLOCK_M)
+    return set_error(MSGL_ERR_NO_INSTANCE, "%s: block_m %d (the fused sort is built for %d)", op, block_m,
+                     MSGL_MOE_ROUTE_BLOCK_M);
+  MSGL_TRY(moe_align_check(op, sorted_ids, block_experts, expert_offsets, tiles, topk_ids, block_m, tile_m, p.align));
+  if (p.align.num_experts != p.num_experts)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: `expert_offsets` holds %d experts + 1, `logits` has %d", op,
+                     p.align.num_experts, p.num_experts);
+  if (p.align.num_pairs > MSGL_MOE_ROUTE_ALIGN_MAX)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: %lld pairs exceed the fused limit of %d (route, then moe_align)", op,
+                     static_cast<long long>(p.align.num_pairs), MSGL_MOE_ROUTE_ALIGN_MAX);
+  if (p.num_tokens == 0) return MSGL_OK;
+  p.phase = 1;
+  return launch_moe_route(op, p, logits->dtype, static_cast<cudaStream_t>(stream));
+}
+#endif

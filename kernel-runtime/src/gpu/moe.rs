@@ -1,0 +1,485 @@
+//! Mixture of experts on CUDA (csrc/kernels/moe_{route,align,gemm,sum}.cu).
+//!
+//! A layer is four to five launches: the router (fused with the sort by expert
+//! for decode-sized batches, `moe_route_align`), the sort (`moe_align`), the
+//! gate_up GEMM with SiLU-and-mul fused into its epilogue, the down GEMM with the
+//! routing weight in its epilogue, and the top-k sum. Nothing is copied to the
+//! host: every kernel after the sort sizes its grid from a bound and reads the
+//! real counts on the device, so the sequence can be captured in a CUDA graph.
+//!
+//! The configuration is chosen here ([`plan`]) from the average number of rows
+//! each expert gets, `tokens * top_k / experts`, as mini-sglang's
+//! `get_default_config` chooses Triton block sizes from the batch size. [`TILES`]
+//! mirrors moe_gemm.cu's table (checked by a test against the embedded source);
+//! every entry is an AOT instance, so none is compiled at run time:
+//!
+//! | rows per expert | tile | BM x BN x BK | warps | stages | regime |
+//! | --- | --- | --- | --- | --- | --- |
+//! | < 1 | 1 (k % 128 == 0) or 0 | 16 x 128 x 128, 16 x 64 x 64 | 4, 2 | 4, 8 | decode: stream the chosen experts' weights over every SM |
+//! | < 24 | 2 | 32 x 128 x 64 | 4 | 4 | memory-bound: each weight tile read once per expert |
+//! | < 96 | 3 | 64 x 128 x 64 | 4 | 4 | mixed |
+//! | >= 96 | 4 | 128 x 128 x 32 | 4 (64 x 64 each) | 4 | prefill: tensor-core bound |
+//!
+//! Launches through the AOT library use programmatic dependent launch (the down
+//! GEMM starts streaming its weights while the gate_up GEMM finishes); launches of
+//! AOT cubins or NVRTC instances are plain.
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ops::moe::{moe_sorted_rows, moe_tile_entries, MoeAlignment, MoePlan, MoeRouting, MOE_BLOCK_M};
+use crate::sys::kernels::{
+    msgl_moe_align_params, msgl_moe_gemm_params, msgl_moe_route_params, msgl_moe_sum_params, MSGL_MOE_ALIGN_SMALL,
+    MSGL_MOE_ROUTE_ALIGN_MAX,
+};
+use crate::tensor::Tensor;
+
+use super::{device_of, dispatch, dtype_code, grid_u32};
+
+/// One configuration of moe_gemm.cu's `MoeTile` table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MoeTile {
+    pub bm: usize,
+    pub bn: usize,
+    pub bk: usize,
+    pub wm: usize,
+    pub wn: usize,
+    pub stages: usize,
+}
+
+impl MoeTile {
+    fn threads(self) -> usize {
+        self.wm * self.wn * 32
+    }
+
+    /// Dynamic shared memory: moe_gemm.cu's `moe_tile_smem`.
+    fn smem_bytes(self) -> usize {
+        self.stages * (self.bm + self.bn) * (self.bk + 8) * 2
+    }
+
+    /// Output columns of one CTA: moe_gemm.cu's `moe_tile_cols`.
+    fn cols(self, gate_up: bool) -> usize {
+        if gate_up {
+            self.bn / 2
+        } else {
+            self.bn
+        }
+    }
+}
+
+/// moe_gemm.cu's tile table, by TILE.
+pub(crate) const TILES: [MoeTile; 5] = [
+    MoeTile { bm: 16, bn: 64, bk: 64, wm: 1, wn: 2, stages: 8 },
+    MoeTile { bm: 16, bn: 128, bk: 128, wm: 1, wn: 4, stages: 4 },
+    MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4 },
+    MoeTile { bm: 64, bn: 128, bk: 64, wm: 2, wn: 2, stages: 4 },
+    MoeTile { bm: 128, bn: 128, bk: 32, wm: 2, wn: 2, stages: 4 },
+];
+
+/// The threads of a moe_route launch: 4 warps per block (phase 0), or one block
+/// of 1024 (the fused sort, and moe_align).
+const ROUTE_THREADS: usize = 128;
+const ALIGN_THREADS: usize = 1024;
+
+/// The tile configuration for a batch of `num_tokens` tokens routed to `top_k` of
+/// `num_experts` experts, with hidden size `hidden` and intermediate size `inter`
+/// (see the module docs).
+pub(crate) fn plan(num_tokens: usize, top_k: usize, num_experts: usize, hidden: usize, inter: usize) -> MoePlan {
+    let rows_per_expert = (num_tokens * top_k) as f64 / num_experts.max(1) as f64;
+    let decode = |k: usize| if k % 128 == 0 { 1 } else { 0 };
+    let (gate_up_tile, down_tile) = if rows_per_expert < 1.0 {
+        (decode(hidden), decode(inter))
+    } else if rows_per_expert < 24.0 {
+        (2, 2)
+    } else if rows_per_expert < 96.0 {
+        (3, 3)
+    } else {
+        (4, 4)
+    };
+    MoePlan { gate_up_tile, down_tile, pdl: true }
+}
+
+fn tile(op: &'static str, index: usize) -> Result<MoeTile> {
+    TILES.get(index).copied().ok_or_else(|| Error::arg(op, format!("tile {index} is not in the table (0..{})", TILES.len())))
+}
+
+fn ptr(t: &Tensor) -> *mut std::ffi::c_void {
+    t.device_ptr() as *mut std::ffi::c_void
+}
+
+/// Top-k routing (see `ops::moe_route`).
+pub(crate) fn route(routing: &MoeRouting, logits: &Tensor, renormalize: bool) -> Result<()> {
+    const OP: &str = "moe_route";
+    let dev = device_of(OP, logits)?;
+    let [t, e] = [logits.dim(0), logits.dim(1)];
+    let p = msgl_moe_route_params {
+        logits: ptr(logits),
+        topk_ids: ptr(&routing.topk_ids).cast(),
+        topk_weights: ptr(&routing.topk_weights).cast(),
+        num_tokens: t as i64,
+        logits_stride: if t > 1 { logits.strides()[0] as i64 } else { e as i64 },
+        num_experts: e as i32,
+        top_k: routing.top_k() as i32,
+        renormalize: i32::from(renormalize),
+        phase: 0,
+        ..Default::default()
+    };
+    let grid = grid_u32(OP, t.div_ceil(ROUTE_THREADS / 32))?;
+    let (a, b, c) = (routing.topk_ids.abi(), routing.topk_weights.abi(), logits.abi());
+    dispatch(
+        OP,
+        dev,
+        "moe_route",
+        &[("DTYPE", dtype_code(logits))],
+        |lib, stream| {
+            // SAFETY: the views describe live device tensors checked by the op; the
+            // launcher validates them again and only enqueues work on `stream`.
+            unsafe { lib.msgl_moe_route(&a, &b, &c, i32::from(renormalize), stream) }
+        },
+        |f| {
+            // SAFETY: `p` is the msgl_moe_route_params the entry takes, filled from
+            // the tensors checked by the op.
+            unsafe { f.launch(dev, grid, ROUTE_THREADS as u32, 0, &p) }
+        },
+    )
+}
+
+/// The sort part of the kernel parameters, for `align` over `topk_ids`.
+fn align_params(align: &MoeAlignment, topk_ids: &Tensor, phase: i32) -> msgl_moe_align_params {
+    msgl_moe_align_params {
+        topk_ids: topk_ids.device_ptr() as *const i32,
+        sorted_ids: ptr(&align.sorted_ids).cast(),
+        block_experts: ptr(&align.block_experts).cast(),
+        expert_offsets: ptr(&align.expert_offsets).cast(),
+        tiles: ptr(&align.tiles).cast(),
+        num_pairs: topk_ids.numel() as i64,
+        num_experts: (align.expert_offsets.dim(0) - 1) as i32,
+        tile_m: align.tile_m as i32,
+        phase,
+        reserved: 0,
+    }
+}
+
+/// Shared memory of the single-block sort: moe.cuh's `moe_align_ranked_smem`.
+fn ranked_smem(num_experts: usize) -> u32 {
+    (ALIGN_THREADS / 32 * num_experts * 2) as u32
+}
+
+/// Sorting by expert (see `ops::moe_align`).
+pub(crate) fn align(align: &MoeAlignment, topk_ids: &Tensor) -> Result<()> {
+    const OP: &str = "moe_align";
+    let dev = device_of(OP, topk_ids)?;
+    let n = topk_ids.numel();
+    let num_experts = align.expert_offsets.dim(0) - 1;
+    let small = n <= MSGL_MOE_ALIGN_SMALL as usize;
+    let views = [&align.sorted_ids, &align.block_experts, &align.expert_offsets, &align.tiles, topk_ids].map(Tensor::abi);
+    dispatch(
+        OP,
+        dev,
+        "moe_align",
+        &[("BLOCK_M", align.block_m as i64)],
+        |lib, stream| {
+            let [a, b, c, d, e] = &views;
+            // SAFETY: the views describe live device tensors allocated by the op with
+            // the sizes the launcher checks; it only enqueues work on `stream`.
+            unsafe { lib.msgl_moe_align(a, b, c, d, e, align.block_m as i32, align.tile_m as i32, stream) }
+        },
+        |f| {
+            if small {
+                let p = align_params(align, topk_ids, 2);
+                // SAFETY: `p` is the msgl_moe_align_params the entry takes, pointing at
+                // the tensors the op allocated with the sizes moe_align needs; the
+                // dynamic shared memory is the ranked sort's.
+                unsafe { f.launch(dev, 1, ALIGN_THREADS as u32, ranked_smem(num_experts), &p) }
+            } else {
+                let p0 = align_params(align, topk_ids, 0);
+                // SAFETY: as above (phase 0: count and offsets, one block).
+                unsafe { f.launch(dev, 1, ALIGN_THREADS as u32, 0, &p0) }?;
+                let p1 = align_params(align, topk_ids, 1);
+                // SAFETY: as above (phase 1: one block per expert, after phase 0 in
+                // stream order).
+                unsafe { f.launch(dev, num_experts as u32, ALIGN_THREADS as u32, 0, &p1) }
+            }
+        },
+    )
+}
+
+/// Routing and sorting in one block (batches of at most
+/// `MSGL_MOE_ROUTE_ALIGN_MAX` pairs).
+fn route_align(routing: &MoeRouting, align: &MoeAlignment, logits: &Tensor, renormalize: bool) -> Result<()> {
+    const OP: &str = "moe_route_align";
+    let dev = device_of(OP, logits)?;
+    let [t, e] = [logits.dim(0), logits.dim(1)];
+    let p = msgl_moe_route_params {
+        logits: ptr(logits),
+        topk_ids: ptr(&routing.topk_ids).cast(),
+        topk_weights: ptr(&routing.topk_weights).cast(),
+        align: align_params(align, &routing.topk_ids, 0),
+        num_tokens: t as i64,
+        logits_stride: if t > 1 { logits.strides()[0] as i64 } else { e as i64 },
+        num_experts: e as i32,
+        top_k: routing.top_k() as i32,
+        renormalize: i32::from(renormalize),
+        phase: 1,
+    };
+    let views = [
+        &routing.topk_ids,
+        &routing.topk_weights,
+        &align.sorted_ids,
+        &align.block_experts,
+        &align.expert_offsets,
+        &align.tiles,
+        logits,
+    ]
+    .map(Tensor::abi);
+    dispatch(
+        OP,
+        dev,
+        "moe_route",
+        &[("DTYPE", dtype_code(logits))],
+        |lib, stream| {
+            let [a, b, c, d, f, g, h] = &views;
+            // SAFETY: the views describe live device tensors checked by the op and
+            // allocated with the sizes the sort needs; the launcher validates them
+            // again and only enqueues work on `stream`.
+            unsafe {
+                lib.msgl_moe_route_align(a, b, c, d, f, g, h, i32::from(renormalize), align.block_m as i32, align.tile_m as i32, stream)
+            }
+        },
+        |f| {
+            // SAFETY: `p` is the msgl_moe_route_params the entry takes (phase 1: one
+            // block, the ranked sort's dynamic shared memory), filled from the
+            // checked tensors.
+            unsafe { f.launch(dev, 1, ALIGN_THREADS as u32, ranked_smem(e), &p) }
+        },
+    )
+}
+
+/// One grouped GEMM (see `ops::moe_gemm`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gemm(out: &Tensor, a: &Tensor, w: &Tensor, align: &MoeAlignment, routing: &MoeRouting, tile_index: usize, gate_up: bool, pdl: bool) -> Result<()> {
+    const OP: &str = "moe_gemm";
+    let dev = device_of(OP, a)?;
+    let cfg = tile(OP, tile_index)?;
+    let [num_experts, n_w, k] = w.dims::<3>(OP, "w")?;
+    let n = if gate_up { n_w / 2 } else { n_w };
+    let rows = align.sorted_ids.dim(0);
+    let num_pairs = if gate_up { a.dim(0) * routing.top_k() } else { out.dim(0) };
+    if !matches!(a.dtype(), DType::BF16 | DType::F16) || w.dtype() != a.dtype() || out.dtype() != a.dtype() {
+        return Err(Error::arg(OP, format!("the grouped GEMM takes bf16 or f16 tensors of one dtype, got {} and {}", a.dtype(), w.dtype())));
+    }
+    if cfg.bm != align.tile_m || k % cfg.bk != 0 || k % 64 != 0 || n % 8 != 0 {
+        return Err(Error::arg(
+            OP,
+            format!("tile {tile_index} ({}-row tiles, k % {}) does not fit tiles of {} rows, k = {k}, n = {n}", cfg.bm, cfg.bk, align.tile_m),
+        ));
+    }
+    let expect_rows = if gate_up { (out, "out") } else { (a, "a") };
+    if expect_rows.0.dim(0) != rows || out.dim(1) != n || a.dim(1) != k {
+        return Err(Error::arg(OP, format!("argument `{}` does not have the {rows} sorted rows, or a width differs", expect_rows.1)));
+    }
+    for (name, t) in [("a", a), ("out", out)] {
+        if !super::rows_aligned(t, 16) {
+            return Err(Error::arg(OP, format!("argument `{name}` rows are not 16-byte aligned")));
+        }
+    }
+    let max_tiles = align.tiles.dim(0) - 2;
+    let grid = grid_u32(OP, max_tiles * n.div_ceil(cfg.cols(gate_up)))?;
+    let weights = (!gate_up).then(|| routing.topk_weights.reshape(&[num_pairs])).transpose()?;
+    let p = msgl_moe_gemm_params {
+        a: ptr(a),
+        w: ptr(w),
+        out: ptr(out),
+        sorted_ids: ptr(&align.sorted_ids).cast(),
+        block_experts: ptr(&align.block_experts).cast(),
+        expert_offsets: ptr(&align.expert_offsets).cast(),
+        tiles: ptr(&align.tiles).cast(),
+        topk_weights: weights.as_ref().map_or(std::ptr::null(), |t| t.device_ptr() as *const f32),
+        a_stride: if a.dim(0) > 1 { a.strides()[0] as i64 } else { k as i64 },
+        out_stride: if out.dim(0) > 1 { out.strides()[0] as i64 } else { n as i64 },
+        num_pairs: num_pairs as i64,
+        num_experts: num_experts as i32,
+        top_k: routing.top_k() as i32,
+        n: n as i32,
+        k: k as i32,
+        max_tiles: max_tiles as i32,
+        block_m: align.block_m as i32,
+    };
+    let views = [out, a, w, &align.sorted_ids, &align.block_experts, &align.expert_offsets, &align.tiles].map(Tensor::abi);
+    let weights_view = weights.as_ref().map(Tensor::abi);
+    let values = [("DTYPE", dtype_code(a)), ("TILE", tile_index as i64), ("GATE_UP", i64::from(gate_up))];
+    dispatch(
+        OP,
+        dev,
+        "moe_gemm",
+        &values,
+        |lib, stream| {
+            let [o, a, w, s, b, e, t] = &views;
+            let wt = weights_view.as_ref().map_or(std::ptr::null(), |v| v as *const _);
+            // SAFETY: the views describe live device tensors checked above (dtypes,
+            // row counts, widths, alignment) and the alignment the op built for this
+            // tile's row count; the launcher validates them again and only enqueues
+            // work on `stream`.
+            unsafe {
+                lib.msgl_moe_gemm(o, a, w, s, b, e, t, wt, routing.top_k() as i32, tile_index as i32, i32::from(gate_up), i32::from(pdl), stream)
+            }
+        },
+        |f| {
+            let smem = cfg.smem_bytes() as u32;
+            f.set_max_dynamic_shared_bytes(dev, smem)?;
+            // SAFETY: `p` is the msgl_moe_gemm_params the entry takes, filled from the
+            // tensors checked above; grid, block and shared memory are the ones
+            // moe_gemm.cu's launcher computes for this tile.
+            unsafe { f.launch(dev, grid, cfg.threads() as u32, smem, &p) }
+        },
+    )
+}
+
+/// The weighted top-k sum (see `ops::moe_sum`).
+pub(crate) fn sum(out: &Tensor, part: &Tensor, routing: &MoeRouting, num_experts: usize, weighted: bool, pdl: bool) -> Result<()> {
+    const OP: &str = "moe_sum";
+    let dev = device_of(OP, out)?;
+    let [t, h] = out.dims::<2>(OP, "out")?;
+    let vec = 16 / out.dtype().size_in_bytes();
+    let vectorized = h % vec == 0 && super::rows_aligned(out, 16) && super::rows_aligned(part, 16);
+    let per_row = if vectorized { h / vec } else { h };
+    let p = msgl_moe_sum_params {
+        out: ptr(out),
+        part: ptr(part),
+        topk_ids: routing.topk_ids.device_ptr() as *const i32,
+        topk_weights: if weighted { routing.topk_weights.device_ptr() as *const f32 } else { std::ptr::null() },
+        num_tokens: t as i64,
+        hidden: h as i64,
+        top_k: routing.top_k() as i32,
+        num_experts: num_experts as i32,
+        vectorized: i32::from(vectorized),
+        blocks_per_row: per_row.div_ceil(256) as i32,
+    };
+    let views = [out, part, &routing.topk_ids, &routing.topk_weights].map(Tensor::abi);
+    dispatch(
+        OP,
+        dev,
+        "moe_sum",
+        &[("DTYPE", dtype_code(out))],
+        |lib, stream| {
+            let [o, pa, ids, w] = &views;
+            let w = if weighted { w as *const _ } else { std::ptr::null() };
+            // SAFETY: the views describe live device tensors checked by the op; the
+            // launcher validates them again and only enqueues work on `stream`.
+            unsafe { lib.msgl_moe_sum(o, pa, ids, w, num_experts as i32, i32::from(pdl), stream) }
+        },
+        |f| {
+            let grid = grid_u32(OP, per_row.div_ceil(256) * t.min(65535))?;
+            // SAFETY: `p` is the msgl_moe_sum_params the entry takes, filled from the
+            // tensors checked by the op (alignment checked above for the vector path).
+            unsafe { f.launch(dev, grid, 256, 0, &p) }
+        },
+    )
+}
+
+/// The sort for a plan's gate_up tile, routed already or routing in the same
+/// kernel.
+fn plan_align(device: crate::Device, num_pairs: usize, num_experts: usize, tile_m: usize) -> Result<MoeAlignment> {
+    let rows = moe_sorted_rows(num_pairs, num_experts, MOE_BLOCK_M);
+    Ok(MoeAlignment {
+        sorted_ids: Tensor::empty(&[rows], DType::I32, device)?,
+        block_experts: Tensor::empty(&[rows / MOE_BLOCK_M], DType::I32, device)?,
+        expert_offsets: Tensor::empty(&[num_experts + 1], DType::I32, device)?,
+        tiles: Tensor::empty(&[moe_tile_entries(rows, num_pairs, num_experts, tile_m)], DType::I32, device)?,
+        block_m: MOE_BLOCK_M,
+        tile_m,
+    })
+}
+
+/// The GEMMs and the sum, after routing and sorting.
+fn experts(out: &Tensor, x: &Tensor, w13: &Tensor, w2: &Tensor, routing: &MoeRouting, align: &MoeAlignment, plan: MoePlan) -> Result<()> {
+    let device = x.device();
+    let (num_experts, inter) = (w13.dim(0), w13.dim(1) / 2);
+    let rows = align.sorted_ids.dim(0);
+    let act = Tensor::empty(&[rows, inter], x.dtype(), device)?;
+    gemm(&act, x, w13, align, routing, plan.gate_up_tile, true, plan.pdl)?;
+    let part = Tensor::empty(&[routing.topk_ids.numel(), x.dim(1)], x.dtype(), device)?;
+    gemm(&part, &act, w2, align, routing, plan.down_tile, false, plan.pdl)?;
+    sum(out, &part, routing, num_experts, false, plan.pdl)
+}
+
+fn check_plan(plan: MoePlan) -> Result<usize> {
+    let (a, b) = (tile("fused_experts", plan.gate_up_tile)?, tile("fused_experts", plan.down_tile)?);
+    if a.bm != b.bm {
+        return Err(Error::arg("fused_experts", format!("tiles {} and {} have different row counts", plan.gate_up_tile, plan.down_tile)));
+    }
+    Ok(a.bm)
+}
+
+/// The experts of a routed batch (see `ops::fused_experts`).
+pub(crate) fn fused_experts(out: &Tensor, x: &Tensor, w13: &Tensor, w2: &Tensor, routing: &MoeRouting, plan: MoePlan) -> Result<()> {
+    let tile_m = check_plan(plan)?;
+    let align = plan_align(x.device(), routing.topk_ids.numel(), w13.dim(0), tile_m)?;
+    self::align(&align, &routing.topk_ids)?;
+    experts(out, x, w13, w2, routing, &align, plan)
+}
+
+/// The router and the experts (see `ops::fused_moe`).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn fused_moe(out: &Tensor, x: &Tensor, logits: &Tensor, w13: &Tensor, w2: &Tensor, top_k: usize, renormalize: bool, plan: MoePlan) -> Result<()> {
+    let tile_m = check_plan(plan)?;
+    let (t, num_experts) = (x.dim(0), w13.dim(0));
+    let device = x.device();
+    let routing = MoeRouting {
+        topk_ids: Tensor::empty(&[t, top_k], DType::I32, device)?,
+        topk_weights: Tensor::empty(&[t, top_k], DType::F32, device)?,
+    };
+    let align = plan_align(device, t * top_k, num_experts, tile_m)?;
+    if t * top_k <= MSGL_MOE_ROUTE_ALIGN_MAX as usize {
+        route_align(&routing, &align, logits, renormalize)?;
+    } else {
+        route(&routing, logits, renormalize)?;
+        self::align(&align, &routing.topk_ids)?;
+    }
+    experts(out, x, w13, w2, &routing, &align, plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// TILES is moe_gemm.cu's table, entry for entry.
+    #[test]
+    fn tiles_mirror_the_kernel_table() {
+        let (_, sources) = crate::kernels::embedded().unwrap();
+        let text = sources.get("kernels/moe_gemm.cu").unwrap();
+        let rows: Vec<Vec<usize>> = text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("MSGL_MOE_TILE("))
+            .filter(|l| l.starts_with(|c: char| c.is_ascii_digit()))
+            .map(|l| l.split(')').next().unwrap().split(',').map(|v| v.trim().parse().unwrap()).collect())
+            .collect();
+        assert_eq!(rows.len(), TILES.len());
+        for (i, r) in rows.iter().enumerate() {
+            let t = TILES[i];
+            assert_eq!(r[..7], [i, t.bm, t.bn, t.bk, t.wm, t.wn, t.stages], "tile {i}");
+        }
+        assert!(text.contains(&format!("constexpr int kMoeTiles = {};", TILES.len())));
+    }
+
+    #[test]
+    fn the_plan_follows_rows_per_expert() {
+        // Qwen3-30B-A3B: 128 experts, top-8, hidden 2048, intermediate 768.
+        let p = |t| plan(t, 8, 128, 2048, 768);
+        assert_eq!((p(1).gate_up_tile, p(1).down_tile), (1, 1));
+        assert_eq!(p(16).gate_up_tile, 2);
+        assert_eq!(p(256).gate_up_tile, 2);
+        assert_eq!(p(1024).gate_up_tile, 3);
+        assert_eq!(p(4096).gate_up_tile, 4);
+        // An intermediate size of 2880 is not a multiple of 128: the 64-wide decode tile.
+        let q = plan(1, 4, 64, 2048, 2880);
+        assert_eq!((q.gate_up_tile, q.down_tile), (1, 0));
+        for t in [1, 7, 64, 300, 5000] {
+            let pl = plan(t, 2, 8, 4096, 14336);
+            assert_eq!(TILES[pl.gate_up_tile].bm, TILES[pl.down_tile].bm);
+        }
+        for tile in TILES {
+            assert!(tile.smem_bytes() <= 227 * 1024, "{tile:?}");
+            assert!((tile.bm * tile.bk / 8) % tile.threads() == 0 && (tile.bn * tile.bk / 8) % tile.threads() == 0);
+        }
+    }
+}

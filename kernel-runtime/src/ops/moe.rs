@@ -1,0 +1,385 @@
+//! Mixture of experts: routing, batching by expert, the grouped GEMMs and the
+//! top-k sum, and the fused MoE built from them.
+//!
+//! One MoE layer over `t` tokens with `k` experts each works on `t * k` (token,
+//! slot) pairs, pair `p = token * k + slot`:
+//!
+//! | op | what |
+//! | --- | --- |
+//! | [`moe_route`] | router logits `[t, E]` -> [`MoeRouting`]: top-k ids `[t, k]` i32 and softmax weights `[t, k]` f32 |
+//! | [`moe_align`] | ids -> [`MoeAlignment`]: pairs sorted by expert (stable), runs padded to a row granule, GEMM tiles |
+//! | [`moe_gemm`] | one grouped GEMM over the sorted pairs: gate_up with SiLU-and-mul, or down with the routing weight |
+//! | [`moe_sum`] | `out[t] = sum_s w[t, s] part[t k + s]` over the valid slots |
+//! | [`fused_experts`], [`fused_moe`] | the whole layer: align, gate_up, down, sum (plus the router) |
+//! | [`naive_experts`] | the reference: one expert at a time with `linear` and `silu_mul` |
+//!
+//! Weights are packed per layer: `w13` `[E, 2I, H]` (each expert's gate rows,
+//! then its up rows) and `w2` `[E, H, I]`. On CUDA the GEMMs are the tensor-core
+//! kernels of csrc/kernels/moe_gemm.cu (bf16/f16 only) and the configuration is
+//! chosen per batch size by a tile table ([`MoePlan`]); on the CPU every op is the
+//! f32 reference of `crate::cpu::moe`.
+
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::sys::kernels::{MSGL_MOE_MAX_EXPERTS, MSGL_MOE_MAX_TOP_K};
+use crate::tensor::Tensor;
+
+use super::common_device;
+
+const FLOATS: &[DType] = &[DType::F32, DType::F16, DType::BF16];
+
+/// The row granule of the sorted pair list (every expert's run is padded to a
+/// multiple of it): the `BLOCK_M` the align kernels are built for.
+pub const MOE_BLOCK_M: usize = 16;
+
+/// The routing of a batch: `topk_ids` `[t, k]` i32 (largest router logit first,
+/// ties to the lower expert index) and `topk_weights` `[t, k]` f32.
+#[derive(Debug, Clone)]
+pub struct MoeRouting {
+    pub topk_ids: Tensor,
+    pub topk_weights: Tensor,
+}
+
+impl MoeRouting {
+    /// Experts per token.
+    pub fn top_k(&self) -> usize {
+        self.topk_ids.dim(1)
+    }
+
+    /// Tokens.
+    pub fn num_tokens(&self) -> usize {
+        self.topk_ids.dim(0)
+    }
+}
+
+/// The pairs of a batch sorted by expert, as `moe_align_block_size` lays them out
+/// (stable: the pairs of one expert keep their order):
+/// - `expert_offsets` `[E + 1]`: padded start of each expert's run, then the total;
+/// - `sorted_ids` `[L]`: the pair at each position, `t * k` for padding (positions
+///   past the padded total are unspecified);
+/// - `block_experts` `[L / block_m]`: the expert of each `block_m` rows;
+/// - `tiles` `[2 + max tiles]`: count, `tile_m`, then the first row of each GEMM
+///   tile (each expert's run cut into pieces of at most `tile_m` rows).
+#[derive(Debug, Clone)]
+pub struct MoeAlignment {
+    pub sorted_ids: Tensor,
+    pub block_experts: Tensor,
+    pub expert_offsets: Tensor,
+    pub tiles: Tensor,
+    pub block_m: usize,
+    pub tile_m: usize,
+}
+
+/// Rows of the sorted list for `num_pairs` pairs over `num_experts` experts: every
+/// non-empty expert's run rounded up to `block_m` (moe.cuh's `moe_sorted_rows`).
+pub fn moe_sorted_rows(num_pairs: usize, num_experts: usize, block_m: usize) -> usize {
+    let nonempty = num_pairs.min(num_experts);
+    (num_pairs + nonempty * (block_m - 1)).div_ceil(block_m) * block_m
+}
+
+/// Entries of the tile list for `rows` sorted rows (count, tile_m, one start per
+/// tile; moe.cuh's `moe_tile_entries`).
+pub fn moe_tile_entries(rows: usize, num_pairs: usize, num_experts: usize, tile_m: usize) -> usize {
+    2 + rows.div_ceil(tile_m) + num_pairs.min(num_experts)
+}
+
+/// How the CUDA path runs a batch: the `moe_gemm` tile of each GEMM (their row
+/// counts must agree: one alignment serves both) and whether the launches use
+/// programmatic dependent launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoePlan {
+    pub gate_up_tile: usize,
+    pub down_tile: usize,
+    pub pdl: bool,
+}
+
+fn check_top_k(op: &'static str, top_k: usize, num_experts: usize) -> Result<()> {
+    if num_experts == 0 || num_experts > MSGL_MOE_MAX_EXPERTS as usize {
+        return Err(Error::arg(op, format!("{num_experts} experts, expected 1..={MSGL_MOE_MAX_EXPERTS}")));
+    }
+    if top_k == 0 || top_k > num_experts || top_k > MSGL_MOE_MAX_TOP_K as usize {
+        return Err(Error::arg(op, format!("top_k {top_k}, expected 1..=min({num_experts}, {MSGL_MOE_MAX_TOP_K})")));
+    }
+    Ok(())
+}
+
+/// The top `top_k` experts of every token by router logit, with their softmax
+/// probabilities (f32, over all experts), renormalised over the chosen experts
+/// when `renormalize` (Qwen3-MoE's `norm_topk_prob`). `logits` `[t, E]` with unit
+/// last stride, f32/f16/bf16.
+pub fn moe_route(logits: &Tensor, top_k: usize, renormalize: bool) -> Result<MoeRouting> {
+    const OP: &str = "moe_route";
+    let [t, num_experts] = logits.dims::<2>(OP, "logits")?;
+    logits.expect_dtype(OP, "logits", FLOATS)?;
+    check_top_k(OP, top_k, num_experts)?;
+    if t > 1 && logits.strides()[1] != 1 {
+        return Err(Error::arg(OP, "argument `logits` must have unit stride in its last dimension"));
+    }
+    let device = logits.device();
+    let routing = MoeRouting {
+        topk_ids: Tensor::empty(&[t, top_k], DType::I32, device)?,
+        topk_weights: Tensor::empty(&[t, top_k], DType::F32, device)?,
+    };
+    if t == 0 {
+        return Ok(routing);
+    }
+    match device {
+        Device::Cpu => crate::cpu::moe::route(&routing, logits, renormalize)?,
+        Device::Cuda(_) => crate::gpu::moe::route(&routing, logits, renormalize)?,
+    }
+    Ok(routing)
+}
+
+fn check_routing(op: &'static str, routing: &MoeRouting, num_tokens: usize) -> Result<()> {
+    let [t, k] = routing.topk_ids.dims::<2>(op, "topk_ids")?;
+    if t != num_tokens {
+        return Err(Error::arg(op, format!("the routing covers {t} tokens, the input has {num_tokens}")));
+    }
+    routing.topk_ids.expect_dtype(op, "topk_ids", &[DType::I32])?.expect_contiguous(op, "topk_ids")?;
+    routing.topk_weights.expect_shape(op, "topk_weights", &[t, k])?.expect_dtype(op, "topk_weights", &[DType::F32])?;
+    routing.topk_weights.expect_contiguous(op, "topk_weights")?;
+    Ok(())
+}
+
+/// Sorts the pairs of `topk_ids` `[t, k]` by expert (see [`MoeAlignment`]), with
+/// runs padded to `block_m` rows (on CUDA: [`MOE_BLOCK_M`]) and GEMM tiles of at
+/// most `tile_m` rows (a multiple of `block_m`). Ids outside `[0, num_experts)`
+/// are dropped.
+pub fn moe_align(topk_ids: &Tensor, num_experts: usize, block_m: usize, tile_m: usize) -> Result<MoeAlignment> {
+    const OP: &str = "moe_align";
+    let [t, k] = topk_ids.dims::<2>(OP, "topk_ids")?;
+    topk_ids.expect_dtype(OP, "topk_ids", &[DType::I32])?.expect_contiguous(OP, "topk_ids")?;
+    if num_experts == 0 || num_experts > MSGL_MOE_MAX_EXPERTS as usize {
+        return Err(Error::arg(OP, format!("{num_experts} experts, expected 1..={MSGL_MOE_MAX_EXPERTS}")));
+    }
+    if block_m == 0 || tile_m == 0 || tile_m % block_m != 0 {
+        return Err(Error::arg(OP, format!("tile_m {tile_m} must be a positive multiple of block_m {block_m}")));
+    }
+    let device = topk_ids.device();
+    if device.is_cuda() && block_m != MOE_BLOCK_M {
+        return Err(Error::arg(OP, format!("block_m {block_m}: the CUDA kernels are built for {MOE_BLOCK_M}")));
+    }
+    let n = t * k;
+    if n >= i32::MAX as usize / 2 {
+        return Err(Error::arg(OP, format!("{n} pairs exceed the 32-bit positions")));
+    }
+    let rows = moe_sorted_rows(n, num_experts, block_m);
+    let align = MoeAlignment {
+        sorted_ids: Tensor::empty(&[rows], DType::I32, device)?,
+        block_experts: Tensor::empty(&[rows / block_m], DType::I32, device)?,
+        expert_offsets: Tensor::empty(&[num_experts + 1], DType::I32, device)?,
+        tiles: Tensor::empty(&[moe_tile_entries(rows, n, num_experts, tile_m)], DType::I32, device)?,
+        block_m,
+        tile_m,
+    };
+    match device {
+        Device::Cpu => crate::cpu::moe::align(&align, topk_ids)?,
+        Device::Cuda(_) => crate::gpu::moe::align(&align, topk_ids)?,
+    }
+    Ok(align)
+}
+
+/// The shapes of one fused MoE: `x` `[t, H]`, `w13` `[E, 2I, H]`, `w2` `[E, H, I]`.
+struct ExpertShapes {
+    num_tokens: usize,
+    hidden: usize,
+    inter: usize,
+    num_experts: usize,
+}
+
+fn check_experts(op: &'static str, x: &Tensor, w13: &Tensor, w2: &Tensor) -> Result<ExpertShapes> {
+    let [t, h] = x.dims::<2>(op, "x")?;
+    let [e, two_i, h1] = w13.dims::<3>(op, "w13")?;
+    x.expect_dtype(op, "x", FLOATS)?;
+    if h1 != h || two_i % 2 != 0 {
+        return Err(Error::arg(op, format!("argument `w13` has shape {:?}, expected [E, 2 I, {h}]", w13.shape())));
+    }
+    let inter = two_i / 2;
+    w2.expect_shape(op, "w2", &[e, h, inter])?;
+    for (name, w) in [("w13", w13), ("w2", w2)] {
+        w.expect_dtype(op, name, &[x.dtype()])?.expect_contiguous(op, name)?;
+    }
+    if e == 0 || e > MSGL_MOE_MAX_EXPERTS as usize {
+        return Err(Error::arg(op, format!("{e} experts, expected 1..={MSGL_MOE_MAX_EXPERTS}")));
+    }
+    Ok(ExpertShapes { num_tokens: t, hidden: h, inter, num_experts: e })
+}
+
+/// Whether the CUDA fused kernels take these shapes and dtype (bf16/f16, hidden
+/// and intermediate sizes multiples of 64); the reason when they do not.
+pub fn fused_experts_support(dtype: DType, hidden: usize, inter: usize) -> std::result::Result<(), String> {
+    if !matches!(dtype, DType::BF16 | DType::F16) {
+        return Err(format!("the fused MoE kernels take bf16 or f16, not {dtype}"));
+    }
+    if hidden % 64 != 0 || inter % 64 != 0 || hidden == 0 || inter == 0 {
+        return Err(format!("the fused MoE kernels need hidden and intermediate sizes that are multiples of 64, got {hidden} and {inter}"));
+    }
+    Ok(())
+}
+
+/// The MoE experts of a batch: `out[t] = sum_s w[t, s] down_e(silu(gate_e(x_t)) *
+/// up_e(x_t))`, `e = ids[t, s]`, with `x` `[t, H]`, `w13` `[E, 2I, H]` (gate rows
+/// then up rows per expert) and `w2` `[E, H, I]` of x's dtype; returns a new
+/// `[t, H]` tensor. On CUDA: bf16/f16 and sizes that are multiples of 64 (see
+/// [`fused_experts_support`]); the activation and the per-pair outputs are rounded
+/// to x's dtype, sums are f32. On the CPU: the f32 reference.
+pub fn fused_experts(x: &Tensor, w13: &Tensor, w2: &Tensor, routing: &MoeRouting) -> Result<Tensor> {
+    fused_experts_with(x, w13, w2, routing, None)
+}
+
+/// [`fused_experts`] with an explicit CUDA plan (tests and benchmarks sweep the
+/// tile table with it); `None` takes the heuristic's.
+pub fn fused_experts_with(x: &Tensor, w13: &Tensor, w2: &Tensor, routing: &MoeRouting, plan: Option<MoePlan>) -> Result<Tensor> {
+    const OP: &str = "fused_experts";
+    let device = common_device(
+        OP,
+        &[("x", x), ("w13", w13), ("w2", w2), ("topk_ids", &routing.topk_ids), ("topk_weights", &routing.topk_weights)],
+    )?;
+    let s = check_experts(OP, x, w13, w2)?;
+    check_routing(OP, routing, s.num_tokens)?;
+    check_top_k(OP, routing.top_k(), s.num_experts)?;
+    let out = Tensor::empty(&[s.num_tokens, s.hidden], x.dtype(), device)?;
+    if s.num_tokens == 0 {
+        return Ok(out);
+    }
+    match device {
+        Device::Cpu => crate::cpu::moe::fused_experts(&out, x, w13, w2, routing)?,
+        Device::Cuda(_) => {
+            fused_experts_support(x.dtype(), s.hidden, s.inter).map_err(|m| Error::arg(OP, m))?;
+            let plan = plan.unwrap_or_else(|| crate::gpu::moe::plan(s.num_tokens, routing.top_k(), s.num_experts, s.hidden, s.inter));
+            crate::gpu::moe::fused_experts(&out, x, w13, w2, routing, plan)?
+        }
+    }
+    Ok(out)
+}
+
+/// The router and the experts in one call: [`moe_route`] of `router_logits`
+/// `[t, E]`, then [`fused_experts`]. On CUDA, decode-sized batches route and sort
+/// in one kernel.
+pub fn fused_moe(x: &Tensor, router_logits: &Tensor, w13: &Tensor, w2: &Tensor, top_k: usize, renormalize: bool) -> Result<Tensor> {
+    const OP: &str = "fused_moe";
+    let device = common_device(OP, &[("x", x), ("router_logits", router_logits), ("w13", w13), ("w2", w2)])?;
+    let s = check_experts(OP, x, w13, w2)?;
+    router_logits.expect_shape(OP, "router_logits", &[s.num_tokens, s.num_experts])?;
+    check_top_k(OP, top_k, s.num_experts)?;
+    match device {
+        Device::Cuda(_) if s.num_tokens > 0 => {
+            router_logits.expect_dtype(OP, "router_logits", FLOATS)?;
+            if s.num_tokens > 1 && router_logits.strides()[1] != 1 {
+                return Err(Error::arg(OP, "argument `router_logits` must have unit stride in its last dimension"));
+            }
+            fused_experts_support(x.dtype(), s.hidden, s.inter).map_err(|m| Error::arg(OP, m))?;
+            let plan = crate::gpu::moe::plan(s.num_tokens, top_k, s.num_experts, s.hidden, s.inter);
+            let out = Tensor::empty(&[s.num_tokens, s.hidden], x.dtype(), device)?;
+            crate::gpu::moe::fused_moe(&out, x, router_logits, w13, w2, top_k, renormalize, plan)?;
+            Ok(out)
+        }
+        _ => fused_experts(x, w13, w2, &moe_route(router_logits, top_k, renormalize)?),
+    }
+}
+
+/// The experts of a batch one at a time with the dense ops, the reference of the
+/// fused kernels (models' `--moe naive`): for every expert with tokens, gather its
+/// tokens' rows ([`super::embedding`]), `linear` with its gate_up rows,
+/// `silu_mul`, `linear` with its down rows; then the per-pair rows are gathered
+/// back into pair order (zero rows for dropped pairs) and summed with the routing
+/// weights ([`moe_sum`]). Same contract as [`fused_experts`], on every device and
+/// dtype; it copies the routing ids to the host (one synchronisation).
+pub fn naive_experts(x: &Tensor, w13: &Tensor, w2: &Tensor, routing: &MoeRouting) -> Result<Tensor> {
+    const OP: &str = "naive_experts";
+    let device = common_device(
+        OP,
+        &[("x", x), ("w13", w13), ("w2", w2), ("topk_ids", &routing.topk_ids), ("topk_weights", &routing.topk_weights)],
+    )?;
+    let s = check_experts(OP, x, w13, w2)?;
+    check_routing(OP, routing, s.num_tokens)?;
+    let k = routing.top_k();
+    let out = Tensor::empty(&[s.num_tokens, s.hidden], x.dtype(), device)?;
+    if s.num_tokens == 0 {
+        return Ok(out);
+    }
+    let x = if x.is_contiguous() { x.clone() } else { x.contiguous()? };
+    let ids = routing.topk_ids.to_vec::<i32>()?;
+    let mut pairs: Vec<Vec<usize>> = vec![Vec::new(); s.num_experts];
+    for (p, &e) in ids.iter().enumerate() {
+        if let Some(list) = usize::try_from(e).ok().and_then(|e| pairs.get_mut(e)) {
+            list.push(p);
+        }
+    }
+    let valid: usize = pairs.iter().map(Vec::len).sum();
+    // Rows of every expert's output, expert after expert; `position[p]` = the row
+    // of pair p (-1: dropped, gathered as a zero row).
+    let rows = Tensor::empty(&[valid.max(1), s.hidden], x.dtype(), device)?;
+    let mut position = vec![-1i32; ids.len()];
+    let mut offset = 0;
+    for (e, list) in pairs.iter().enumerate().filter(|(_, l)| !l.is_empty()) {
+        let tokens: Vec<i32> = list.iter().map(|&p| (p / k) as i32).collect();
+        let xe = super::embedding(&x, &Tensor::from_slice(&tokens, &[tokens.len()], device)?, 0)?;
+        let gate_up = super::linear(&xe, &w13.narrow(0, e, 1)?.reshape(&[2 * s.inter, s.hidden])?, None)?;
+        let y = super::linear(&super::silu_mul(&gate_up)?, &w2.narrow(0, e, 1)?.reshape(&[s.hidden, s.inter])?, None)?;
+        super::copy(&rows.narrow(0, offset, list.len())?, &y)?;
+        for (i, &p) in list.iter().enumerate() {
+            position[p] = (offset + i) as i32;
+        }
+        offset += list.len();
+    }
+    let part = super::embedding(&rows, &Tensor::from_slice(&position, &[position.len()], device)?, 0)?;
+    moe_sum(&out, &part, routing, s.num_experts, true)?;
+    Ok(out)
+}
+
+/// One grouped GEMM over the sorted pairs (see csrc/kernels/moe_gemm.cu):
+/// - `gate_up`: `out` `[L, I]` (the activation, in sorted order) =
+///   `silu(x[token] W_gate^T) * (x[token] W_up^T)` for every sorted row, `a` = `x`
+///   `[t, H]`, `w` = `w13` `[E, 2I, H]`;
+/// - down: `out` `[t k, H]` (by pair) = `topk_weights[pair] * (act W_down^T)`, `a` =
+///   the activation `[L, I]`, `w` = `w2` `[E, H, I]`.
+///
+/// `tile` picks the kernel configuration (its rows must equal `align.tile_m`).
+/// CUDA, bf16/f16 only; `out` is written (padding rows of the activation get
+/// zeros, rows of dropped pairs are left as they are).
+pub fn moe_gemm(out: &Tensor, a: &Tensor, w: &Tensor, align: &MoeAlignment, routing: &MoeRouting, tile: usize, gate_up: bool) -> Result<()> {
+    const OP: &str = "moe_gemm";
+    let device = common_device(OP, &[("out", out), ("a", a), ("w", w), ("sorted_ids", &align.sorted_ids), ("topk_ids", &routing.topk_ids)])?;
+    let Device::Cuda(_) = device else {
+        return Err(Error::arg(OP, "the grouped GEMM kernel runs on CUDA only (the CPU path is fused_experts)"));
+    };
+    crate::gpu::moe::gemm(out, a, w, align, routing, tile, gate_up, false)
+}
+
+/// `out[t] = sum_s w[t, s] part[t k + s]` over the slots whose expert id is in
+/// `[0, num_experts)`, with `w` = `routing.topk_weights` when `weighted`, else 1.
+/// `out` `[t, H]` and `part` `[t k, H]` contiguous, one float dtype; f32 sums.
+pub fn moe_sum(out: &Tensor, part: &Tensor, routing: &MoeRouting, num_experts: usize, weighted: bool) -> Result<()> {
+    const OP: &str = "moe_sum";
+    let device = common_device(OP, &[("out", out), ("part", part), ("topk_ids", &routing.topk_ids)])?;
+    let [t, h] = out.dims::<2>(OP, "out")?;
+    check_routing(OP, routing, t)?;
+    let k = routing.top_k();
+    part.expect_shape(OP, "part", &[t * k, h])?.expect_dtype(OP, "part", &[out.dtype()])?.expect_contiguous(OP, "part")?;
+    out.expect_dtype(OP, "out", FLOATS)?.expect_contiguous(OP, "out")?;
+    if t == 0 || h == 0 {
+        return Ok(());
+    }
+    match device {
+        Device::Cpu => crate::cpu::moe::sum(out, part, routing, num_experts, weighted),
+        Device::Cuda(_) => crate::gpu::moe::sum(out, part, routing, num_experts, weighted, false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sorted_rows_and_tiles_bound_the_layout() {
+        assert_eq!(moe_sorted_rows(8, 128, 16), 128);
+        assert_eq!(moe_sorted_rows(1, 8, 16), 16);
+        assert_eq!(moe_sorted_rows(32768, 128, 16), 32768 + 128 * 15 + 0);
+        assert_eq!(moe_tile_entries(128, 8, 128, 16), 2 + 8 + 8);
+        assert!(fused_experts_support(DType::BF16, 2048, 768).is_ok());
+        assert!(fused_experts_support(DType::F32, 2048, 768).unwrap_err().contains("bf16"));
+        assert!(fused_experts_support(DType::F16, 2048, 100).unwrap_err().contains("multiples of 64"));
+    }
+}

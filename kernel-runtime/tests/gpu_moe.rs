@@ -1,0 +1,261 @@
+//! The CUDA MoE kernels against their references (gated: they run only with
+//! MINISGL_GPU_TESTS=1 on a machine with a GPU; otherwise each test prints a
+//! skip line):
+//! - routing: ids exactly as the CPU reference, weights within 1e-6;
+//! - the sort by expert: exactly the CPU reference's layout (offsets, sorted pairs,
+//!   block experts, tiles), single-block and multi-block paths, with experts that
+//!   receive no tokens and dropped ids;
+//! - the fused experts against the naive composition of dense ops on CUDA
+//!   (cuBLAS `linear` + `silu_mul` per expert), relative L2 <= 1e-2, for
+//!   E=128 top-8 H=2048 I=768 (Qwen3-30B-A3B), E=64 top-4 H=2048 I=1408 and E=8
+//!   top-2 H=1024 I=3584, at M = 1, 2, 7, 16, 64, 255, 1024, 8192 tokens, with a
+//!   routing that leaves half the experts without tokens and drops a pair;
+//! - every tile of the table on the same inputs, and the fused route+sort path of
+//!   `fused_moe` bit for bit against route, then sort.
+//!
+//! Outputs are poisoned (NaN bytes) before each run: the caching allocator hands
+//! the next allocation of the same size a poisoned block.
+
+use anyhow::{ensure, Context, Result};
+use kernel_runtime::ops::{self, moe::MOE_BLOCK_M, MoePlan, MoeRouting};
+use kernel_runtime::{DType, Device, Tensor};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+const CPU: Device = Device::Cpu;
+const GPU: Device = Device::Cuda(0);
+const MS: [usize; 8] = [1, 2, 7, 16, 64, 255, 1024, 8192];
+
+fn enabled() -> bool {
+    if std::env::var("MINISGL_GPU_TESTS").is_ok_and(|v| v.trim() == "1") {
+        true
+    } else {
+        println!("skipped: set MINISGL_GPU_TESTS=1");
+        false
+    }
+}
+
+/// A tensor of `dtype` on `device` with values uniform in [-scale, scale): random
+/// 16-bit indices into a table of 65536 values (fast enough for a gigabyte of
+/// expert weights).
+fn random(seed: u64, shape: &[usize], dtype: DType, scale: f32, device: Device) -> Result<Tensor> {
+    let n: usize = shape.iter().product();
+    let mut r = StdRng::seed_from_u64(seed);
+    let table: Vec<f32> = (0..65536).map(|_| r.gen_range(-scale..scale)).collect();
+    let mut s = seed | 1;
+    let mut idx = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 24) as usize & 0xffff
+    };
+    let t = match dtype {
+        DType::BF16 => {
+            let table: Vec<half::bf16> = table.iter().map(|&v| half::bf16::from_f32(v)).collect();
+            let v: Vec<half::bf16> = (0..n).map(|_| table[idx()]).collect();
+            Tensor::from_slice(&v, shape, device)?
+        }
+        DType::F16 => {
+            let table: Vec<half::f16> = table.iter().map(|&v| half::f16::from_f32(v)).collect();
+            let v: Vec<half::f16> = (0..n).map(|_| table[idx()]).collect();
+            Tensor::from_slice(&v, shape, device)?
+        }
+        _ => {
+            let v: Vec<f32> = (0..n).map(|_| table[idx()]).collect();
+            Tensor::from_slice(&v, shape, device)?
+        }
+    };
+    Ok(t)
+}
+
+/// Makes the next GPU allocation of `bytes` bytes likely to be a block of 0xff
+/// bytes (NaN for floats).
+fn poison_next_alloc(bytes: usize) -> Result<()> {
+    drop(Tensor::from_bytes(&vec![0xffu8; bytes.max(1)], DType::U8, &[bytes.max(1)], GPU)?);
+    Ok(())
+}
+
+fn rel_l2(got: &Tensor, want: &Tensor) -> Result<f64> {
+    ensure!(got.shape() == want.shape(), "shapes {:?} and {:?} differ", got.shape(), want.shape());
+    let (g, w) = (got.to_f32_vec()?, want.to_f32_vec()?);
+    let (mut num, mut den) = (0f64, 0f64);
+    for (a, b) in g.iter().zip(&w) {
+        if !a.is_finite() {
+            return Ok(f64::INFINITY);
+        }
+        num += (f64::from(*a) - f64::from(*b)).powi(2);
+        den += f64::from(*b).powi(2);
+    }
+    Ok((num / den.max(1e-300)).sqrt())
+}
+
+/// Router logits for `m` tokens over `e` experts: normal-ish values, with the
+/// experts >= e / 2 pushed far down when `half_unused` (they then receive no
+/// tokens as long as top_k <= e / 2).
+fn logits(seed: u64, m: usize, e: usize, half_unused: bool, dtype: DType) -> Result<Tensor> {
+    let mut r = StdRng::seed_from_u64(seed);
+    let v: Vec<f32> = (0..m * e)
+        .map(|i| if half_unused && i % e >= e / 2 { -30.0 + r.gen_range(-1.0..1.0) } else { r.gen_range(-3.0..3.0) })
+        .collect();
+    Ok(Tensor::from_slice(&v, &[m, e], CPU)?.to_dtype(dtype)?)
+}
+
+#[test]
+fn routing_matches_the_cpu_reference() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    for (e, k) in [(128, 8), (64, 4), (8, 2)] {
+        for &m in &MS {
+            for (dtype, renormalize) in [(DType::BF16, true), (DType::F32, false)] {
+                let what = format!("route e={e} k={k} m={m} {dtype} renormalize={renormalize}");
+                let l = logits(m as u64 * 31 + e as u64, m, e, false, dtype)?;
+                let want = ops::moe_route(&l, k, renormalize)?;
+                poison_next_alloc(m * k * 4)?;
+                let got = ops::moe_route(&l.to_device(GPU)?, k, renormalize)?;
+                ensure!(got.topk_ids.to_vec::<i32>()? == want.topk_ids.to_vec::<i32>()?, "{what}: ids differ");
+                for (g, w) in got.topk_weights.to_vec::<f32>()?.iter().zip(want.topk_weights.to_vec::<f32>()?) {
+                    ensure!((g - w).abs() <= 1e-6 * w.abs().max(1e-30), "{what}: weight {g}, want {w}");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn align_matches_the_cpu_reference_exactly() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let mut r = StdRng::seed_from_u64(7);
+    for (e, k) in [(128, 8), (64, 4), (8, 2), (512, 8)] {
+        for &m in &MS {
+            for tile_m in [16, 32, 64, 128] {
+                // Even experts only (half receive no tokens), one dropped id in 13.
+                let mut ids: Vec<i32> = (0..m * k).map(|_| 2 * r.gen_range(0..e / 2) as i32).collect();
+                for i in (5..ids.len()).step_by(13) {
+                    ids[i] = -1;
+                }
+                let what = format!("align e={e} k={k} m={m} tile_m={tile_m}");
+                let host = Tensor::from_slice(&ids, &[m, k], CPU)?;
+                let want = ops::moe_align(&host, e, MOE_BLOCK_M, tile_m)?;
+                let got = ops::moe_align(&host.to_device(GPU)?, e, MOE_BLOCK_M, tile_m)?;
+                let offsets = want.expert_offsets.to_vec::<i32>()?;
+                ensure!(got.expert_offsets.to_vec::<i32>()? == offsets, "{what}: offsets");
+                let total = offsets[e] as usize;
+                ensure!(got.sorted_ids.to_vec::<i32>()?[..total] == want.sorted_ids.to_vec::<i32>()?[..total], "{what}: sorted ids");
+                let blocks = total / MOE_BLOCK_M;
+                ensure!(got.block_experts.to_vec::<i32>()?[..blocks] == want.block_experts.to_vec::<i32>()?[..blocks], "{what}: blocks");
+                let tiles = want.tiles.to_vec::<i32>()?;
+                let used = 2 + tiles[0] as usize;
+                ensure!(got.tiles.to_vec::<i32>()?[..used] == tiles[..used], "{what}: tiles");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One expert configuration: experts, top-k, hidden, intermediate.
+const CONFIGS: [(usize, usize, usize, usize); 3] = [(128, 8, 2048, 768), (64, 4, 2048, 1408), (8, 2, 1024, 3584)];
+
+struct Experts {
+    w13: Tensor,
+    w2: Tensor,
+}
+
+fn experts(seed: u64, e: usize, h: usize, i: usize, dtype: DType) -> Result<Experts> {
+    Ok(Experts {
+        w13: random(seed, &[e, 2 * i, h], dtype, (3.0 / h as f32).sqrt(), GPU)?,
+        w2: random(seed + 1, &[e, h, i], dtype, (3.0 / i as f32).sqrt(), GPU)?,
+    })
+}
+
+/// The routing of `m` tokens on the GPU: half the experts unused, one pair dropped.
+fn routing(seed: u64, m: usize, e: usize, k: usize) -> Result<MoeRouting> {
+    let l = logits(seed, m, e, k <= e / 2, DType::F32)?.to_device(GPU)?;
+    let routed = ops::moe_route(&l, k, true)?;
+    let mut ids = routed.topk_ids.to_vec::<i32>()?;
+    ids[m * k / 2] = -1;
+    Ok(MoeRouting { topk_ids: Tensor::from_slice(&ids, &[m, k], GPU)?, topk_weights: routed.topk_weights })
+}
+
+fn check_fused(dtype: DType, (e, k, h, i): (usize, usize, usize, usize), ms: &[usize]) -> Result<()> {
+    let w = experts(e as u64 * 1000 + h as u64, e, h, i, dtype)?;
+    for &m in ms {
+        let what = format!("fused_experts {dtype} e={e} k={k} h={h} i={i} m={m}");
+        let x = random(m as u64 + 17, &[m, h], dtype, 1.0, GPU)?;
+        let rt = routing(m as u64 + 5, m, e, k)?;
+        let want = ops::naive_experts(&x, &w.w13, &w.w2, &rt).with_context(|| what.clone())?;
+        poison_next_alloc(m * h * dtype.size_in_bytes())?;
+        let got = ops::fused_experts(&x, &w.w13, &w.w2, &rt).with_context(|| what.clone())?;
+        let err = rel_l2(&got, &want)?;
+        ensure!(err <= 1e-2, "{what}: relative L2 error {err:.3e} > 1e-2");
+    }
+    Ok(())
+}
+
+#[test]
+fn fused_experts_match_naive_qwen3_30b_shapes() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    check_fused(DType::BF16, CONFIGS[0], &MS)
+}
+
+#[test]
+fn fused_experts_match_naive_e64_top4() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    check_fused(DType::BF16, CONFIGS[1], &MS)
+}
+
+#[test]
+fn fused_experts_match_naive_e8_top2() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    check_fused(DType::BF16, CONFIGS[2], &MS)?;
+    check_fused(DType::F16, CONFIGS[2], &[1, 64, 1024])
+}
+
+#[test]
+fn every_tile_matches_naive() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let (e, k, h, i) = CONFIGS[1];
+    let w = experts(99, e, h, i, DType::BF16)?;
+    for m in [3, 100, 600] {
+        let x = random(m as u64, &[m, h], DType::BF16, 1.0, GPU)?;
+        let rt = routing(m as u64 + 1, m, e, k)?;
+        let want = ops::naive_experts(&x, &w.w13, &w.w2, &rt)?;
+        for tile in 0..5 {
+            // Tile 1 streams 128-wide k chunks: 1408 is a multiple of 128, 2048 too.
+            let plan = MoePlan { gate_up_tile: tile, down_tile: tile, pdl: tile % 2 == 0 };
+            poison_next_alloc(m * h * 2)?;
+            let got = ops::fused_experts_with(&x, &w.w13, &w.w2, &rt, Some(plan))?;
+            let err = rel_l2(&got, &want)?;
+            ensure!(err <= 1e-2, "tile {tile} m={m}: relative L2 error {err:.3e} > 1e-2");
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn fused_moe_routes_and_sorts_in_one_kernel_for_small_batches() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let (e, k, h, i) = CONFIGS[0];
+    let w = experts(5, e, h, i, DType::BF16)?;
+    for m in [1, 7, 32, 33, 300] {
+        let x = random(m as u64 + 3, &[m, h], DType::BF16, 1.0, GPU)?;
+        let l = logits(m as u64, m, e, false, DType::BF16)?.to_device(GPU)?;
+        let fused = ops::fused_moe(&x, &l, &w.w13, &w.w2, k, true)?;
+        let separate = ops::fused_experts(&x, &w.w13, &w.w2, &ops::moe_route(&l, k, true)?)?;
+        ensure!(fused.to_host_bytes()? == separate.to_host_bytes()?, "m={m}: fused_moe differs from route + fused_experts");
+    }
+    Ok(())
+}
