@@ -29,8 +29,9 @@ pub fn run(out: PathBuf) -> Result<()> {
     std::fs::create_dir_all(bin_dir.join("tests"))?;
     std::fs::create_dir_all(bin_dir.join("benches"))?;
 
-    cargo(&root, &["build", "--release", "-p", "engine", "--bin", "minisgl"])?;
-    copy_stripped(&root.join("target/release/minisgl"), &bin_dir.join("minisgl"))?;
+    let binaries = executables(&root, &["build", "--release", "-p", "engine", "--bin", "minisgl", "--message-format=json"])?;
+    let (_, minisgl) = binaries.first().context("cargo built no minisgl binary")?;
+    copy_stripped(minisgl, &bin_dir.join("minisgl"))?;
     for (kind, args) in [
         ("tests", vec!["test", "--release", "--workspace", "--no-run", "--message-format=json"]),
         ("benches", vec!["bench", "--workspace", "--no-run", "--message-format=json"]),
