@@ -10,8 +10,9 @@
 //! | [`rotary`] | the cos/sin table of RoPE (default, linear, llama3 scaling) |
 //! | [`ctx`] | [`ForwardBatch`], [`KvCache`], the [`AttnBackend`] trait, [`ForwardCtx`] |
 //! | [`attn_backend`] | the `--attn` registry and the paged backend |
-//! | [`layers`] | linear (column/row parallel), embedding, RMSNorm, RoPE attention, gated MLP |
-//! | [`llama`], [`qwen2`], [`qwen3`], [`mistral`] | the models, one file each |
+//! | [`moe_backend`] | the `--moe` registry: fused kernels or the naive loop over experts |
+//! | [`layers`] | linear (column/row parallel), embedding, RMSNorm, RoPE attention, gated MLP, sparse MoE |
+//! | [`llama`], [`qwen2`], [`qwen3`], [`qwen3_moe`], [`mistral`] | the models, one file each |
 //! | [`registry`] | [`CausalLm`], [`MODEL_REGISTRY`], [`load_model`] |
 //! | [`generate`] | greedy generation of one prompt |
 //! | [`gguf`] | GGUF files as checkpoints |
@@ -30,8 +31,10 @@ pub mod gguf;
 pub mod layers;
 pub mod llama;
 pub mod mistral;
+pub mod moe_backend;
 pub mod qwen2;
 pub mod qwen3;
+pub mod qwen3_moe;
 pub mod registry;
 pub mod rotary;
 pub mod weights;
@@ -40,5 +43,6 @@ pub use attn_backend::{AttnBackendKind, AttnBackendSpec};
 pub use config::{ModelConfig, MoeConfig, RopeConfig, RopeScaling};
 pub use ctx::{AttnBackend, ForwardBatch, ForwardCtx, KvCache, KvCacheShape, LogitRows, SeqStep};
 pub use error::{ModelError, Result};
+pub use moe_backend::MoeBackendKind;
 pub use registry::{load_model, supported_architectures, CausalLm, LoadOptions, MODEL_REGISTRY};
 pub use weights::{LoadFormat, Weights, MERGE_GROUPS};

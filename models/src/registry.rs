@@ -16,8 +16,9 @@ use crate::config::ModelConfig;
 use crate::ctx::{AttnBackend, ForwardBatch, KvCache, KvCacheShape};
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufCheckpoint;
+use crate::moe_backend::MoeBackendKind;
 use crate::weights::{has_safetensors, LoadFormat, Weights};
-use crate::{llama, mistral, qwen2, qwen3};
+use crate::{llama, mistral, qwen2, qwen3, qwen3_moe};
 
 /// A decoder-only language model: a batch of new tokens in, logits out.
 ///
@@ -120,15 +121,17 @@ pub(crate) fn reject_sliding_window(config: &ModelConfig, window: Option<usize>)
     }
 }
 
-/// Builds a model from its config and opened weights, with its attention backend.
-pub type ModelLoader = fn(&ModelConfig, &Weights, Box<dyn AttnBackend>) -> Result<Box<dyn CausalLm>>;
+/// Builds a model from its config and opened weights, with its attention backend
+/// and the MoE backend of its sparse layers (ignored by dense models).
+pub type ModelLoader = fn(&ModelConfig, &Weights, Box<dyn AttnBackend>, MoeBackendKind) -> Result<Box<dyn CausalLm>>;
 
 /// Every architecture: the `architectures[0]` string of config.json and its loader.
 pub const MODEL_REGISTRY: &[(&str, ModelLoader)] = &[
-    ("LlamaForCausalLM", |c, w, a| Ok(Box::new(llama::LlamaForCausalLM::load(c, w, a)?))),
-    ("Qwen2ForCausalLM", |c, w, a| Ok(Box::new(qwen2::Qwen2ForCausalLM::load(c, w, a)?))),
-    ("Qwen3ForCausalLM", |c, w, a| Ok(Box::new(qwen3::Qwen3ForCausalLM::load(c, w, a)?))),
-    ("MistralForCausalLM", |c, w, a| Ok(Box::new(mistral::MistralForCausalLM::load(c, w, a)?))),
+    ("LlamaForCausalLM", |c, w, a, _| Ok(Box::new(llama::LlamaForCausalLM::load(c, w, a)?))),
+    ("Qwen2ForCausalLM", |c, w, a, _| Ok(Box::new(qwen2::Qwen2ForCausalLM::load(c, w, a)?))),
+    ("Qwen3ForCausalLM", |c, w, a, _| Ok(Box::new(qwen3::Qwen3ForCausalLM::load(c, w, a)?))),
+    ("Qwen3MoeForCausalLM", |c, w, a, m| Ok(Box::new(qwen3_moe::Qwen3MoeForCausalLM::load(c, w, a, m)?))),
+    ("MistralForCausalLM", |c, w, a, _| Ok(Box::new(mistral::MistralForCausalLM::load(c, w, a)?))),
 ];
 
 /// The architectures `MODEL_REGISTRY` serves.
@@ -154,6 +157,8 @@ pub struct LoadOptions {
     pub dtype: Option<DType>,
     pub load_format: LoadFormat,
     pub attn: AttnBackendSpec,
+    /// How sparse MoE layers run their experts (`--moe`).
+    pub moe: MoeBackendKind,
 }
 
 /// The seed of `--load-format dummy` weights (fixed: the same model every run).
@@ -213,6 +218,12 @@ pub fn load_model(path: &Path, options: &LoadOptions) -> Result<Box<dyn CausalLm
         }
     };
     let attn = options.attn.create()?;
-    log::info!("loading {} from {} ({dtype} on {device}, attention {})", config.architecture, path.display(), options.attn);
-    loader(&config, &weights, attn)
+    log::info!(
+        "loading {} from {} ({dtype} on {device}, attention {}, moe {})",
+        config.architecture,
+        path.display(),
+        options.attn,
+        options.moe
+    );
+    loader(&config, &weights, attn, options.moe)
 }

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use kernel_runtime::{DType, Device};
-use models::{load_model, AttnBackendKind, AttnBackendSpec, ForwardBatch, LoadFormat, LoadOptions, LogitRows, SeqStep};
+use models::{load_model, AttnBackendKind, AttnBackendSpec, ForwardBatch, LoadFormat, LoadOptions, LogitRows, MoeBackendKind, SeqStep};
 
 const COPY_CEILING_BYTES_PER_S: f64 = 4.25e12;
 
@@ -24,6 +24,7 @@ fn run(config: &str, batch: usize) {
         dtype: Some(DType::BF16),
         load_format: LoadFormat::Dummy,
         attn: AttnBackendSpec::single(AttnBackendKind::Paged),
+        moe: MoeBackendKind::Fused,
     };
     let started = Instant::now();
     let model = load_model(&dir, &options).unwrap();

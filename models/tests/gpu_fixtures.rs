@@ -12,7 +12,7 @@ mod common;
 use common::{cases, fixture, rel_l2};
 use kernel_runtime::{DType, Device};
 use models::registry::model_loader;
-use models::{AttnBackendKind, CausalLm, ForwardBatch, KvCache, LogitRows, ModelConfig, SeqStep, Weights};
+use models::{AttnBackendKind, CausalLm, ForwardBatch, KvCache, LogitRows, ModelConfig, MoeBackendKind, SeqStep, Weights};
 
 fn gpu_enabled() -> bool {
     if std::env::var("MINISGL_GPU_TESTS").as_deref() != Ok("1") {
@@ -30,7 +30,8 @@ fn load_gpu(name: &str) -> Box<dyn CausalLm> {
     config.rope.inv_freq_dtype = config.torch_dtype.expect("fixture configs state their dtype");
     let weights = Weights::safetensors(&dir, DType::BF16, Device::Cuda(0)).unwrap();
     let attn = AttnBackendKind::Paged.create().unwrap();
-    model_loader(&config.architecture).unwrap()(&config, &weights, attn).unwrap_or_else(|e| panic!("loading {name}: {e}"))
+    model_loader(&config.architecture).unwrap()(&config, &weights, attn, MoeBackendKind::Fused)
+        .unwrap_or_else(|e| panic!("loading {name}: {e}"))
 }
 
 fn forward(model: &dyn CausalLm, kv: &KvCache, seq: SeqStep<'_>, rows: LogitRows) -> Vec<f32> {

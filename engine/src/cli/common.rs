@@ -32,6 +32,9 @@ pub struct ModelArgs {
     /// Attention backend: a name, or `prefill,decode`.
     #[arg(long, default_value = "paged")]
     pub attn: String,
+    /// MoE backend of sparse MoE models: fused (the fused kernels) or naive (one expert at a time).
+    #[arg(long, default_value = "fused")]
+    pub moe: String,
 }
 
 /// Engine sizing and scheduling.
@@ -103,6 +106,7 @@ pub fn load_causal_lm(args: &ModelArgs) -> anyhow::Result<Box<dyn models::Causal
         dtype: resolve_dtype(&args.dtype)?,
         load_format: args.load_format.parse().map_err(|e: String| anyhow::anyhow!("--load-format: {e}"))?,
         attn: args.attn.parse().with_context(|| format!("--attn {}", args.attn))?,
+        moe: args.moe.parse().map_err(|e: String| anyhow::anyhow!("--moe: {e}"))?,
     };
     let started = std::time::Instant::now();
     let model = models::load_model(&args.model, &options).with_context(|| format!("loading {}", args.model.display()))?;

@@ -7,6 +7,7 @@
 //! | [`norm`] | RMSNorm, plain, fused with the residual add, and per head |
 //! | [`attention`] | the RoPE attention block: fused QKV, optional q/k norm, rope, backend, o_proj |
 //! | [`mlp`] | the gated MLP: fused gate_up, SiLU-and-mul, down |
+//! | [`moe`] | the sparse MoE block: router and packed experts, run by a MoE backend |
 //!
 //! Layers hold weights only; each `forward` takes what varies per step
 //! (`ForwardCtx`). Tensor parallelism is not implemented yet, but the layers that
@@ -19,10 +20,12 @@ pub mod attention;
 pub mod embedding;
 pub mod linear;
 pub mod mlp;
+pub mod moe;
 pub mod norm;
 
 pub use attention::{AttnOptions, RopeAttention};
 pub use embedding::{ParallelLmHead, VocabParallelEmbedding};
 pub use linear::{ColumnParallelLinear, Linear, RowParallelLinear};
 pub use mlp::GatedMlp;
+pub use moe::SparseMoeBlock;
 pub use norm::RmsNorm;

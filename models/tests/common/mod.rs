@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use kernel_runtime::{DType, Device};
 use models::registry::model_loader;
-use models::{load_model, AttnBackendKind, AttnBackendSpec, CausalLm, LoadFormat, LoadOptions, ModelConfig, Weights};
+use models::{load_model, AttnBackendKind, AttnBackendSpec, CausalLm, LoadFormat, LoadOptions, ModelConfig, MoeBackendKind, Weights};
 use safetensors::SafeTensors;
 
 /// The dense fixtures (tests/fixtures/ at the workspace root).
@@ -18,7 +18,13 @@ pub fn fixture(name: &str) -> PathBuf {
 
 /// CPU, f32 compute, the paged backend.
 pub fn cpu_f32(load_format: LoadFormat) -> LoadOptions {
-    LoadOptions { device: Device::Cpu, dtype: Some(DType::F32), load_format, attn: AttnBackendSpec::single(AttnBackendKind::Paged) }
+    LoadOptions {
+        device: Device::Cpu,
+        dtype: Some(DType::F32),
+        load_format,
+        attn: AttnBackendSpec::single(AttnBackendKind::Paged),
+        moe: MoeBackendKind::Fused,
+    }
 }
 
 /// Loads a fixture the way its references were computed.
@@ -37,7 +43,8 @@ pub fn load(name: &str) -> Box<dyn CausalLm> {
     config.rope.inv_freq_dtype = config.torch_dtype.expect("fixture configs state their dtype");
     let weights = Weights::safetensors(&dir, DType::F32, Device::Cpu).unwrap();
     let attn = AttnBackendKind::Paged.create().unwrap();
-    model_loader(&config.architecture).unwrap()(&config, &weights, attn).unwrap_or_else(|e| panic!("loading {name}: {e}"))
+    model_loader(&config.architecture).unwrap()(&config, &weights, attn, MoeBackendKind::Fused)
+        .unwrap_or_else(|e| panic!("loading {name}: {e}"))
 }
 
 /// Loads a fixture through the public entry point, CPU f32.

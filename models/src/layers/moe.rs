@@ -1,0 +1,86 @@
+//! The sparse MoE block of Qwen3-MoE (`Qwen3MoeSparseMoeBlock`): a router
+//! (`gate`, a bias-free linear to one logit per expert) and `num_experts` gated
+//! MLPs of `moe_intermediate_size`, each token running through its top-k experts.
+//!
+//! The experts are held packed, as the fused kernels read them: `w13`
+//! `[E, 2I, H]` (expert e's gate rows, then its up rows, as the dense
+//! `gate_up_proj`) and `w2` `[E, H, I]`. They are loaded from the checkpoint's
+//! packed tensors when it has them (`mlp.experts.gate_up_proj` /
+//! `mlp.experts.down_proj`: GGUF files, transformers-5 checkpoints, and the dummy
+//! loader, which then makes one random tensor per layer), else packed at load
+//! from the per-expert tensors `mlp.experts.{e}.{gate,up,down}_proj.weight` of HF
+//! checkpoints.
+
+use kernel_runtime::{ops, Tensor};
+
+use crate::config::ModelConfig;
+use crate::error::{ModelError, Result};
+use crate::layers::linear::Linear;
+use crate::moe_backend::MoeBackendKind;
+use crate::weights::VarBuilder;
+
+/// `Qwen3MoeSparseMoeBlock`.
+#[derive(Debug, Clone)]
+pub struct SparseMoeBlock {
+    gate: Linear,
+    /// `[E, 2I, H]`: per expert, gate rows then up rows.
+    w13: Tensor,
+    /// `[E, H, I]`.
+    w2: Tensor,
+    top_k: usize,
+    norm_topk_prob: bool,
+    backend: MoeBackendKind,
+}
+
+impl SparseMoeBlock {
+    /// Loads the router and the experts under `vb` (`...mlp`) for `config`'s MoE
+    /// settings, to run with `backend` (checked here against the shapes, dtype and
+    /// device).
+    pub fn load(vb: &VarBuilder<'_>, config: &ModelConfig, backend: MoeBackendKind) -> Result<SparseMoeBlock> {
+        let moe = config.moe.as_ref().ok_or_else(|| config.unsupported("a sparse MoE layer needs num_experts in config.json"))?;
+        if !matches!(config.hidden_act.as_str(), "silu" | "swish") {
+            return Err(config.unsupported(format!("hidden_act `{}` is not supported (supported: silu)", config.hidden_act)));
+        }
+        let (e, h, i) = (moe.num_experts, config.hidden_size, moe.moe_intermediate_size);
+        backend.check(vb.device(), vb.dtype(), h, i).map_err(|m| config.unsupported(m))?;
+        let (w13, w2) = load_experts(vb, e, h, i)?;
+        Ok(SparseMoeBlock {
+            gate: Linear::load(vb, "gate", h, e, false)?,
+            w13,
+            w2,
+            top_k: moe.num_experts_per_tok,
+            norm_topk_prob: moe.norm_topk_prob,
+            backend,
+        })
+    }
+
+    /// `x` `[t, hidden]` to a new `[t, hidden]`.
+    pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let router_logits = self.gate.forward(x)?;
+        Ok(self.backend.forward(x, &router_logits, &self.w13, &self.w2, self.top_k, self.norm_topk_prob)?)
+    }
+
+    /// The packed experts `(w13 [E, 2I, H], w2 [E, H, I])`.
+    pub fn experts(&self) -> (&Tensor, &Tensor) {
+        (&self.w13, &self.w2)
+    }
+}
+
+/// The packed expert weights of one layer (see the module docs).
+fn load_experts(vb: &VarBuilder<'_>, e: usize, h: usize, i: usize) -> Result<(Tensor, Tensor)> {
+    match vb.get("experts.gate_up_proj", &[e, 2 * i, h]) {
+        Ok(w13) => return Ok((w13, vb.get("experts.down_proj", &[e, h, i])?)),
+        Err(ModelError::MissingTensor { .. }) => {}
+        Err(other) => return Err(other),
+    }
+    let w13 = Tensor::empty(&[e, 2 * i, h], vb.dtype(), vb.device())?;
+    let w2 = Tensor::empty(&[e, h, i], vb.dtype(), vb.device())?;
+    for expert in 0..e {
+        let ev = vb.pp(format!("experts.{expert}"));
+        let gate_up = ev.get_merged("gate_up_proj", "weight", &[i, i], &[h])?;
+        ops::copy(&w13.narrow(0, expert, 1)?.reshape(&[2 * i, h])?, &gate_up)?;
+        let down = ev.get("down_proj.weight", &[h, i])?;
+        ops::copy(&w2.narrow(0, expert, 1)?.reshape(&[h, i])?, &down)?;
+    }
+    Ok((w13, w2))
+}
