@@ -16,6 +16,13 @@ OUT=${OUT:-/tmp/minisgl-out}
 mkdir -p "$OUT"
 BUNDLE=$ROOT/.gpu
 STEPS=${MINISGL_GPU_STEPS:-info tests bench torch}
+# The binaries travel packed; unpack them once per machine.
+BIN=/tmp/minisgl-bundle/bin
+if [ ! -e /tmp/minisgl-bundle/.stamp ] || [ "$BUNDLE/bin.tar.gz" -nt /tmp/minisgl-bundle/.stamp ]; then
+  rm -rf /tmp/minisgl-bundle && mkdir -p /tmp/minisgl-bundle
+  tar xzf "$BUNDLE/bin.tar.gz" -C /tmp/minisgl-bundle && touch /tmp/minisgl-bundle/.stamp
+fi
+export PATH="$BIN:$PATH"
 
 export MINISGL_KERNELS=$BUNDLE/kernels
 export MINISGL_CACHE_DIR=${MINISGL_CACHE_DIR:-/tmp/minisgl-cache}
@@ -39,7 +46,7 @@ for step in $STEPS; do
       ;;
     tests)
       filter=${MINISGL_GPU_TEST_FILTER:-gpu}
-      for t in "$BUNDLE"/bin/tests/*; do
+      for t in "$BIN"/tests/*; do
         name=$(basename "$t")
         [[ $name =~ $filter ]] || continue
         timeout "${MINISGL_GPU_TEST_TIMEOUT:-400}" "$t" --test-threads=1 >"$OUT/test-$name.log" 2>&1
@@ -49,7 +56,7 @@ for step in $STEPS; do
       ;;
     bench)
       filter=${MINISGL_GPU_BENCH_FILTER:-.}
-      for b in "$BUNDLE"/bin/benches/*; do
+      for b in "$BIN"/benches/*; do
         name=$(basename "$b")
         [[ $name =~ $filter ]] || continue
         timeout "${MINISGL_GPU_BENCH_TIMEOUT:-300}" "$b" --bench --warm-up-time 1 --measurement-time 3 >"$OUT/bench-$name.log" 2>&1

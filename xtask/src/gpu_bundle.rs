@@ -2,11 +2,12 @@
 //! git-ignored folder (default `.gpu/`) that travels with the working tree.
 //!
 //! The GPU machine has no Rust toolchain and no network, so the bundle holds
-//! release builds made here: the `minisgl` binary, every test binary and bench
-//! binary (stripped, named without cargo's hash), the AOT kernel library with its
-//! manifest and cubins, and `run.sh` (from scripts/gpu/run.sh), which runs the
-//! steps named in `$MINISGL_GPU_STEPS` and writes logs under `$OUT`. The bundle
-//! must stay under the 64 MiB the device tool carries (the tree travels too).
+//! release builds made here: the `minisgl` binary, the GPU test binaries and the
+//! bench binaries (stripped, named without cargo's hash, packed in
+//! `bin.tar.gz`), the AOT kernel library with its manifest, and `run.sh` (from
+//! scripts/gpu/run.sh), which unpacks the binaries, runs the steps named in
+//! `$MINISGL_GPU_STEPS` and writes logs under `$OUT`. The bundle must stay under
+//! the 64 MiB the device tool carries (the tree travels too).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -37,15 +38,27 @@ pub fn run(out: PathBuf) -> Result<()> {
         ("benches", vec!["bench", "--workspace", "--no-run", "--message-format=json"]),
     ] {
         for (name, exe) in executables(&root, &args)? {
-            copy_stripped(&exe, &bin_dir.join(kind).join(name))?;
+            // Only what a GPU run uses travels: the GPU tests and the benches (unit
+            // tests of libraries and binaries run in CI).
+            let wanted = if kind == "tests" { name.contains("gpu") } else { !name.ends_with("-lib") && !name.ends_with("-bin") };
+            if wanted {
+                copy_stripped(&exe, &bin_dir.join(kind).join(name))?;
+            }
         }
     }
+    // Binaries compress about threefold: they travel as one archive that run.sh unpacks.
+    let status = Command::new("tar").arg("czf").arg(out.join("bin.tar.gz")).arg("-C").arg(&out).arg("bin").status()?;
+    if !status.success() {
+        bail!("tar failed");
+    }
+    std::fs::remove_dir_all(&bin_dir)?;
 
-    // The AOT kernels: library, manifest and cubins (not the objects).
+    // The AOT kernels: library and manifest. The cubins stay behind: every AOT
+    // instance is in the library, which the loader prefers.
     let kout = out.join("kernels");
     copy_tree(&kernels_dir, &kout, &|p: &Path| {
         let s = p.to_string_lossy();
-        !(s.contains("/obj") || s.contains("/gen") || s.ends_with(".stamp"))
+        !(s.contains("/obj") || s.contains("/gen") || s.contains("/cubin") || s.ends_with(".stamp"))
     })?;
     std::fs::copy(root.join("scripts/gpu/run.sh"), out.join("run.sh"))?;
     // Test binaries find fixtures through their compile-time workspace path;
