@@ -37,7 +37,10 @@
  * get_default_config): 16-row tiles with deep pipelines stream the weights of a
  * decode step across every SM; 32- and 64-row tiles serve batches of a few to a
  * few dozen tokens per expert; 128 x 128 tiles with 64 x 64 warp tiles the
- * prefill batches.
+ * prefill batches. A thread's copies of a tile are rows lr, lr + RSTEP, ... at
+ * one 16-byte column, so it keeps a row index per A copy and a validity bit per
+ * weight copy rather than a pointer per copy: that is what lets the 64 x 64 warp
+ * tiles take 64-wide k stages without spilling.
  */
 #include "minisgl/mma.cuh"
 
@@ -56,7 +59,7 @@ MSGL_MOE_TILE(0, 16, 64, 64, 1, 2, 8, 1)     // decode: 64-thread CTAs, 7 stages
 MSGL_MOE_TILE(1, 16, 128, 128, 1, 4, 4, 1)   // decode when k % 128 == 0: 256-byte row segments
 MSGL_MOE_TILE(2, 32, 128, 64, 1, 4, 4, 1)    // up to ~24 tokens per expert
 MSGL_MOE_TILE(3, 64, 128, 64, 2, 2, 4, 1)    // up to ~96 tokens per expert
-MSGL_MOE_TILE(4, 128, 128, 32, 2, 2, 4, 1)   // prefill: 64 x 64 warp tiles
+MSGL_MOE_TILE(4, 128, 128, 64, 2, 2, 3, 1)   // prefill: 64 x 64 warp tiles
 #undef MSGL_MOE_TILE
 constexpr int kMoeTiles = 5;
 
@@ -185,33 +188,32 @@ __device__ __forceinline__ void moe_tiled_impl(const msgl_moe_gemm_params& p) {
   const int rows = end < BM ? end : BM;  // rows of this tile (a multiple of block_m)
   const int K = p.k, KT = K / BK;
 
+  // A thread copies the 16-byte chunk `lc` of rows lr, lr + RSTEP, ... of each
+  // tile: addresses are recomputed per copy from a row index, so that the
+  // registers hold one index per A row instead of a pointer per copy.
+  constexpr int RSTEP = THREADS / CH;
+  static_assert(THREADS % CH == 0 && (BN / 2) % RSTEP == 0, "row steps must tile the gate and up halves");
+  const int lr = tid / CH, lc = tid % CH;
   const long long n_w = GATE_UP ? 2LL * p.n : p.n;
-  const T* w = static_cast<const T*>(p.w) + static_cast<long long>(e) * n_w * K;
-  const T* b_src[B_ITERS];
-  int b_bytes[B_ITERS];
+  const T* w = static_cast<const T*>(p.w) + static_cast<long long>(e) * n_w * K + lc * 8;
+  const int j0 = GATE_UP ? nt * (BN / 2) : nt * BN;
+  unsigned b_valid = 0;
 #pragma unroll
   for (int i = 0; i < B_ITERS; ++i) {
-    const int idx = tid + i * THREADS, r = idx / CH, c = idx % CH;
-    long long row;
-    bool valid;
-    if (GATE_UP) {
-      const int j = nt * (BN / 2) + (r < BN / 2 ? r : r - BN / 2);
-      valid = j < p.n;
-      row = r < BN / 2 ? j : p.n + j;
-    } else {
-      row = static_cast<long long>(nt) * BN + r;
-      valid = row < p.n;
-    }
-    b_src[i] = w + (valid ? row : 0) * K + c * 8;
-    b_bytes[i] = valid ? 16 : 0;
+    const int r = lr + i * RSTEP;
+    const int j = j0 + (GATE_UP && i * RSTEP >= BN / 2 ? r - BN / 2 : r);
+    b_valid |= static_cast<unsigned>(j < p.n) << i;
   }
   T* smem = reinterpret_cast<T*>(moe_smem);
   auto load_b = [&](int s, int kt) {
-    T* bs = smem + s * (BM + BN) * ROW + BM * ROW;
+    T* bs = smem + s * (BM + BN) * ROW + BM * ROW + lc * 8;
 #pragma unroll
     for (int i = 0; i < B_ITERS; ++i) {
-      const int idx = tid + i * THREADS, r = idx / CH, c = idx % CH;
-      cp_async16(bs + r * ROW + c * 8, b_src[i] + kt * BK, b_bytes[i]);
+      const int r = lr + i * RSTEP;
+      // Gate rows j0.. in the first half of the tile, the matching up rows n + j0.. in the second.
+      const int row = GATE_UP && i * RSTEP >= BN / 2 ? p.n + j0 + r - BN / 2 : j0 + r;
+      const bool valid = b_valid >> i & 1u;
+      cp_async16(bs + r * ROW, w + (valid ? static_cast<long long>(row) * K + kt * BK : 0), valid ? 16 : 0);
     }
   };
   // The weights do not depend on the previous kernel: start their pipeline first.
@@ -222,28 +224,26 @@ __device__ __forceinline__ void moe_tiled_impl(const msgl_moe_gemm_params& p) {
   }
   if (!GATE_UP) grid_dependency_wait();
 
-  if (tid < BM) s_pair[tid] = tid < rows ? p.sorted_ids[r0 + tid] : -1;
+  if (tid < BM) s_pair[tid] = tid < rows ? __ldcg(p.sorted_ids + r0 + tid) : -1;
   __syncthreads();
 
-  // Per-thread source rows of the A tile loads (fixed across k tiles).
-  const T* a = static_cast<const T*>(p.a);
-  const T* a_src[A_ITERS];
-  int a_bytes[A_ITERS];
+  // The source row of each of this thread's A copies (-1: zero fill).
+  const T* a = static_cast<const T*>(p.a) + lc * 8;
+  int a_row[A_ITERS];
 #pragma unroll
   for (int i = 0; i < A_ITERS; ++i) {
-    const int idx = tid + i * THREADS, r = idx / CH, c = idx % CH;
+    const int r = lr + i * RSTEP;
     const int pair = s_pair[r];
     const bool valid = pair >= 0 && pair < p.num_pairs;
-    const long long row = GATE_UP ? (valid ? pair / p.top_k : 0) : static_cast<long long>(r0) + r;
-    a_src[i] = a + row * p.a_stride + c * 8;
-    a_bytes[i] = valid ? 16 : 0;
+    a_row[i] = !valid ? -1 : GATE_UP ? pair / p.top_k : r0 + r;
   }
   auto load_a = [&](int s, int kt) {
-    T* as = smem + s * (BM + BN) * ROW;
+    T* as = smem + s * (BM + BN) * ROW + lc * 8;
 #pragma unroll
     for (int i = 0; i < A_ITERS; ++i) {
-      const int idx = tid + i * THREADS, r = idx / CH, c = idx % CH;
-      cp_async16(as + r * ROW + c * 8, a_src[i] + kt * BK, a_bytes[i]);
+      const int r = lr + i * RSTEP;
+      const bool valid = a_row[i] >= 0;
+      cp_async16(as + r * ROW, a + (valid ? static_cast<long long>(a_row[i]) * p.a_stride + kt * BK : 0), valid ? 16 : 0);
     }
   };
   // Groups so far: B0..B(S-2); now A0..A(S-2). The main loop's wait<STAGES - 2>
@@ -294,7 +294,7 @@ __device__ __forceinline__ void moe_tiled_impl(const msgl_moe_gemm_params& p) {
       } else {
         const int pair = s_pair[rl];
         if (pair < 0 || pair >= p.num_pairs) continue;
-        const float wt = p.topk_weights[pair];
+        const float wt = __ldcg(p.topk_weights + pair);
         Out* o = out + static_cast<long long>(pair) * p.out_stride;
 #pragma unroll
         for (int j = 0; j < NI; ++j) {

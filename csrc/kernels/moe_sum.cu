@@ -23,6 +23,7 @@ template <int DTYPE>
 __device__ __forceinline__ void moe_sum_impl(const msgl_moe_sum_params& p) {
   using T = typename DType<DTYPE>::Storage;
   constexpr int E = Vec16<DTYPE>::kElems;
+  grid_dependency_wait();  // the down GEMM's rows (programmatic dependent launch)
   const long long per_row = p.vectorized ? p.hidden / E : p.hidden;
   const long long col = static_cast<long long>(blockIdx.x % p.blocks_per_row) * kMoeSumThreads + threadIdx.x;
   if (col >= per_row) return;
@@ -36,11 +37,11 @@ __device__ __forceinline__ void moe_sum_impl(const msgl_moe_sum_params& p) {
       for (int j = 0; j < E; ++j) acc[j] = 0.f;
       for (int s = 0; s < p.top_k; ++s) {
         const long long pair = token * p.top_k + s;
-        const int e = p.topk_ids[pair];
+        const int e = __ldcg(p.topk_ids + pair);
         if (e >= 0 && e < p.num_experts) {
-          const float w = p.topk_weights != nullptr ? p.topk_weights[pair] : 1.f;
+          const float w = p.topk_weights != nullptr ? __ldcg(p.topk_weights + pair) : 1.f;
           Vec16<DTYPE> x;
-          x.load(part + pair * p.hidden + col * E);
+          x.from_raw(__ldcg(reinterpret_cast<const uint4*>(part + pair * p.hidden + col * E)));
 #pragma unroll
           for (int j = 0; j < E; ++j) acc[j] += w * x.v[j];
         }
@@ -53,10 +54,10 @@ __device__ __forceinline__ void moe_sum_impl(const msgl_moe_sum_params& p) {
       float acc = 0.f;
       for (int s = 0; s < p.top_k; ++s) {
         const long long pair = token * p.top_k + s;
-        const int e = p.topk_ids[pair];
+        const int e = __ldcg(p.topk_ids + pair);
         if (e < 0 || e >= p.num_experts) continue;
-        const float w = p.topk_weights != nullptr ? p.topk_weights[pair] : 1.f;
-        acc += w * DType<DTYPE>::to_f32(part[pair * p.hidden + col]);
+        const float w = p.topk_weights != nullptr ? __ldcg(p.topk_weights + pair) : 1.f;
+        acc += w * DType<DTYPE>::to_f32(__ldcg(part + pair * p.hidden + col));
       }
       out[token * p.hidden + col] = DType<DTYPE>::from_f32(acc);
     }

@@ -18,7 +18,7 @@
 //! | < 1 | 1 (k % 128 == 0) or 0 | 16 x 128 x 128, 16 x 64 x 64 | 4, 2 | 4, 8 | decode: stream the chosen experts' weights over every SM |
 //! | < 24 | 2 | 32 x 128 x 64 | 4 | 4 | memory-bound: each weight tile read once per expert |
 //! | < 96 | 3 | 64 x 128 x 64 | 4 | 4 | mixed |
-//! | >= 96 | 4 | 128 x 128 x 32 | 4 (64 x 64 each) | 4 | prefill: tensor-core bound |
+//! | >= 96 | 4 | 128 x 128 x 64 | 4 (64 x 64 each) | 3 | prefill: tensor-core bound |
 //!
 //! Launches through the AOT library use programmatic dependent launch (the down
 //! GEMM starts streaming its weights while the gate_up GEMM finishes); launches of
@@ -72,7 +72,7 @@ pub(crate) const TILES: [MoeTile; 5] = [
     MoeTile { bm: 16, bn: 128, bk: 128, wm: 1, wn: 4, stages: 4 },
     MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4 },
     MoeTile { bm: 64, bn: 128, bk: 64, wm: 2, wn: 2, stages: 4 },
-    MoeTile { bm: 128, bn: 128, bk: 32, wm: 2, wn: 2, stages: 4 },
+    MoeTile { bm: 128, bn: 128, bk: 64, wm: 2, wn: 2, stages: 3 },
 ];
 
 /// The threads of a moe_route launch: 4 warps per block (phase 0), or one block
