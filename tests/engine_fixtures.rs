@@ -30,6 +30,7 @@ fn load(name: &str, engine: EngineArgs) -> LoadedModel {
         dtype: "auto".into(),
         load_format: "auto".into(),
         attn: "paged".into(),
+        moe: "fused".into(),
     };
     load_model(&model, &engine).unwrap()
 }

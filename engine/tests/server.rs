@@ -786,6 +786,7 @@ fn load(name: &str) -> LoadedModel {
             dtype: "auto".into(),
             load_format: "auto".into(),
             attn: "paged".into(),
+            moe: "fused".into(),
         },
         &EngineArgs {
             page_size: 16,
