@@ -21,8 +21,9 @@
 //! | >= 96 | 4 | 128 x 128 x 64 | 4 (64 x 64 each) | 3 | prefill: tensor-core bound |
 //!
 //! Launches through the AOT library use programmatic dependent launch (the down
-//! GEMM starts streaming its weights while the gate_up GEMM finishes); launches of
-//! AOT cubins or NVRTC instances are plain.
+//! GEMM starts streaming its weights while the gate_up GEMM finishes;
+//! `MINISGL_MOE_PDL=0` turns it off); launches of AOT cubins or NVRTC instances
+//! are plain.
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -85,7 +86,7 @@ const ALIGN_THREADS: usize = 1024;
 /// (see the module docs).
 pub(crate) fn plan(num_tokens: usize, top_k: usize, num_experts: usize, hidden: usize, inter: usize) -> MoePlan {
     let rows_per_expert = (num_tokens * top_k) as f64 / num_experts.max(1) as f64;
-    let decode = |k: usize| if k % 128 == 0 { 1 } else { 0 };
+    let decode = |k: usize| if k.is_multiple_of(128) { 1 } else { 0 };
     let (gate_up_tile, down_tile) = if rows_per_expert < 1.0 {
         (decode(hidden), decode(inter))
     } else if rows_per_expert < 24.0 {
@@ -95,7 +96,13 @@ pub(crate) fn plan(num_tokens: usize, top_k: usize, num_experts: usize, hidden: 
     } else {
         (4, 4)
     };
-    MoePlan { gate_up_tile, down_tile, pdl: true }
+    MoePlan { gate_up_tile, down_tile, pdl: pdl_enabled() }
+}
+
+/// Whether launches use programmatic dependent launch (`MINISGL_MOE_PDL`, default 1).
+fn pdl_enabled() -> bool {
+    static PDL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *PDL.get_or_init(|| std::env::var("MINISGL_MOE_PDL").map(|v| v.trim() != "0").unwrap_or(true))
 }
 
 fn tile(op: &'static str, index: usize) -> Result<MoeTile> {

@@ -153,7 +153,7 @@ pub fn moe_align(topk_ids: &Tensor, num_experts: usize, block_m: usize, tile_m: 
     if num_experts == 0 || num_experts > MSGL_MOE_MAX_EXPERTS as usize {
         return Err(Error::arg(OP, format!("{num_experts} experts, expected 1..={MSGL_MOE_MAX_EXPERTS}")));
     }
-    if block_m == 0 || tile_m == 0 || tile_m % block_m != 0 {
+    if block_m == 0 || tile_m == 0 || !tile_m.is_multiple_of(block_m) {
         return Err(Error::arg(OP, format!("tile_m {tile_m} must be a positive multiple of block_m {block_m}")));
     }
     let device = topk_ids.device();
@@ -212,7 +212,7 @@ pub fn fused_experts_support(dtype: DType, hidden: usize, inter: usize) -> std::
     if !matches!(dtype, DType::BF16 | DType::F16) {
         return Err(format!("the fused MoE kernels take bf16 or f16, not {dtype}"));
     }
-    if hidden % 64 != 0 || inter % 64 != 0 || hidden == 0 || inter == 0 {
+    if !hidden.is_multiple_of(64) || !inter.is_multiple_of(64) || hidden == 0 || inter == 0 {
         return Err(format!("the fused MoE kernels need hidden and intermediate sizes that are multiples of 64, got {hidden} and {inter}"));
     }
     Ok(())
@@ -376,7 +376,7 @@ mod tests {
     fn sorted_rows_and_tiles_bound_the_layout() {
         assert_eq!(moe_sorted_rows(8, 128, 16), 128);
         assert_eq!(moe_sorted_rows(1, 8, 16), 16);
-        assert_eq!(moe_sorted_rows(32768, 128, 16), 32768 + 128 * 15 + 0);
+        assert_eq!(moe_sorted_rows(32768, 128, 16), 32768 + 128 * 15);
         assert_eq!(moe_tile_entries(128, 8, 128, 16), 2 + 8 + 8);
         assert!(fused_experts_support(DType::BF16, 2048, 768).is_ok());
         assert!(fused_experts_support(DType::F32, 2048, 768).unwrap_err().contains("bf16"));
