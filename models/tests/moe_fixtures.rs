@@ -75,9 +75,11 @@ fn prefill_and_decode(model: &dyn CausalLm, page: usize) -> (f64, f64, Vec<f32>)
 fn cpu_prefill_and_teacher_forced_decode_match_the_reference() {
     for moe in BACKENDS {
         let model = load(Device::Cpu, DType::F32, moe);
-        let (prefill, decode, _) = prefill_and_decode(&*model, PAGE);
-        assert!(prefill <= TOL, "{moe}: prefill logits rel L2 {prefill:e}");
-        assert!(decode <= TOL, "{moe}: teacher-forced decode rel L2 {decode:e}");
+        for page in [PAGE, 16] {
+            let (prefill, decode, _) = prefill_and_decode(&*model, page);
+            assert!(prefill <= TOL, "{moe} page {page}: prefill logits rel L2 {prefill:e}");
+            assert!(decode <= TOL, "{moe} page {page}: teacher-forced decode rel L2 {decode:e}");
+        }
     }
 }
 
@@ -216,12 +218,19 @@ fn gpu_bf16_matches_the_reference_and_fused_matches_naive() {
         errors.push((moe, prefill, decode));
         outputs.push(all);
     }
-    for (moe, prefill, decode) in errors {
-        assert!(prefill <= 2e-2, "{moe}: prefill logits rel L2 {prefill:e}");
-        assert!(decode <= 2e-2, "{moe}: teacher-forced decode rel L2 {decode:e}");
-    }
+    // The MoE-specific check first: both backends compute the same layers.
     let err = rel_l2(&outputs[0], &outputs[1]);
     assert!(err <= 1e-2, "fused vs naive logits rel L2 {err:e}");
+    // Then against transformers. NOTE: on the H200 (2026-11-30) prefill passed
+    // (8e-3) but teacher-forced decode gave 0.56 for both backends alike, with and
+    // without programmatic dependent launch, while the dense fixtures (the same
+    // attention at head_dim 64, but without q/k norm) and the CPU path pass: the
+    // decode step of this model hits a problem outside the MoE kernels (q/k norm
+    // at head_dim 64 with one token, or the 8-wide router GEMM at one token).
+    for (moe, prefill, decode) in errors {
+        assert!(prefill <= 2e-2, "{moe}: prefill logits rel L2 {prefill:e}");
+        assert!(decode <= 2e-2, "{moe}: teacher-forced decode rel L2 {decode:e} (both backends alike: see the NOTE above)");
+    }
 }
 
 #[test]
