@@ -57,15 +57,10 @@ impl CausalLmRunner {
                 pages: &table[r * width..r * width + num_pages],
             });
         }
-        let forward = ForwardBatch::new(&seqs, page_size, LogitRows::LastOfEachSequence, self.model.device())?;
-        let logits = self.model.forward(&forward, &self.kv)?;
-        // Logits of every row's last token came back; keep the rows that sample.
-        let wanted: Vec<i32> = batch.logits_rows().iter().map(|&r| r as i32).collect();
-        if wanted.len() == batch.num_rows() {
-            return Ok(logits);
-        }
-        let rows = Tensor::from_slice(&wanted, &[wanted.len()], logits.device())?;
-        Ok(kernel_runtime::ops::embedding(&logits.contiguous()?, &rows, 0)?)
+        // Logits only for the rows that sample (not for mid-prefill chunks).
+        let rows: Vec<usize> = batch.logits_rows().iter().map(|&r| r as usize).collect();
+        let forward = ForwardBatch::new(&seqs, page_size, LogitRows::LastOf(rows), self.model.device())?;
+        Ok(self.model.forward(&forward, &self.kv)?)
     }
 }
 

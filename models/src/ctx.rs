@@ -28,6 +28,10 @@ pub enum LogitRows {
     LastOfEachSequence,
     /// Every new token (tests, prompt log-probabilities).
     All,
+    /// The last new token of the listed sequences (indices into the batch), in
+    /// this order: the sequences that sample this step, leaving out those in the
+    /// middle of a chunked prefill.
+    LastOf(Vec<usize>),
 }
 
 /// One sequence's part of a step: its new tokens, how many of its tokens the
@@ -126,6 +130,12 @@ impl ForwardBatch {
         let logit_rows: Option<Vec<i32>> = match logits {
             LogitRows::All => None,
             LogitRows::LastOfEachSequence => Some(q_indptr[1..].iter().map(|&end| end - 1).collect()),
+            LogitRows::LastOf(which) => {
+                if let Some(&bad) = which.iter().find(|&&i| i >= seqs.len()) {
+                    return Err(ModelError::Batch(format!("logits asked for sequence {bad} of a batch of {}", seqs.len())));
+                }
+                Some(which.iter().map(|&i| q_indptr[i + 1] - 1).collect())
+            }
         };
         let ids_i32: Vec<i32> = input_ids.iter().map(|&id| id as i32).collect();
         let kv_lens_i32: Vec<i32> = kv_lens.iter().map(|&l| l as i32).collect();
