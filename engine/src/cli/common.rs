@@ -179,16 +179,17 @@ pub fn engine_config(args: &EngineArgs, num_pages: usize, eos_token_ids: Vec<u32
     })
 }
 
-/// Loads the model, its tokenizer and chat template, sizes the KV pool and builds
-/// the engine.
-pub fn load_model(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::Result<LoadedModel> {
-    let (tokenizer, chat) = load_tokenizer(&model_args.model)?;
-    let model = load_causal_lm(model_args)?;
+/// The engine over a loaded model: sizes the KV pool (`--num-pages`, else
+/// [`default_num_pages`]) and wires the runner; `eos` are the stop tokens.
+pub fn build_engine(
+    model: Box<dyn models::CausalLm>,
+    engine_args: &EngineArgs,
+    mut eos: Vec<u32>,
+) -> anyhow::Result<Engine<Box<dyn ModelRunner + Send>>> {
     let num_pages = match engine_args.num_pages {
         Some(n) => n,
         None => default_num_pages(model.as_ref(), engine_args)?,
     };
-    let mut eos: Vec<u32> = tokenizer.eos_token_ids().to_vec();
     for &id in model.eos_token_ids() {
         if !eos.contains(&id) {
             eos.push(id);
@@ -198,7 +199,15 @@ pub fn load_model(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::R
     let runner = CausalLmRunner::new(model, num_pages, engine_args.page_size, max_context)
         .with_context(|| format!("allocating a KV cache of {num_pages} pages"))?;
     let config = engine_config(engine_args, num_pages, eos)?;
-    let engine = Engine::new(Box::new(runner) as Box<dyn ModelRunner + Send>, config)?;
+    Ok(Engine::new(Box::new(runner) as Box<dyn ModelRunner + Send>, config)?)
+}
+
+/// Loads the model, its tokenizer and chat template, sizes the KV pool and builds
+/// the engine.
+pub fn load_model(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::Result<LoadedModel> {
+    let (tokenizer, chat) = load_tokenizer(&model_args.model)?;
+    let model = load_causal_lm(model_args)?;
+    let engine = build_engine(model, engine_args, tokenizer.eos_token_ids().to_vec())?;
     let name = model_args
         .model
         .file_stem()
