@@ -1,5 +1,5 @@
 //! Repository hygiene that review would otherwise have to catch: every Rust file
-//! starts with a `//!` header, no test is `#[ignore]`d or `#[should_panic]`, and
+//! starts with a `//!` header, no test is ignored or expected to panic, and
 //! every crate below `engine` forbids (or, for kernel-runtime, documents) unsafe.
 
 use std::path::{Path, PathBuf};

@@ -511,3 +511,42 @@ pub fn wait_until(within: Duration, mut f: impl FnMut() -> bool) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+// ---------------------------------------------------------------------------
+// The Python clients.
+
+/// `python3` with the packages scripts/env.sh installs (`.pydeps`) on its path.
+pub fn python() -> Command {
+    let mut cmd = Command::new("python3");
+    // What scripts/env.sh puts on the path.
+    let pydeps = repo_root().join(".pydeps");
+    let path = match std::env::var_os("PYTHONPATH") {
+        Some(p) if !p.is_empty() => {
+            let mut all = pydeps.into_os_string();
+            all.push(":");
+            all.push(p);
+            all
+        }
+        _ => pydeps.into_os_string(),
+    };
+    cmd.env("PYTHONPATH", path);
+    cmd
+}
+
+/// Fails the test with a clear message when the `openai` package is missing.
+pub fn require_openai_package() {
+    let out = python()
+        .args(["-c", "import openai; print(openai.__version__)"])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!(
+            "the `openai` Python package is not importable ({}); run `source scripts/env.sh` \
+             (it installs the Python test clients into .pydeps) and run the tests again",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => {
+            panic!("cannot run python3 ({e}); install Python 3 and run `source scripts/env.sh`")
+        }
+    }
+}
