@@ -3,7 +3,7 @@
  * matrix kernels (sm_80+ instructions, used on sm_90 through mma.sync):
  *
  *   cp_async16 / cp_async_commit / cp_async_wait<N>   16-byte global -> shared copies
- *   ldmatrix_x4                                       shared -> mma fragments
+ *   ldmatrix_x4 / ldmatrix_x4_trans                   shared -> mma fragments (transposed for B)
  *   mma16816<DTYPE>                                   m16n8k16, bf16/f16 in, f32 accumulate
  *   grid_dependency_wait / grid_dependents_launch     programmatic dependent launch (sm_90)
  *   silu_f32                                          g / (1 + exp(-g)), fast exp
@@ -42,6 +42,14 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p))
+               : "memory");
+}
+
+/* ldmatrix_x4 with each 8x8 matrix transposed (B operands stored row-major). */
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_u32(p))
                : "memory");
