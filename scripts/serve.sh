@@ -8,7 +8,7 @@ set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$MINISGL_ROOT"
 cargo xtask build-kernels
-cargo build --release --bin minisgl
+cargo build --release -p engine --bin minisgl
 export MINISGL_KERNELS="$MINISGL_ROOT/target/kernels"
 if [ $# -gt 0 ]; then
   MODEL=$1

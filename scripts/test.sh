@@ -7,7 +7,7 @@ set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$MINISGL_ROOT"
 cargo xtask build-kernels
-cargo build --bin minisgl
+cargo build -p engine --bin minisgl
 MINISGL_SMOLLM2_GGUF=$(target/debug/minisgl pull smollm2)
 export MINISGL_SMOLLM2_GGUF
 cargo test --workspace "$@"

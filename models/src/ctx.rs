@@ -384,6 +384,42 @@ pub struct ForwardCtx<'a> {
     pub plan: &'a AttnPlan,
 }
 
+/// Checks that a step and a KV cache fit a model (`config`, compute `dtype`,
+/// `device`), so that a mismatch is an error naming it rather than an op failing
+/// deep inside a layer. Every model's `forward` starts with it.
+pub fn check_step(c: &crate::config::ModelConfig, dtype: DType, device: Device, batch: &ForwardBatch, kv: &KvCache) -> Result<()> {
+    let s = kv.shape();
+    if (s.num_layers, s.num_kv_heads, s.head_dim) != (c.num_hidden_layers, c.num_key_value_heads, c.head_dim) {
+        return Err(ModelError::Batch(format!(
+            "KV cache of {} layers x {} heads x {} dims does not fit the model's {} x {} x {}",
+            s.num_layers, s.num_kv_heads, s.head_dim, c.num_hidden_layers, c.num_key_value_heads, c.head_dim
+        )));
+    }
+    if kv.dtype() != dtype || kv.device() != device || batch.device() != device {
+        return Err(ModelError::Batch(format!(
+            "model runs {} on {}, KV cache is {} on {}, batch is on {}",
+            dtype,
+            device,
+            kv.dtype(),
+            kv.device(),
+            batch.device()
+        )));
+    }
+    if batch.page_size() != kv.page_size() {
+        return Err(ModelError::Batch(format!("batch built for pages of {} tokens, cache has {}", batch.page_size(), kv.page_size())));
+    }
+    if let Some(page) = batch.max_page().filter(|&p| p as usize >= kv.num_pages()) {
+        return Err(ModelError::Batch(format!("page {page} is outside the KV cache of {} pages", kv.num_pages())));
+    }
+    if let Some(&id) = batch.input_ids_host().iter().find(|&&id| id as usize >= c.vocab_size) {
+        return Err(ModelError::Batch(format!("token id {id} is outside the vocabulary of {}", c.vocab_size)));
+    }
+    if let Some(&len) = batch.kv_lens().iter().find(|&&l| l > c.max_position_embeddings) {
+        return Err(ModelError::Batch(format!("a sequence of {len} tokens exceeds max_position_embeddings = {}", c.max_position_embeddings)));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,7 @@ use kernel_runtime::{ops, DType, Device, Tensor};
 
 use crate::config::ModelConfig;
 use crate::ctx::{AttnBackend, ForwardBatch, ForwardCtx, KvCache};
-use crate::error::{ModelError, Result};
+use crate::error::Result;
 use crate::layers::{AttnOptions, GatedMlp as LlamaMlp, ParallelLmHead, RmsNorm, RopeAttention as LlamaAttention, VocabParallelEmbedding};
 use crate::registry::CausalLm;
 use crate::rotary::RotaryEmbedding;
@@ -113,42 +113,6 @@ impl LlamaForCausalLM {
         };
         Ok(LlamaForCausalLM { config: config.clone(), model, lm_head, attn, dtype: weights.dtype(), device: weights.device() })
     }
-
-    /// Checks that a batch and a cache fit this model, so that a mismatch is an
-    /// error naming it rather than an op failing deep inside a layer.
-    fn check(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<()> {
-        let c = &self.config;
-        let s = kv.shape();
-        if (s.num_layers, s.num_kv_heads, s.head_dim) != (c.num_hidden_layers, c.num_key_value_heads, c.head_dim) {
-            return Err(ModelError::Batch(format!(
-                "KV cache of {} layers x {} heads x {} dims does not fit the model's {} x {} x {}",
-                s.num_layers, s.num_kv_heads, s.head_dim, c.num_hidden_layers, c.num_key_value_heads, c.head_dim
-            )));
-        }
-        if kv.dtype() != self.dtype || kv.device() != self.device || batch.device() != self.device {
-            return Err(ModelError::Batch(format!(
-                "model runs {} on {}, KV cache is {} on {}, batch is on {}",
-                self.dtype,
-                self.device,
-                kv.dtype(),
-                kv.device(),
-                batch.device()
-            )));
-        }
-        if batch.page_size() != kv.page_size() {
-            return Err(ModelError::Batch(format!("batch built for pages of {} tokens, cache has {}", batch.page_size(), kv.page_size())));
-        }
-        if let Some(page) = batch.max_page().filter(|&p| p as usize >= kv.num_pages()) {
-            return Err(ModelError::Batch(format!("page {page} is outside the KV cache of {} pages", kv.num_pages())));
-        }
-        if let Some(&id) = batch.input_ids_host().iter().find(|&&id| id as usize >= c.vocab_size) {
-            return Err(ModelError::Batch(format!("token id {id} is outside the vocabulary of {}", c.vocab_size)));
-        }
-        if let Some(&len) = batch.kv_lens().iter().find(|&&l| l > c.max_position_embeddings) {
-            return Err(ModelError::Batch(format!("a sequence of {len} tokens exceeds max_position_embeddings = {}", c.max_position_embeddings)));
-        }
-        Ok(())
-    }
 }
 
 impl CausalLm for LlamaForCausalLM {
@@ -169,7 +133,7 @@ impl CausalLm for LlamaForCausalLM {
     }
 
     fn forward(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<Tensor> {
-        self.check(batch, kv)?;
+        crate::ctx::check_step(&self.config, self.dtype, self.device, batch, kv)?;
         let plan = self.attn.plan(batch)?;
         let ctx = ForwardCtx { batch, kv, attn: &*self.attn, plan: &plan };
         let hidden = self.model.forward(&ctx)?;
