@@ -18,7 +18,7 @@ use kernel_runtime::{ops, DType, Device, Tensor};
 use crate::config::ModelConfig;
 use crate::ctx::{AttnBackend, ForwardBatch, ForwardCtx, KvCache};
 use crate::error::Result;
-use crate::layers::{AttnOptions, GatedMlp, ParallelLmHead, RmsNorm, RopeAttention, SparseMoeBlock, VocabParallelEmbedding};
+use crate::layers::{AttnOptions, GatedMlp, ParallelLmHead, RmsNorm, RopeAttention, RouterProbe, SparseMoeBlock, VocabParallelEmbedding};
 use crate::moe_backend::MoeBackendKind;
 use crate::registry::{reject_sliding_window, CausalLm};
 use crate::rotary::RotaryEmbedding;
@@ -50,11 +50,18 @@ struct Qwen3MoeDecoderLayer {
 }
 
 impl Qwen3MoeDecoderLayer {
-    fn load(vb: &VarBuilder<'_>, config: &ModelConfig, layer_idx: usize, rotary: &RotaryEmbedding, moe: MoeBackendKind) -> Result<Self> {
+    fn load(
+        vb: &VarBuilder<'_>,
+        config: &ModelConfig,
+        layer_idx: usize,
+        rotary: &RotaryEmbedding,
+        moe: MoeBackendKind,
+        probe: &RouterProbe,
+    ) -> Result<Self> {
         let options = AttnOptions { qkv_bias: config.attention_bias, o_bias: config.attention_bias, qk_norm: true };
         let sparse = config.moe.as_ref().is_some_and(|m| m.is_sparse_layer(layer_idx));
         let mlp = if sparse {
-            Qwen3MoeMlp::Sparse(SparseMoeBlock::load(&vb.pp("mlp"), config, moe)?)
+            Qwen3MoeMlp::Sparse(SparseMoeBlock::load(&vb.pp("mlp"), config, moe, probe.clone())?)
         } else {
             Qwen3MoeMlp::Dense(GatedMlp::load(&vb.pp("mlp"), config, config.intermediate_size)?)
         };
@@ -87,6 +94,7 @@ pub struct Qwen3MoeForCausalLM {
     lm_head: ParallelLmHead,
     attn: Box<dyn AttnBackend>,
     moe: MoeBackendKind,
+    probe: RouterProbe,
     dtype: DType,
     device: Device,
 }
@@ -101,8 +109,9 @@ impl Qwen3MoeForCausalLM {
         let vb = weights.root();
         let mvb = vb.pp("model");
         let rotary = RotaryEmbedding::new(config, weights.device())?;
+        let probe = RouterProbe::default();
         let layers = (0..config.num_hidden_layers)
-            .map(|i| Qwen3MoeDecoderLayer::load(&mvb.pp(format!("layers.{i}")), config, i, &rotary, moe))
+            .map(|i| Qwen3MoeDecoderLayer::load(&mvb.pp(format!("layers.{i}")), config, i, &rotary, moe, &probe))
             .collect::<Result<Vec<_>>>()?;
         let embed_tokens = VocabParallelEmbedding::load(&mvb, "embed_tokens", config.vocab_size, config.hidden_size)?;
         let lm_head = if config.tie_word_embeddings {
@@ -118,6 +127,7 @@ impl Qwen3MoeForCausalLM {
             lm_head,
             attn,
             moe,
+            probe,
             dtype: weights.dtype(),
             device: weights.device(),
         })
@@ -126,6 +136,12 @@ impl Qwen3MoeForCausalLM {
     /// The MoE backend the sparse layers run on.
     pub fn moe_backend(&self) -> MoeBackendKind {
         self.moe
+    }
+
+    /// The probe of how close each token's routing came to a tie (see
+    /// [`RouterProbe`]), shared by every sparse layer.
+    pub fn router_probe(&self) -> &RouterProbe {
+        &self.probe
     }
 }
 

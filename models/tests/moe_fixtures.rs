@@ -4,8 +4,10 @@
 //! - CPU, f32: prefill logits at every position, teacher-forced decode through the
 //!   paged cache, free-running greedy generation and a batch of every case, each
 //!   within relative L2 1e-4, greedy ids exactly (as the dense fixtures);
-//! - CUDA, bf16 (MINISGL_GPU_TESTS=1 only): prefill and teacher-forced decode
-//!   within relative L2 2e-2, `fused` against `naive` within 1e-2.
+//! - bf16, on the CPU and (MINISGL_GPU_TESTS=1 only) on CUDA: prefill and
+//!   teacher-forced decode within relative L2 2e-2 with the argmax, except at
+//!   tokens whose routing is a near-tie (`ROUTING_TIE`); on CUDA `fused` against
+//!   `naive` within 1e-2.
 //!
 //! Also the loading paths: `load_model` with `--moe` and the sparse/dense layer
 //! rule, the packing of per-expert tensors against packed ones, GGUF, and the
@@ -18,6 +20,8 @@ use common::{cases, fixture, rel_l2};
 use kernel_runtime::{DType, Device};
 use models::generate::{greedy, GreedyOptions};
 use models::registry::model_loader;
+use models::layers::RouterProbe;
+use models::qwen3_moe::Qwen3MoeForCausalLM;
 use models::{AttnBackendKind, CausalLm, ForwardBatch, KvCache, LoadFormat, LogitRows, ModelConfig, MoeBackendKind, SeqStep, Weights};
 
 const NAME: &str = "qwen3-moe-tiny";
@@ -204,34 +208,121 @@ fn per_expert_tensors_pack_like_the_packed_checkpoint_names() {
     assert_eq!(forward(&*a, &ka, &[seq], LogitRows::All), forward(&*b, &kb, &[seq], LogitRows::All));
 }
 
+/// Routing margins (see `RouterProbe`) below this are within reach of bf16
+/// activation rounding, which moved this fixture's router logits by up to 5e-3
+/// (the threshold is twice that):
+/// there a bf16 run may send the token to another expert than the exact reference
+/// did, and that token's logits then differ wholesale (0.46 relative L2 at the
+/// one such step of the cases, on the CPU and the GPU alike), not by a rounding.
+const ROUTING_TIE: f32 = 1e-2;
+
+/// One row of logits: a prefill position or a teacher-forced decode step.
+struct Row {
+    got: Vec<f32>,
+    want: Vec<f32>,
+    /// The token's routing margin, when the run recorded it.
+    margin: f32,
+}
+
+/// Every prefill position and teacher-forced decode step of every case, run on
+/// `model` with pages of `page` tokens; with `probe`, each row's routing margin.
+fn rows(model: &dyn CausalLm, probe: Option<&RouterProbe>, page: usize) -> Vec<Row> {
+    let v = model.vocab_size();
+    let run = |kv: &KvCache, seq: SeqStep<'_>, logit_rows: LogitRows| {
+        if let Some(p) = probe {
+            p.start();
+        }
+        let logits = forward(model, kv, &[seq], logit_rows);
+        let margins = probe.map(RouterProbe::finish).unwrap_or_default();
+        (logits, margins)
+    };
+    let mut out = Vec::new();
+    for case in cases(NAME) {
+        let (l, n) = (case.input_ids.len(), case.greedy_ids.len());
+        let table = pages(2, (l + n).div_ceil(page));
+        let kv = model.new_kv_cache(table.len() + 3, page).unwrap();
+        let (logits, margins) = run(&kv, SeqStep { new_tokens: &case.input_ids, cached_len: 0, pages: &table }, LogitRows::All);
+        for p in 0..l {
+            let margin = margins.get(p).copied().unwrap_or(f32::INFINITY);
+            out.push(Row { got: logits[p * v..(p + 1) * v].to_vec(), want: case.logits[p * v..(p + 1) * v].to_vec(), margin });
+        }
+        for step in 0..n - 1 {
+            let token = [case.greedy_ids[step]];
+            let (got, margins) = run(&kv, SeqStep { new_tokens: &token, cached_len: l + step, pages: &table }, LogitRows::LastOfEachSequence);
+            let margin = margins.first().copied().unwrap_or(f32::INFINITY);
+            out.push(Row { got, want: case.greedy_logits[(step + 1) * v..(step + 2) * v].to_vec(), margin });
+        }
+    }
+    out
+}
+
+fn argmax(row: &[f32]) -> usize {
+    row.iter().enumerate().fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &v)| if v > bv { (i, v) } else { (bi, bv) }).0
+}
+
+fn top2_gap(row: &[f32]) -> f32 {
+    let mut s = row.to_vec();
+    s.sort_by(|a, b| b.total_cmp(a));
+    s[0] - s[1]
+}
+
+/// The dense models' bf16 bar (relative L2 <= 2e-2 at every prefill position and
+/// decode step; the argmax of the reference wherever its top-2 gap is >= 0.05) for
+/// the fixture in bf16 on `device` with `moe`, except at the tokens whose routing
+/// the exact f32 run finds within `ROUTING_TIE` of a tie (a set fixed by the
+/// reference run alone), of which there may be at most one in ten. Returns all logits computed, for comparing backends.
+fn check_bf16(device: Device, moe: MoeBackendKind) -> Vec<f32> {
+    let dir = fixture(NAME);
+    let mut config = ModelConfig::from_folder(&dir).unwrap();
+    config.rope.inv_freq_dtype = config.torch_dtype.expect("fixture configs state their dtype");
+    let weights = Weights::safetensors(&dir, DType::F32, Device::Cpu).unwrap();
+    let exact = Qwen3MoeForCausalLM::load(&config, &weights, AttnBackendKind::Paged.create().unwrap(), MoeBackendKind::Naive).unwrap();
+    let exact_rows = rows(&exact, Some(exact.router_probe()), PAGE);
+    let model = load(device, DType::BF16, moe);
+    let got_rows = rows(&*model, None, 16);
+    assert_eq!(exact_rows.len(), got_rows.len());
+    let (mut worst, mut ties, mut argmax_checked, mut all) = (0f64, Vec::new(), 0, Vec::new());
+    for (i, (exact, got)) in exact_rows.iter().zip(&got_rows).enumerate() {
+        assert!(rel_l2(&exact.got, &exact.want) <= TOL, "row {i}: the f32 run is off the reference");
+        all.extend_from_slice(&got.got);
+        let err = rel_l2(&got.got, &got.want);
+        if exact.margin < ROUTING_TIE {
+            ties.push(format!("row {i}: margin {:.1e}, rel L2 {err:.2e}", exact.margin));
+            continue;
+        }
+        worst = worst.max(err);
+        assert!(err <= 2e-2, "{moe} row {i} (routing margin {}): rel L2 {err:e}", exact.margin);
+        if top2_gap(&got.want) >= 0.05 {
+            assert_eq!(argmax(&got.got), argmax(&got.want), "{moe} row {i}: argmax differs");
+            argmax_checked += 1;
+        }
+    }
+    assert!(ties.len() * 10 <= got_rows.len(), "{moe}: {} of {} rows near a routing tie: {ties:?}", ties.len(), got_rows.len());
+    println!(
+        "SUMMARY bf16-fixture {NAME} on {device} moe={moe}: {} rows, rel L2 max {worst:.2e}, argmax equal at {argmax_checked} rows with gap >= 0.05; exempt near a routing tie: {ties:?}",
+        got_rows.len()
+    );
+    all
+}
+
+#[test]
+fn cpu_bf16_matches_the_reference_away_from_routing_ties() {
+    for moe in BACKENDS {
+        check_bf16(Device::Cpu, moe);
+    }
+}
+
 #[test]
 fn gpu_bf16_matches_the_reference_and_fused_matches_naive() {
     if std::env::var("MINISGL_GPU_TESTS").as_deref() != Ok("1") {
         eprintln!("skipped: set MINISGL_GPU_TESTS=1 on a machine with a GPU");
         return;
     }
-    let mut outputs = Vec::new();
-    let mut errors = Vec::new();
-    for moe in BACKENDS {
-        let model = load(Device::Cuda(0), DType::BF16, moe);
-        let (prefill, decode, all) = prefill_and_decode(&*model, 16);
-        println!("SUMMARY gpu-fixture {NAME} moe={moe}: prefill rel L2 {prefill:.2e}, decode rel L2 {decode:.2e}");
-        errors.push((moe, prefill, decode));
-        outputs.push(all);
-    }
-    // The MoE-specific check first: both backends compute the same layers.
-    let err = rel_l2(&outputs[0], &outputs[1]);
+    // Both backends route alike (the same router logits), so they agree everywhere.
+    let fused = check_bf16(Device::Cuda(0), MoeBackendKind::Fused);
+    let naive = check_bf16(Device::Cuda(0), MoeBackendKind::Naive);
+    let err = rel_l2(&fused, &naive);
     assert!(err <= 1e-2, "fused vs naive logits rel L2 {err:e}");
-    // Then against transformers. NOTE: on the H200 (2026-11-30) prefill passed
-    // (8e-3) but teacher-forced decode gave 0.56 for both backends alike, with and
-    // without programmatic dependent launch, while the dense fixtures (the same
-    // attention at head_dim 64, but without q/k norm) and the CPU path pass: the
-    // decode step of this model hits a problem outside the MoE kernels (q/k norm
-    // at head_dim 64 with one token, or the 8-wide router GEMM at one token).
-    for (moe, prefill, decode) in errors {
-        assert!(prefill <= 2e-2, "{moe}: prefill logits rel L2 {prefill:e}");
-        assert!(decode <= 2e-2, "{moe}: teacher-forced decode rel L2 {decode:e} (both backends alike: see the NOTE above)");
-    }
 }
 
 #[test]
@@ -313,3 +404,4 @@ fn gpu_dummy_qwen3_30b_a3b_loads_and_decodes() {
     times.sort_by(f64::total_cmp);
     println!("SUMMARY dummy qwen3-30b-a3b: loaded in {load_s:.1} s, decode step at batch 1: median {:.2} ms", times[times.len() / 2]);
 }
+

@@ -27,5 +27,5 @@ pub use attention::{AttnOptions, RopeAttention};
 pub use embedding::{ParallelLmHead, VocabParallelEmbedding};
 pub use linear::{ColumnParallelLinear, Linear, RowParallelLinear};
 pub use mlp::GatedMlp;
-pub use moe::SparseMoeBlock;
+pub use moe::{RouterProbe, SparseMoeBlock};
 pub use norm::RmsNorm;

@@ -11,6 +11,8 @@
 //! from the per-expert tensors `mlp.experts.{e}.{gate,up,down}_proj.weight` of HF
 //! checkpoints.
 
+use std::sync::{Arc, Mutex};
+
 use kernel_runtime::{ops, Tensor};
 
 use crate::config::ModelConfig;
@@ -30,13 +32,67 @@ pub struct SparseMoeBlock {
     top_k: usize,
     norm_topk_prob: bool,
     backend: MoeBackendKind,
+    probe: RouterProbe,
+}
+
+/// Records, when switched on, how close each token's routing came to a tie: the
+/// gap between its `top_k`-th and `(top_k + 1)`-th router logit, the least over
+/// every sparse layer that saw the token. One probe is shared by the layers of a
+/// model ([`crate::qwen3_moe::Qwen3MoeForCausalLM::router_probe`]).
+///
+/// Why: a near-tie is where a rounding of the hidden state (bf16 activations)
+/// picks another expert, and that token's output then changes wholesale rather
+/// than by a rounding; tests comparing a bf16 run against an exact reference use
+/// the probe (on the exact run) to tell such steps from bugs. Off, it costs
+/// nothing; on, each sparse layer copies its router logits to the host.
+#[derive(Debug, Clone, Default)]
+pub struct RouterProbe {
+    margins: Arc<Mutex<Option<Vec<f32>>>>,
+}
+
+impl RouterProbe {
+    /// Starts recording (clearing what was recorded).
+    pub fn start(&self) {
+        *self.lock() = Some(Vec::new());
+    }
+
+    /// Stops recording and returns the least margin of each token of the forward
+    /// passes since [`RouterProbe::start`] (one entry per token of the last pass).
+    pub fn finish(&self) -> Vec<f32> {
+        self.lock().take().unwrap_or_default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Vec<f32>>> {
+        // A panic elsewhere while holding the lock leaves only numbers behind.
+        self.margins.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn record(&self, router_logits: &Tensor, top_k: usize) -> Result<()> {
+        let mut guard = self.lock();
+        let Some(margins) = guard.as_mut() else { return Ok(()) };
+        let experts = router_logits.shape()[1];
+        if top_k >= experts {
+            return Ok(());
+        }
+        let logits = router_logits.to_f32_vec()?;
+        let tokens = logits.len() / experts;
+        if margins.len() != tokens {
+            *margins = vec![f32::INFINITY; tokens];
+        }
+        for (margin, row) in margins.iter_mut().zip(logits.chunks_exact(experts)) {
+            let mut sorted = row.to_vec();
+            sorted.sort_by(|a, b| b.total_cmp(a));
+            *margin = margin.min(sorted[top_k - 1] - sorted[top_k]);
+        }
+        Ok(())
+    }
 }
 
 impl SparseMoeBlock {
     /// Loads the router and the experts under `vb` (`...mlp`) for `config`'s MoE
     /// settings, to run with `backend` (checked here against the shapes, dtype and
     /// device).
-    pub fn load(vb: &VarBuilder<'_>, config: &ModelConfig, backend: MoeBackendKind) -> Result<SparseMoeBlock> {
+    pub fn load(vb: &VarBuilder<'_>, config: &ModelConfig, backend: MoeBackendKind, probe: RouterProbe) -> Result<SparseMoeBlock> {
         let moe = config.moe.as_ref().ok_or_else(|| config.unsupported("a sparse MoE layer needs num_experts in config.json"))?;
         if !matches!(config.hidden_act.as_str(), "silu" | "swish") {
             return Err(config.unsupported(format!("hidden_act `{}` is not supported (supported: silu)", config.hidden_act)));
@@ -51,12 +107,14 @@ impl SparseMoeBlock {
             top_k: moe.num_experts_per_tok,
             norm_topk_prob: moe.norm_topk_prob,
             backend,
+            probe,
         })
     }
 
     /// `x` `[t, hidden]` to a new `[t, hidden]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let router_logits = self.gate.forward(x)?;
+        self.probe.record(&router_logits, self.top_k)?;
         Ok(self.backend.forward(x, &router_logits, &self.w13, &self.w2, self.top_k, self.norm_topk_prob)?)
     }
 
