@@ -23,6 +23,8 @@
 use std::fmt;
 
 use crate::kvcache::{CacheManager, ReqPages};
+use crate::logprobs::TokenLogprobs;
+use crate::penalties::Penalties;
 use crate::sampling::SamplingRow;
 
 /// Identifies a request for its whole life, across preemptions.
@@ -70,6 +72,11 @@ pub struct SamplingParams {
     pub stop_token_ids: Vec<u32>,
     /// Keep going past the model's end-of-sequence tokens.
     pub ignore_eos: bool,
+    /// Repetition, frequency and presence penalties (neutral by default).
+    pub penalties: Penalties,
+    /// Report each output token's log probability and this many most likely
+    /// alternatives (`Some(0)`: the token's only); `None` reports nothing.
+    pub logprobs: Option<usize>,
 }
 
 impl SamplingParams {
@@ -84,7 +91,16 @@ impl SamplingParams {
             max_tokens,
             stop_token_ids: Vec::new(),
             ignore_eos: false,
+            penalties: Penalties::NONE,
+            logprobs: None,
         }
+    }
+
+    /// Whether a step sampling for this request needs its logits on the host:
+    /// penalties and log probabilities are computed there (a GPU step then
+    /// copies its logits rows to the host instead of sampling on the device).
+    pub fn needs_host_logits(&self) -> bool {
+        !self.penalties.is_neutral() || self.logprobs.is_some()
     }
 
     /// Sampling at `temperature` with a fixed seed, no truncation.
@@ -435,10 +451,12 @@ impl FinishedReq {
 }
 
 /// A token produced by a step, streamed to the request's client.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TokenEvent {
     pub id: ReqId,
     pub token: u32,
+    /// The token's log probabilities, when the request asked for them.
+    pub logprobs: Option<TokenLogprobs>,
     /// Set when this token ends the request.
     pub finished: Option<FinishedReq>,
 }
@@ -512,6 +530,9 @@ pub struct PreparedBatch {
     pub(crate) page_table: Vec<u32>,
     pub(crate) logits_rows: Vec<u32>,
     pub(crate) sampling: Vec<SamplingRow>,
+    /// Some sampling row needs its logits on the host
+    /// ([`SamplingParams::needs_host_logits`]).
+    pub(crate) needs_host_logits: bool,
 }
 
 impl PreparedBatch {
@@ -589,6 +610,17 @@ impl PreparedBatch {
     /// Sampling parameters for each logits row.
     pub fn sampling(&self) -> &[SamplingRow] {
         &self.sampling
+    }
+
+    /// Whether some sampling row needs its logits on the host (penalties or
+    /// log probabilities): the step then runs [`crate::engine::ModelRunner::forward`].
+    pub fn needs_host_logits(&self) -> bool {
+        self.needs_host_logits
+    }
+
+    /// The requests of the sampling rows, in the order of [`Self::logits_rows`].
+    pub fn sampling_req_ids(&self) -> impl ExactSizeIterator<Item = ReqId> + '_ {
+        self.logits_rows.iter().map(|&r| self.rows[r as usize].id)
     }
 }
 

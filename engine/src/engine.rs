@@ -24,8 +24,13 @@ use crate::core::{
     FinishReason, FinishedReq, PendingReq, PreparedBatch, ReqId, SamplingParams, TokenEvent,
 };
 use crate::kvcache::CacheKind;
+use crate::logprobs::{token_logprobs, TokenLogprobs};
 use crate::sampling::{self, Logits};
 use crate::scheduler::{SchedulePolicy, Scheduler, SchedulerConfig};
+
+/// The most alternatives a request may ask log probabilities of (OpenAI's
+/// limit for `top_logprobs`; vLLM's default `max_logprobs`).
+pub const MAX_TOP_LOGPROBS: usize = 20;
 
 /// Whatever went wrong inside a model runner.
 pub type RunnerError = Box<dyn std::error::Error + Send + Sync>;
@@ -315,11 +320,15 @@ impl<R: ModelRunner> Engine<R> {
         };
         let prepared = self.scheduler.prepare(batch);
         let rows = prepared.logits_rows().len();
-        let tokens = match self
-            .runner
-            .forward_sample(&prepared)
-            .map_err(EngineError::Runner)?
-        {
+        let device_tokens = if prepared.needs_host_logits() {
+            None
+        } else {
+            self.runner
+                .forward_sample(&prepared)
+                .map_err(EngineError::Runner)?
+        };
+        let mut logprobs = Vec::new();
+        let tokens = match device_tokens {
             Some(tokens) => {
                 if tokens.len() != rows || tokens.iter().any(|&t| t as usize >= self.vocab_size) {
                     return Err(EngineError::LogitsShape {
@@ -344,11 +353,54 @@ impl<R: ModelRunner> Engine<R> {
                         got_vocab: logits.vocab_size(),
                     });
                 }
-                sampling::sample(&logits, prepared.sampling())
+                let (tokens, lps) = self.sample_on_host(&prepared, logits);
+                logprobs = lps;
+                tokens
             }
         };
         self.num_steps += 1;
-        Ok(self.scheduler.complete(prepared, &tokens))
+        let mut events = self.scheduler.complete(prepared, &tokens);
+        if !logprobs.is_empty() {
+            for event in &mut events {
+                if let Some(i) = logprobs.iter().position(|(id, _)| *id == event.id) {
+                    event.logprobs = logprobs.swap_remove(i).1;
+                }
+            }
+        }
+        Ok(events)
+    }
+
+    /// Samples a step's host logits: applies each request's penalties, samples,
+    /// and computes the log probabilities of the requests that asked for them
+    /// (from the raw logits, see [`crate::logprobs`]). Returns the tokens and,
+    /// for the rows that report log probabilities, `(request, logprobs)`.
+    #[allow(clippy::type_complexity)]
+    fn sample_on_host(
+        &self,
+        prepared: &PreparedBatch,
+        mut logits: Logits,
+    ) -> (Vec<u32>, Vec<(ReqId, Option<TokenLogprobs>)>) {
+        let ids: Vec<ReqId> = prepared.sampling_req_ids().collect();
+        let mut raw_rows: Vec<(usize, usize, Vec<f32>)> = Vec::new();
+        for (row, &id) in ids.iter().enumerate() {
+            let Some(req) = self.scheduler.running_req(id) else {
+                continue;
+            };
+            let params = req.params();
+            if let Some(top_n) = params.logprobs {
+                raw_rows.push((row, top_n, logits.row(row).to_vec()));
+            }
+            if !params.penalties.is_neutral() {
+                let (prompt, outputs) = req.token_ids().split_at(req.prompt_len());
+                params.penalties.apply(logits.row_mut(row), prompt, outputs);
+            }
+        }
+        let tokens = sampling::sample(&logits, prepared.sampling());
+        let logprobs = raw_rows
+            .into_iter()
+            .map(|(row, top_n, raw)| (ids[row], Some(token_logprobs(&raw, tokens[row], top_n))))
+            .collect();
+        (tokens, logprobs)
     }
 
     /// Runs `requests` to completion and returns their outputs in order.
@@ -480,6 +532,27 @@ impl<R: ModelRunner> Engine<R> {
         }
         if !(0.0..=1.0).contains(&p.min_p) {
             return invalid("min_p", format!("must be in [0, 1], got {}", p.min_p));
+        }
+        let pen = &p.penalties;
+        if !(pen.repetition.is_finite() && pen.repetition > 0.0) {
+            return invalid(
+                "repetition_penalty",
+                format!("must be a finite number > 0, got {}", pen.repetition),
+            );
+        }
+        for (field, value) in [
+            ("frequency_penalty", pen.frequency),
+            ("presence_penalty", pen.presence),
+        ] {
+            if !(-2.0..=2.0).contains(&value) {
+                return invalid(field, format!("must be in [-2, 2], got {value}"));
+            }
+        }
+        if let Some(n) = p.logprobs.filter(|&n| n > MAX_TOP_LOGPROBS) {
+            return invalid(
+                "top_logprobs",
+                format!("at most {MAX_TOP_LOGPROBS} alternatives are reported, got {n}"),
+            );
         }
         let too_long = |limit, limit_tokens| {
             Err(EngineError::TooLong {

@@ -8,6 +8,8 @@ pub mod core;
 pub mod engine;
 pub mod gguf_tokenizer;
 pub mod kvcache;
+pub mod logprobs;
+pub mod penalties;
 pub mod runner;
 pub mod sampling;
 pub mod scheduler;

@@ -87,6 +87,10 @@ impl Logits {
     pub fn row(&self, idx: usize) -> &[f32] {
         &self.data[idx * self.vocab_size..(idx + 1) * self.vocab_size]
     }
+
+    pub fn row_mut(&mut self, idx: usize) -> &mut [f32] {
+        &mut self.data[idx * self.vocab_size..(idx + 1) * self.vocab_size]
+    }
 }
 
 /// Samples one token per logits row.

@@ -18,6 +18,8 @@ use engine::engine::{
     RunnerError,
 };
 use engine::kvcache::CacheKind;
+use engine::logprobs::{token_logprobs, TokenLogprobs};
+use engine::penalties::Penalties;
 use engine::sampling::{self, Logits, SamplingRow};
 use engine::scheduler::SchedulePolicy;
 
@@ -61,6 +63,10 @@ struct FakeLm {
     page_size: usize,
     kv: Vec<Option<u64>>,
     max_batch_rows: usize,
+    /// Sample "on the device" (`forward_sample`), as the GPU runner does: with
+    /// the batch's sampling rows only, so penalties and log probabilities
+    /// must make the engine take the host path instead.
+    device_sampling: bool,
 }
 
 impl FakeLm {
@@ -69,6 +75,7 @@ impl FakeLm {
             page_size: config.page_size,
             kv: vec![None; config.num_pages * config.page_size],
             max_batch_rows: 0,
+            device_sampling: false,
         }
     }
 }
@@ -141,6 +148,14 @@ impl ModelRunner for FakeLm {
         Ok(Logits::new(data, VOCAB))
     }
 
+    fn forward_sample(&mut self, b: &PreparedBatch) -> Result<Option<Vec<u32>>, RunnerError> {
+        if !self.device_sampling {
+            return Ok(None);
+        }
+        let logits = self.forward(b)?;
+        Ok(Some(sampling::sample(&logits, b.sampling())))
+    }
+
     fn vocab_size(&self) -> usize {
         VOCAB
     }
@@ -153,9 +168,18 @@ impl ModelRunner for FakeLm {
 /// The expected output of one request: the fake model's function evaluated
 /// directly on the token history, with the same stopping rules.
 fn oracle(req: &GenerateRequest) -> (Vec<u32>, FinishReason) {
+    let (out, reason, _) = oracle_with_logprobs(req);
+    (out, reason)
+}
+
+/// [`oracle`] and the log probabilities of every output token (when the
+/// request asks for them): penalties applied before sampling, log
+/// probabilities taken from the raw logits.
+fn oracle_with_logprobs(req: &GenerateRequest) -> (Vec<u32>, FinishReason, Vec<TokenLogprobs>) {
     let p = &req.params;
     let mut tokens = req.prompt_ids.clone();
     let mut out = Vec::new();
+    let mut logprobs = Vec::new();
     loop {
         let mut h = CHAIN_SEED;
         let mut digest = 0;
@@ -171,14 +195,20 @@ fn oracle(req: &GenerateRequest) -> (Vec<u32>, FinishReason) {
             seed: p.seed.expect("oracle requests are seeded"),
             step: out.len() as u64,
         };
-        let token = sampling::sample_row(&logits_for(h, digest), &row);
+        let raw = logits_for(h, digest);
+        let mut logits = raw.clone();
+        p.penalties.apply(&mut logits, &req.prompt_ids, &out);
+        let token = sampling::sample_row(&logits, &row);
+        if let Some(n) = p.logprobs {
+            logprobs.push(token_logprobs(&raw, token, n));
+        }
         tokens.push(token);
         out.push(token);
         if (!p.ignore_eos && token == EOS) || p.stop_token_ids.contains(&token) {
-            return (out, FinishReason::Stop);
+            return (out, FinishReason::Stop, logprobs);
         }
         if out.len() >= p.max_tokens {
-            return (out, FinishReason::Length);
+            return (out, FinishReason::Length, logprobs);
         }
     }
 }
@@ -211,8 +241,9 @@ fn prompt(family: u32, shared: usize, own: usize, salt: u32) -> Vec<u32> {
 }
 
 /// Sixteen requests: prompt lengths 1..~70, outputs 1..40, greedy and
-/// sampled (temperature, top-k, top-p, min-p), stop ids, ignore_eos, and
-/// families sharing prefixes of various lengths.
+/// sampled (temperature, top-k, top-p, min-p), stop ids, ignore_eos,
+/// penalties, log probabilities, and families sharing prefixes of various
+/// lengths.
 fn sixteen_requests() -> Vec<GenerateRequest> {
     (0..16u32)
         .map(|i| {
@@ -238,6 +269,22 @@ fn sixteen_requests() -> Vec<GenerateRequest> {
             if i == 6 || i == 11 {
                 params.ignore_eos = true;
             }
+            // Penalties and log probabilities on some requests: their steps
+            // sample on the host, next to requests that need nothing of it.
+            match i {
+                7 => params.penalties.repetition = 1.7,
+                9 => {
+                    params.penalties.frequency = 0.9;
+                    params.penalties.presence = 0.4;
+                }
+                10 => params.logprobs = Some(3),
+                13 => {
+                    params.logprobs = Some(0);
+                    params.penalties.repetition = 0.8;
+                    params.penalties.presence = -0.5;
+                }
+                _ => {}
+            }
             GenerateRequest {
                 prompt_ids: prompt(i % 3, shared, own, i),
                 params,
@@ -249,16 +296,25 @@ fn sixteen_requests() -> Vec<GenerateRequest> {
 /// Steps `engine` until idle, checking the page accounting and limits at
 /// every step. Returns the tokens streamed per request and the finish
 /// records.
+#[allow(clippy::type_complexity)]
 fn drive(
     engine: &mut Engine<FakeLm>,
     max_running: usize,
-) -> (HashMap<ReqId, Vec<u32>>, HashMap<ReqId, GenerateOutput>) {
+) -> (
+    HashMap<ReqId, Vec<u32>>,
+    HashMap<ReqId, GenerateOutput>,
+    HashMap<ReqId, Vec<TokenLogprobs>>,
+) {
     let mut streamed: HashMap<ReqId, Vec<u32>> = HashMap::new();
     let mut finished = HashMap::new();
+    let mut logprobs: HashMap<ReqId, Vec<TokenLogprobs>> = HashMap::new();
     let mut guard = 0;
     while engine.has_work() {
         for event in engine.step().expect("step") {
             streamed.entry(event.id).or_default().push(event.token);
+            if let Some(lp) = event.logprobs {
+                logprobs.entry(event.id).or_default().push(lp);
+            }
             if let Some(f) = event.finished {
                 finished.insert(f.id, GenerateOutput::from(f));
             }
@@ -268,7 +324,7 @@ fn drive(
         guard += 1;
         assert!(guard < 100_000, "engine does not make progress");
     }
-    (streamed, finished)
+    (streamed, finished, logprobs)
 }
 
 /// After a run: no page in use, and every page free once the prefix cache
@@ -305,18 +361,27 @@ fn assert_matches_oracle(requests: &[GenerateRequest], outputs: &[GenerateOutput
 /// Runs the sixteen requests together under `config` and checks them
 /// against the oracle, the stream against the final outputs, and the pool.
 fn check_together(config: EngineConfig) -> Engine<FakeLm> {
+    check_together_on(config, false)
+}
+
+/// [`check_together`], sampling "on the device" when `device_sampling`.
+fn check_together_on(config: EngineConfig, device_sampling: bool) -> Engine<FakeLm> {
     let requests = sixteen_requests();
     let max_running = config.max_running_requests;
     let mut engine = new_engine(config);
+    engine.runner_mut().device_sampling = device_sampling;
     let ids: Vec<ReqId> = requests
         .iter()
         .map(|r| engine.add_request(r.clone()).expect("valid request"))
         .collect();
-    let (streamed, finished) = drive(&mut engine, max_running);
+    let (streamed, finished, logprobs) = drive(&mut engine, max_running);
     let outputs: Vec<GenerateOutput> = ids.iter().map(|id| finished[id].clone()).collect();
     assert_matches_oracle(&requests, &outputs);
-    for (id, out) in ids.iter().zip(&outputs) {
+    for (i, (id, out)) in ids.iter().zip(&outputs).enumerate() {
         assert_eq!(streamed[id], out.output_ids, "streamed tokens of {id}");
+        let want = oracle_with_logprobs(&requests[i]).2;
+        assert_eq!(logprobs.get(id).cloned().unwrap_or_default(), want, "log probabilities of request {i}");
+        assert_eq!(want.is_empty(), requests[i].params.logprobs.is_none());
     }
     assert_pool_whole(&mut engine);
     engine
@@ -667,6 +732,43 @@ fn invalid_requests_are_rejected_at_submission() {
                 ..SamplingParams::greedy(4)
             },
         ),
+        (
+            "repetition_penalty",
+            SamplingParams {
+                penalties: Penalties {
+                    repetition: 0.0,
+                    ..Penalties::NONE
+                },
+                ..SamplingParams::greedy(4)
+            },
+        ),
+        (
+            "frequency_penalty",
+            SamplingParams {
+                penalties: Penalties {
+                    frequency: 2.5,
+                    ..Penalties::NONE
+                },
+                ..SamplingParams::greedy(4)
+            },
+        ),
+        (
+            "presence_penalty",
+            SamplingParams {
+                penalties: Penalties {
+                    presence: f32::NAN,
+                    ..Penalties::NONE
+                },
+                ..SamplingParams::greedy(4)
+            },
+        ),
+        (
+            "top_logprobs",
+            SamplingParams {
+                logprobs: Some(21),
+                ..SamplingParams::greedy(4)
+            },
+        ),
     ];
     for (expected, params) in bad_params {
         match err(engine.add_request(req(vec![1, 2], params))) {
@@ -715,7 +817,7 @@ fn invalid_requests_are_rejected_at_submission() {
     assert!(!big.has_work());
 
     // The request that fitted the pool exactly runs to completion.
-    let (_, finished) = drive(&mut engine, 16);
+    let (_, finished, _) = drive(&mut engine, 16);
     assert_eq!(finished.len(), 1);
     assert_pool_whole(&mut engine);
 }
@@ -827,6 +929,42 @@ fn generate_needs_an_idle_engine() {
         Err(EngineError::Busy { num_requests: 1 })
     ));
     assert!(engine.abort(id));
+}
+
+#[test]
+fn penalties_and_logprobs_take_the_host_path_next_to_device_sampling() {
+    check_together_on(config(4, 512, 256, CacheKind::Radix, SchedulePolicy::Mixed), true);
+}
+
+#[test]
+fn penalties_change_what_is_sampled() {
+    // Greedy with a strong repetition penalty never picks a token twice when
+    // a fresh one has a positive logit: the oracle checks the arithmetic, this
+    // checks that the penalty is applied at all.
+    let plain = GenerateRequest {
+        prompt_ids: prompt(1, 0, 6, 3),
+        params: SamplingParams {
+            ignore_eos: true,
+            seed: Some(1),
+            ..SamplingParams::greedy(30)
+        },
+    };
+    let mut penalised = plain.clone();
+    penalised.params.penalties = Penalties {
+        frequency: 2.0,
+        presence: 2.0,
+        ..Penalties::NONE
+    };
+    let mut engine = new_engine(config(4, 512, 256, CacheKind::Radix, SchedulePolicy::Mixed));
+    let out = engine.generate(vec![plain.clone(), penalised.clone()]).expect("generate");
+    assert_matches_oracle(&[plain, penalised], &out);
+    let distinct = |ids: &[u32]| ids.iter().collect::<std::collections::HashSet<_>>().len();
+    assert!(
+        distinct(&out[1].output_ids) > distinct(&out[0].output_ids),
+        "penalised output {:?} repeats as much as {:?}",
+        out[1].output_ids,
+        out[0].output_ids
+    );
 }
 
 #[test]

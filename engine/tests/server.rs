@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use engine::chat_template::{ChatTemplate, ModelChatConfig, RenderOptions};
 use engine::core::SamplingParams;
+use engine::logprobs::token_logprobs;
+use engine::penalties::Penalties;
 use engine::engine::{Engine, EngineConfig, GenerateRequest};
 use engine::kvcache::CacheKind;
 use engine::scheduler::SchedulePolicy;
@@ -183,6 +185,167 @@ fn fake_model_chat_and_completions_match_offline_generation() {
         &json!({"prompt": prompt, "temperature": 0, "echo": true}),
     );
     assert_eq!(r.json()["choices"][0]["text"], format!("{prompt}{want}"));
+    server.shutdown().unwrap();
+}
+
+/// Offline generation of `prompt_ids` with `params` and a fresh engine: the
+/// output ids and text.
+fn offline_with(lm: &HashLm, tok: &Tokenizer, prompt_ids: Vec<u32>, params: SamplingParams) -> (Vec<u32>, String) {
+    let mut engine = fake_engine(lm.clone(), tok, 256);
+    let out = engine.generate(vec![GenerateRequest { prompt_ids, params }]).unwrap().remove(0);
+    let text = tok.decode(&out.output_ids, true).unwrap();
+    (out.output_ids, text)
+}
+
+#[test]
+fn choices_logprobs_and_penalties_match_offline_generation() {
+    let tok = tokenizer();
+    let mut lm = fake_lm(&tok, 512);
+    lm.banned = tok.eos_token_ids().to_vec();
+    let server = start_fake(lm.clone(), 256);
+    let addr = server.addr();
+    let messages = json!([{"role": "user", "content": "Tell me a story."}]);
+    let prompt_ids = chat_prompt_ids(&tok, &messages);
+    let len = prompt_ids.len();
+
+    // n = 3 sampled choices: choice j draws with seed + j.
+    let body = json!({"messages": messages, "max_tokens": 12, "temperature": 0.9, "seed": 5, "n": 3});
+    let v = post_json(addr, "/v1/chat/completions", &body).json();
+    let choices = v["choices"].as_array().expect("choices");
+    assert_eq!(choices.len(), 3, "{v}");
+    let mut texts = Vec::new();
+    for (j, c) in choices.iter().enumerate() {
+        let (_, want) = offline_with(&lm, &tok, prompt_ids.clone(), SamplingParams::random(12, 0.9, 5 + j as u64));
+        assert_eq!(c["index"], j);
+        assert_eq!(c["message"]["content"], want.as_str(), "choice {j}");
+        texts.push(want);
+    }
+    assert!(texts[0] != texts[1] || texts[1] != texts[2], "the choices are all alike: {texts:?}");
+    assert_eq!(v["usage"]["prompt_tokens"], len, "the prompt counts once");
+    assert_eq!(v["usage"]["completion_tokens"], 36);
+
+    // The same as a stream: chunks tagged by index add up to the same texts.
+    let mut stream_body = body.clone();
+    stream_body["stream"] = json!(true);
+    stream_body["stream_options"] = json!({"include_usage": true});
+    let payloads = SseStream::open(addr, "/v1/chat/completions", &stream_body).unwrap().collect().unwrap();
+    let mut streamed = vec![String::new(); 3];
+    let mut finished = 0;
+    for p in payloads.iter().filter(|p| *p != "[DONE]") {
+        let chunk: Json = serde_json::from_str(p).unwrap();
+        for c in chunk["choices"].as_array().unwrap() {
+            let i = c["index"].as_u64().unwrap() as usize;
+            streamed[i].push_str(c["delta"]["content"].as_str().unwrap_or(""));
+            finished += usize::from(c["finish_reason"].is_string());
+        }
+    }
+    assert_eq!(streamed, texts);
+    assert_eq!(finished, 3);
+    assert_eq!(summarize(&payloads).usage.expect("usage")["completion_tokens"], 36);
+
+    // Log probabilities: the raw model distribution at every greedy step.
+    let body = json!({"messages": messages, "max_tokens": 6, "temperature": 0, "logprobs": true, "top_logprobs": 2});
+    let v = post_json(addr, "/v1/chat/completions", &body).json();
+    let (ids, _) = offline_with(&lm, &tok, prompt_ids.clone(), SamplingParams::greedy(6));
+    let content = v["choices"][0]["logprobs"]["content"].as_array().expect("logprobs.content").clone();
+    assert_eq!(content.len(), ids.len());
+    let mut history = prompt_ids.clone();
+    for (k, (entry, &id)) in content.iter().zip(&ids).enumerate() {
+        let pos = history.len() - 1;
+        let want = token_logprobs(&lm.logits(history[pos], pos as u32), id, 2);
+        let text = |t: u32| tok.decode(&[t], false).unwrap();
+        assert_eq!(entry["token"], text(id).as_str(), "step {k}");
+        assert!((entry["logprob"].as_f64().unwrap() - f64::from(want.logprob)).abs() < 1e-6, "step {k}: {entry}");
+        assert_eq!(entry["bytes"], json!(text(id).as_bytes()));
+        let top = entry["top_logprobs"].as_array().unwrap();
+        assert_eq!(top.len(), 2);
+        for (got, (t, lp)) in top.iter().zip(&want.top) {
+            assert_eq!(got["token"], text(*t).as_str());
+            assert!((got["logprob"].as_f64().unwrap() - f64::from(*lp)).abs() < 1e-6);
+        }
+        history.push(id);
+    }
+    // Streamed, every token's entry arrives once.
+    let mut stream_body = body.clone();
+    stream_body["stream"] = json!(true);
+    let payloads = SseStream::open(addr, "/v1/chat/completions", &stream_body).unwrap().collect().unwrap();
+    let streamed: Vec<Json> = payloads
+        .iter()
+        .filter(|p| *p != "[DONE]")
+        .flat_map(|p| {
+            let chunk: Json = serde_json::from_str(p).unwrap();
+            chunk["choices"][0]["logprobs"]["content"].as_array().cloned().unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(streamed, content);
+    // Without `logprobs` there are none.
+    let v = post_json(addr, "/v1/chat/completions", &json!({"messages": messages, "max_tokens": 2})).json();
+    assert!(v["choices"][0]["logprobs"].is_null());
+
+    // Penalties reach the sampler.
+    let penalties = Penalties { repetition: 1.3, frequency: 1.0, presence: 0.5 };
+    let (_, want) = offline_with(
+        &lm,
+        &tok,
+        prompt_ids.clone(),
+        SamplingParams { penalties, ..SamplingParams::greedy(20) },
+    );
+    let (_, plain) = offline_with(&lm, &tok, prompt_ids.clone(), SamplingParams::greedy(20));
+    assert_ne!(want, plain, "the penalties change nothing on this prompt");
+    let body = json!({"messages": messages, "max_tokens": 20, "temperature": 0,
+        "repetition_penalty": 1.3, "frequency_penalty": 1.0, "presence_penalty": 0.5});
+    assert_eq!(post_json(addr, "/v1/chat/completions", &body).json()["choices"][0]["message"]["content"], want.as_str());
+
+    // Completions of a batch of prompts, n = 2 each: choice 2p + j, with echo
+    // and per-token offsets counted from the echoed prompt.
+    let prompts = ["The quick brown fox", "Once upon"];
+    let body = json!({"prompt": prompts, "n": 2, "max_tokens": 5, "temperature": 0, "echo": true, "logprobs": 1});
+    let v = post_json(addr, "/v1/completions", &body).json();
+    let choices = v["choices"].as_array().expect("choices");
+    assert_eq!(choices.len(), 4, "{v}");
+    let mut prompt_tokens = 0;
+    for (p, prompt) in prompts.iter().enumerate() {
+        let ids = tok.encode(prompt, true).unwrap();
+        prompt_tokens += ids.len();
+        let (_, want) = offline_with(&lm, &tok, ids, SamplingParams::greedy(5));
+        for j in 0..2 {
+            let c = &choices[2 * p + j];
+            assert_eq!(c["index"], 2 * p + j);
+            assert_eq!(c["text"], format!("{prompt}{want}"));
+            let lp = &c["logprobs"];
+            assert_eq!(lp["tokens"].as_array().unwrap().len(), 5);
+            assert_eq!(lp["text_offset"][0], prompt.chars().count());
+            assert_eq!(lp["top_logprobs"][0].as_object().unwrap().len(), 1);
+        }
+    }
+    assert_eq!(v["usage"]["prompt_tokens"], prompt_tokens);
+    assert_eq!(v["usage"]["completion_tokens"], 20);
+
+    // Out of range.
+    for (body, param) in [
+        (json!({"messages": messages, "n": 0}), "n"),
+        (json!({"messages": messages, "n": 129}), "n"),
+        (json!({"messages": messages, "top_logprobs": 2}), "top_logprobs"),
+        (json!({"messages": messages, "logprobs": true, "top_logprobs": 21}), "top_logprobs"),
+        (json!({"messages": messages, "logprobs": 3}), "logprobs"),
+        (json!({"messages": messages, "frequency_penalty": -2.5}), "frequency_penalty"),
+        (json!({"messages": messages, "presence_penalty": "high"}), "presence_penalty"),
+        (json!({"messages": messages, "repetition_penalty": 0}), "repetition_penalty"),
+    ] {
+        let r = post_json(addr, "/v1/chat/completions", &body);
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert_eq!(r.json()["error"]["param"], param, "{body}");
+    }
+    for (body, param) in [
+        (json!({"prompt": ["a", 5]}), "prompt.1"),
+        (json!({"prompt": ["a", []]}), "prompt.1"),
+        (json!({"prompt": "a", "logprobs": 21}), "logprobs"),
+        (json!({"prompt": ["a", "b", "c"], "n": 50}), "n"),
+    ] {
+        let r = post_json(addr, "/v1/completions", &body);
+        assert_eq!(r.status, 400, "{body}: {}", r.text());
+        assert_eq!(r.json()["error"]["param"], param, "{body}");
+    }
     server.shutdown().unwrap();
 }
 
@@ -377,8 +540,10 @@ fn check_bad_requests(addr: std::net::SocketAddr, model: &str, max_context_len: 
             400,
             Some("max_tokens"),
         ),
-        bad(chat, with(json!({"n": 2})), 400, Some("n")),
-        bad(chat, with(json!({"logprobs": true})), 400, Some("logprobs")),
+        bad(chat, with(json!({"n": 0})), 400, Some("n")),
+        bad(chat, with(json!({"logprobs": 2})), 400, Some("logprobs")),
+        bad(chat, with(json!({"top_logprobs": 2})), 400, Some("top_logprobs")),
+        bad(chat, with(json!({"prompt_logprobs": 1})), 400, Some("prompt_logprobs")),
         bad(chat, with(json!({"stop": 3})), 400, Some("stop")),
         bad(chat, with(json!({"stop": [""]})), 400, Some("stop.0")),
         bad(chat, with(json!({"seed": "x"})), 400, Some("seed")),
@@ -397,7 +562,7 @@ fn check_bad_requests(addr: std::net::SocketAddr, model: &str, max_context_len: 
         ),
         bad(
             chat,
-            with(json!({"frequency_penalty": 0.5})),
+            with(json!({"frequency_penalty": 2.5})),
             400,
             Some("frequency_penalty"),
         ),
@@ -452,9 +617,9 @@ fn check_bad_requests(addr: std::net::SocketAddr, model: &str, max_context_len: 
         ),
         bad(
             cmpl,
-            json!({"model": model, "prompt": ["a", "b"]}),
+            json!({"model": model, "prompt": ["a", {"b": 1}]}),
             400,
-            Some("prompt"),
+            Some("prompt.1"),
         ),
         bad(
             cmpl,
@@ -476,7 +641,7 @@ fn check_bad_requests(addr: std::net::SocketAddr, model: &str, max_context_len: 
         ),
         bad(
             cmpl,
-            json!({"model": model, "prompt": "x", "logprobs": 1}),
+            json!({"model": model, "prompt": "x", "logprobs": 50}),
             400,
             Some("logprobs"),
         ),
@@ -742,7 +907,15 @@ fn a_failing_model_fails_its_requests_and_keeps_serving() {
         metric(&m, "minisgl_requests_total{finish_reason=\"error\"}"),
         2.0
     );
-    assert_eq!(metric(&m, "minisgl_kv_pages_used"), 0.0);
+    // The engine thread publishes its load after routing the step's tokens,
+    // so the response can come first: wait for it.
+    assert!(
+        wait_until(Duration::from_secs(5), || metric(
+            &get(addr, "/metrics").text(),
+            "minisgl_kv_pages_used"
+        ) == 0.0),
+        "KV pages still in use"
+    );
     server.shutdown().unwrap();
 }
 

@@ -16,7 +16,8 @@ same prompt ids:
 
 Every case is requested non-streaming, streaming with
 `stream_options.include_usage`, and streaming without it; text, finish reason
-and usage must match exactly. Then a few error cases check that the client
+and usage must match exactly. Chat cases are also asked for `n=2` choices with
+log probabilities. Then a few error cases check that the client
 raises the right exception classes. Exit status 0 when all pass, 1 with a
 list of failures otherwise (2 when `openai` cannot be imported).
 """
@@ -51,6 +52,20 @@ def run_chat(client, model, case):
     check(r.usage.prompt_tokens == case["prompt_tokens"], f"{name}: prompt_tokens {r.usage.prompt_tokens}")
     check(r.usage.completion_tokens == case["completion_tokens"], f"{name}: completion_tokens {r.usage.completion_tokens}")
     check(r.usage.total_tokens == case["prompt_tokens"] + case["completion_tokens"], f"{name}: total_tokens")
+
+    # n greedy choices are alike; log probabilities come one per token, each
+    # with its alternatives, the chosen token the most likely (greedy).
+    r = client.chat.completions.create(n=2, logprobs=True, top_logprobs=3, **kwargs)
+    check([c.index for c in r.choices] == [0, 1], f"{name} (n=2): indices {[c.index for c in r.choices]!r}")
+    for c in r.choices:
+        check(c.message.content == case["text"], f"{name} (n=2): text {c.message.content!r}")
+        content = c.logprobs.content if c.logprobs else []
+        check(len(content) == case["completion_tokens"], f"{name}: {len(content)} logprobs for {case['completion_tokens']} tokens")
+        for t in content:
+            check(len(t.top_logprobs) == 3 and t.logprob <= 0, f"{name}: logprobs entry {t!r}")
+            check(abs(t.top_logprobs[0].logprob - t.logprob) < 1e-6, f"{name}: greedy token {t.token!r} is not the most likely")
+    check(r.usage.completion_tokens == 2 * case["completion_tokens"], f"{name} (n=2): usage {r.usage!r}")
+    check(r.usage.prompt_tokens == case["prompt_tokens"], f"{name} (n=2): usage {r.usage!r}")
 
     for include_usage in (True, False):
         extra = {"stream_options": {"include_usage": True}} if include_usage else {}
@@ -109,8 +124,9 @@ def run_errors(client, model):
     expectations = [
         (openai.NotFoundError, dict(model="no-such-model", messages=msgs)),
         (openai.BadRequestError, dict(model=model, messages=msgs, temperature=-1)),
-        (openai.BadRequestError, dict(model=model, messages=msgs, n=2)),
-        (openai.BadRequestError, dict(model=model, messages=msgs, logprobs=True)),
+        (openai.BadRequestError, dict(model=model, messages=msgs, n=0)),
+        (openai.BadRequestError, dict(model=model, messages=msgs, top_logprobs=2)),
+        (openai.BadRequestError, dict(model=model, messages=msgs, frequency_penalty=3)),
         (openai.BadRequestError, dict(model=model, messages=[])),
         (openai.BadRequestError, dict(model=model, messages=msgs, extra_body={"bogus_field": 1})),
     ]

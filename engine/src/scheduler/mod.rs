@@ -151,6 +151,11 @@ impl Scheduler {
         !self.waiting.is_empty() || !self.running.is_empty()
     }
 
+    /// A running request.
+    pub fn running_req(&self, id: ReqId) -> Option<&Req> {
+        self.running.iter().find(|r| r.id() == id)
+    }
+
     pub fn contains(&self, id: ReqId) -> bool {
         self.running.iter().any(|r| r.id() == id) || self.waiting.iter().any(|r| r.id() == id)
     }
@@ -330,6 +335,7 @@ impl Scheduler {
                     events.push(TokenEvent {
                         id: row.id,
                         token,
+                        logprobs: None,
                         finished: None,
                     });
                 }
@@ -339,6 +345,7 @@ impl Scheduler {
                     events.push(TokenEvent {
                         id: row.id,
                         token,
+                        logprobs: None,
                         finished: Some(finished),
                     });
                 }

@@ -32,6 +32,7 @@ pub(super) fn prepare(
     let mut row_pages: Vec<Vec<u32>> = Vec::with_capacity(rows.len());
     let mut logits_rows = Vec::new();
     let mut sampling = Vec::new();
+    let mut needs_host_logits = false;
     q_indptr.push(0);
 
     for (row_idx, row) in rows.iter().enumerate() {
@@ -71,6 +72,7 @@ pub(super) fn prepare(
         if row.samples {
             logits_rows.push(row_idx as u32);
             sampling.push(req.sampling_row());
+            needs_host_logits |= req.params().needs_host_logits();
         }
     }
 
@@ -94,5 +96,6 @@ pub(super) fn prepare(
         page_table,
         logits_rows,
         sampling,
+        needs_host_logits,
     }
 }

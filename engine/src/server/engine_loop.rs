@@ -56,7 +56,8 @@ pub struct Submission {
 
 /// What the engine thread tells a request's handler, in order: one of
 /// `Accepted`/`Rejected`/`Failed`, then (if accepted) `Text`s and one
-/// `Finished` or `Failed`.
+/// `Finished` or `Failed`; with log probabilities asked for, each token's
+/// `Logprobs` comes before the `Text` or `Finished` it is part of.
 #[derive(Debug)]
 pub enum Event {
     /// Queued in the engine, with its final `max_tokens`.
@@ -67,9 +68,22 @@ pub enum Event {
     Rejected(EngineError),
     /// New output text (never empty).
     Text(String),
+    /// The log probabilities of one generated token (its text may come later:
+    /// an incomplete UTF-8 character, or a possible stop string, is held back).
+    Logprobs(TokenLogprob),
     Finished(Finished),
     /// The server failed or cancelled the request.
     Failed(ApiError),
+}
+
+/// A generated token's log probability and the most likely alternatives, as
+/// text (each token decoded alone, as vLLM does; a token that is part of a
+/// UTF-8 character decodes to U+FFFD).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub top: Vec<(String, f32)>,
 }
 
 /// The end of a request.
@@ -414,6 +428,14 @@ impl<R: ModelRunner> EngineLoop<R> {
         }
         active.last_token = Some(now);
 
+        if let Some(lp) = &event.logprobs {
+            let text = |id: u32| self.tokenizer.decode(&[id], false).unwrap_or_default();
+            let _ = active.events.send(Event::Logprobs(TokenLogprob {
+                token: text(lp.token),
+                logprob: lp.logprob,
+                top: lp.top.iter().map(|&(id, p)| (text(id), p)).collect(),
+            }));
+        }
         let delta = match active.text.push(&self.tokenizer, event.token) {
             Ok(delta) => delta,
             Err(err) => return self.fail(event.id, event.finished.is_none(), &err),

@@ -8,8 +8,8 @@
 //!   on its command channel when there is nothing to run;
 //! - **the HTTP side** ([`routes`], axum on a tokio runtime) parses and
 //!   validates requests ([`request`], [`fields`]), renders chat templates and
-//!   tokenizes, submits, and answers with JSON or an SSE stream
-//!   ([`response`]). Errors are OpenAI's shape ([`error`]); `/metrics` is
+//!   tokenizes, submits the choices and answers with JSON or an SSE stream
+//!   ([`generation`], [`response`]). Errors are OpenAI's shape ([`error`]); `/metrics` is
 //!   Prometheus text ([`metrics`]).
 //!
 //! A client that disconnects drops its handler's event receiver (with the
@@ -28,6 +28,7 @@
 pub mod engine_loop;
 pub mod error;
 pub mod fields;
+pub mod generation;
 pub mod metrics;
 pub mod request;
 pub mod response;

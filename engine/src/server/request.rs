@@ -14,6 +14,8 @@ use serde_json::{Map, Value as Json};
 use super::error::ApiError;
 use super::fields::{as_int, Fields};
 use crate::core::SamplingParams;
+use crate::engine::MAX_TOP_LOGPROBS;
+use crate::penalties::Penalties;
 
 /// Fields accepted and ignored on every generation endpoint: they carry no
 /// meaning for generation (`user` is an end-user id for abuse monitoring,
@@ -36,8 +38,6 @@ const KNOWN_UNSUPPORTED: &[&str] = &[
     "tool_choice",
     "functions",
     "function_call",
-    "logprobs",
-    "top_logprobs",
     "prompt_logprobs",
     "response_format",
     "audio",
@@ -69,13 +69,14 @@ const KNOWN_UNSUPPORTED: &[&str] = &[
 
 /// Server-wide sampling defaults: OpenAI's, overridden by the model's
 /// `generation_config.json` the way vLLM does it (`temperature`, `top_p`,
-/// `top_k`, `min_p`, `max_new_tokens`).
+/// `top_k`, `min_p`, `repetition_penalty`, `max_new_tokens`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingDefaults {
     pub temperature: f32,
     pub top_p: f32,
     pub top_k: Option<usize>,
     pub min_p: f32,
+    pub repetition_penalty: f32,
     /// Cap on the default `max_tokens` (a request's own value is not capped).
     pub max_new_tokens: Option<usize>,
 }
@@ -88,6 +89,7 @@ impl SamplingDefaults {
             top_p: 1.0,
             top_k: None,
             min_p: 0.0,
+            repetition_penalty: 1.0,
             max_new_tokens: None,
         }
     }
@@ -113,6 +115,10 @@ impl SamplingDefaults {
             self.min_p = p as f32;
             taken.push("min_p");
         }
+        if let Some(r) = num("repetition_penalty").filter(|r| r.is_finite() && *r > 0.0) {
+            self.repetition_penalty = r as f32;
+            taken.push("repetition_penalty");
+        }
         if let Some(n) = config.get("max_new_tokens").and_then(as_int) {
             self.max_new_tokens = usize::try_from(n).ok().filter(|&n| n > 0);
             taken.push("max_new_tokens");
@@ -136,6 +142,13 @@ pub struct Sampling {
     pub stop_token_ids: Vec<u32>,
     pub ignore_eos: bool,
     pub skip_special_tokens: bool,
+    pub frequency_penalty: Option<f32>,
+    pub presence_penalty: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+    /// Report log probabilities with this many alternatives per token.
+    pub logprobs: Option<usize>,
+    /// Choices to generate for each prompt (`n`, >= 1).
+    pub n: usize,
 }
 
 impl Sampling {
@@ -155,6 +168,14 @@ impl Sampling {
             max_tokens: self.max_tokens.map_or(default_max_tokens, |(n, _)| n),
             stop_token_ids: self.stop_token_ids.clone(),
             ignore_eos: self.ignore_eos,
+            penalties: Penalties {
+                repetition: self
+                    .repetition_penalty
+                    .unwrap_or(defaults.repetition_penalty),
+                frequency: self.frequency_penalty.unwrap_or(0.0),
+                presence: self.presence_penalty.unwrap_or(0.0),
+            },
+            logprobs: self.logprobs,
         }
     }
 }
@@ -202,7 +223,8 @@ pub enum Prompt {
 #[derive(Clone, Debug, PartialEq)]
 pub struct CompletionRequest {
     pub model: Option<String>,
-    pub prompt: Prompt,
+    /// One prompt, or several (a batch: each gets `n` choices).
+    pub prompts: Vec<Prompt>,
     pub add_special_tokens: bool,
     /// Return the prompt before the completion.
     pub echo: bool,
@@ -250,16 +272,21 @@ pub fn parse_chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let add_special_tokens = f.bool("add_special_tokens")?.unwrap_or(false);
     let sampling = parse_sampling(&mut f, true)?;
     let stream = parse_stream(&mut f)?;
-    f.neutral(
-        "logprobs",
-        |v| v == &Json::Bool(false),
-        "log probabilities are not implemented",
-    )?;
-    f.neutral(
-        "top_logprobs",
-        |v| as_int(v) == Some(0),
-        "log probabilities are not implemented",
-    )?;
+    let mut sampling = sampling;
+    let logprobs = f.bool("logprobs")?.unwrap_or(false);
+    let top = f.int("top_logprobs")?;
+    if let Some(n) = top {
+        if !logprobs {
+            return Err(ApiError::invalid_value(
+                "top_logprobs",
+                "needs `logprobs: true`",
+            ));
+        }
+        check_top_logprobs("top_logprobs", n)?;
+    }
+    if logprobs {
+        sampling.logprobs = Some(top.map_or(0, |n| n as usize));
+    }
     f.neutral("echo", |v| v == &Json::Bool(false), "")?;
     f.neutral("tools", is_empty_array, "tool calling is not implemented")?;
     f.neutral(
@@ -289,13 +316,13 @@ pub fn parse_chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
 pub fn parse_completion(body: &[u8]) -> Result<CompletionRequest, ApiError> {
     let mut f = Fields::from_body(body)?;
     let model = f.string("model")?;
-    let prompt = match f.take("prompt") {
+    let prompts = match f.take("prompt") {
         None => {
             return Err(ApiError::Missing {
                 param: "prompt".into(),
             })
         }
-        Some(v) => parse_prompt(v, "prompt")?,
+        Some(v) => parse_prompts(v)?,
     };
     let add_special_tokens = f.bool("add_special_tokens")?.unwrap_or(true);
     let echo = f.bool("echo")?.unwrap_or(false);
@@ -311,15 +338,25 @@ pub fn parse_completion(body: &[u8]) -> Result<CompletionRequest, ApiError> {
         |v| v == "",
         "insertion (suffix) is not implemented",
     )?;
-    f.neutral(
-        "logprobs",
-        |_| false,
-        "log probabilities are not implemented",
-    )?;
+    let mut sampling = sampling;
+    if let Some(n) = f.int("logprobs")? {
+        check_top_logprobs("logprobs", n)?;
+        sampling.logprobs = Some(n as usize);
+    }
     f.finish(IGNORABLE, KNOWN_UNSUPPORTED)?;
+    if prompts.len() * sampling.n > MAX_N {
+        return Err(ApiError::invalid_value(
+            "n",
+            format!(
+                "{} prompts x n = {} makes more than {MAX_N} choices",
+                prompts.len(),
+                sampling.n
+            ),
+        ));
+    }
     Ok(CompletionRequest {
         model,
-        prompt,
+        prompts,
         add_special_tokens,
         echo,
         sampling,
@@ -567,6 +604,35 @@ fn parse_prompt(v: Json, param: &str) -> Result<Prompt, ApiError> {
     }
 }
 
+/// The `prompt` of a completion: a string, an array of token ids, or an array
+/// of several of either (a batch).
+fn parse_prompts(v: Json) -> Result<Vec<Prompt>, ApiError> {
+    match v {
+        Json::Array(items) if !items.is_empty() && !items.iter().all(Json::is_number) => items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let param = format!("prompt.{i}");
+                match item {
+                    Json::String(s) => Ok(Prompt::Text(s)),
+                    ids @ Json::Array(_) => {
+                        let ids = token_ids(&ids, &param)?;
+                        if ids.is_empty() {
+                            return Err(ApiError::invalid_value(param, "must not be empty"));
+                        }
+                        Ok(Prompt::Ids(ids))
+                    }
+                    _ => Err(ApiError::invalid_type(
+                        param,
+                        "a string or an array of token ids",
+                    )),
+                }
+            })
+            .collect(),
+        single => Ok(vec![parse_prompt(single, "prompt")?]),
+    }
+}
+
 fn token_ids(v: &Json, param: &str) -> Result<Vec<u32>, ApiError> {
     let Json::Array(items) = v else {
         return Err(ApiError::invalid_type(param, "an array of token ids"));
@@ -588,6 +654,21 @@ fn token_ids(v: &Json, param: &str) -> Result<Vec<u32>, ApiError> {
 
 /// The sampling fields shared by chat and completions. `chat` also accepts
 /// `max_completion_tokens` (which wins over `max_tokens`, as in vLLM).
+/// The most choices one request may ask for (`n`).
+pub const MAX_N: usize = 128;
+
+/// `top_logprobs` (chat) or `logprobs` (completions): 0 to 20 alternatives.
+fn check_top_logprobs(field: &str, n: i128) -> Result<(), ApiError> {
+    if (0..=MAX_TOP_LOGPROBS as i128).contains(&n) {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_value(
+            field,
+            format!("must be in [0, {MAX_TOP_LOGPROBS}], got {n}"),
+        ))
+    }
+}
+
 fn parse_sampling(f: &mut Fields, chat: bool) -> Result<Sampling, ApiError> {
     let mut s = Sampling {
         skip_special_tokens: true,
@@ -685,22 +766,41 @@ fn parse_sampling(f: &mut Fields, chat: bool) -> Result<Sampling, ApiError> {
     }
     s.ignore_eos = f.bool("ignore_eos")?.unwrap_or(false);
     s.skip_special_tokens = f.bool("skip_special_tokens")?.unwrap_or(true);
+    s.n = 1;
     if let Some(n) = f.int("n")? {
-        if n != 1 {
-            return Err(ApiError::unsupported(
+        if !(1..=MAX_N as i128).contains(&n) {
+            return Err(ApiError::invalid_value(
                 "n",
-                format!("only n=1 is implemented, got {n}"),
+                format!("must be in [1, {MAX_N}], got {n}"),
             ));
         }
+        s.n = n as usize;
+    }
+    for field in ["frequency_penalty", "presence_penalty"] {
+        if let Some(v) = f.f64(field)? {
+            if !(-2.0..=2.0).contains(&v) {
+                return Err(ApiError::invalid_value(
+                    field,
+                    format!("must be in [-2, 2], got {v}"),
+                ));
+            }
+            if field == "frequency_penalty" {
+                s.frequency_penalty = Some(v as f32);
+            } else {
+                s.presence_penalty = Some(v as f32);
+            }
+        }
+    }
+    if let Some(v) = f.f64("repetition_penalty")? {
+        if !(v.is_finite() && v > 0.0) {
+            return Err(ApiError::invalid_value(
+                "repetition_penalty",
+                format!("must be > 0, got {v}"),
+            ));
+        }
+        s.repetition_penalty = Some(v as f32);
     }
     let zero = |v: &Json| v.as_f64() == Some(0.0);
-    f.neutral("frequency_penalty", zero, "penalties are not implemented")?;
-    f.neutral("presence_penalty", zero, "penalties are not implemented")?;
-    f.neutral(
-        "repetition_penalty",
-        |v| v.as_f64() == Some(1.0),
-        "penalties are not implemented",
-    )?;
     f.neutral("min_tokens", zero, "min_tokens is not implemented")?;
     f.neutral(
         "logit_bias",
@@ -793,10 +893,18 @@ mod tests {
             param(&format!("{{{m},\"max_tokens\":0}}")).as_deref(),
             Some("max_tokens")
         );
-        assert_eq!(param(&format!("{{{m},\"n\":2}}")).as_deref(), Some("n"));
+        assert_eq!(param(&format!("{{{m},\"n\":0}}")).as_deref(), Some("n"));
         assert_eq!(
-            param(&format!("{{{m},\"logprobs\":true}}")).as_deref(),
+            param(&format!("{{{m},\"logprobs\":1}}")).as_deref(),
             Some("logprobs")
+        );
+        assert_eq!(
+            param(&format!("{{{m},\"top_logprobs\":1}}")).as_deref(),
+            Some("top_logprobs")
+        );
+        assert_eq!(
+            param(&format!("{{{m},\"prompt_logprobs\":1}}")).as_deref(),
+            Some("prompt_logprobs")
         );
         assert_eq!(
             param(&format!("{{{m},\"bogus\":1}}")).as_deref(),
@@ -830,12 +938,16 @@ mod tests {
 
     #[test]
     fn completion_prompts() {
-        let p = |body: &str| parse_completion(body.as_bytes()).map(|r| r.prompt);
-        assert_eq!(p(r#"{"prompt":"x"}"#).unwrap(), Prompt::Text("x".into()));
-        assert_eq!(p(r#"{"prompt":[1,2]}"#).unwrap(), Prompt::Ids(vec![1, 2]));
-        assert_eq!(p(r#"{"prompt":["x"]}"#).unwrap(), Prompt::Text("x".into()));
-        assert_eq!(p(r#"{"prompt":[[3]]}"#).unwrap(), Prompt::Ids(vec![3]));
-        assert!(p(r#"{"prompt":["x","y"]}"#).is_err());
+        let p = |body: &str| parse_completion(body.as_bytes()).map(|r| r.prompts);
+        assert_eq!(p(r#"{"prompt":"x"}"#).unwrap(), [Prompt::Text("x".into())]);
+        assert_eq!(p(r#"{"prompt":[1,2]}"#).unwrap(), [Prompt::Ids(vec![1, 2])]);
+        assert_eq!(p(r#"{"prompt":["x"]}"#).unwrap(), [Prompt::Text("x".into())]);
+        assert_eq!(p(r#"{"prompt":[[3]]}"#).unwrap(), [Prompt::Ids(vec![3])]);
+        assert_eq!(
+            p(r#"{"prompt":["x",[4,5]]}"#).unwrap(),
+            [Prompt::Text("x".into()), Prompt::Ids(vec![4, 5])]
+        );
+        assert!(p(r#"{"prompt":[]}"#).is_err());
         assert!(p(r#"{"prompt":[-1]}"#).is_err());
         assert!(p(r#"{"prompt":"x","max_completion_tokens":3}"#).is_err());
     }
@@ -844,11 +956,18 @@ mod tests {
     fn generation_config_defaults() {
         let mut d = SamplingDefaults::openai();
         let taken = d.apply_generation_config(
-            &serde_json::json!({"temperature": 0.6, "top_k": 20, "do_sample": true}),
+            &serde_json::json!({"temperature": 0.6, "top_k": 20, "do_sample": true, "repetition_penalty": 1.05}),
         );
-        assert_eq!(taken, ["temperature", "top_k"]);
+        assert_eq!(taken, ["temperature", "top_k", "repetition_penalty"]);
         assert_eq!(d.top_k, Some(20));
         let s = Sampling::default().to_params(&d, 9);
         assert_eq!((s.temperature, s.max_tokens), (0.6, 9));
+        assert_eq!(s.penalties.repetition, 1.05);
+        // A request's own value wins over the model's default.
+        let own = Sampling {
+            repetition_penalty: Some(1.0),
+            ..Sampling::default()
+        };
+        assert!(own.to_params(&d, 9).penalties.is_neutral());
     }
 }

@@ -2,13 +2,16 @@
 //!
 //! Field for field what OpenAI sends (and the `openai` Python package
 //! parses): `id`, `object`, `created`, `model`, `choices[]` with `index`,
-//! `message`/`delta`/`text`, `logprobs: null` and `finish_reason`, and
-//! `usage`. In a stream, `usage` is `null` on every chunk and, with
+//! `message`/`delta`/`text`, `logprobs` (`null` unless asked for; chat and
+//! completions have their own shapes, [`chat_logprobs`] and
+//! [`completion_logprobs`]) and `finish_reason`, and `usage`. In a stream, `usage` is `null` on every chunk and, with
 //! `stream_options.include_usage`, set on one last chunk whose `choices` is
 //! empty.
 
 use serde::Serialize;
+use serde_json::{json, Map, Value as Json};
 
+use super::engine_loop::TokenLogprob;
 use crate::core::FinishReason;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -52,7 +55,7 @@ pub struct ChatCompletion<'a> {
     pub object: &'static str,
     pub created: u64,
     pub model: &'a str,
-    pub choices: [ChatChoice<'a>; 1],
+    pub choices: Vec<ChatChoice<'a>>,
     pub usage: Usage,
     pub system_fingerprint: Option<&'a str>,
 }
@@ -61,7 +64,7 @@ pub struct ChatCompletion<'a> {
 pub struct ChatChoice<'a> {
     pub index: u32,
     pub message: ChatMessage<'a>,
-    pub logprobs: Option<()>,
+    pub logprobs: Option<Json>,
     pub finish_reason: &'static str,
 }
 
@@ -88,7 +91,7 @@ pub struct ChatChunk<'a> {
 pub struct ChunkChoice<'a> {
     pub index: u32,
     pub delta: Delta<'a>,
-    pub logprobs: Option<()>,
+    pub logprobs: Option<Json>,
     pub finish_reason: Option<&'static str>,
 }
 
@@ -115,7 +118,7 @@ pub struct Completion<'a> {
 pub struct CompletionChoice<'a> {
     pub index: u32,
     pub text: &'a str,
-    pub logprobs: Option<()>,
+    pub logprobs: Option<Json>,
     pub finish_reason: Option<&'static str>,
 }
 
@@ -160,39 +163,45 @@ pub struct ChunkWriter {
 }
 
 impl ChunkWriter {
-    /// The first chat chunk: the assistant role and empty content.
-    pub fn role(&self) -> String {
+    /// The first chat chunk of choice `index`: the assistant role and empty
+    /// content.
+    pub fn role(&self, index: u32) -> String {
         self.chat_chunk(
+            index,
             Delta {
                 role: Some("assistant"),
                 content: Some(""),
             },
             None,
+            None,
         )
     }
 
-    /// A chunk of generated (or, for `echo`, prompt) text.
-    pub fn text(&self, text: &str) -> String {
+    /// A chunk of generated (or, for `echo`, prompt) text of choice `index`,
+    /// with the log probabilities of its tokens (already in the API's shape).
+    pub fn text(&self, index: u32, text: &str, logprobs: Option<Json>) -> String {
         if self.chat {
             self.chat_chunk(
+                index,
                 Delta {
                     role: None,
                     content: Some(text),
                 },
+                logprobs,
                 None,
             )
         } else {
-            self.completion_chunk(text, None)
+            self.completion_chunk(index, text, logprobs, None)
         }
     }
 
-    /// The chunk that carries `finish_reason`.
-    pub fn finish(&self, reason: FinishReason) -> String {
+    /// The chunk that carries choice `index`'s `finish_reason`.
+    pub fn finish(&self, index: u32, reason: FinishReason) -> String {
         let reason = Some(finish_reason_str(reason));
         if self.chat {
-            self.chat_chunk(Delta::default(), reason)
+            self.chat_chunk(index, Delta::default(), None, reason)
         } else {
-            self.completion_chunk("", reason)
+            self.completion_chunk(index, "", None, reason)
         }
     }
 
@@ -221,16 +230,22 @@ impl ChunkWriter {
         }
     }
 
-    fn chat_chunk(&self, delta: Delta<'_>, finish_reason: Option<&'static str>) -> String {
+    fn chat_chunk(
+        &self,
+        index: u32,
+        delta: Delta<'_>,
+        logprobs: Option<Json>,
+        finish_reason: Option<&'static str>,
+    ) -> String {
         to_json(&ChatChunk {
             id: &self.id,
             object: "chat.completion.chunk",
             created: self.created,
             model: &self.model,
             choices: vec![ChunkChoice {
-                index: 0,
+                index,
                 delta,
-                logprobs: None,
+                logprobs,
                 finish_reason,
             }],
             usage: None,
@@ -238,22 +253,82 @@ impl ChunkWriter {
         })
     }
 
-    fn completion_chunk(&self, text: &str, finish_reason: Option<&'static str>) -> String {
+    fn completion_chunk(
+        &self,
+        index: u32,
+        text: &str,
+        logprobs: Option<Json>,
+        finish_reason: Option<&'static str>,
+    ) -> String {
         to_json(&Completion {
             id: &self.id,
             object: "text_completion",
             created: self.created,
             model: &self.model,
             choices: vec![CompletionChoice {
-                index: 0,
+                index,
                 text,
-                logprobs: None,
+                logprobs,
                 finish_reason,
             }],
             usage: None,
             system_fingerprint: None,
         })
     }
+}
+
+/// A log probability as JSON: -inf (a masked token) has no JSON number, so it
+/// becomes -9999, as in vLLM.
+fn logprob_json(logprob: f32) -> Json {
+    json!(if logprob.is_finite() {
+        f64::from(logprob)
+    } else {
+        -9999.0
+    })
+}
+
+/// Chat's `logprobs`: `{"content": [{"token", "logprob", "bytes",
+/// "top_logprobs": [{"token", "logprob", "bytes"}]}], "refusal": null}`.
+pub fn chat_logprobs(tokens: &[TokenLogprob]) -> Json {
+    let entry = |token: &str, logprob: f32| json!({"token": token, "logprob": logprob_json(logprob), "bytes": token.as_bytes()});
+    let content: Vec<Json> = tokens
+        .iter()
+        .map(|t| {
+            let mut e = entry(&t.token, t.logprob);
+            e["top_logprobs"] = t.top.iter().map(|(tok, lp)| entry(tok, *lp)).collect();
+            e
+        })
+        .collect();
+    json!({"content": content, "refusal": null})
+}
+
+/// The completions API's `logprobs`: `{"tokens", "token_logprobs",
+/// "top_logprobs": [{token: logprob}], "text_offset"}`, offsets counted in
+/// characters of the choice's text from `text_offset` (where these tokens
+/// start).
+pub fn completion_logprobs(tokens: &[TokenLogprob], mut text_offset: usize) -> Json {
+    let mut offsets = Vec::with_capacity(tokens.len());
+    for t in tokens {
+        offsets.push(text_offset);
+        text_offset += t.token.chars().count();
+    }
+    let top: Vec<Json> = tokens
+        .iter()
+        .map(|t| {
+            let map: Map<String, Json> = t
+                .top
+                .iter()
+                .map(|(tok, lp)| (tok.clone(), logprob_json(*lp)))
+                .collect();
+            Json::Object(map)
+        })
+        .collect();
+    json!({
+        "tokens": tokens.iter().map(|t| t.token.as_str()).collect::<Vec<_>>(),
+        "token_logprobs": tokens.iter().map(|t| logprob_json(t.logprob)).collect::<Vec<_>>(),
+        "top_logprobs": top,
+        "text_offset": offsets,
+    })
 }
 
 /// Serializes a response body. These types hold only strings, numbers and
@@ -277,16 +352,52 @@ mod tests {
             model: "m".into(),
             chat: true,
         };
-        let role: serde_json::Value = serde_json::from_str(&w.role()).unwrap();
+        let role: serde_json::Value = serde_json::from_str(&w.role(0)).unwrap();
         assert_eq!(role["object"], "chat.completion.chunk");
         assert_eq!(role["choices"][0]["delta"]["role"], "assistant");
         assert!(role["choices"][0]["finish_reason"].is_null());
         assert!(role["usage"].is_null());
-        let fin: serde_json::Value = serde_json::from_str(&w.finish(FinishReason::Length)).unwrap();
+        let fin: serde_json::Value =
+            serde_json::from_str(&w.finish(2, FinishReason::Length)).unwrap();
         assert_eq!(fin["choices"][0]["finish_reason"], "length");
+        assert_eq!(fin["choices"][0]["index"], 2);
         assert_eq!(fin["choices"][0]["delta"], serde_json::json!({}));
         let usage: serde_json::Value = serde_json::from_str(&w.usage(Usage::new(3, 4, 0))).unwrap();
         assert_eq!(usage["choices"], serde_json::json!([]));
         assert_eq!(usage["usage"]["total_tokens"], 7);
+    }
+
+    fn token(token: &str, logprob: f32, top: &[(&str, f32)]) -> TokenLogprob {
+        TokenLogprob {
+            token: token.into(),
+            logprob,
+            top: top.iter().map(|&(t, p)| (t.to_owned(), p)).collect(),
+        }
+    }
+
+    #[test]
+    fn logprobs_have_the_shapes_of_chat_and_completions() {
+        let tokens = [
+            token("Hé", -0.5, &[("Hé", -0.5), ("Yo", -1.0)]),
+            token("!", f32::NEG_INFINITY, &[]),
+        ];
+        let chat = chat_logprobs(&tokens);
+        assert_eq!(chat["content"][0]["token"], "Hé");
+        assert_eq!(
+            chat["content"][0]["bytes"],
+            serde_json::json!([72, 195, 169])
+        );
+        assert_eq!(chat["content"][0]["top_logprobs"][1]["token"], "Yo");
+        assert_eq!(chat["content"][0]["top_logprobs"][1]["logprob"], -1.0);
+        assert_eq!(chat["content"][1]["logprob"], -9999.0);
+        assert!(chat["refusal"].is_null());
+        let comp = completion_logprobs(&tokens, 3);
+        assert_eq!(comp["tokens"], serde_json::json!(["Hé", "!"]));
+        assert_eq!(comp["token_logprobs"], serde_json::json!([-0.5, -9999.0]));
+        assert_eq!(
+            comp["top_logprobs"][0],
+            serde_json::json!({"Hé": -0.5, "Yo": -1.0})
+        );
+        assert_eq!(comp["text_offset"], serde_json::json!([3, 5]));
     }
 }

@@ -15,8 +15,6 @@
 //! are CPU work proportional to the prompt and must not stall the threads
 //! that serve streams.
 
-use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -25,23 +23,17 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use serde_json::Value as Json;
-use tokio::sync::mpsc::unbounded_channel;
 
-use super::engine_loop::{EngineHandle, Event, EventReceiver, Finished, Submission};
+use super::engine_loop::EngineHandle;
 use super::error::ApiError;
+use super::generation::{generate, Job, JobPrompt};
 use super::metrics::Metrics;
-use super::request::{
-    self, ChatRender, Prompt, Sampling, SamplingDefaults, StreamOptions, TokenizeInput,
-};
-use super::response::{
-    finish_reason_str, to_json, ChatChoice, ChatCompletion, ChatMessage, ChunkWriter, Completion,
-    CompletionChoice, DetokenizeResponse, ModelCard, ModelList, TokenizeResponse, Usage,
-};
+use super::request::{self, ChatRender, Prompt, SamplingDefaults, TokenizeInput};
+use super::response::{to_json, DetokenizeResponse, ModelCard, ModelList, TokenizeResponse};
 use crate::chat_template::{ChatTemplate, RenderOptions, SpecialTokens};
 use crate::tokenizer::Tokenizer;
 
@@ -227,21 +219,6 @@ async fn blocking<T: Send + 'static>(
         .map_err(|e| ApiError::Internal(format!("request preparation failed: {e}")))?
 }
 
-/// A generation request, ready for the engine.
-struct Job {
-    prompt_ids: Vec<u32>,
-    sampling: Sampling,
-    stream: StreamOptions,
-    chat: bool,
-    /// Prompt text to send before the completion (`echo`).
-    echo: Option<String>,
-    /// `messages` or `prompt`, for error messages.
-    prompt_field: &'static str,
-    /// `max_tokens` when the request sets none.
-    default_max_tokens: usize,
-    arrival: Instant,
-}
-
 async fn chat_completions(
     State(state): State<Arc<AppState>>,
     body: Result<Bytes, BytesRejection>,
@@ -272,13 +249,15 @@ async fn chat_completions(
         generate(
             &state,
             Job {
-                prompt_ids,
+                prompts: vec![JobPrompt {
+                    ids: prompt_ids,
+                    echo: None,
+                    default_max_tokens,
+                }],
                 sampling: req.sampling,
                 stream: req.stream,
                 chat: true,
-                echo: None,
                 prompt_field: "messages",
-                default_max_tokens,
                 arrival,
             },
         )
@@ -297,28 +276,6 @@ async fn completions(
         let body = body_bytes(body)?;
         let req = request::parse_completion(&body)?;
         state.check_model(req.model.as_deref())?;
-        let st = state.clone();
-        let (prompt_ids, echo, req) = blocking(move || {
-            let (ids, text) = match &req.prompt {
-                Prompt::Text(text) => (
-                    st.model.encode(text, req.add_special_tokens, "prompt")?,
-                    text.clone(),
-                ),
-                Prompt::Ids(ids) => {
-                    let text = if req.echo {
-                        st.model
-                            .tokenizer
-                            .decode(ids, false)
-                            .map_err(|e| ApiError::invalid_value("prompt", e.to_string()))?
-                    } else {
-                        String::new()
-                    };
-                    (ids.clone(), text)
-                }
-            };
-            Ok((ids, req.echo.then_some(text), req))
-        })
-        .await?;
         let default_max_tokens = state
             .model
             .defaults
@@ -326,16 +283,52 @@ async fn completions(
             .map_or(COMPLETION_DEFAULT_MAX_TOKENS, |cap| {
                 cap.min(COMPLETION_DEFAULT_MAX_TOKENS)
             });
+        let st = state.clone();
+        let (prompts, req) = blocking(move || {
+            let prompts = req
+                .prompts
+                .iter()
+                .enumerate()
+                .map(|(i, prompt)| {
+                    let field = if req.prompts.len() == 1 {
+                        "prompt".to_owned()
+                    } else {
+                        format!("prompt.{i}")
+                    };
+                    let (ids, text) = match prompt {
+                        Prompt::Text(text) => (
+                            st.model.encode(text, req.add_special_tokens, &field)?,
+                            text.clone(),
+                        ),
+                        Prompt::Ids(ids) => {
+                            let text = if req.echo {
+                                st.model.tokenizer.decode(ids, false).map_err(|e| {
+                                    ApiError::invalid_value(field.as_str(), e.to_string())
+                                })?
+                            } else {
+                                String::new()
+                            };
+                            (ids.clone(), text)
+                        }
+                    };
+                    Ok(JobPrompt {
+                        ids,
+                        echo: req.echo.then_some(text),
+                        default_max_tokens,
+                    })
+                })
+                .collect::<Result<Vec<_>, ApiError>>()?;
+            Ok((prompts, req))
+        })
+        .await?;
         generate(
             &state,
             Job {
-                prompt_ids,
+                prompts,
                 sampling: req.sampling,
                 stream: req.stream,
                 chat: false,
-                echo,
                 prompt_field: "prompt",
-                default_max_tokens,
                 arrival,
             },
         )
@@ -345,223 +338,13 @@ async fn completions(
     result.unwrap_or_else(|e| state.reject(e))
 }
 
-/// Submits a job and answers with the whole completion or a stream.
-async fn generate(state: &Arc<AppState>, job: Job) -> Result<Response, ApiError> {
-    let params = job
-        .sampling
-        .to_params(&state.model.defaults, job.default_max_tokens);
-    let (tx, mut rx) = unbounded_channel();
-    state.engine.submit(Submission {
-        prompt_ids: job.prompt_ids,
-        params,
-        stop: job.sampling.stop.clone(),
-        skip_special_tokens: job.sampling.skip_special_tokens,
-        fit_max_tokens: job.sampling.max_tokens.is_none(),
-        arrival: job.arrival,
-        events: tx,
-    })?;
-    match rx.recv().await {
-        Some(Event::Accepted { .. }) => {}
-        Some(Event::Rejected(err)) => {
-            return Err(ApiError::from_engine(
-                &err,
-                job.prompt_field,
-                job.sampling.max_tokens.map(|(_, field)| field),
-            ))
-        }
-        Some(Event::Failed(err)) => return Err(err),
-        Some(other) => {
-            return Err(ApiError::Internal(format!(
-                "unexpected engine event before acceptance: {other:?}"
-            )))
-        }
-        None => return Err(ApiError::ShuttingDown),
-    }
-    let writer = ChunkWriter {
-        id: if job.chat {
-            format!("chatcmpl-{:032x}", rand::random::<u128>())
-        } else {
-            format!("cmpl-{:032x}", rand::random::<u128>())
-        },
-        created: unix_now(),
-        model: state.model.name.clone(),
-        chat: job.chat,
-    };
-    if job.stream.stream {
-        Ok(stream_response(
-            rx,
-            writer,
-            job.stream.include_usage,
-            job.echo,
-        ))
-    } else {
-        let (text, finished) = collect(rx).await?;
-        let text = match job.echo {
-            Some(mut prompt) => {
-                prompt.push_str(&text);
-                prompt
-            }
-            None => text,
-        };
-        Ok(full_response(&writer, &text, &finished))
-    }
-}
-
-/// Waits for the whole output of a non-streaming request.
-async fn collect(mut rx: EventReceiver) -> Result<(String, Finished), ApiError> {
-    let mut text = String::new();
-    loop {
-        match rx.recv().await {
-            Some(Event::Text(piece)) => text.push_str(&piece),
-            Some(Event::Finished(finished)) => {
-                text.push_str(&finished.text);
-                return Ok((text, finished));
-            }
-            Some(Event::Failed(err)) => return Err(err),
-            Some(Event::Accepted { .. } | Event::Rejected(_)) => {}
-            None => return Err(ApiError::Internal("the engine stopped".into())),
-        }
-    }
-}
-
-fn json_response(status: StatusCode, body: String) -> Response {
+pub(super) fn json_response(status: StatusCode, body: String) -> Response {
     let mut response = (status, body).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
     response
-}
-
-fn full_response(writer: &ChunkWriter, text: &str, finished: &Finished) -> Response {
-    let usage = Usage::new(
-        finished.prompt_tokens,
-        finished.completion_tokens,
-        finished.cached_tokens,
-    );
-    let finish_reason = finish_reason_str(finished.reason);
-    let body = if writer.chat {
-        to_json(&ChatCompletion {
-            id: &writer.id,
-            object: "chat.completion",
-            created: writer.created,
-            model: &writer.model,
-            choices: [ChatChoice {
-                index: 0,
-                message: ChatMessage {
-                    role: "assistant",
-                    content: text,
-                    refusal: None,
-                    tool_calls: Vec::new(),
-                },
-                logprobs: None,
-                finish_reason,
-            }],
-            usage,
-            system_fingerprint: None,
-        })
-    } else {
-        to_json(&Completion {
-            id: &writer.id,
-            object: "text_completion",
-            created: writer.created,
-            model: &writer.model,
-            choices: vec![CompletionChoice {
-                index: 0,
-                text,
-                logprobs: None,
-                finish_reason: Some(finish_reason),
-            }],
-            usage: Some(usage),
-            system_fingerprint: None,
-        })
-    };
-    json_response(StatusCode::OK, body)
-}
-
-/// The state of one SSE stream: chunks ready to send, and the events still
-/// to come. Dropping it (the client went away) drops the receiver, which
-/// the engine thread sees and aborts the request.
-struct StreamState {
-    rx: EventReceiver,
-    writer: ChunkWriter,
-    include_usage: bool,
-    ready: VecDeque<String>,
-    done: bool,
-}
-
-impl StreamState {
-    fn on_event(&mut self, event: Option<Event>) {
-        match event {
-            Some(Event::Text(text)) => self.ready.push_back(self.writer.text(&text)),
-            Some(Event::Finished(f)) => {
-                if !f.text.is_empty() {
-                    self.ready.push_back(self.writer.text(&f.text));
-                }
-                self.ready.push_back(self.writer.finish(f.reason));
-                if self.include_usage {
-                    let usage = Usage::new(f.prompt_tokens, f.completion_tokens, f.cached_tokens);
-                    self.ready.push_back(self.writer.usage(usage));
-                }
-                self.end();
-            }
-            // As vLLM does: an error object as a data event, then [DONE].
-            Some(Event::Failed(err)) => {
-                self.ready.push_back(err.to_json());
-                self.end();
-            }
-            Some(Event::Accepted { .. } | Event::Rejected(_)) => {}
-            None => {
-                self.ready
-                    .push_back(ApiError::Internal("the engine stopped".into()).to_json());
-                self.end();
-            }
-        }
-    }
-
-    fn end(&mut self) {
-        self.ready.push_back("[DONE]".to_owned());
-        self.done = true;
-    }
-}
-
-fn stream_response(
-    rx: EventReceiver,
-    writer: ChunkWriter,
-    include_usage: bool,
-    echo: Option<String>,
-) -> Response {
-    let mut ready = VecDeque::new();
-    if writer.chat {
-        ready.push_back(writer.role());
-    }
-    if let Some(prompt) = echo.filter(|p| !p.is_empty()) {
-        ready.push_back(writer.text(&prompt));
-    }
-    let state = StreamState {
-        rx,
-        writer,
-        include_usage,
-        ready,
-        done: false,
-    };
-    let stream = futures::stream::unfold(state, |mut st| async move {
-        loop {
-            if let Some(data) = st.ready.pop_front() {
-                return Some((Ok::<_, Infallible>(SseEvent::default().data(data)), st));
-            }
-            if st.done {
-                return None;
-            }
-            let event = st.rx.recv().await;
-            st.on_event(event);
-        }
-    });
-    // Comments every 15 s keep proxies from closing a stream whose first
-    // token is slow (a long queue or prefill).
-    Sse::new(stream)
-        .keep_alive(KeepAlive::default())
-        .into_response()
 }
 
 async fn list_models(State(state): State<Arc<AppState>>) -> Response {
