@@ -48,10 +48,37 @@ pub enum RopeScaling {
     Linear { factor: f64 },
     /// LLaMA 3.1's frequency-dependent interpolation.
     Llama3 { factor: f64, low_freq_factor: f64, high_freq_factor: f64, original_max_position_embeddings: f64 },
+    /// YaRN (static, as in vLLM and transformers): frequencies blended between
+    /// interpolated and original by a linear ramp over the dimensions whose
+    /// rotations fall between `beta_slow` and `beta_fast` within the original
+    /// context, and cos/sin scaled by `attention_factor`.
+    Yarn {
+        factor: f64,
+        original_max_position_embeddings: f64,
+        beta_fast: f64,
+        beta_slow: f64,
+        /// Whether the ramp's ends are rounded to whole dimensions (`truncate`).
+        truncate: bool,
+        attention_factor: f64,
+    },
+}
+
+impl RopeScaling {
+    /// The context these frequencies were scaled for, when the scaling names
+    /// one larger than `max_position_embeddings` (YaRN: the original context
+    /// times the factor, as vLLM serves it).
+    pub fn scaled_context(&self) -> Option<usize> {
+        match *self {
+            RopeScaling::Yarn { factor, original_max_position_embeddings, .. } => {
+                Some((original_max_position_embeddings * factor).round() as usize)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// The rope types accepted, for error messages.
-const SUPPORTED_ROPE_TYPES: &str = "default, linear, llama3";
+const SUPPORTED_ROPE_TYPES: &str = "default, linear, llama3, yarn";
 
 /// Qwen3-MoE's sparse MLP settings (parsed now, used by the MoE model).
 #[derive(Debug, Clone, PartialEq)]
@@ -281,7 +308,7 @@ impl ModelConfig {
             None => None,
         };
 
-        let config = ModelConfig {
+        let mut config = ModelConfig {
             path: path.to_path_buf(),
             architecture,
             model_type: keys.opt_str("model_type")?.map(str::to_owned),
@@ -306,6 +333,12 @@ impl ModelConfig {
             eos_token_ids: keys.ids("eos_token_id")?,
             moe: parse_moe(&keys)?,
         };
+        // A YaRN checkpoint serves its scaled context even when
+        // `max_position_embeddings` still names the original one (Qwen2.5's
+        // and Qwen3's instructions add rope_scaling only).
+        if let Some(scaled) = config.rope.scaling.scaled_context() {
+            config.max_position_embeddings = config.max_position_embeddings.max(scaled);
+        }
         Ok(config)
     }
 
@@ -363,6 +396,36 @@ fn parse_rope(keys: &Keys<'_>) -> Result<RopeConfig> {
             high_freq_factor: p.f64("high_freq_factor")?,
             original_max_position_embeddings: p.f64("original_max_position_embeddings")?,
         },
+        "yarn" => {
+            let factor = p.f64("factor")?;
+            if !(factor.is_finite() && factor >= 1.0) {
+                return Err(p.invalid("factor", format!("{factor} must be >= 1 for yarn")));
+            }
+            let original = match p.opt_f64("original_max_position_embeddings")? {
+                Some(o) => o,
+                None => keys.f64("max_position_embeddings")?,
+            };
+            // DeepSeek-style `mscale`/`mscale_all_dim` give the attention factor as
+            // a ratio; otherwise YaRN's 0.1 ln(s) + 1.
+            let mscale = |m: f64| if factor <= 1.0 { 1.0 } else { 0.1 * m * factor.ln() + 1.0 };
+            let attention_factor = match (p.opt_f64("attention_factor")?, p.opt_f64("mscale")?, p.opt_f64("mscale_all_dim")?) {
+                (Some(a), _, _) => a,
+                (None, Some(m), Some(all)) if m != 0.0 && all != 0.0 => mscale(m) / mscale(all),
+                _ => mscale(1.0),
+            };
+            let (beta_fast, beta_slow) = (p.opt_f64("beta_fast")?.unwrap_or(32.0), p.opt_f64("beta_slow")?.unwrap_or(1.0));
+            if !(beta_fast > beta_slow && beta_slow > 0.0) {
+                return Err(p.invalid("beta_fast", format!("beta_fast = {beta_fast} must exceed beta_slow = {beta_slow} > 0")));
+            }
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings: original,
+                beta_fast,
+                beta_slow,
+                truncate: p.opt_bool("truncate")?.unwrap_or(true),
+                attention_factor,
+            }
+        }
         "dynamic" => {
             return Err(ModelError::Unsupported {
                 path: keys.path.to_path_buf(),
@@ -487,6 +550,32 @@ mod tests {
     }
 
     #[test]
+    fn yarn_parses_like_vllm_and_serves_its_scaled_context() {
+        // Qwen2.5's recipe: rope_scaling added, max_position_embeddings left at 32768.
+        let mut c = base();
+        c["max_position_embeddings"] = json!(32768);
+        c["rope_scaling"] = json!({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768});
+        let config = parse(&c).unwrap();
+        assert_eq!(config.max_position_embeddings, 131072);
+        match config.rope.scaling {
+            RopeScaling::Yarn { factor, original_max_position_embeddings, beta_fast, beta_slow, truncate, attention_factor } => {
+                assert_eq!((factor, original_max_position_embeddings, beta_fast, beta_slow, truncate), (4.0, 32768.0, 32.0, 1.0, true));
+                assert!((attention_factor - (0.1 * 4f64.ln() + 1.0)).abs() < 1e-15);
+            }
+            other => panic!("{other:?}"),
+        }
+        // DeepSeek-style mscale ratio, an explicit attention factor, no original
+        // (the config's own context is the original one).
+        let mut c = base();
+        c["rope_scaling"] = json!({"rope_type": "yarn", "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 1.0});
+        let config = parse(&c).unwrap();
+        assert_eq!(config.max_position_embeddings, 1024 * 40);
+        assert!(matches!(config.rope.scaling, RopeScaling::Yarn { attention_factor, .. } if attention_factor == 1.0));
+        c["rope_scaling"]["attention_factor"] = json!(0.5);
+        assert!(matches!(parse(&c).unwrap().rope.scaling, RopeScaling::Yarn { attention_factor, .. } if attention_factor == 0.5));
+    }
+
+    #[test]
     fn errors_name_the_key_and_file() {
         let mut c = base();
         c.as_object_mut().unwrap().remove("hidden_size");
@@ -499,9 +588,13 @@ mod tests {
         assert!(e.contains("rope_scaling.low_freq_factor"), "{e}");
 
         let mut c = base();
-        c["rope_scaling"] = json!({"rope_type": "yarn", "factor": 4.0});
+        c["rope_scaling"] = json!({"rope_type": "longrope", "factor": 4.0});
         let e = parse(&c).unwrap_err().to_string();
-        assert!(e.contains("`yarn`") && e.contains("default, linear, llama3"), "{e}");
+        assert!(e.contains("`longrope`") && e.contains("default, linear, llama3, yarn"), "{e}");
+
+        let mut c = base();
+        c["rope_scaling"] = json!({"rope_type": "yarn", "factor": 0.5});
+        assert!(parse(&c).unwrap_err().to_string().contains("rope_scaling.factor"));
 
         let mut c = base();
         c["num_key_value_heads"] = json!(3);

@@ -1,11 +1,12 @@
 //! Rotary position embedding: the cos/sin table `ops::rope` reads, for plain,
-//! linear and LLaMA-3 scaled RoPE.
+//! linear, LLaMA-3 and YaRN scaled RoPE.
 //!
 //! The table is `[max_position_embeddings, rotary_dim]` f32, row p holding
 //! `cos(p * inv_freq)` in its first half and `sin(p * inv_freq)` in its second
 //! half; it is built once per model and shared by every layer. Scaling variants
-//! differ only in `inv_freq`, so they are all a function from the config to the
-//! inverse frequencies, as in transformers' `ROPE_INIT_FUNCTIONS`.
+//! differ only in `inv_freq` (and YaRN in a factor on cos and sin), so they are
+//! all a function from the config to the inverse frequencies and that factor, as
+//! in transformers' `ROPE_INIT_FUNCTIONS`.
 //!
 //! Precision follows transformers (and vLLM) rather than exact arithmetic, so
 //! that long positions agree with the reference: the inverse frequencies are
@@ -50,6 +51,39 @@ pub fn inv_freq(rope: &RopeConfig, rotary_dim: usize) -> Vec<f64> {
                 })
                 .collect()
         }
+        RopeScaling::Yarn { factor, original_max_position_embeddings: old_context, beta_fast, beta_slow, truncate, .. } => {
+            // The dimension whose frequency turns `rotations` times over the
+            // original context (YaRN's correction dimension).
+            let dim = rotary_dim as f64;
+            let correction_dim = |rotations: f64| {
+                dim * (old_context / (rotations * 2.0 * std::f64::consts::PI)).ln() / (2.0 * rope.theta.ln())
+            };
+            let (mut low, mut high) = (correction_dim(beta_fast), correction_dim(beta_slow));
+            if truncate {
+                (low, high) = (low.floor(), high.ceil());
+            }
+            let (low, mut high) = (low.max(0.0), high.min(dim - 1.0));
+            if low == high {
+                high += 0.001; // as the reference does, to avoid 0 / 0
+            }
+            base.into_iter()
+                .enumerate()
+                .map(|(i, f)| {
+                    // 0 below `low` (keep the frequency), 1 above `high` (interpolate).
+                    let ramp = ((i as f64 - low) / (high - low)).clamp(0.0, 1.0);
+                    let extrapolation = 1.0 - ramp;
+                    f / factor * (1.0 - extrapolation) + f * extrapolation
+                })
+                .collect()
+        }
+    }
+}
+
+/// The factor on cos and sin (YaRN's attention scaling; 1 otherwise).
+pub fn attention_scaling(rope: &RopeConfig) -> f64 {
+    match rope.scaling {
+        RopeScaling::Yarn { attention_factor, .. } => attention_factor,
+        _ => 1.0,
     }
 }
 
@@ -62,13 +96,14 @@ pub fn cos_sin_table(rope: &RopeConfig, rotary_dim: usize, max_positions: usize)
     };
     let inv_freq: Vec<f32> = inv_freq(rope, rotary_dim).into_iter().map(|f| round(f as f32)).collect();
     let half = rotary_dim / 2;
+    let scale = attention_scaling(rope);
     let mut table = vec![0f32; max_positions * rotary_dim];
     for (p, row) in table.chunks_exact_mut(rotary_dim.max(1)).enumerate() {
         let (cos, sin) = row.split_at_mut(half);
         for (i, &f) in inv_freq.iter().enumerate() {
             let angle = f64::from(p as f32 * f);
-            cos[i] = angle.cos() as f32;
-            sin[i] = angle.sin() as f32;
+            cos[i] = (angle.cos() * scale) as f32;
+            sin[i] = (angle.sin() * scale) as f32;
         }
     }
     table
@@ -151,6 +186,52 @@ mod tests {
             let got = scaled[i] as f32;
             assert!((got - w).abs() <= w * 1e-6, "inv_freq[{i}] = {got}, transformers {w}");
         }
+    }
+
+    fn yarn(factor: f64, original: f64) -> RopeConfig {
+        RopeConfig {
+            theta: 1e6,
+            scaling: RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings: original,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                truncate: true,
+                attention_factor: 0.1 * factor.ln() + 1.0,
+            },
+            partial_rotary_factor: 1.0,
+            inv_freq_dtype: DType::F32,
+        }
+    }
+
+    #[test]
+    fn yarn_keeps_high_frequencies_interpolates_low_ones_and_scales_the_table() {
+        // Qwen2.5's recipe: theta 1e6, head_dim 128, factor 4 over 32768. The
+        // ramp runs over dimensions 23..=40 (correction dimensions 23.6 and
+        // 39.65, floored and ceiled); the values are the reference's formula
+        // evaluated in float64 with numpy.
+        let f = inv_freq(&yarn(4.0, 32768.0), 128);
+        let want = [
+            (0, 1.0),
+            (10, 0.1154781984689458),
+            (23, 0.006978305848598663),
+            (24, 0.005375321490790102),
+            (30, 0.0010643609812470017),
+            (39, 6.490394320837028e-05),
+            (40, 4.445698525097307e-05),
+            (63, 3.102344401879299e-07),
+        ];
+        for (i, w) in want {
+            assert!((f[i] - w).abs() <= w * 1e-12, "inv_freq[{i}] = {}, want {w}", f[i]);
+        }
+        let plain6 = inv_freq(&RopeConfig { theta: 1e6, ..rope(RopeScaling::Default) }, 128);
+        assert_eq!(f[..24], plain6[..24], "below the ramp the frequencies are kept");
+        assert_eq!(f[63], plain6[63] / 4.0, "above it they are interpolated");
+        // cos and sin carry the attention factor 0.1 ln 4 + 1.
+        let t = cos_sin_table(&yarn(4.0, 32768.0), 128, 2);
+        let scale = 0.1 * 4f64.ln() + 1.0;
+        assert_eq!(t[0], scale as f32);
+        assert_eq!(t[128 + 64], (1f64.sin() * scale) as f32);
     }
 
     #[test]
