@@ -3,15 +3,15 @@
 //! Reference: transformers `models/mistral/modeling_mistral.py`, a copy of LLaMA
 //! with no attention bias at all and an optional sliding window. Checkpoints
 //! since v0.2 set `sliding_window: null`, which is plain LLaMA; a window shorter
-//! than `max_position_embeddings` (Mistral-7B-v0.1's 4096) is rejected until the
-//! attention backends can mask it.
+//! than `max_position_embeddings` (Mistral-7B-v0.1's 4096) caps the context at the
+//! window, where full attention is exact (see `registry::within_sliding_window`).
 
 use crate::config::ModelConfig;
 use crate::ctx::AttnBackend;
 use crate::error::Result;
 use crate::layers::AttnOptions;
 use crate::llama::LlamaForCausalLM;
-use crate::registry::reject_sliding_window;
+use crate::registry::within_sliding_window;
 use crate::weights::Weights;
 
 /// `MistralForCausalLM`: the LLaMA body without bias.
@@ -21,7 +21,7 @@ pub struct MistralForCausalLM(LlamaForCausalLM);
 impl MistralForCausalLM {
     /// Loads Mistral.
     pub fn load(config: &ModelConfig, weights: &Weights, attn: Box<dyn AttnBackend>) -> Result<Self> {
-        reject_sliding_window(config, config.sliding_window)?;
+        let config = &within_sliding_window(config, config.sliding_window);
         let options = AttnOptions { qkv_bias: false, o_bias: false, qk_norm: false };
         Ok(MistralForCausalLM(LlamaForCausalLM::load_with(config, weights, attn, options)?))
     }

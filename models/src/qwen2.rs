@@ -10,7 +10,7 @@ use crate::ctx::AttnBackend;
 use crate::error::Result;
 use crate::layers::AttnOptions;
 use crate::llama::LlamaForCausalLM;
-use crate::registry::reject_sliding_window;
+use crate::registry::within_sliding_window;
 use crate::weights::Weights;
 
 /// `Qwen2ForCausalLM`: the LLaMA body with q/k/v bias.
@@ -20,7 +20,7 @@ pub struct Qwen2ForCausalLM(LlamaForCausalLM);
 impl Qwen2ForCausalLM {
     /// Loads Qwen2.
     pub fn load(config: &ModelConfig, weights: &Weights, attn: Box<dyn AttnBackend>) -> Result<Self> {
-        reject_sliding_window(config, config.use_sliding_window.then_some(config.sliding_window).flatten())?;
+        let config = &within_sliding_window(config, config.use_sliding_window.then_some(config.sliding_window).flatten());
         let options = AttnOptions { qkv_bias: true, o_bias: false, qk_norm: false };
         Ok(Qwen2ForCausalLM(LlamaForCausalLM::load_with(config, weights, attn, options)?))
     }

@@ -20,7 +20,7 @@ use crate::ctx::{AttnBackend, ForwardBatch, ForwardCtx, KvCache};
 use crate::error::Result;
 use crate::layers::{AttnOptions, GatedMlp, ParallelLmHead, RmsNorm, RopeAttention, RouterProbe, SparseMoeBlock, VocabParallelEmbedding};
 use crate::moe_backend::MoeBackendKind;
-use crate::registry::{reject_sliding_window, CausalLm};
+use crate::registry::{within_sliding_window, CausalLm};
 use crate::rotary::RotaryEmbedding;
 use crate::weights::{VarBuilder, Weights};
 
@@ -105,7 +105,7 @@ impl Qwen3MoeForCausalLM {
         if config.moe.is_none() {
             return Err(config.unsupported("Qwen3MoeForCausalLM needs num_experts (or num_local_experts) in config.json"));
         }
-        reject_sliding_window(config, config.use_sliding_window.then_some(config.sliding_window).flatten())?;
+        let config = &within_sliding_window(config, config.use_sliding_window.then_some(config.sliding_window).flatten());
         let vb = weights.root();
         let mvb = vb.pp("model");
         let rotary = RotaryEmbedding::new(config, weights.device())?;

@@ -108,17 +108,24 @@ macro_rules! delegate_causal_lm {
 }
 pub(crate) use delegate_causal_lm;
 
-/// Rejects a sliding window that would change attention (shorter than the
-/// longest sequence), which no attention backend masks yet.
-pub(crate) fn reject_sliding_window(config: &ModelConfig, window: Option<usize>) -> Result<()> {
-    match window {
-        Some(w) if w < config.max_position_embeddings => Err(config.unsupported(format!(
-            "sliding_window = {w} (shorter than max_position_embeddings = {}) is not supported yet; \
-             set it to null to run with full attention",
+/// The config a model with a sliding attention `window` runs with: its context
+/// capped at the window. Within it every token sees all the tokens before it,
+/// so full attention computes exactly the windowed one (vLLM served
+/// Mistral-7B-v0.1 this way, at 4096 tokens); longer sequences are refused by
+/// the engine's context limit rather than computed wrongly. No backend masks a
+/// window yet.
+pub(crate) fn within_sliding_window(config: &ModelConfig, window: Option<usize>) -> ModelConfig {
+    let mut config = config.clone();
+    if let Some(w) = window.filter(|&w| w > 0 && w < config.max_position_embeddings) {
+        log::warn!(
+            "{}: sliding_window = {w} is shorter than max_position_embeddings = {}: serving sequences of up to {w} tokens, \
+             where full attention equals the windowed one",
+            config.path.display(),
             config.max_position_embeddings
-        ))),
-        _ => Ok(()),
+        );
+        config.max_position_embeddings = w;
     }
+    config
 }
 
 /// Builds a model from its config and opened weights, with its attention backend

@@ -157,13 +157,30 @@ fn corrupt_safetensors_header_names_the_file() {
 }
 
 #[test]
-fn a_sliding_window_is_rejected_clearly() {
+fn a_sliding_window_caps_the_context_where_attention_is_exact() {
+    let full = load_model(&fixture("mistral-tiny"), &cpu_f32(LoadFormat::Auto)).unwrap();
     let dir = copy_fixture("mistral-tiny");
     edit_config(dir.path(), |c| {
         c.insert("sliding_window".into(), serde_json::json!(256));
     });
-    let e = load_error(dir.path(), LoadFormat::Auto);
-    assert!(e.contains("sliding_window = 256") && e.contains("not supported"), "{e}");
+    let model = load_model(dir.path(), &cpu_f32(LoadFormat::Auto)).unwrap();
+    assert_eq!(model.max_position_embeddings(), 256);
+    // Within the window the logits are full attention's.
+    for case in cases("mistral-tiny") {
+        assert_eq!(prefill_logits(&*model, &case.input_ids), prefill_logits(&*full, &case.input_ids));
+    }
+    // Qwen-style: only with `use_sliding_window`.
+    let dir = copy_fixture("qwen2-tiny");
+    edit_config(dir.path(), |c| {
+        c.insert("sliding_window".into(), serde_json::json!(64));
+        c.insert("use_sliding_window".into(), serde_json::json!(false));
+    });
+    let full = load_model(dir.path(), &cpu_f32(LoadFormat::Auto)).unwrap().max_position_embeddings();
+    assert!(full > 64);
+    edit_config(dir.path(), |c| {
+        c.insert("use_sliding_window".into(), serde_json::json!(true));
+    });
+    assert_eq!(load_model(dir.path(), &cpu_f32(LoadFormat::Auto)).unwrap().max_position_embeddings(), 64);
 }
 
 #[test]
