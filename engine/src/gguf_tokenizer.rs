@@ -6,7 +6,10 @@
 //! like the model's original `tokenizer.json`):
 //!
 //! * `tokenizer.ggml.model = "gpt2"`: byte-level BPE over `tokens` and
-//!   `merges` (other models, e.g. SentencePiece `"llama"`, are refused).
+//!   `merges`;
+//! * `tokenizer.ggml.model = "llama"`: SentencePiece BPE over `tokens` and
+//!   `scores` (LLaMA 2, Mistral, TinyLlama; see `sentencepiece_tokenizer`).
+//!   Other models (`bert`, `t5`, `rwkv`, ...) are refused.
 //! * `tokenizer.ggml.pre` names the pre-tokenizer: the regexes of llama.cpp's
 //!   `llm_tokenizer_bpe` for that name, applied one after the other as HF
 //!   `Split` pre-tokenizers, then byte-level mapping. See [`PRE_TOKENIZERS`].
@@ -22,7 +25,14 @@
 use std::path::PathBuf;
 
 use models::gguf::{GgufError, GgufFile};
+use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::byte_level::ByteLevel;
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+use tokenizers::decoders::strip::Strip;
+use tokenizers::decoders::DecoderWrapper;
+use tokenizers::normalizers::{Prepend, Replace, Sequence as NormSequence};
+use tokenizers::NormalizerWrapper;
 use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::pre_tokenizers::sequence::Sequence as PreSequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
@@ -65,7 +75,7 @@ pub struct GgufTokenizer {
 pub enum GgufTokenizerError {
     #[error(transparent)]
     Gguf(#[from] GgufError),
-    #[error("{}: tokenizer model `{model}` is not supported (supported: gpt2)", path.display())]
+    #[error("{}: tokenizer model `{model}` is not supported (supported: gpt2, llama)", path.display())]
     UnsupportedModel { path: PathBuf, model: String },
     #[error("{}: pre-tokenizer `{pre}` (tokenizer.ggml.pre) is not supported (supported: {})", path.display(), supported.join(", "))]
     UnsupportedPreTokenizer {
@@ -127,6 +137,14 @@ const SPEC_LLAMA3: PreTokenizerSpec = PreTokenizerSpec {
     ignore_merges: true,
     add_bos: true,
 };
+/// SentencePiece files have no pre-tokenizer; llama.cpp adds BOS by default.
+const SPEC_SENTENCEPIECE: PreTokenizerSpec = PreTokenizerSpec {
+    regexes: &[],
+    ignore_merges: false,
+    add_bos: true,
+};
+/// SentencePiece's visible space, `▁` (U+2581).
+const SPIECE_SPACE: &str = "\u{2581}";
 const SPEC_QWEN2: PreTokenizerSpec = PreTokenizerSpec {
     regexes: &[QWEN2],
     ignore_merges: false,
@@ -159,6 +177,8 @@ pub const PRE_TOKENIZERS: &[(&str, PreTokenizerSpec)] = &[
 ];
 
 /// llama.cpp's `token_type` values.
+const TOKEN_TYPE_NORMAL: i64 = 1;
+const TOKEN_TYPE_UNKNOWN: i64 = 2;
 const TOKEN_TYPE_CONTROL: i64 = 3;
 const TOKEN_TYPE_USER_DEFINED: i64 = 4;
 
@@ -191,30 +211,20 @@ pub fn tokenizer_from_gguf(file: &GgufFile) -> Result<GgufTokenizer, GgufTokeniz
     };
 
     let model = file.get_str("tokenizer.ggml.model")?;
-    if model != "gpt2" {
-        return Err(GgufTokenizerError::UnsupportedModel {
-            path,
-            model: model.to_owned(),
-        });
-    }
-    let spec = match file.get_opt::<&str>("tokenizer.ggml.pre")? {
-        Some(pre) => match PRE_TOKENIZERS.iter().find(|(name, _)| *name == pre) {
-            Some((_, spec)) => *spec,
-            None => {
-                return Err(GgufTokenizerError::UnsupportedPreTokenizer {
-                    path,
-                    pre: pre.to_owned(),
-                    supported: PRE_TOKENIZERS.iter().map(|p| p.0).collect(),
-                })
-            }
-        },
-        None => {
-            log::warn!(
-                "{}: no tokenizer.ggml.pre; using llama.cpp's `default` pre-tokenizer",
-                path.display()
-            );
-            SPEC_DEFAULT
+    let sentencepiece = match model {
+        "gpt2" => false,
+        "llama" => true,
+        other => {
+            return Err(GgufTokenizerError::UnsupportedModel {
+                path,
+                model: other.to_owned(),
+            })
         }
+    };
+    let spec = if sentencepiece {
+        SPEC_SENTENCEPIECE
+    } else {
+        gpt2_pre_tokenizer(file)?
     };
 
     let tokens = file.get_str_array("tokenizer.ggml.tokens")?;
@@ -255,6 +265,135 @@ pub fn tokenizer_from_gguf(file: &GgufFile) -> Result<GgufTokenizer, GgufTokeniz
         );
     }
 
+    let mut tokenizer = if sentencepiece {
+        sentencepiece_tokenizer(file, &tokens, &token_types, vocab)?
+    } else {
+        byte_level_tokenizer(file, spec, vocab)?
+    };
+
+    let mut special = Vec::new();
+    let mut user_defined = Vec::new();
+    for (i, (token, &ty)) in tokens.iter().zip(&token_types).enumerate() {
+        if vocab_id(&tokenizer, token) != Some(id_of(i)?) {
+            continue; // A later duplicate: not addressable by text.
+        }
+        match ty {
+            TOKEN_TYPE_CONTROL => special.push(AddedToken::from(token.clone(), true)),
+            TOKEN_TYPE_UNKNOWN if sentencepiece => special.push(AddedToken::from(token.clone(), true)),
+            TOKEN_TYPE_USER_DEFINED => {
+                user_defined.push(AddedToken::from(token.clone(), false).normalized(false))
+            }
+            _ => {}
+        }
+    }
+    tokenizer.add_special_tokens(&special);
+    tokenizer.add_tokens(&user_defined);
+
+    let token_id = |key: &str| -> Result<Option<u32>, GgufTokenizerError> {
+        match file.get_opt::<u32>(key)? {
+            Some(id) if (id as usize) < num_tokens => Ok(Some(id)),
+            Some(id) => Err(invalid(
+                key,
+                format!("id {id} is outside the {num_tokens}-token vocabulary"),
+            )),
+            None => Ok(None),
+        }
+    };
+    let bos_token_id = token_id("tokenizer.ggml.bos_token_id")?;
+    let eos_token_id = token_id("tokenizer.ggml.eos_token_id")?;
+    let pad_token_id = token_id("tokenizer.ggml.padding_token_id")?;
+    let unk_token_id = token_id("tokenizer.ggml.unknown_token_id")?;
+    let eot = token_id("tokenizer.ggml.eot_token_id")?;
+    let eom = token_id("tokenizer.ggml.eom_token_id")?;
+    let text = |id: Option<u32>| id.map(|i| tokens[i as usize].clone());
+
+    let add_bos = file
+        .get_opt::<bool>("tokenizer.ggml.add_bos_token")?
+        .unwrap_or(spec.add_bos);
+    let add_eos = file
+        .get_opt::<bool>("tokenizer.ggml.add_eos_token")?
+        .unwrap_or(false);
+    let bos = if add_bos {
+        let id = bos_token_id.ok_or_else(|| {
+            invalid(
+                "tokenizer.ggml.add_bos_token",
+                "set, but there is no tokenizer.ggml.bos_token_id".into(),
+            )
+        })?;
+        Some((id, tokens[id as usize].clone()))
+    } else {
+        None
+    };
+    let eos = if add_eos {
+        let id = eos_token_id.ok_or_else(|| {
+            invalid(
+                "tokenizer.ggml.add_eos_token",
+                "set, but there is no tokenizer.ggml.eos_token_id".into(),
+            )
+        })?;
+        Some((id, tokens[id as usize].clone()))
+    } else {
+        None
+    };
+    let template = template(bos, eos).map_err(build_err)?;
+    let post = if sentencepiece {
+        template.map(tokenizers::PostProcessorWrapper::from)
+    } else {
+        let byte_level =
+            tokenizers::PostProcessorWrapper::ByteLevel(ByteLevel::new(false, true, false));
+        Some(match template {
+            Some(t) => tokenizers::PostProcessorWrapper::Sequence(PostSequence::new(vec![
+                byte_level,
+                t.into(),
+            ])),
+            None => byte_level,
+        })
+    };
+    tokenizer.with_post_processor(post);
+
+    let mut eos_token_ids: Vec<u32> = [eos_token_id, eot, eom].into_iter().flatten().collect();
+    for (i, (token, &ty)) in tokens.iter().zip(&token_types).enumerate() {
+        if ty == TOKEN_TYPE_CONTROL && EOG_TEXTS.contains(&token.as_str()) {
+            eos_token_ids.push(id_of(i)?);
+        }
+    }
+    eos_token_ids.sort_unstable();
+    eos_token_ids.dedup();
+
+    Ok(GgufTokenizer {
+        tokenizer,
+        bos_token: text(bos_token_id),
+        eos_token: text(eos_token_id),
+        bos_token_id,
+        eos_token_id,
+        eos_token_ids,
+        pad_token_id,
+        unk_token_id,
+        add_bos,
+        add_eos,
+        chat_template: file
+            .get_opt::<&str>("tokenizer.chat_template")?
+            .map(str::to_owned),
+    })
+}
+
+/// Byte-level BPE (`tokenizer.ggml.model = "gpt2"`): the file's merges, the
+/// pre-tokenizer's regexes, then GPT-2's byte-to-unicode mapping.
+fn byte_level_tokenizer(
+    file: &GgufFile,
+    spec: PreTokenizerSpec,
+    vocab: Vocab,
+) -> Result<Tokenizer, GgufTokenizerError> {
+    let path = file.path().to_path_buf();
+    let invalid = |key: &str, reason: String| GgufTokenizerError::Invalid {
+        path: path.clone(),
+        key: key.to_owned(),
+        reason,
+    };
+    let build_err = |reason: String| GgufTokenizerError::Build {
+        path: path.clone(),
+        reason,
+    };
     let mut merges = Vec::new();
     let mut skipped = 0usize;
     if file.contains_key("tokenizer.ggml.merges") {
@@ -321,104 +460,119 @@ pub fn tokenizer_from_gguf(file: &GgufFile) -> Result<GgufTokenizer, GgufTokeniz
         pieces,
     ))));
     tokenizer.with_decoder(Some(ByteLevel::new(false, true, false)));
+    Ok(tokenizer)
+}
 
-    let mut special = Vec::new();
-    let mut user_defined = Vec::new();
-    for (i, (token, &ty)) in tokens.iter().zip(&token_types).enumerate() {
-        if vocab_id(&tokenizer, token) != Some(id_of(i)?) {
-            continue; // A later duplicate: not addressable by text.
+/// SentencePiece BPE (`tokenizer.ggml.model = "llama"`: LLaMA 1/2, Mistral,
+/// TinyLlama, ...) as transformers' `LlamaTokenizerFast` holds it, which
+/// tokenizes like llama.cpp's `llm_tokenizer_spm`:
+///
+/// * spaces become `▁`, and each stretch of text between special tokens gets a
+///   leading `▁` (`add_space_prefix`, default on; llama.cpp prefixes after
+///   every special token too);
+/// * pieces merge by the score of the merged piece, highest first: the merges
+///   are every split of a normal piece into two pieces of the vocabulary,
+///   ranked by the piece's score (transformers' `SentencePieceExtractor`);
+/// * a character with no piece becomes its UTF-8 bytes (`<0xXX>` tokens).
+///
+/// Decoding undoes each step and drops the prefix space.
+fn sentencepiece_tokenizer(
+    file: &GgufFile,
+    tokens: &[String],
+    token_types: &[i64],
+    vocab: Vocab,
+) -> Result<Tokenizer, GgufTokenizerError> {
+    let path = file.path().to_path_buf();
+    let build_err = |reason: String| GgufTokenizerError::Build {
+        path: path.clone(),
+        reason,
+    };
+    let scores = file.get_f32_array("tokenizer.ggml.scores")?;
+    if scores.len() != tokens.len() {
+        return Err(GgufTokenizerError::Invalid {
+            path: path.clone(),
+            key: "tokenizer.ggml.scores".into(),
+            reason: format!("{} scores for {} tokens", scores.len(), tokens.len()),
+        });
+    }
+    // (score, piece id, left id, right id) -> (left, right); sorted as the
+    // reference ranks them: score descending, then piece, then the parts' ids.
+    let mut ranked = Vec::new();
+    for (id, piece) in tokens.iter().enumerate() {
+        if token_types[id] != TOKEN_TYPE_NORMAL || vocab.get(piece) != Some(&(id as u32)) {
+            continue;
         }
-        match ty {
-            TOKEN_TYPE_CONTROL => special.push(AddedToken::from(token.clone(), true)),
-            TOKEN_TYPE_USER_DEFINED => {
-                user_defined.push(AddedToken::from(token.clone(), false).normalized(false))
+        for (at, _) in piece.char_indices().skip(1) {
+            let (left, right) = piece.split_at(at);
+            if let (Some(&l), Some(&r)) = (vocab.get(left), vocab.get(right)) {
+                ranked.push((scores[id], id, l, r, left.to_owned(), right.to_owned()));
             }
-            _ => {}
         }
     }
-    tokenizer.add_special_tokens(&special);
-    tokenizer.add_tokens(&user_defined);
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)).then(a.3.cmp(&b.3)));
+    let merges = ranked.into_iter().map(|m| (m.4, m.5)).collect();
 
-    let token_id = |key: &str| -> Result<Option<u32>, GgufTokenizerError> {
-        match file.get_opt::<u32>(key)? {
-            Some(id) if (id as usize) < num_tokens => Ok(Some(id)),
-            Some(id) => Err(invalid(
-                key,
-                format!("id {id} is outside the {num_tokens}-token vocabulary"),
-            )),
-            None => Ok(None),
-        }
-    };
-    let bos_token_id = token_id("tokenizer.ggml.bos_token_id")?;
-    let eos_token_id = token_id("tokenizer.ggml.eos_token_id")?;
-    let pad_token_id = token_id("tokenizer.ggml.padding_token_id")?;
-    let unk_token_id = token_id("tokenizer.ggml.unknown_token_id")?;
-    let eot = token_id("tokenizer.ggml.eot_token_id")?;
-    let eom = token_id("tokenizer.ggml.eom_token_id")?;
-    let text = |id: Option<u32>| id.map(|i| tokens[i as usize].clone());
-
-    let add_bos = file
-        .get_opt::<bool>("tokenizer.ggml.add_bos_token")?
-        .unwrap_or(spec.add_bos);
-    let add_eos = file
-        .get_opt::<bool>("tokenizer.ggml.add_eos_token")?
-        .unwrap_or(false);
-    let bos = if add_bos {
-        let id = bos_token_id.ok_or_else(|| {
-            invalid(
-                "tokenizer.ggml.add_bos_token",
-                "set, but there is no tokenizer.ggml.bos_token_id".into(),
-            )
-        })?;
-        Some((id, tokens[id as usize].clone()))
-    } else {
-        None
-    };
-    let eos = if add_eos {
-        let id = eos_token_id.ok_or_else(|| {
-            invalid(
-                "tokenizer.ggml.add_eos_token",
-                "set, but there is no tokenizer.ggml.eos_token_id".into(),
-            )
-        })?;
-        Some((id, tokens[id as usize].clone()))
-    } else {
-        None
-    };
-    let byte_level =
-        tokenizers::PostProcessorWrapper::ByteLevel(ByteLevel::new(false, true, false));
-    let post = match template(bos, eos).map_err(build_err)? {
-        Some(t) => tokenizers::PostProcessorWrapper::Sequence(PostSequence::new(vec![
-            byte_level,
-            t.into(),
-        ])),
-        None => byte_level,
-    };
-    tokenizer.with_post_processor(Some(post));
-
-    let mut eos_token_ids: Vec<u32> = [eos_token_id, eot, eom].into_iter().flatten().collect();
-    for (i, (token, &ty)) in tokens.iter().zip(&token_types).enumerate() {
-        if ty == TOKEN_TYPE_CONTROL && EOG_TEXTS.contains(&token.as_str()) {
-            eos_token_ids.push(id_of(i)?);
-        }
+    let unk = file
+        .get_opt::<u32>("tokenizer.ggml.unknown_token_id")?
+        .and_then(|id| tokens.get(id as usize))
+        .cloned();
+    let mut builder = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .byte_fallback(true)
+        .fuse_unk(true);
+    if let Some(unk) = unk {
+        builder = builder.unk_token(unk);
     }
-    eos_token_ids.sort_unstable();
-    eos_token_ids.dedup();
+    let bpe = builder
+        .build()
+        .map_err(|e| build_err(format!("SentencePiece BPE: {e}")))?;
+    let mut tokenizer = Tokenizer::new(bpe);
 
-    Ok(GgufTokenizer {
-        tokenizer,
-        bos_token: text(bos_token_id),
-        eos_token: text(eos_token_id),
-        bos_token_id,
-        eos_token_id,
-        eos_token_ids,
-        pad_token_id,
-        unk_token_id,
-        add_bos,
-        add_eos,
-        chat_template: file
-            .get_opt::<&str>("tokenizer.chat_template")?
-            .map(str::to_owned),
+    let add_space_prefix = file
+        .get_opt::<bool>("tokenizer.ggml.add_space_prefix")?
+        .unwrap_or(true);
+    let spaces = Replace::new(" ", SPIECE_SPACE).map_err(|e| build_err(e.to_string()))?;
+    let normalizer: NormalizerWrapper = if add_space_prefix {
+        NormSequence::new(vec![Prepend::new(SPIECE_SPACE.into()).into(), spaces.into()]).into()
+    } else {
+        spaces.into()
+    };
+    tokenizer.with_normalizer(Some(normalizer));
+    let mut steps: Vec<DecoderWrapper> = vec![
+        Replace::new(SPIECE_SPACE, " ")
+            .map_err(|e| build_err(e.to_string()))?
+            .into(),
+        ByteFallback::new().into(),
+        Fuse::new().into(),
+    ];
+    if add_space_prefix {
+        steps.push(Strip::new(' ', 1, 0).into());
+    }
+    tokenizer.with_decoder(Some(DecoderSequence::new(steps)));
+    Ok(tokenizer)
+}
+
+/// The pre-tokenizer named by `tokenizer.ggml.pre` of a byte-level BPE file.
+fn gpt2_pre_tokenizer(file: &GgufFile) -> Result<PreTokenizerSpec, GgufTokenizerError> {
+    let path = file.path();
+    Ok(match file.get_opt::<&str>("tokenizer.ggml.pre")? {
+        Some(pre) => match PRE_TOKENIZERS.iter().find(|(name, _)| *name == pre) {
+            Some((_, spec)) => *spec,
+            None => {
+                return Err(GgufTokenizerError::UnsupportedPreTokenizer {
+                    path: path.to_path_buf(),
+                    pre: pre.to_owned(),
+                    supported: PRE_TOKENIZERS.iter().map(|p| p.0).collect(),
+                })
+            }
+        },
+        None => {
+            log::warn!(
+                "{}: no tokenizer.ggml.pre; using llama.cpp's `default` pre-tokenizer",
+                path.display()
+            );
+            SPEC_DEFAULT
+        }
     })
 }
 

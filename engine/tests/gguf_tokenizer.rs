@@ -204,14 +204,23 @@ fn bad_tokenizer_metadata_is_a_named_error() {
     let err = tokenizer_from_gguf(&synthetic("smollm", |w| {
         w.metadata(
             "tokenizer.ggml.model",
-            MetadataValue::String("llama".into()),
+            MetadataValue::String("bert".into()),
         );
     }))
     .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "synthetic.gguf: tokenizer model `llama` is not supported (supported: gpt2)"
+        "synthetic.gguf: tokenizer model `bert` is not supported (supported: gpt2, llama)"
     );
+    // SentencePiece needs its scores.
+    let err = tokenizer_from_gguf(&synthetic("smollm", |w| {
+        w.metadata(
+            "tokenizer.ggml.model",
+            MetadataValue::String("llama".into()),
+        );
+    }))
+    .unwrap_err();
+    assert!(err.to_string().contains("`tokenizer.ggml.scores`"), "{err}");
 
     let err = tokenizer_from_gguf(&synthetic("smollm", |w| {
         w.metadata("tokenizer.ggml.eos_token_id", MetadataValue::U32(100_000));
@@ -256,6 +265,55 @@ fn bad_tokenizer_metadata_is_a_named_error() {
             .contains("`tokenizer.ggml.tokens`: expected an array of strings"),
         "{err}"
     );
+}
+
+/// A SentencePiece BPE model (LLaMA/Mistral settings, byte fallback) trained
+/// and written to GGUF by `tests/data/make_spm_case.py`, against what
+/// SentencePiece itself encodes and decodes.
+#[test]
+fn sentencepiece_matches_sentencepiece() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let file = GgufFile::open(dir.join("spm_tiny.gguf")).unwrap();
+    let t = tokenizer_from_gguf(&file).unwrap();
+    let want: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("spm_tiny.json")).unwrap()).unwrap();
+    let bos = want["bos_id"].as_u64().unwrap() as u32;
+    assert_eq!(t.bos_token_id, Some(bos));
+    assert!(t.add_bos);
+    let wrapper = engine::tokenizer::Tokenizer::new(
+        t.tokenizer.clone(),
+        engine::chat_template::SpecialTokens::default(),
+        t.eos_token_ids.clone(),
+    );
+    let cases = want["cases"].as_array().unwrap();
+    let mut byte_fallbacks = 0;
+    for case in cases {
+        let text = case["text"].as_str().unwrap();
+        let ids = ids_of(&case["ids"]);
+        assert_eq!(encode(&t, text, true), ids, "{text:?}");
+        let with_bos = t.tokenizer.encode(text, true).unwrap().get_ids().to_vec();
+        assert_eq!(with_bos, [vec![bos], ids.clone()].concat(), "{text:?} with BOS");
+        let decoded = case["decoded"].as_str().unwrap();
+        assert_eq!(t.tokenizer.decode(&ids, true).unwrap(), decoded, "{text:?}");
+        // Streamed one token at a time, the text is the same.
+        let mut stream = wrapper.decode_stream(true);
+        let mut streamed = String::new();
+        for &id in &ids {
+            streamed.push_str(&stream.step(&wrapper, id).unwrap());
+        }
+        streamed.push_str(&stream.finish(&wrapper).unwrap());
+        assert_eq!(streamed, decoded, "{text:?} streamed");
+        let is_byte = |&i: &u32| t.tokenizer.id_to_token(i).is_some_and(|p| p.starts_with("<0x"));
+        byte_fallbacks += usize::from(ids.iter().any(is_byte));
+    }
+    assert!(byte_fallbacks >= 3, "the cases should exercise byte fallback");
+    // A special token in the text is one token when specials are parsed, and
+    // the text after it gets the prefix space again (as llama.cpp does).
+    let eos = t.eos_token_id.unwrap();
+    let eos_text = t.eos_token.clone().unwrap();
+    let ids = encode(&t, &format!("hello{eos_text}hello"), true);
+    let hello = ids_of(&cases[0]["ids"])[0];
+    assert_eq!(ids, [hello, eos, hello]);
 }
 
 fn reference() -> serde_json::Value {
