@@ -31,13 +31,13 @@ use tokenizers::decoders::fuse::Fuse;
 use tokenizers::decoders::sequence::Sequence as DecoderSequence;
 use tokenizers::decoders::strip::Strip;
 use tokenizers::decoders::DecoderWrapper;
-use tokenizers::normalizers::{Prepend, Replace, Sequence as NormSequence};
-use tokenizers::NormalizerWrapper;
 use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::normalizers::{Prepend, Replace, Sequence as NormSequence};
 use tokenizers::pre_tokenizers::sequence::Sequence as PreSequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::processors::sequence::Sequence as PostSequence;
 use tokenizers::processors::template::{SpecialToken, TemplateProcessing};
+use tokenizers::NormalizerWrapper;
 use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior, Tokenizer};
 
 /// A tokenizer and the facts about it that generation needs.
@@ -266,7 +266,7 @@ pub fn tokenizer_from_gguf(file: &GgufFile) -> Result<GgufTokenizer, GgufTokeniz
     }
 
     let mut tokenizer = if sentencepiece {
-        sentencepiece_tokenizer(file, &tokens, &token_types, vocab)?
+        sentencepiece_tokenizer(file, tokens, &token_types, vocab)?
     } else {
         byte_level_tokenizer(file, spec, vocab)?
     };
@@ -279,7 +279,9 @@ pub fn tokenizer_from_gguf(file: &GgufFile) -> Result<GgufTokenizer, GgufTokeniz
         }
         match ty {
             TOKEN_TYPE_CONTROL => special.push(AddedToken::from(token.clone(), true)),
-            TOKEN_TYPE_UNKNOWN if sentencepiece => special.push(AddedToken::from(token.clone(), true)),
+            TOKEN_TYPE_UNKNOWN if sentencepiece => {
+                special.push(AddedToken::from(token.clone(), true))
+            }
             TOKEN_TYPE_USER_DEFINED => {
                 user_defined.push(AddedToken::from(token.clone(), false).normalized(false))
             }
@@ -509,7 +511,12 @@ fn sentencepiece_tokenizer(
             }
         }
     }
-    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)).then(a.3.cmp(&b.3)));
+    ranked.sort_by(|a, b| {
+        b.0.total_cmp(&a.0)
+            .then(a.1.cmp(&b.1))
+            .then(a.2.cmp(&b.2))
+            .then(a.3.cmp(&b.3))
+    });
     let merges = ranked.into_iter().map(|m| (m.4, m.5)).collect();
 
     let unk = file
@@ -533,7 +540,11 @@ fn sentencepiece_tokenizer(
         .unwrap_or(true);
     let spaces = Replace::new(" ", SPIECE_SPACE).map_err(|e| build_err(e.to_string()))?;
     let normalizer: NormalizerWrapper = if add_space_prefix {
-        NormSequence::new(vec![Prepend::new(SPIECE_SPACE.into()).into(), spaces.into()]).into()
+        NormSequence::new(vec![
+            Prepend::new(SPIECE_SPACE.into()).into(),
+            spaces.into(),
+        ])
+        .into()
     } else {
         spaces.into()
     };

@@ -153,6 +153,46 @@ fn bad_input_is_a_clear_error() {
         "x",
     ]);
     assert!(err.contains("missing"), "{err}");
+    // A context longer than the model's, or a prompt longer than the one asked for.
+    let err = run(&[
+        "generate",
+        "--model",
+        model,
+        "--device",
+        "cpu",
+        "--max-model-len",
+        "1000000",
+        "--prompt",
+        "x",
+    ]);
+    assert!(
+        err.contains("--max-model-len 1000000 exceeds the model's context"),
+        "{err}"
+    );
+    let err = run(&[
+        "generate",
+        "--model",
+        model,
+        "--device",
+        "cpu",
+        "--max-model-len",
+        "4",
+        "--max-tokens",
+        "2",
+        "--prompt",
+        "one two three four five six",
+    ]);
+    assert!(err.contains("context") && err.contains('4'), "{err}");
+    let err = run(&[
+        "shell",
+        "--model",
+        model,
+        "--device",
+        "cpu",
+        "--chat-template",
+        tmp.path().join("none.jinja").to_str().unwrap(),
+    ]);
+    assert!(err.contains("none.jinja"), "{err}");
     let err = run(&["pull", "gpt-5"]);
     assert!(
         err.contains("unknown model `gpt-5`") && err.contains("smollm2"),

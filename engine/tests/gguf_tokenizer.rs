@@ -202,10 +202,7 @@ fn bad_tokenizer_metadata_is_a_named_error() {
     );
 
     let err = tokenizer_from_gguf(&synthetic("smollm", |w| {
-        w.metadata(
-            "tokenizer.ggml.model",
-            MetadataValue::String("bert".into()),
-        );
+        w.metadata("tokenizer.ggml.model", MetadataValue::String("bert".into()));
     }))
     .unwrap_err();
     assert_eq!(
@@ -292,7 +289,11 @@ fn sentencepiece_matches_sentencepiece() {
         let ids = ids_of(&case["ids"]);
         assert_eq!(encode(&t, text, true), ids, "{text:?}");
         let with_bos = t.tokenizer.encode(text, true).unwrap().get_ids().to_vec();
-        assert_eq!(with_bos, [vec![bos], ids.clone()].concat(), "{text:?} with BOS");
+        assert_eq!(
+            with_bos,
+            [vec![bos], ids.clone()].concat(),
+            "{text:?} with BOS"
+        );
         let decoded = case["decoded"].as_str().unwrap();
         assert_eq!(t.tokenizer.decode(&ids, true).unwrap(), decoded, "{text:?}");
         // Streamed one token at a time, the text is the same.
@@ -303,10 +304,17 @@ fn sentencepiece_matches_sentencepiece() {
         }
         streamed.push_str(&stream.finish(&wrapper).unwrap());
         assert_eq!(streamed, decoded, "{text:?} streamed");
-        let is_byte = |&i: &u32| t.tokenizer.id_to_token(i).is_some_and(|p| p.starts_with("<0x"));
+        let is_byte = |&i: &u32| {
+            t.tokenizer
+                .id_to_token(i)
+                .is_some_and(|p| p.starts_with("<0x"))
+        };
         byte_fallbacks += usize::from(ids.iter().any(is_byte));
     }
-    assert!(byte_fallbacks >= 3, "the cases should exercise byte fallback");
+    assert!(
+        byte_fallbacks >= 3,
+        "the cases should exercise byte fallback"
+    );
     // A special token in the text is one token when specials are parsed, and
     // the text after it gets the prefix space again (as llama.cpp does).
     let eos = t.eos_token_id.unwrap();

@@ -380,7 +380,11 @@ fn check_together_on(config: EngineConfig, device_sampling: bool) -> Engine<Fake
     for (i, (id, out)) in ids.iter().zip(&outputs).enumerate() {
         assert_eq!(streamed[id], out.output_ids, "streamed tokens of {id}");
         let want = oracle_with_logprobs(&requests[i]).2;
-        assert_eq!(logprobs.get(id).cloned().unwrap_or_default(), want, "log probabilities of request {i}");
+        assert_eq!(
+            logprobs.get(id).cloned().unwrap_or_default(),
+            want,
+            "log probabilities of request {i}"
+        );
         assert_eq!(want.is_empty(), requests[i].params.logprobs.is_none());
     }
     assert_pool_whole(&mut engine);
@@ -933,7 +937,10 @@ fn generate_needs_an_idle_engine() {
 
 #[test]
 fn penalties_and_logprobs_take_the_host_path_next_to_device_sampling() {
-    check_together_on(config(4, 512, 256, CacheKind::Radix, SchedulePolicy::Mixed), true);
+    check_together_on(
+        config(4, 512, 256, CacheKind::Radix, SchedulePolicy::Mixed),
+        true,
+    );
 }
 
 #[test]
@@ -956,7 +963,9 @@ fn penalties_change_what_is_sampled() {
         ..Penalties::NONE
     };
     let mut engine = new_engine(config(4, 512, 256, CacheKind::Radix, SchedulePolicy::Mixed));
-    let out = engine.generate(vec![plain.clone(), penalised.clone()]).expect("generate");
+    let out = engine
+        .generate(vec![plain.clone(), penalised.clone()])
+        .expect("generate");
     assert_matches_oracle(&[plain, penalised], &out);
     let distinct = |ids: &[u32]| ids.iter().collect::<std::collections::HashSet<_>>().len();
     assert!(

@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use engine::chat_template::{ChatTemplate, ModelChatConfig, RenderOptions};
 use engine::core::SamplingParams;
-use engine::logprobs::token_logprobs;
-use engine::penalties::Penalties;
 use engine::engine::{Engine, EngineConfig, GenerateRequest};
 use engine::kvcache::CacheKind;
+use engine::logprobs::token_logprobs;
+use engine::penalties::Penalties;
 use engine::scheduler::SchedulePolicy;
 use engine::server::{self, SamplingDefaults, ServerConfig, ServerHandle};
 use engine::tokenizer::Tokenizer;
@@ -59,6 +59,10 @@ fn fake_engine(lm: HashLm, tok: &Tokenizer, num_pages: usize) -> Engine<HashLm> 
 }
 
 fn start_fake(lm: HashLm, num_pages: usize) -> ServerHandle {
+    start_fake_with_key(lm, num_pages, None)
+}
+
+fn start_fake_with_key(lm: HashLm, num_pages: usize, api_key: Option<&str>) -> ServerHandle {
     let tok = tokenizer();
     let engine = fake_engine(lm, &tok, num_pages);
     let chat = ModelChatConfig::load(&fixture(MODEL)).expect("chat config");
@@ -72,6 +76,7 @@ fn start_fake(lm: HashLm, num_pages: usize) -> ServerHandle {
             model_aliases: vec!["alias/with-slash".to_owned()],
             defaults: SamplingDefaults::openai(),
             shutdown_timeout: Duration::from_secs(5),
+            api_key: api_key.map(str::to_owned),
         },
         listener,
     )
@@ -190,9 +195,17 @@ fn fake_model_chat_and_completions_match_offline_generation() {
 
 /// Offline generation of `prompt_ids` with `params` and a fresh engine: the
 /// output ids and text.
-fn offline_with(lm: &HashLm, tok: &Tokenizer, prompt_ids: Vec<u32>, params: SamplingParams) -> (Vec<u32>, String) {
+fn offline_with(
+    lm: &HashLm,
+    tok: &Tokenizer,
+    prompt_ids: Vec<u32>,
+    params: SamplingParams,
+) -> (Vec<u32>, String) {
     let mut engine = fake_engine(lm.clone(), tok, 256);
-    let out = engine.generate(vec![GenerateRequest { prompt_ids, params }]).unwrap().remove(0);
+    let out = engine
+        .generate(vec![GenerateRequest { prompt_ids, params }])
+        .unwrap()
+        .remove(0);
     let text = tok.decode(&out.output_ids, true).unwrap();
     (out.output_ids, text)
 }
@@ -209,18 +222,27 @@ fn choices_logprobs_and_penalties_match_offline_generation() {
     let len = prompt_ids.len();
 
     // n = 3 sampled choices: choice j draws with seed + j.
-    let body = json!({"messages": messages, "max_tokens": 12, "temperature": 0.9, "seed": 5, "n": 3});
+    let body =
+        json!({"messages": messages, "max_tokens": 12, "temperature": 0.9, "seed": 5, "n": 3});
     let v = post_json(addr, "/v1/chat/completions", &body).json();
     let choices = v["choices"].as_array().expect("choices");
     assert_eq!(choices.len(), 3, "{v}");
     let mut texts = Vec::new();
     for (j, c) in choices.iter().enumerate() {
-        let (_, want) = offline_with(&lm, &tok, prompt_ids.clone(), SamplingParams::random(12, 0.9, 5 + j as u64));
+        let (_, want) = offline_with(
+            &lm,
+            &tok,
+            prompt_ids.clone(),
+            SamplingParams::random(12, 0.9, 5 + j as u64),
+        );
         assert_eq!(c["index"], j);
         assert_eq!(c["message"]["content"], want.as_str(), "choice {j}");
         texts.push(want);
     }
-    assert!(texts[0] != texts[1] || texts[1] != texts[2], "the choices are all alike: {texts:?}");
+    assert!(
+        texts[0] != texts[1] || texts[1] != texts[2],
+        "the choices are all alike: {texts:?}"
+    );
     assert_eq!(v["usage"]["prompt_tokens"], len, "the prompt counts once");
     assert_eq!(v["usage"]["completion_tokens"], 36);
 
@@ -228,7 +250,10 @@ fn choices_logprobs_and_penalties_match_offline_generation() {
     let mut stream_body = body.clone();
     stream_body["stream"] = json!(true);
     stream_body["stream_options"] = json!({"include_usage": true});
-    let payloads = SseStream::open(addr, "/v1/chat/completions", &stream_body).unwrap().collect().unwrap();
+    let payloads = SseStream::open(addr, "/v1/chat/completions", &stream_body)
+        .unwrap()
+        .collect()
+        .unwrap();
     let mut streamed = vec![String::new(); 3];
     let mut finished = 0;
     for p in payloads.iter().filter(|p| *p != "[DONE]") {
@@ -241,13 +266,19 @@ fn choices_logprobs_and_penalties_match_offline_generation() {
     }
     assert_eq!(streamed, texts);
     assert_eq!(finished, 3);
-    assert_eq!(summarize(&payloads).usage.expect("usage")["completion_tokens"], 36);
+    assert_eq!(
+        summarize(&payloads).usage.expect("usage")["completion_tokens"],
+        36
+    );
 
     // Log probabilities: the raw model distribution at every greedy step.
     let body = json!({"messages": messages, "max_tokens": 6, "temperature": 0, "logprobs": true, "top_logprobs": 2});
     let v = post_json(addr, "/v1/chat/completions", &body).json();
     let (ids, _) = offline_with(&lm, &tok, prompt_ids.clone(), SamplingParams::greedy(6));
-    let content = v["choices"][0]["logprobs"]["content"].as_array().expect("logprobs.content").clone();
+    let content = v["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .expect("logprobs.content")
+        .clone();
     assert_eq!(content.len(), ids.len());
     let mut history = prompt_ids.clone();
     for (k, (entry, &id)) in content.iter().zip(&ids).enumerate() {
@@ -255,7 +286,10 @@ fn choices_logprobs_and_penalties_match_offline_generation() {
         let want = token_logprobs(&lm.logits(history[pos], pos as u32), id, 2);
         let text = |t: u32| tok.decode(&[t], false).unwrap();
         assert_eq!(entry["token"], text(id).as_str(), "step {k}");
-        assert!((entry["logprob"].as_f64().unwrap() - f64::from(want.logprob)).abs() < 1e-6, "step {k}: {entry}");
+        assert!(
+            (entry["logprob"].as_f64().unwrap() - f64::from(want.logprob)).abs() < 1e-6,
+            "step {k}: {entry}"
+        );
         assert_eq!(entry["bytes"], json!(text(id).as_bytes()));
         let top = entry["top_logprobs"].as_array().unwrap();
         assert_eq!(top.len(), 2);
@@ -268,33 +302,54 @@ fn choices_logprobs_and_penalties_match_offline_generation() {
     // Streamed, every token's entry arrives once.
     let mut stream_body = body.clone();
     stream_body["stream"] = json!(true);
-    let payloads = SseStream::open(addr, "/v1/chat/completions", &stream_body).unwrap().collect().unwrap();
+    let payloads = SseStream::open(addr, "/v1/chat/completions", &stream_body)
+        .unwrap()
+        .collect()
+        .unwrap();
     let streamed: Vec<Json> = payloads
         .iter()
         .filter(|p| *p != "[DONE]")
         .flat_map(|p| {
             let chunk: Json = serde_json::from_str(p).unwrap();
-            chunk["choices"][0]["logprobs"]["content"].as_array().cloned().unwrap_or_default()
+            chunk["choices"][0]["logprobs"]["content"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
         })
         .collect();
     assert_eq!(streamed, content);
     // Without `logprobs` there are none.
-    let v = post_json(addr, "/v1/chat/completions", &json!({"messages": messages, "max_tokens": 2})).json();
+    let v = post_json(
+        addr,
+        "/v1/chat/completions",
+        &json!({"messages": messages, "max_tokens": 2}),
+    )
+    .json();
     assert!(v["choices"][0]["logprobs"].is_null());
 
     // Penalties reach the sampler.
-    let penalties = Penalties { repetition: 1.3, frequency: 1.0, presence: 0.5 };
+    let penalties = Penalties {
+        repetition: 1.3,
+        frequency: 1.0,
+        presence: 0.5,
+    };
     let (_, want) = offline_with(
         &lm,
         &tok,
         prompt_ids.clone(),
-        SamplingParams { penalties, ..SamplingParams::greedy(20) },
+        SamplingParams {
+            penalties,
+            ..SamplingParams::greedy(20)
+        },
     );
     let (_, plain) = offline_with(&lm, &tok, prompt_ids.clone(), SamplingParams::greedy(20));
     assert_ne!(want, plain, "the penalties change nothing on this prompt");
     let body = json!({"messages": messages, "max_tokens": 20, "temperature": 0,
         "repetition_penalty": 1.3, "frequency_penalty": 1.0, "presence_penalty": 0.5});
-    assert_eq!(post_json(addr, "/v1/chat/completions", &body).json()["choices"][0]["message"]["content"], want.as_str());
+    assert_eq!(
+        post_json(addr, "/v1/chat/completions", &body).json()["choices"][0]["message"]["content"],
+        want.as_str()
+    );
 
     // Completions of a batch of prompts, n = 2 each: choice 2p + j, with echo
     // and per-token offsets counted from the echoed prompt.
@@ -325,12 +380,27 @@ fn choices_logprobs_and_penalties_match_offline_generation() {
     for (body, param) in [
         (json!({"messages": messages, "n": 0}), "n"),
         (json!({"messages": messages, "n": 129}), "n"),
-        (json!({"messages": messages, "top_logprobs": 2}), "top_logprobs"),
-        (json!({"messages": messages, "logprobs": true, "top_logprobs": 21}), "top_logprobs"),
+        (
+            json!({"messages": messages, "top_logprobs": 2}),
+            "top_logprobs",
+        ),
+        (
+            json!({"messages": messages, "logprobs": true, "top_logprobs": 21}),
+            "top_logprobs",
+        ),
         (json!({"messages": messages, "logprobs": 3}), "logprobs"),
-        (json!({"messages": messages, "frequency_penalty": -2.5}), "frequency_penalty"),
-        (json!({"messages": messages, "presence_penalty": "high"}), "presence_penalty"),
-        (json!({"messages": messages, "repetition_penalty": 0}), "repetition_penalty"),
+        (
+            json!({"messages": messages, "frequency_penalty": -2.5}),
+            "frequency_penalty",
+        ),
+        (
+            json!({"messages": messages, "presence_penalty": "high"}),
+            "presence_penalty",
+        ),
+        (
+            json!({"messages": messages, "repetition_penalty": 0}),
+            "repetition_penalty",
+        ),
     ] {
         let r = post_json(addr, "/v1/chat/completions", &body);
         assert_eq!(r.status, 400, "{body}: {}", r.text());
@@ -346,6 +416,40 @@ fn choices_logprobs_and_penalties_match_offline_generation() {
         assert_eq!(r.status, 400, "{body}: {}", r.text());
         assert_eq!(r.json()["error"]["param"], param, "{body}");
     }
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn an_api_key_guards_the_v1_routes_only() {
+    let tok = tokenizer();
+    let server = start_fake_with_key(fake_lm(&tok, 512), 64, Some("sekrit"));
+    let addr = server.addr();
+    let body = json!({"prompt": "hi", "max_tokens": 2});
+    let body = body.to_string();
+    let send = |method: &str, path: &str, headers: &[(&str, &str)], body: Option<&str>| {
+        request_with_headers(addr, method, path, headers, body.map(str::as_bytes)).unwrap()
+    };
+    for headers in [
+        vec![],
+        vec![("Authorization", "Bearer wrong")],
+        vec![("Authorization", "sekrit")],
+    ] {
+        let r = send("POST", "/v1/completions", &headers, Some(&body));
+        assert_eq!(r.status, 401, "{headers:?}: {}", r.text());
+        assert_eq!(r.json()["error"]["code"], "invalid_api_key");
+    }
+    assert_eq!(send("GET", "/v1/models", &[], None).status, 401);
+    let auth = [("Authorization", "Bearer sekrit")];
+    let r = send("POST", "/v1/completions", &auth, Some(&body));
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(send("GET", "/v1/models", &auth, None).status, 200);
+    // Health, metrics and the tokenizer stay open, as in vLLM.
+    assert_eq!(get(addr, "/health").status, 200);
+    assert_eq!(get(addr, "/metrics").status, 200);
+    assert_eq!(
+        post_json(addr, "/tokenize", &json!({"prompt": "hi"})).status,
+        200
+    );
     server.shutdown().unwrap();
 }
 
@@ -542,8 +646,18 @@ fn check_bad_requests(addr: std::net::SocketAddr, model: &str, max_context_len: 
         ),
         bad(chat, with(json!({"n": 0})), 400, Some("n")),
         bad(chat, with(json!({"logprobs": 2})), 400, Some("logprobs")),
-        bad(chat, with(json!({"top_logprobs": 2})), 400, Some("top_logprobs")),
-        bad(chat, with(json!({"prompt_logprobs": 1})), 400, Some("prompt_logprobs")),
+        bad(
+            chat,
+            with(json!({"top_logprobs": 2})),
+            400,
+            Some("top_logprobs"),
+        ),
+        bad(
+            chat,
+            with(json!({"prompt_logprobs": 1})),
+            400,
+            Some("prompt_logprobs"),
+        ),
         bad(chat, with(json!({"stop": 3})), 400, Some("stop")),
         bad(chat, with(json!({"stop": [""]})), 400, Some("stop.0")),
         bad(chat, with(json!({"seed": "x"})), 400, Some("seed")),
@@ -960,6 +1074,7 @@ fn load(name: &str) -> LoadedModel {
             load_format: "auto".into(),
             attn: "paged".into(),
             moe: "fused".into(),
+            chat_template: None,
         },
         &EngineArgs {
             page_size: 16,
@@ -968,6 +1083,7 @@ fn load(name: &str) -> LoadedModel {
             max_prefill_length: 8192,
             max_running_requests: 256,
             cache: "radix".into(),
+            max_model_len: None,
         },
     )
     .unwrap_or_else(|e| panic!("load {name}: {e:#}"))

@@ -35,6 +35,7 @@ fn load(name: &str) -> LoadedModel {
             load_format: "auto".into(),
             attn: "paged".into(),
             moe: "fused".into(),
+            chat_template: None,
         },
         &EngineArgs {
             page_size: 16,
@@ -43,9 +44,47 @@ fn load(name: &str) -> LoadedModel {
             max_prefill_length: 8192,
             max_running_requests: 16,
             cache: "radix".into(),
+            max_model_len: None,
         },
     )
     .unwrap_or_else(|e| panic!("load {name}: {e:#}"))
+}
+
+#[test]
+fn chat_template_and_max_model_len_options_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let template = dir.path().join("plain.jinja");
+    std::fs::write(
+        &template,
+        "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant:",
+    )
+    .unwrap();
+    let m = load_model(
+        &ModelArgs {
+            model: fixture(MODEL),
+            device: "cpu".into(),
+            dtype: "auto".into(),
+            load_format: "auto".into(),
+            attn: "paged".into(),
+            moe: "fused".into(),
+            chat_template: Some(template.clone()),
+        },
+        &EngineArgs {
+            page_size: 16,
+            num_pages: Some(64),
+            mem_fraction: 0.85,
+            max_prefill_length: 8192,
+            max_running_requests: 16,
+            cache: "radix".into(),
+            max_model_len: Some(48),
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        m.chat.chat_template.as_deref(),
+        Some(std::fs::read_to_string(&template).unwrap().as_str())
+    );
+    assert_eq!(m.engine.runner().max_context_len(), 48);
 }
 
 /// The greedy reply to a conversation, as the shell renders and decodes it.

@@ -35,6 +35,9 @@ pub struct ModelArgs {
     /// MoE backend of sparse MoE models: fused (the fused kernels) or naive (one expert at a time).
     #[arg(long, default_value = "fused")]
     pub moe: String,
+    /// A Jinja chat template file to use instead of the model's own.
+    #[arg(long)]
+    pub chat_template: Option<PathBuf>,
 }
 
 /// Engine sizing and scheduling.
@@ -58,6 +61,25 @@ pub struct EngineArgs {
     /// Prefix cache: radix or naive.
     #[arg(long, default_value = "radix")]
     pub cache: String,
+    /// Longest sequence (prompt + output) served, at most the model's context
+    /// (default: the model's context).
+    #[arg(long)]
+    pub max_model_len: Option<usize>,
+}
+
+impl EngineArgs {
+    /// The context served for `model`: its own, or less with `--max-model-len`.
+    pub fn max_model_len(&self, model: &dyn models::CausalLm) -> anyhow::Result<usize> {
+        let own = model.max_position_embeddings();
+        match self.max_model_len {
+            None => Ok(own),
+            Some(0) => anyhow::bail!("--max-model-len must be at least 1"),
+            Some(n) if n > own => anyhow::bail!(
+                "--max-model-len {n} exceeds the model's context of {own} tokens (max_position_embeddings)"
+            ),
+            Some(n) => Ok(n),
+        }
+    }
 }
 
 /// A model ready to serve: the engine (scheduler + model runner), the tokenizer
@@ -168,7 +190,7 @@ pub fn default_num_pages(model: &dyn models::CausalLm, args: &EngineArgs) -> any
         .kv_cache_shape(1, args.page_size)
         .bytes_per_page(model.dtype())
         .max(1);
-    let min_pages = model.max_position_embeddings().div_ceil(args.page_size) + 1;
+    let min_pages = args.max_model_len(model)?.div_ceil(args.page_size) + 1;
     Ok(match model.device() {
         Device::Cpu => ((1usize << 30) / bytes_per_page).max(min_pages),
         Device::Cuda(i) => {
@@ -227,7 +249,7 @@ pub fn build_engine(
             eos.push(id);
         }
     }
-    let max_context = model.max_position_embeddings();
+    let max_context = engine_args.max_model_len(model.as_ref())?;
     let runner = CausalLmRunner::new(model, num_pages, engine_args.page_size, max_context)
         .with_context(|| format!("allocating a KV cache of {num_pages} pages"))?;
     let config = engine_config(engine_args, num_pages, eos)?;
@@ -240,7 +262,12 @@ pub fn build_engine(
 /// Loads the model, its tokenizer and chat template, sizes the KV pool and builds
 /// the engine.
 pub fn load_model(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::Result<LoadedModel> {
-    let (tokenizer, chat) = load_tokenizer(&model_args.model)?;
+    let (tokenizer, mut chat) = load_tokenizer(&model_args.model)?;
+    if let Some(path) = &model_args.chat_template {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the chat template {}", path.display()))?;
+        chat.chat_template = Some(text);
+    }
     let model = load_causal_lm(model_args)?;
     let engine = build_engine(model, engine_args, tokenizer.eos_token_ids().to_vec())?;
     let name = model_args

@@ -27,6 +27,10 @@ pub struct ServeArgs {
     /// are aborted (a second signal aborts them at once).
     #[arg(long, default_value_t = 30.0)]
     pub shutdown_timeout: f64,
+    /// Require `Authorization: Bearer <key>` on /v1/* (default: the
+    /// MINISGL_API_KEY environment variable; none: open).
+    #[arg(long)]
+    pub api_key: Option<String>,
 }
 
 /// Loads the model, binds the port and serves until SIGINT or SIGTERM.
@@ -34,6 +38,11 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if !(args.shutdown_timeout.is_finite() && args.shutdown_timeout >= 0.0) {
         anyhow::bail!("--shutdown-timeout must be a number of seconds >= 0");
     }
+    let api_key = args
+        .api_key
+        .clone()
+        .or_else(|| std::env::var("MINISGL_API_KEY").ok())
+        .filter(|k| !k.is_empty());
     let defaults = server::defaults_from_model_dir(&args.model.model)?;
     let loaded = super::common::load_model(&args.model, &args.engine)?;
     let addr = format!("{}:{}", args.host, args.port);
@@ -59,6 +68,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             model_aliases,
             defaults,
             shutdown_timeout: Duration::from_secs_f64(args.shutdown_timeout),
+            api_key,
         },
         listener,
     )?;

@@ -57,6 +57,8 @@ pub enum ApiError {
     BodyTooLarge(String),
     #[error("cannot read the request body: {0}")]
     BadBody(String),
+    #[error("invalid or missing API key: send the header `Authorization: Bearer <key>`")]
+    Unauthorized,
     #[error("the server is shutting down")]
     ShuttingDown,
     #[error("internal error: {0}")]
@@ -114,6 +116,7 @@ impl ApiError {
                 StatusCode::NOT_FOUND
             }
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
@@ -162,6 +165,7 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::BodyTooLarge(_) => "request_too_large",
             ApiError::BadBody(_) => "invalid_body",
+            ApiError::Unauthorized => "invalid_api_key",
             ApiError::ShuttingDown => "server_shutting_down",
             ApiError::Internal(_) => "internal_error",
         })

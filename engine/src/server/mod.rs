@@ -86,6 +86,10 @@ pub struct ServerConfig {
     /// How long requests in flight may run after a shutdown signal before
     /// they are aborted.
     pub shutdown_timeout: Duration,
+    /// When set, `/v1/*` requests must send `Authorization: Bearer <key>`
+    /// (as vLLM's `--api-key`; `/health`, `/metrics` and the tokenizer routes
+    /// stay open).
+    pub api_key: Option<String>,
 }
 
 /// Sampling defaults for a model folder: OpenAI's, with the sampling fields
@@ -282,6 +286,7 @@ where
     let (engine, engine_thread) = engine_loop::spawn(engine, tokenizer.clone(), metrics.clone())
         .map_err(ServerError::Thread)?;
     let state = Arc::new(AppState {
+        api_key: config.api_key,
         engine: engine.clone(),
         model: ServedModel {
             name: config.model_name,

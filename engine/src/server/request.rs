@@ -941,7 +941,10 @@ mod tests {
         let p = |body: &str| parse_completion(body.as_bytes()).map(|r| r.prompts);
         assert_eq!(p(r#"{"prompt":"x"}"#).unwrap(), [Prompt::Text("x".into())]);
         assert_eq!(p(r#"{"prompt":[1,2]}"#).unwrap(), [Prompt::Ids(vec![1, 2])]);
-        assert_eq!(p(r#"{"prompt":["x"]}"#).unwrap(), [Prompt::Text("x".into())]);
+        assert_eq!(
+            p(r#"{"prompt":["x"]}"#).unwrap(),
+            [Prompt::Text("x".into())]
+        );
         assert_eq!(p(r#"{"prompt":[[3]]}"#).unwrap(), [Prompt::Ids(vec![3])]);
         assert_eq!(
             p(r#"{"prompt":["x",[4,5]]}"#).unwrap(),

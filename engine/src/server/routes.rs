@@ -60,18 +60,26 @@ pub struct ServedModel {
 
 /// Everything the handlers share.
 pub struct AppState {
+    /// The key `/v1/*` requests must present, if any.
+    pub api_key: Option<String>,
     pub engine: EngineHandle,
     pub model: ServedModel,
     pub metrics: Arc<Metrics>,
 }
 
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new()
+    let v1 = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(list_models))
         // A wildcard: served names often contain a slash (`Qwen/Qwen3-8B`).
         .route("/v1/models/{*model}", get(get_model))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            require_api_key,
+        ));
+    Router::new()
+        .merge(v1)
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/health", get(health))
@@ -82,6 +90,32 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(middleware::from_fn(json_method_not_allowed))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
+}
+
+/// Refuses a `/v1/*` request without the server's API key (when it has one).
+async fn require_api_key(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Some(key) = &state.api_key {
+        let sent = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        if !sent.is_some_and(|s| constant_time_eq(s.as_bytes(), key.as_bytes())) {
+            return ApiError::Unauthorized.into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// Compares secrets without stopping at the first difference, so response
+/// times do not reveal how much of a guess was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 pub fn unix_now() -> u64 {

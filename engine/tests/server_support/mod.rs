@@ -269,9 +269,13 @@ fn write_request(
     addr: SocketAddr,
     method: &str,
     path: &str,
+    headers: &[(&str, &str)],
     body: Option<&[u8]>,
 ) -> std::io::Result<()> {
     let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
     if let Some(body) = body {
         head.push_str(&format!(
             "Content-Type: application/json\r\nContent-Length: {}\r\n",
@@ -341,8 +345,19 @@ pub fn request(
     path: &str,
     body: Option<&[u8]>,
 ) -> std::io::Result<HttpResponse> {
+    request_with_headers(addr, method, path, &[], body)
+}
+
+/// [`request`] with extra headers.
+pub fn request_with_headers(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> std::io::Result<HttpResponse> {
     let mut stream = connect(addr)?;
-    write_request(&mut stream, addr, method, path, body)?;
+    write_request(&mut stream, addr, method, path, headers, body)?;
     let mut reader = BufReader::new(stream);
     let (status, headers) = read_head(&mut reader)?;
     let mut body = Vec::new();
@@ -393,6 +408,7 @@ impl SseStream {
             addr,
             "POST",
             path,
+            &[],
             Some(body.to_string().as_bytes()),
         )?;
         let mut reader = BufReader::new(stream);
