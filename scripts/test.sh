@@ -9,5 +9,10 @@ cd "$MINISGL_ROOT"
 cargo xtask build-kernels
 cargo build -p engine --bin minisgl
 MINISGL_SMOLLM2_GGUF=$(target/debug/minisgl pull smollm2)
+if [ ! -f "$MINISGL_SMOLLM2_GGUF" ]; then
+    echo "minisgl pull smollm2 printed '$MINISGL_SMOLLM2_GGUF', not the path of a file" >&2
+    exit 1
+fi
 export MINISGL_SMOLLM2_GGUF
-cargo test --workspace "$@"
+# Every test binary runs even when one fails, so one run shows every failure.
+cargo test --workspace --no-fail-fast "$@"

