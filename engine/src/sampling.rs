@@ -217,7 +217,14 @@ fn softmax(logits: &[f32], temperature: f32) -> Vec<f64> {
 /// Which tokens survive top-k, top-p and min-p (see the module docs).
 fn keep_mask(probs: &[f64], row: &SamplingRow) -> Vec<bool> {
     let mut order: Vec<usize> = (0..probs.len()).collect();
-    order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+    let by_rank = |a: &usize, b: &usize| probs[*b].total_cmp(&probs[*a]).then(a.cmp(b));
+    // Only the first `top_k` of the ranking can be kept: select them before
+    // sorting (the order is total, so they are the full sort's first k).
+    if let Some(k) = row.top_k.filter(|&k| k < order.len()) {
+        order.select_nth_unstable_by(k, by_rank);
+        order.truncate(k);
+    }
+    order.sort_by(by_rank);
     let p_max = probs[order[0]];
     let min_p = f64::from(row.min_p) * p_max;
     let top_p = f64::from(row.top_p);

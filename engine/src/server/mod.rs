@@ -116,6 +116,17 @@ pub fn defaults_from_model_dir(dir: &Path) -> Result<SamplingDefaults, ServerErr
             reason: format!("not valid JSON: {e}"),
         })?;
     let taken = defaults.apply_generation_config(&config);
+    if let Some(r) = config
+        .get("repetition_penalty")
+        .and_then(serde_json::Value::as_f64)
+        .filter(|&r| r != 1.0)
+    {
+        eprintln!(
+            "minisgl: {} sets repetition_penalty = {r}; it is not applied by default \
+             (penalties sample on the host); requests may set it",
+            path.display()
+        );
+    }
     if !taken.is_empty() {
         eprintln!(
             "minisgl: default sampling parameters from {}: {}",

@@ -69,14 +69,16 @@ const KNOWN_UNSUPPORTED: &[&str] = &[
 
 /// Server-wide sampling defaults: OpenAI's, overridden by the model's
 /// `generation_config.json` the way vLLM does it (`temperature`, `top_p`,
-/// `top_k`, `min_p`, `repetition_penalty`, `max_new_tokens`).
+/// `top_k`, `min_p`, `max_new_tokens`). Unlike vLLM, a `repetition_penalty`
+/// there is not made the default: penalties sample on the host, which on a GPU
+/// would slow every request of such a model (Qwen2.5 sets 1.05); requests may
+/// still set it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplingDefaults {
     pub temperature: f32,
     pub top_p: f32,
     pub top_k: Option<usize>,
     pub min_p: f32,
-    pub repetition_penalty: f32,
     /// Cap on the default `max_tokens` (a request's own value is not capped).
     pub max_new_tokens: Option<usize>,
 }
@@ -89,7 +91,6 @@ impl SamplingDefaults {
             top_p: 1.0,
             top_k: None,
             min_p: 0.0,
-            repetition_penalty: 1.0,
             max_new_tokens: None,
         }
     }
@@ -114,10 +115,6 @@ impl SamplingDefaults {
         if let Some(p) = num("min_p").filter(|p| (0.0..=1.0).contains(p)) {
             self.min_p = p as f32;
             taken.push("min_p");
-        }
-        if let Some(r) = num("repetition_penalty").filter(|r| r.is_finite() && *r > 0.0) {
-            self.repetition_penalty = r as f32;
-            taken.push("repetition_penalty");
         }
         if let Some(n) = config.get("max_new_tokens").and_then(as_int) {
             self.max_new_tokens = usize::try_from(n).ok().filter(|&n| n > 0);
@@ -169,9 +166,7 @@ impl Sampling {
             stop_token_ids: self.stop_token_ids.clone(),
             ignore_eos: self.ignore_eos,
             penalties: Penalties {
-                repetition: self
-                    .repetition_penalty
-                    .unwrap_or(defaults.repetition_penalty),
+                repetition: self.repetition_penalty.unwrap_or(1.0),
                 frequency: self.frequency_penalty.unwrap_or(0.0),
                 presence: self.presence_penalty.unwrap_or(0.0),
             },
@@ -961,16 +956,17 @@ mod tests {
         let taken = d.apply_generation_config(
             &serde_json::json!({"temperature": 0.6, "top_k": 20, "do_sample": true, "repetition_penalty": 1.05}),
         );
-        assert_eq!(taken, ["temperature", "top_k", "repetition_penalty"]);
+        assert_eq!(taken, ["temperature", "top_k"]);
         assert_eq!(d.top_k, Some(20));
         let s = Sampling::default().to_params(&d, 9);
         assert_eq!((s.temperature, s.max_tokens), (0.6, 9));
-        assert_eq!(s.penalties.repetition, 1.05);
-        // A request's own value wins over the model's default.
+        // The model's repetition penalty is not a default (see SamplingDefaults);
+        // a request's own is applied.
+        assert!(s.penalties.is_neutral());
         let own = Sampling {
-            repetition_penalty: Some(1.0),
+            repetition_penalty: Some(1.05),
             ..Sampling::default()
         };
-        assert!(own.to_params(&d, 9).penalties.is_neutral());
+        assert_eq!(own.to_params(&d, 9).penalties.repetition, 1.05);
     }
 }
