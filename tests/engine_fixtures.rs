@@ -20,6 +20,7 @@ fn engine_args(num_pages: usize, page_size: usize, max_prefill: usize, cache: &s
         max_prefill_length: max_prefill,
         max_running_requests: 64,
         cache: cache.into(),
+        max_model_len: None,
     }
 }
 
@@ -31,6 +32,7 @@ fn load(name: &str, engine: EngineArgs) -> LoadedModel {
         load_format: "auto".into(),
         attn: "paged".into(),
         moe: "fused".into(),
+        chat_template: None,
     };
     load_model(&model, &engine).unwrap()
 }

@@ -387,14 +387,34 @@ pub fn spec_mismatches(csrc_dir: &Path, spec: &Spec) -> Result<Vec<String>> {
 
 /// `extern "C" ... name(` appears in `text`.
 fn defines_extern_c(text: &str, name: &str) -> bool {
-    text.lines().any(|l| l.contains("extern \"C\"") && l.contains(&format!(" {name}(")))
+    extern_c_declarations(text).iter().any(|d| d.contains(&format!(" {name}(")))
+}
+
+/// Every `extern "C"` declaration of `text`, its lines joined up to the one that
+/// opens the body or ends the statement (`{` or `;`), so that a declaration
+/// split after `__launch_bounds__(...)` still names its function.
+fn extern_c_declarations(text: &str) -> Vec<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out = Vec::new();
+    for (i, line) in lines.iter().enumerate().filter(|(_, l)| l.contains("extern \"C\"")) {
+        let mut decl = (*line).to_owned();
+        for next in lines.iter().skip(i + 1).take(4) {
+            if decl.contains('{') || decl.contains(';') {
+                break;
+            }
+            decl.push(' ');
+            decl.push_str(next);
+        }
+        out.push(decl);
+    }
+    out
 }
 
 /// `extern "C"` functions in a source that kernels.toml does not list.
 fn undeclared_symbols(text: &str, family: &Family) -> Vec<String> {
     let mut out = Vec::new();
-    for line in text.lines().filter(|l| l.contains("extern \"C\"")) {
-        for name in called_names(line) {
+    for decl in extern_c_declarations(text) {
+        for name in called_names(&decl) {
             let listed = family.symbols.iter().any(|s| s == name) || family.jit_entry.as_deref() == Some(name);
             if name.starts_with("msgl_") && !listed {
                 out.push(format!("family `{}`: csrc/{} defines `{name}`, which kernels.toml does not list", family.name, family.source));
@@ -428,6 +448,16 @@ fn called_names(line: &str) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn extern_c_declarations_may_span_lines() {
+        let text = "extern \"C\" __global__ void __launch_bounds__(256, 1)\n    msgl_k(const P p) {\n  msgl_other(p);\n}\n\
+                    extern \"C\" int32_t msgl_launch(int a,\n                             int b);\n";
+        assert!(defines_extern_c(text, "msgl_k"));
+        assert!(defines_extern_c(text, "msgl_launch"));
+        // A call in a body is not a declaration.
+        assert!(!defines_extern_c(text, "msgl_other"));
+    }
 
     #[test]
     fn arch_names() {
