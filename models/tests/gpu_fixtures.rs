@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{cases, fixture, rel_l2};
+use common::{argmax, cases, fixture, rel_l2, top2_gap};
 use kernel_runtime::{DType, Device};
 use models::registry::model_loader;
 use models::{AttnBackendKind, CausalLm, ForwardBatch, KvCache, LogitRows, ModelConfig, MoeBackendKind, SeqStep, Weights};
@@ -37,16 +37,6 @@ fn load_gpu(name: &str) -> Box<dyn CausalLm> {
 fn forward(model: &dyn CausalLm, kv: &KvCache, seq: SeqStep<'_>, rows: LogitRows) -> Vec<f32> {
     let batch = ForwardBatch::new(&[seq], kv.page_size(), rows, model.device()).unwrap();
     model.forward(&batch, kv).unwrap().to_f32_vec().unwrap()
-}
-
-fn argmax(row: &[f32]) -> usize {
-    row.iter().enumerate().fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &v)| if v > bv { (i, v) } else { (bi, bv) }).0
-}
-
-fn top2_gap(row: &[f32]) -> f32 {
-    let mut s: Vec<f32> = row.to_vec();
-    s.sort_by(|a, b| b.total_cmp(a));
-    s[0] - s[1]
 }
 
 fn check(name: &str) {

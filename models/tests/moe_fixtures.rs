@@ -16,7 +16,7 @@
 
 mod common;
 
-use common::{cases, fixture, rel_l2};
+use common::{argmax, cases, fixture, rel_l2, top2_gap};
 use kernel_runtime::{DType, Device};
 use models::generate::{greedy, GreedyOptions};
 use models::registry::model_loader;
@@ -254,16 +254,6 @@ fn rows(model: &dyn CausalLm, probe: Option<&RouterProbe>, page: usize) -> Vec<R
         }
     }
     out
-}
-
-fn argmax(row: &[f32]) -> usize {
-    row.iter().enumerate().fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &v)| if v > bv { (i, v) } else { (bi, bv) }).0
-}
-
-fn top2_gap(row: &[f32]) -> f32 {
-    let mut s = row.to_vec();
-    s.sort_by(|a, b| b.total_cmp(a));
-    s[0] - s[1]
 }
 
 /// The dense models' bf16 bar (relative L2 <= 2e-2 at every prefill position and

@@ -96,3 +96,15 @@ pub fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
     }
     (num / den).sqrt()
 }
+
+/// Index of the largest value, the first on ties.
+pub fn argmax(row: &[f32]) -> usize {
+    row.iter().enumerate().fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &v)| if v > bv { (i, v) } else { (bi, bv) }).0
+}
+
+/// The gap between the two largest values (how clear the argmax is).
+pub fn top2_gap(row: &[f32]) -> f32 {
+    let mut s = row.to_vec();
+    s.sort_by(|a, b| b.total_cmp(a));
+    s[0] - s[1]
+}
