@@ -188,14 +188,21 @@ impl UsageSum {
     }
 }
 
-/// The log probabilities of `tokens` in the API's shape for this kind of
-/// request, or `null` when the request did not ask for them.
-fn logprobs_json(job: &Job, tokens: &[TokenLogprob], text_offset: usize) -> Option<Json> {
-    job.sampling.logprobs?;
-    Some(if job.chat {
-        chat_logprobs(tokens)
-    } else {
-        completion_logprobs(tokens, text_offset)
+/// The log probabilities of `tokens` in the API's shape for chat or
+/// completions (offsets counted from `text_offset`), or `null` when the
+/// request did not ask for them.
+fn logprobs_json(
+    wanted: bool,
+    chat: bool,
+    tokens: &[TokenLogprob],
+    text_offset: usize,
+) -> Option<Json> {
+    wanted.then(|| {
+        if chat {
+            chat_logprobs(tokens)
+        } else {
+            completion_logprobs(tokens, text_offset)
+        }
     })
 }
 
@@ -223,7 +230,7 @@ async fn full_response(
                     refusal: None,
                     tool_calls: Vec::new(),
                 },
-                logprobs: logprobs_json(job, &out.logprobs, 0),
+                logprobs: logprobs_json(job.sampling.logprobs.is_some(), true, &out.logprobs, 0),
                 finish_reason: finish_reason_str(out.finished.reason),
             })
             .collect();
@@ -257,7 +264,12 @@ async fn full_response(
                 CompletionChoice {
                     index,
                     text,
-                    logprobs: logprobs_json(job, &out.logprobs, echoed),
+                    logprobs: logprobs_json(
+                        job.sampling.logprobs.is_some(),
+                        false,
+                        &out.logprobs,
+                        echoed,
+                    ),
                     finish_reason: Some(finish_reason_str(out.finished.reason)),
                 }
             })
@@ -302,19 +314,11 @@ struct StreamState {
 
 impl StreamState {
     fn text_chunk(&mut self, index: u32, text: &str) {
-        let chat = self.chat;
-        let want_logprobs = self.logprobs;
         let Some(c) = self.choices.get_mut(index as usize) else {
             return;
         };
-        let logprobs = want_logprobs.then(|| {
-            let tokens = std::mem::take(&mut c.pending_logprobs);
-            if chat {
-                chat_logprobs(&tokens)
-            } else {
-                completion_logprobs(&tokens, c.chars_sent)
-            }
-        });
+        let tokens = std::mem::take(&mut c.pending_logprobs);
+        let logprobs = logprobs_json(self.logprobs, self.chat, &tokens, c.chars_sent);
         c.chars_sent += text.chars().count();
         self.ready
             .push_back(self.writer.text(index, text, logprobs));
