@@ -32,7 +32,7 @@ _minisgl_cuda() {
 }
 
 _minisgl_libclang() {
-  if ldconfig -p 2>/dev/null | grep -q 'libclang.*\.so'; then return; fi
+  if ldconfig -p 2>/dev/null | grep -qE 'libclang(-[0-9.]+)?\.so'; then return; fi
   if command -v apt-get >/dev/null 2>&1; then
     _minisgl_log "installing libclang (bindgen) with apt-get"
     local sudo=""

@@ -32,6 +32,7 @@
  * split. The host chooses kv_chunk so that small batches of long sequences (decode)
  * still fill the GPU.
  */
+#include "minisgl/attention.cuh"
 #include "minisgl/mma.cuh"
 
 namespace msgl {
@@ -50,20 +51,6 @@ template <int DTYPE, int HEAD_DIM> struct AttnTile {
 __host__ __device__ constexpr long long attention_smem_bytes(int dtype_bytes, int head_dim, int bn, int num_warps) {
   return static_cast<long long>(16 * num_warps + 2 * bn) * (head_dim + 16 / dtype_bytes) * dtype_bytes;
 }
-
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ float fast_log2(float x) {
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-/* -infinity (no <cmath> or builtin constant under NVRTC). */
-__device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
 
 /* The sequence holding q tile `tile` and the tile's index inside it: a warp-wide
  * prefix sum of ceil(q_len * group / rows_per_tile) over the sequences. */
@@ -129,7 +116,7 @@ __device__ __forceinline__ void attention_tile(const msgl_attention_params& p) {
   const int q_start = p.q_indptr[seq];
   const int q_len = p.q_indptr[seq + 1] - q_start;
   const int kv_len = p.kv_lens[seq];
-  const int num_splits = kv_len > p.kv_chunk ? (kv_len + p.kv_chunk - 1) / p.kv_chunk : 1;
+  const int num_splits = attention_num_splits(kv_len, p.kv_chunk);
   if (split >= num_splits) return;
   const int row0 = tile_in_seq * rows_per_tile; /* first packed row of the tile */
   const int rows = min(rows_per_tile, q_len * group - row0);
@@ -372,44 +359,6 @@ __device__ __forceinline__ void attention_tile(const msgl_attention_params& p) {
   }
 }
 
-/* Phase 1: merges the splits of one (token, head) row per warp. */
-template <int DTYPE, int HEAD_DIM>
-__device__ __forceinline__ void attention_combine(const msgl_attention_params& p) {
-  using T = typename DType<DTYPE>::Storage;
-  constexpr int PER_LANE = HEAD_DIM / kWarpSize;
-  const long long row = static_cast<long long>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
-  if (row >= p.num_tokens * p.num_q_heads) return;
-  const int lane = threadIdx.x % kWarpSize;
-  const int token = static_cast<int>(row / p.num_q_heads);
-  /* The sequence of `token`: the last s with q_indptr[s] <= token. */
-  int lo = 0, hi = p.num_seqs - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (p.q_indptr[mid] <= token) lo = mid; else hi = mid - 1;
-  }
-  const int kv_len = p.kv_lens[lo];
-  const int num_splits = kv_len > p.kv_chunk ? (kv_len + p.kv_chunk - 1) / p.kv_chunk : 1;
-  if (num_splits <= 1) return;
-  const float* lse = p.lse_partial + row * p.max_splits;
-  float max_lse = neg_inf();
-  for (int s = 0; s < num_splits; ++s) max_lse = fmaxf(max_lse, lse[s]);
-  float acc[PER_LANE];
-#pragma unroll
-  for (int i = 0; i < PER_LANE; ++i) acc[i] = 0.f;
-  float total = 0.f;
-  for (int s = 0; s < num_splits; ++s) {
-    const float w = lse[s] == neg_inf() ? 0.f : fast_exp2(lse[s] - max_lse);
-    total += w;
-    const float* po = p.o_partial + (row * p.max_splits + s) * HEAD_DIM;
-#pragma unroll
-    for (int i = 0; i < PER_LANE; ++i) acc[i] += w * po[i * kWarpSize + lane];
-  }
-  const float inv = total > 0.f ? 1.f / total : 0.f;
-  T* out = static_cast<T*>(p.out) + row * HEAD_DIM;
-#pragma unroll
-  for (int i = 0; i < PER_LANE; ++i) out[i * kWarpSize + lane] = DType<DTYPE>::from_f32(acc[i] * inv);
-}
-
 template <int DTYPE, int HEAD_DIM, int MMA>
 __device__ __forceinline__ void attention_impl(const msgl_attention_params& p) {
   if (p.phase == 0) {
@@ -432,7 +381,7 @@ extern "C" __global__ void __launch_bounds__(128) msgl_attention_kernel(const ms
 #endif
 
 #if !defined(__CUDACC_RTC__)
-#include "minisgl/check.h"
+#include "minisgl/attention_host.h"
 #include "msgl_instances.inc" /* MSGL_FOR_EACH_INSTANCE(X): X(DTYPE, HEAD_DIM, MMA) for each AOT instance */
 
 namespace msgl {
@@ -470,87 +419,20 @@ extern "C" int32_t msgl_paged_attention(const msgl_tensor* out, const msgl_tenso
                                         const msgl_attention_params* plan, int32_t mma, msgl_stream stream) {
   using namespace msgl;
   const char* op = "paged_attention";
-  constexpr uint32_t floats = dtype_bit(MSGL_F32) | dtype_bit(MSGL_F16) | dtype_bit(MSGL_BF16);
-  MSGL_TRY(expect_tensor(out, op, "out", 3, floats));
-  MSGL_TRY(expect_tensor(q, op, "q", 3, floats));
-  MSGL_TRY(expect_tensor(k_cache, op, "k_cache", 4, floats));
-  MSGL_TRY(expect_tensor(v_cache, op, "v_cache", 4, floats));
-  MSGL_TRY(expect_tensor(q_indptr, op, "q_indptr", 1, dtype_bit(MSGL_I32)));
-  MSGL_TRY(expect_tensor(kv_lens, op, "kv_lens", 1, dtype_bit(MSGL_I32)));
-  MSGL_TRY(expect_tensor(block_table, op, "block_table", 2, dtype_bit(MSGL_I32)));
-  MSGL_TRY(expect_same(q, "q", out, "out", op));
-  MSGL_TRY(expect_same(q, "q", k_cache, "k_cache", op));
-  MSGL_TRY(expect_same(q, "q", v_cache, "v_cache", op));
-  for (const msgl_tensor* t : {q_indptr, kv_lens, block_table})
-    if (t->device != q->device)
-      return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the batch layout tensors must be on the device of `q`", op);
   if (plan == nullptr) return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: argument `plan` is null", op);
-  const int64_t num_tokens = q->shape[0], num_q_heads = q->shape[1], head_dim = q->shape[2];
-  const int64_t num_kv_heads = k_cache->shape[2];
-  const int64_t num_seqs = kv_lens->shape[0];
-  for (int d = 0; d < 4; ++d) MSGL_TRY(expect_dim(v_cache, op, "v_cache", d, k_cache->shape[d]));
-  MSGL_TRY(expect_dim(k_cache, op, "k_cache", 3, head_dim));
-  MSGL_TRY(expect_dim(out, op, "out", 0, num_tokens));
-  MSGL_TRY(expect_dim(out, op, "out", 1, num_q_heads));
-  MSGL_TRY(expect_dim(out, op, "out", 2, head_dim));
-  MSGL_TRY(expect_dim(q_indptr, op, "q_indptr", 0, num_seqs + 1));
-  MSGL_TRY(expect_contiguous(out, op, "out"));
-  MSGL_TRY(expect_contiguous(k_cache, op, "k_cache"));
-  MSGL_TRY(expect_contiguous(v_cache, op, "v_cache"));
-  MSGL_TRY(expect_contiguous(q_indptr, op, "q_indptr"));
-  MSGL_TRY(expect_contiguous(kv_lens, op, "kv_lens"));
-  MSGL_TRY(expect_contiguous(block_table, op, "block_table"));
-  MSGL_TRY(expect_rows(q, op, "q", 16));
-  MSGL_TRY(expect_rows(out, op, "out", 16));
-  MSGL_TRY(expect_rows(k_cache, op, "k_cache", 16));
-  MSGL_TRY(expect_rows(v_cache, op, "v_cache", 16));
-  if (num_kv_heads <= 0 || num_q_heads % num_kv_heads != 0)
-    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: query heads %lld are not a multiple of kv heads %lld", op,
-                     static_cast<long long>(num_q_heads), static_cast<long long>(num_kv_heads));
-  if (block_table->shape[0] < num_seqs)
-    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: argument `block_table` has %lld rows for %lld sequences", op,
-                     static_cast<long long>(block_table->shape[0]), static_cast<long long>(num_seqs));
-  if (mma != 0 && q->dtype == MSGL_F32)
+  if (mma != 0 && q != nullptr && q->dtype == MSGL_F32)
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the tensor-core path (MMA=1) needs bf16 or f16", op);
   if (plan->num_warps < 1 || plan->num_warps > kAttnMaxWarps || plan->kv_chunk < 1 || plan->max_splits < 1 ||
       plan->num_q_tiles < 0)
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: bad plan (num_warps %d, kv_chunk %d, max_splits %d, num_q_tiles %d)",
                      op, plan->num_warps, plan->kv_chunk, plan->max_splits, plan->num_q_tiles);
-  msgl_attention_params p = *plan;
-  if (p.max_splits > 1) {
-    MSGL_TRY(expect_tensor(o_partial, op, "o_partial", 4, dtype_bit(MSGL_F32)));
-    MSGL_TRY(expect_tensor(lse_partial, op, "lse_partial", 3, dtype_bit(MSGL_F32)));
-    const int64_t o_shape[4] = {num_tokens, num_q_heads, p.max_splits, head_dim};
-    for (int d = 0; d < 4; ++d) MSGL_TRY(expect_dim(o_partial, op, "o_partial", d, o_shape[d]));
-    for (int d = 0; d < 3; ++d) MSGL_TRY(expect_dim(lse_partial, op, "lse_partial", d, o_shape[d]));
-    MSGL_TRY(expect_contiguous(o_partial, op, "o_partial"));
-    MSGL_TRY(expect_contiguous(lse_partial, op, "lse_partial"));
-    p.o_partial = static_cast<float*>(o_partial->data);
-    p.lse_partial = static_cast<float*>(lse_partial->data);
-  } else {
-    p.o_partial = nullptr;
-    p.lse_partial = nullptr;
-  }
-  if (static_cast<long long>(p.num_q_tiles) * num_kv_heads * p.max_splits > 0x7fffffffLL)
+  msgl_attention_params p;
+  MSGL_TRY(attention_check_and_fill(op, out, q, k_cache, v_cache, q_indptr, kv_lens, block_table, o_partial, lse_partial,
+                                    plan, &p));
+  if (static_cast<long long>(p.num_q_tiles) * p.num_kv_heads * p.max_splits > 0x7fffffffLL)
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the grid exceeds 2^31 blocks", op);
-  p.out = out->data;
-  p.q = q->data;
-  p.k_cache = k_cache->data;
-  p.v_cache = v_cache->data;
-  p.q_indptr = static_cast<const int32_t*>(q_indptr->data);
-  p.kv_lens = static_cast<const int32_t*>(kv_lens->data);
-  p.block_table = static_cast<const int32_t*>(block_table->data);
-  p.q_token_stride = q->strides[0];
-  p.q_head_stride = q->strides[1];
-  p.num_tokens = num_tokens;
-  p.num_pages = k_cache->shape[0];
-  p.num_seqs = static_cast<int32_t>(num_seqs);
-  p.num_q_heads = static_cast<int32_t>(num_q_heads);
-  p.num_kv_heads = static_cast<int32_t>(num_kv_heads);
-  p.page_size = static_cast<int32_t>(k_cache->shape[1]);
-  p.max_pages = static_cast<int32_t>(block_table->shape[1]);
-  p.phase = 0;
-  if (num_tokens == 0 || num_seqs == 0) return MSGL_OK;
+  const int64_t head_dim = q->shape[2];
+  if (p.num_tokens == 0 || p.num_seqs == 0) return MSGL_OK;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
 #define MSGL_CASE(D, HD, MMA) \
   if (q->dtype == D && head_dim == HD && mma == MMA) return launch_attention<D, HD, MMA>(p, s);

@@ -18,7 +18,7 @@
 //! compiled with NVRTC), a cross-check of the tensor-core fragment layouts.
 
 use anyhow::{bail, ensure, Context, Result};
-use kernel_runtime::ops::{self, PagedAttnMeta};
+use kernel_runtime::ops::{self, AttnKernel, PagedAttnMeta};
 use kernel_runtime::{DType, Device, Tensor};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -447,9 +447,15 @@ struct AttnCase {
     heads: (usize, usize),
 }
 
-fn check_attention(r: &mut StdRng, case: &AttnCase, batch_name: &str, batch: &[(usize, usize)]) -> Result<()> {
+/// Runs `case` over `batch` on the CPU and, on the device, with each of `kernels`.
+fn check_attention(
+    r: &mut StdRng,
+    case: &AttnCase,
+    batch_name: &str,
+    batch: &[(usize, usize)],
+    kernels: &[AttnKernel],
+) -> Result<()> {
     let AttnCase { dtype, page_size, head_dim: d, heads: (hq, hkv) } = *case;
-    let what = format!("paged_attention {dtype} page={page_size} d={d} heads={hq}/{hkv} batch={batch_name}");
     let q_lens: Vec<usize> = batch.iter().map(|b| b.0).collect();
     let kv_lens: Vec<usize> = batch.iter().map(|b| b.1).collect();
     let t: usize = q_lens.iter().sum();
@@ -489,11 +495,16 @@ fn check_attention(r: &mut StdRng, case: &AttnCase, batch_name: &str, batch: &[(
 
     let (gi, gk, gt) = (gpu(&ti)?, gpu(&tk)?, gpu(&tt)?);
     let gq = view_like(&gpu(&qkv)?, &q, 0)?;
-    let got = poisoned(&[t, hq, d], dtype)?;
+    let (gkc, gvc) = (gpu(&k_cache)?, gpu(&v_cache)?);
     let gmeta = PagedAttnMeta { q_indptr: &gi, kv_lens: &gk, block_table: &gt, q_lens_host: &q_lens, kv_lens_host: &kv_lens };
-    ops::paged_attention(&got, &gq, &gpu(&k_cache)?, &gpu(&v_cache)?, &gmeta, scale)?;
     let tol = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
-    assert_close(&what, &got, &want, tol)
+    for &kernel in kernels {
+        let what = format!("paged_attention[{kernel:?}] {dtype} page={page_size} d={d} heads={hq}/{hkv} batch={batch_name}");
+        let got = poisoned(&[t, hq, d], dtype)?;
+        ops::paged_attention_with(&got, &gq, &gkc, &gvc, &gmeta, scale, kernel).with_context(|| what.clone())?;
+        assert_close(&what, &got, &want, tol)?;
+    }
+    Ok(())
 }
 
 #[test]
@@ -511,7 +522,7 @@ fn paged_attention_matches_cpu() -> Result<()> {
                     for (name, batch) in attention_batches() {
                         let case = AttnCase { dtype, page_size, head_dim, heads };
                         cases += 1;
-                        if let Err(e) = check_attention(&mut r, &case, name, &batch) {
+                        if let Err(e) = check_attention(&mut r, &case, name, &batch, &[AttnKernel::Auto, AttnKernel::Tile]) {
                             failures.push(format!("{e:#}"));
                         }
                     }
@@ -523,12 +534,86 @@ fn paged_attention_matches_cpu() -> Result<()> {
     for (dtype, page_size, head_dim) in [(DType::BF16, 16, 256), (DType::F16, 256, 128)] {
         for (name, batch) in attention_batches() {
             cases += 1;
-            if let Err(e) = check_attention(&mut r, &AttnCase { dtype, page_size, head_dim, heads: (8, 2) }, name, &batch) {
+            let case = AttnCase { dtype, page_size, head_dim, heads: (8, 2) };
+            if let Err(e) = check_attention(&mut r, &case, name, &batch, &[AttnKernel::Auto, AttnKernel::Tile]) {
                 failures.push(format!("{e:#}"));
             }
         }
     }
     ensure!(failures.is_empty(), "{} of {cases} attention cases failed:\n{}", failures.len(), failures.join("\n"));
+    Ok(())
+}
+
+/// Decode batches: (new tokens, kv length) per sequence, ragged, with and without
+/// splits; `multi` has two new tokens (8 rows at GQA 4).
+fn decode_batches(r: &mut StdRng, group: usize) -> Vec<(String, Vec<(usize, usize)>)> {
+    let mut out = vec![
+        ("ragged".to_owned(), vec![(1, 1), (1, 17), (1, 300), (1, 4096), (1, 2500), (1, 63), (1, 65), (0, 40)]),
+        ("one-short".to_owned(), vec![(1, 1)]),
+    ];
+    let many: Vec<(usize, usize)> = (0..64).map(|_| (1, r.gen_range(1..=2000))).collect();
+    out.push(("64-random".to_owned(), many));
+    if group <= 4 {
+        out.push(("multi".to_owned(), vec![(2, 100), (1, 5000), (2, 2), (1, 1)]));
+    }
+    out
+}
+
+/// The decode kernel against the CPU reference: page sizes 1, 16, 64, 256; head
+/// dimensions 64, 128, 256; GQA ratios 1, 2, 4, 8; contexts 1 to 32768; ragged
+/// batches with and without splits; bf16 throughout, f16 and f32 (compiled at run
+/// time) on a subset.
+#[test]
+fn decode_attention_matches_cpu() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let mut r = rng(11);
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    let mut run = |r: &mut StdRng, case: AttnCase, name: &str, batch: &[(usize, usize)]| {
+        cases += 1;
+        if let Err(e) = check_attention(r, &case, name, batch, &[AttnKernel::Decode]) {
+            failures.push(format!("{e:#}"));
+        }
+    };
+    for page_size in [1, 16, 64, 256] {
+        for head_dim in [64, 128, 256] {
+            for group in [1, 2, 4, 8] {
+                for (name, batch) in decode_batches(&mut r, group) {
+                    run(&mut r, AttnCase { dtype: DType::BF16, page_size, head_dim, heads: (2 * group, 2) }, &name, &batch);
+                }
+            }
+        }
+        // The longest context, once per page size.
+        run(&mut r, AttnCase { dtype: DType::BF16, page_size, head_dim: 128, heads: (8, 2) }, "32k", &[(1, 32768), (1, 3)]);
+    }
+    for dtype in [DType::F16, DType::F32] {
+        for head_dim in [64, 128, 256] {
+            for group in [1, 4] {
+                for (name, batch) in decode_batches(&mut r, group) {
+                    run(&mut r, AttnCase { dtype, page_size: 16, head_dim, heads: (2 * group, 2) }, &name, &batch);
+                }
+            }
+        }
+    }
+    println!("decode attention: {cases} cases");
+    ensure!(failures.is_empty(), "{} of {cases} decode attention cases failed:\n{}", failures.len(), failures.join("\n"));
+    Ok(())
+}
+
+#[test]
+fn decode_attention_refuses_batches_it_cannot_hold() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    if target() == CPU {
+        return Ok(()); // the CPU reference serves every batch
+    }
+    let mut r = rng(12);
+    let e = check_attention(&mut r, &AttnCase { dtype: DType::BF16, page_size: 16, head_dim: 128, heads: (8, 2) }, "prefill", &[(3, 10)], &[AttnKernel::Decode])
+        .expect_err("12 rows per kv head must be refused");
+    ensure!(format!("{e:#}").contains("at most 8 rows"), "{e:#}");
     Ok(())
 }
 

@@ -7,12 +7,15 @@
 //!
 //! | name | what |
 //! | --- | --- |
-//! | `paged` | `ops::store_kv` + `ops::paged_attention`: any page size, CPU and CUDA |
+//! | `paged` | `ops::store_kv` + `ops::paged_attention`: any page size, CPU and CUDA; on CUDA the decode kernel for batches it holds, else the tile kernel |
+//! | `tile` | the same with the FlashAttention-2 tile kernel for every batch (CUDA) |
+//! | `decode` | the same with the decode kernel (CUDA; a batch with more than 8 query rows per kv head is an error: use it as `--attn paged,decode`) |
 
 use std::fmt;
 use std::str::FromStr;
 
-use kernel_runtime::{ops, Tensor};
+use kernel_runtime::ops::{self, AttnKernel};
+use kernel_runtime::Tensor;
 
 use crate::ctx::{AttnBackend, AttnInputs, AttnPlan, ForwardBatch, ForwardCtx};
 use crate::error::{ModelError, Result};
@@ -20,15 +23,24 @@ use crate::error::{ModelError, Result};
 /// The attention implementations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AttnBackendKind {
-    /// The kernel-runtime paged attention op (CPU reference and CUDA).
+    /// The kernel-runtime paged attention op (CPU reference and CUDA), each batch
+    /// on the CUDA kernel that suits it.
     Paged,
+    /// The paged attention op on the tile kernel only.
+    Tile,
+    /// The paged attention op on the decode kernel only.
+    Decode,
 }
 
 /// A constructor of one backend.
 pub type AttnBackendCtor = fn() -> Result<Box<dyn AttnBackend>>;
 
 /// Every backend: kind, `--attn` name, constructor.
-pub const ATTN_BACKENDS: &[(AttnBackendKind, &str, AttnBackendCtor)] = &[(AttnBackendKind::Paged, "paged", || Ok(Box::new(PagedAttnBackend)))];
+pub const ATTN_BACKENDS: &[(AttnBackendKind, &str, AttnBackendCtor)] = &[
+    (AttnBackendKind::Paged, "paged", || Ok(Box::new(PagedAttnBackend { kernel: AttnKernel::Auto, name: "paged" }))),
+    (AttnBackendKind::Tile, "tile", || Ok(Box::new(PagedAttnBackend { kernel: AttnKernel::Tile, name: "tile" }))),
+    (AttnBackendKind::Decode, "decode", || Ok(Box::new(PagedAttnBackend { kernel: AttnKernel::Decode, name: "decode" }))),
+];
 
 fn supported() -> String {
     ATTN_BACKENDS.iter().map(|b| b.1).collect::<Vec<_>>().join(", ")
@@ -114,13 +126,17 @@ impl fmt::Display for AttnBackendSpec {
     }
 }
 
-/// `ops::store_kv` then `ops::paged_attention` over the batch's block table.
+/// `ops::store_kv` then `ops::paged_attention` over the batch's block table, on
+/// the CUDA kernel `kernel` names.
 #[derive(Debug)]
-pub struct PagedAttnBackend;
+pub struct PagedAttnBackend {
+    kernel: AttnKernel,
+    name: &'static str,
+}
 
 impl AttnBackend for PagedAttnBackend {
     fn name(&self) -> &'static str {
-        "paged"
+        self.name
     }
 
     fn plan(&self, _batch: &ForwardBatch) -> Result<AttnPlan> {
@@ -131,7 +147,7 @@ impl AttnBackend for PagedAttnBackend {
         let (k_cache, v_cache) = ctx.kv.layer(inputs.layer_idx)?;
         ops::store_kv(k_cache, v_cache, ctx.batch.out_loc(), inputs.k, inputs.v)?;
         let out = Tensor::empty(inputs.q.shape(), inputs.q.dtype(), inputs.q.device())?;
-        ops::paged_attention(&out, inputs.q, k_cache, v_cache, &ctx.batch.attn_meta(), inputs.scale)?;
+        ops::paged_attention_with(&out, inputs.q, k_cache, v_cache, &ctx.batch.attn_meta(), inputs.scale, self.kernel)?;
         Ok(out)
     }
 }
@@ -176,7 +192,10 @@ mod tests {
         assert_eq!("paged".parse::<AttnBackendSpec>().unwrap(), AttnBackendSpec::single(AttnBackendKind::Paged));
         assert_eq!("paged,paged".parse::<AttnBackendSpec>().unwrap().to_string(), "paged");
         let e = "fa,paged".parse::<AttnBackendSpec>().unwrap_err().to_string();
-        assert!(e.contains("`fa`") && e.contains("supported: paged"), "{e}");
+        assert!(e.contains("`fa`") && e.contains("supported: paged, tile, decode"), "{e}");
         assert_eq!(AttnBackendKind::Paged.create().unwrap().name(), "paged");
+        let spec = "tile,decode".parse::<AttnBackendSpec>().unwrap();
+        assert_eq!((spec.prefill, spec.decode), (AttnBackendKind::Tile, AttnBackendKind::Decode));
+        assert_eq!(AttnBackendKind::Decode.create().unwrap().name(), "decode");
     }
 }

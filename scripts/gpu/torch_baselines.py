@@ -63,3 +63,23 @@ w = torch.randn(vocab, hidden, dtype=torch.bfloat16, device=dev)
 for t in (1, 64, 8192, 65536):
     ids = torch.randint(0, vocab, (t,), device=dev)
     report(f"torch embedding n={t}", median_us(lambda: torch.nn.functional.embedding(ids, w)), 2 * t * hidden * 2)
+del w
+
+# SDPA: the twins of benches/attention.rs (bf16, head dim 128, 8 kv heads, GQA by
+# enable_gqa). Decode reads contiguous K/V ([b, kv heads, ctx, d]): bytes = K + V.
+# Causal prefill FLOPs count the causal half (4 * heads * d * L^2 / 2 per sequence).
+sdpa = torch.nn.functional.scaled_dot_product_attention
+for hq, b, ctx in ((32, 64, 2048), (32, 256, 1024), (32, 1, 4096), (16, 64, 2048)):
+    q = torch.randn(b, hq, 1, 128, dtype=torch.bfloat16, device=dev)
+    k = torch.randn(b, 8, ctx, 128, dtype=torch.bfloat16, device=dev)
+    v = torch.randn_like(k)
+    report(f"torch sdpa decode {hq}/8 b={b} ctx={ctx}", median_us(lambda: sdpa(q, k, v, enable_gqa=True)), 2 * k.numel() * 2)
+    del q, k, v
+for hq, b, L in ((32, 1, 4096), (32, 8, 1024), (16, 1, 4096)):
+    q = torch.randn(b, hq, L, 128, dtype=torch.bfloat16, device=dev)
+    k = torch.randn(b, 8, L, 128, dtype=torch.bfloat16, device=dev)
+    v = torch.randn_like(k)
+    us = median_us(lambda: sdpa(q, k, v, is_causal=True, enable_gqa=True), iters=50)
+    flops = 4 * b * hq * 128 * L * L / 2
+    print(f"SUMMARY {'torch sdpa prefill %d/8 b=%d L=%d' % (hq, b, L):<36} {us:10.2f} us {flops / us / 1e6:8.1f} TFLOP/s", flush=True)
+    del q, k, v

@@ -484,6 +484,17 @@ MSGL_API int32_t msgl_paged_attention(const msgl_tensor* out, const msgl_tensor*
                              const msgl_tensor* lse_partial, const msgl_attention_params* plan, int32_t mma,
                              msgl_stream stream);
 
+/* decode_attention: the decode kernel over the tensors of paged_attention, for
+ * batches whose sequences have q_len * (num_q_heads / num_kv_heads) <= rows query
+ * rows each (rows: the instance, 1, 2, 4 or 8). `plan` carries kv_chunk, max_splits
+ * and scale_log2 (num_warps and num_q_tiles are unused); the grid is num_seqs *
+ * num_kv_heads * max_splits blocks of 128 threads. */
+MSGL_API int32_t msgl_decode_attention(const msgl_tensor* out, const msgl_tensor* q, const msgl_tensor* k_cache,
+                             const msgl_tensor* v_cache, const msgl_tensor* q_indptr, const msgl_tensor* kv_lens,
+                             const msgl_tensor* block_table, const msgl_tensor* o_partial,
+                             const msgl_tensor* lse_partial, const msgl_attention_params* plan, int32_t rows,
+                             msgl_stream stream);
+
 /* moe_route: logits [t, e] (unit last stride; f32/f16/bf16); topk_ids [t, k] int32 and
  * topk_weights [t, k] f32 contiguous (written). */
 MSGL_API int32_t msgl_moe_route(const msgl_tensor* topk_ids, const msgl_tensor* topk_weights, const msgl_tensor* logits,

@@ -1,8 +1,22 @@
-//! Paged attention on CUDA (csrc/kernels/attention.cu): one FlashAttention-2 style
-//! kernel for prefill (ragged, causal, cached prefix) and decode, with split-KV and
-//! a combine phase.
+//! Paged attention on CUDA: the FlashAttention-2 style tile kernel
+//! (csrc/kernels/attention.cu) for prefill (ragged, causal, cached prefix) and
+//! mixed steps, and the decode kernel (csrc/kernels/decode_attention.cu) for steps
+//! of at most 8 query rows per (sequence, kv head); both split the keys when the
+//! batch alone would not fill the GPU, and share the combine phase.
 //!
-//! The plan is made here from the host copies of the lengths:
+//! Which kernel: [`decode_rows`] (the decode kernel holds the GQA group times the
+//! new tokens of a sequence in registers, at most 8 rows, and needs a power-of-two
+//! head dimension); `AttnKernel::Auto` takes it wherever it applies.
+//!
+//! The decode plan ([`decode_plan`]): a block per (sequence, kv head, split). When
+//! the unsplit blocks already make [`DECODE_UNSPLIT_WAVES`] waves of resident
+//! blocks, no split (no partials, no combine). Otherwise keys are cut into chunks
+//! of equal size (a multiple of 64, at least 64) so that the whole batch makes
+//! about [`DECODE_SPLIT_WAVES`] waves: many small blocks balance ragged contexts
+//! and leave a short tail, at the cost of one f32 partial row per split (under 2%
+//! of the K/V bytes at chunks of 256 keys).
+//!
+//! The tile kernel's plan is made here from the host copies of the lengths:
 //! - `num_warps` (16 query rows each): enough for the longest sequence's packed
 //!   rows (q_len x GQA group), at most 4, so a decode batch runs 1-warp blocks;
 //! - `num_q_tiles`: the q tiles of all sequences (the kernel finds its sequence by a
@@ -22,7 +36,7 @@ use std::sync::OnceLock;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ops::PagedAttnMeta;
+use crate::ops::{AttnKernel, PagedAttnMeta};
 use crate::sys::kernels::msgl_attention_params;
 use crate::tensor::Tensor;
 
@@ -37,6 +51,17 @@ const BLOCKS_PER_SM: usize = 4;
 const MIN_CHUNK: usize = 128;
 /// Warps per block of the combine phase.
 const COMBINE_WARPS: usize = 4;
+/// Query rows the decode kernel's instances hold (decode_attention.cu's ROWS).
+const DECODE_ROWS: [usize; 4] = [1, 2, 4, 8];
+/// Decode blocks resident per SM (128 threads at ~166 registers for 4 rows: 3).
+const DECODE_BLOCKS_PER_SM: usize = 3;
+/// Waves of unsplit decode blocks above which splitting would gain nothing.
+const DECODE_UNSPLIT_WAVES: usize = 4;
+/// Waves of decode blocks a split batch aims for.
+const DECODE_SPLIT_WAVES: usize = 8;
+/// Decode split granule and minimum, in keys (a multiple of every instance's keys
+/// per iteration).
+const DECODE_CHUNK_GRANULE: usize = 64;
 
 /// Keys per K/V tile: attention.cu's `AttnTile::BN`.
 fn key_tile(elem_bytes: usize, head_dim: usize) -> usize {
@@ -78,6 +103,35 @@ fn plan(q_lens: &[usize], kv_lens: &[usize], group: usize, num_kv_heads: usize, 
     AttnPlan { num_warps, num_q_tiles, kv_chunk, max_splits: max_kv.div_ceil(kv_chunk).max(1) }
 }
 
+/// The decode kernel instance (query rows per block) for a batch, or `None` when
+/// the batch needs the tile kernel: a sequence with more than 8 query rows per kv
+/// head (q_len x GQA group), or a head dimension the decode kernel does not take.
+pub(crate) fn decode_rows(q_lens: &[usize], group: usize, head_dim: usize) -> Option<usize> {
+    if !(32..=256).contains(&head_dim) || !head_dim.is_power_of_two() {
+        return None;
+    }
+    let rows = q_lens.iter().map(|&q| q * group).max().unwrap_or(0).max(group);
+    DECODE_ROWS.into_iter().find(|&r| r >= rows)
+}
+
+/// Keys per split and the split count of the longest sequence for the decode
+/// kernel (see the module header).
+fn decode_plan(q_lens: &[usize], kv_lens: &[usize], num_kv_heads: usize, sms: usize) -> (usize, usize) {
+    let active = || q_lens.iter().zip(kv_lens).filter(|(&q, _)| q > 0).map(|(_, &kv)| kv);
+    let max_kv = active().max().unwrap_or(0).max(1);
+    let slots = DECODE_BLOCKS_PER_SM * sms.max(1);
+    let unsplit = active().count() * num_kv_heads;
+    if unsplit >= DECODE_UNSPLIT_WAVES * slots {
+        return (max_kv, 1);
+    }
+    let keys: usize = active().sum::<usize>() * num_kv_heads;
+    let chunk = keys.div_ceil(DECODE_SPLIT_WAVES * slots).max(1).next_multiple_of(DECODE_CHUNK_GRANULE);
+    if chunk >= max_kv {
+        return (max_kv, 1);
+    }
+    (chunk, max_kv.div_ceil(chunk))
+}
+
 /// Whether 16-bit attention uses the tensor cores (`MINISGL_ATTENTION_MMA`, default 1).
 fn tensor_cores_enabled() -> bool {
     static MMA: OnceLock<bool> = OnceLock::new();
@@ -85,7 +139,8 @@ fn tensor_cores_enabled() -> bool {
 }
 
 /// Attention of the new tokens of a batch over the paged caches (see
-/// `ops::paged_attention` for the contract, checked there).
+/// `ops::paged_attention` for the contract, checked there), with the kernel
+/// `kernel` asks for.
 pub(crate) fn paged_attention(
     out: &Tensor,
     q: &Tensor,
@@ -93,10 +148,10 @@ pub(crate) fn paged_attention(
     v_cache: &Tensor,
     meta: &PagedAttnMeta<'_>,
     scale: f32,
+    kernel: AttnKernel,
 ) -> Result<()> {
-    let dev = device_of(OP, q)?;
-    let [t, hq, d] = q.dims::<3>(OP, "q")?;
-    let [_, _, hkv, _] = k_cache.dims::<4>(OP, "k_cache")?;
+    let [_, hq, d] = q.dims::<3>(OP, "q")?;
+    let hkv = k_cache.dim(2);
     if d % 32 != 0 || d > 256 {
         return Err(Error::arg(OP, format!("head dimension {d} is not supported on CUDA (multiples of 32 up to 256)")));
     }
@@ -106,26 +161,123 @@ pub(crate) fn paged_attention(
             return Err(Error::arg(OP, format!("argument `{name}` is not 16-byte aligned")));
         }
     }
-    let elem = q.dtype().size_in_bytes();
-    let sms = dev.sm_count().max(1) as usize;
-    let pl = plan(meta.q_lens_host, meta.kv_lens_host, hq / hkv, hkv, key_tile(elem, d), sms);
-    if pl.num_q_tiles == 0 {
-        return Ok(());
+    let rows = decode_rows(meta.q_lens_host, hq / hkv, d);
+    match (kernel, rows) {
+        (AttnKernel::Tile, _) | (AttnKernel::Auto, None) => tile_attention(out, &q, k_cache, v_cache, meta, scale),
+        (AttnKernel::Auto | AttnKernel::Decode, Some(rows)) => decode_attention(out, &q, k_cache, v_cache, meta, scale, rows),
+        (AttnKernel::Decode, None) => Err(Error::arg(
+            "decode_attention",
+            format!(
+                "the batch has {} query rows per kv head (q_len x GQA group {}) or head dimension {d}: the decode kernel holds at most 8 rows and power-of-two head dimensions 32..256",
+                meta.q_lens_host.iter().max().copied().unwrap_or(0) * (hq / hkv),
+                hq / hkv
+            ),
+        )),
     }
-    let mma = q.dtype() != DType::F32 && tensor_cores_enabled();
-    let device = Device::Cuda(dev.ordinal());
-    let (o_partial, lse_partial) = if pl.max_splits > 1 {
-        (
-            Some(Tensor::empty(&[t, hq, pl.max_splits, d], DType::F32, device)?),
-            Some(Tensor::empty(&[t, hq, pl.max_splits], DType::F32, device)?),
-        )
-    } else {
-        (None, None)
-    };
-    let shared = smem_bytes(elem, d, pl.num_warps);
-    let grid = grid_u32(OP, pl.num_q_tiles * hkv * pl.max_splits)?;
+}
+
+/// The decode kernel over the batch, with `rows` query rows per block.
+fn decode_attention(
+    out: &Tensor,
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    meta: &PagedAttnMeta<'_>,
+    scale: f32,
+    rows: usize,
+) -> Result<()> {
+    const OP: &str = "decode_attention";
+    let dev = device_of(OP, q)?;
+    let [t, hq, d] = q.dims::<3>(OP, "q")?;
+    let hkv = k_cache.dim(2);
+    let b = meta.q_lens_host.len();
+    let (kv_chunk, max_splits) = decode_plan(meta.q_lens_host, meta.kv_lens_host, hkv, dev.sm_count().max(1) as usize);
+    let grid = grid_u32(OP, b * hkv * max_splits)?;
+    let p = attention_params(out, q, k_cache, v_cache, meta, scale, kv_chunk, max_splits)?;
+    let scratch = SplitScratch::new(t, hq, max_splits, d, dev.ordinal())?;
+    let p = msgl_attention_params { o_partial: scratch.o_ptr(), lse_partial: scratch.lse_ptr(), ..p };
     let combine_grid = grid_u32(OP, (t * hq).div_ceil(COMBINE_WARPS))?;
-    let p = msgl_attention_params {
+    let views = [out, q, k_cache, v_cache, meta.q_indptr, meta.kv_lens, meta.block_table].map(Tensor::abi);
+    let scratch_views = scratch.views();
+    let values = [("DTYPE", dtype_code(q)), ("HEAD_DIM", d as i64), ("ROWS", rows as i64)];
+    dispatch(
+        OP,
+        dev,
+        "decode_attention",
+        &values,
+        |lib, stream| {
+            let [o, l] = scratch_views.each_ref().map(|s| s.as_ref().map_or(std::ptr::null(), |x| x as *const _));
+            let [a, b, c, e, f, g, h] = &views;
+            // SAFETY: the views describe live device tensors checked by the op (shapes,
+            // dtypes, lengths against the block table) and by `paged_attention`
+            // (alignment, rows fit the instance); the scratch has the shapes the plan
+            // asks for and outlives the enqueued work (stream-ordered allocator); the
+            // launcher validates again and only enqueues work on `stream`.
+            unsafe { lib.msgl_decode_attention(a, b, c, e, f, g, h, o, l, &p, rows as i32, stream) }
+        },
+        |f| {
+            // SAFETY: `p` is the msgl_attention_params the entry takes, filled from the
+            // tensors checked by the op and the scratch allocated above; the kernel
+            // uses only static shared memory.
+            unsafe { f.launch(dev, grid, 128, 0, &p) }?;
+            if max_splits > 1 {
+                let p1 = msgl_attention_params { phase: 1, ..p };
+                // SAFETY: as above; phase 1 reads the partials phase 0 wrote, in
+                // stream order.
+                unsafe { f.launch(dev, combine_grid, (32 * COMBINE_WARPS) as u32, 0, &p1) }?;
+            }
+            Ok(())
+        },
+    )
+}
+
+/// The f32 partial outputs and log2-sum-exps of a split launch (none for one split).
+struct SplitScratch {
+    o: Option<Tensor>,
+    lse: Option<Tensor>,
+}
+
+impl SplitScratch {
+    fn new(t: usize, hq: usize, max_splits: usize, d: usize, ordinal: usize) -> Result<SplitScratch> {
+        if max_splits <= 1 {
+            return Ok(SplitScratch { o: None, lse: None });
+        }
+        let device = Device::Cuda(ordinal);
+        Ok(SplitScratch {
+            o: Some(Tensor::empty(&[t, hq, max_splits, d], DType::F32, device)?),
+            lse: Some(Tensor::empty(&[t, hq, max_splits], DType::F32, device)?),
+        })
+    }
+
+    fn o_ptr(&self) -> *mut f32 {
+        self.o.as_ref().map_or(std::ptr::null_mut(), |x| x.device_ptr() as *mut f32)
+    }
+
+    fn lse_ptr(&self) -> *mut f32 {
+        self.lse.as_ref().map_or(std::ptr::null_mut(), |x| x.device_ptr() as *mut f32)
+    }
+
+    fn views(&self) -> [Option<crate::sys::kernels::msgl_tensor>; 2] {
+        [self.o.as_ref().map(Tensor::abi), self.lse.as_ref().map(Tensor::abi)]
+    }
+}
+
+/// The params both attention kernels take, filled from the checked tensors, with
+/// the tile fields (num_warps, num_q_tiles) zero and no scratch pointers.
+#[allow(clippy::too_many_arguments)]
+fn attention_params(
+    out: &Tensor,
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    meta: &PagedAttnMeta<'_>,
+    scale: f32,
+    kv_chunk: usize,
+    max_splits: usize,
+) -> Result<msgl_attention_params> {
+    let [t, hq, _] = q.dims::<3>(OP, "q")?;
+    let int = |what: &str, v: usize| i32::try_from(v).map_err(|_| Error::arg(OP, format!("{what} {v} exceeds the kernel's 32-bit range")));
+    Ok(msgl_attention_params {
         out: out.device_ptr() as *mut _,
         q: q.device_ptr() as *const _,
         k_cache: k_cache.device_ptr() as *const _,
@@ -133,27 +285,59 @@ pub(crate) fn paged_attention(
         q_indptr: meta.q_indptr.device_ptr() as *const i32,
         kv_lens: meta.kv_lens.device_ptr() as *const i32,
         block_table: meta.block_table.device_ptr() as *const i32,
-        o_partial: o_partial.as_ref().map_or(std::ptr::null_mut(), |x| x.device_ptr() as *mut f32),
-        lse_partial: lse_partial.as_ref().map_or(std::ptr::null_mut(), |x| x.device_ptr() as *mut f32),
+        o_partial: std::ptr::null_mut(),
+        lse_partial: std::ptr::null_mut(),
         q_token_stride: q.strides()[0] as i64,
         q_head_stride: q.strides()[1] as i64,
         num_tokens: t as i64,
         num_pages: k_cache.dim(0) as i64,
-        num_seqs: meta.q_lens_host.len() as i32,
-        num_q_heads: hq as i32,
-        num_kv_heads: hkv as i32,
-        page_size: k_cache.dim(1) as i32,
-        max_pages: meta.block_table.dim(1) as i32,
-        num_warps: pl.num_warps as i32,
-        num_q_tiles: pl.num_q_tiles as i32,
-        kv_chunk: pl.kv_chunk as i32,
-        max_splits: pl.max_splits as i32,
+        num_seqs: int("sequence count", meta.q_lens_host.len())?,
+        num_q_heads: int("query heads", hq)?,
+        num_kv_heads: int("kv heads", k_cache.dim(2))?,
+        page_size: int("page size", k_cache.dim(1))?,
+        max_pages: int("block table width", meta.block_table.dim(1))?,
+        num_warps: 0,
+        num_q_tiles: 0,
+        kv_chunk: int("kv chunk", kv_chunk)?,
+        max_splits: int("split count", max_splits)?,
         phase: 0,
         scale_log2: scale * std::f32::consts::LOG2_E,
+    })
+}
+
+/// The tile kernel over the batch.
+fn tile_attention(
+    out: &Tensor,
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    meta: &PagedAttnMeta<'_>,
+    scale: f32,
+) -> Result<()> {
+    let dev = device_of(OP, q)?;
+    let [t, hq, d] = q.dims::<3>(OP, "q")?;
+    let hkv = k_cache.dim(2);
+    let elem = q.dtype().size_in_bytes();
+    let sms = dev.sm_count().max(1) as usize;
+    let pl = plan(meta.q_lens_host, meta.kv_lens_host, hq / hkv, hkv, key_tile(elem, d), sms);
+    if pl.num_q_tiles == 0 {
+        return Ok(());
+    }
+    let mma = q.dtype() != DType::F32 && tensor_cores_enabled();
+    let scratch = SplitScratch::new(t, hq, pl.max_splits, d, dev.ordinal())?;
+    let shared = smem_bytes(elem, d, pl.num_warps);
+    let grid = grid_u32(OP, pl.num_q_tiles * hkv * pl.max_splits)?;
+    let combine_grid = grid_u32(OP, (t * hq).div_ceil(COMBINE_WARPS))?;
+    let p = msgl_attention_params {
+        o_partial: scratch.o_ptr(),
+        lse_partial: scratch.lse_ptr(),
+        num_warps: pl.num_warps as i32,
+        num_q_tiles: pl.num_q_tiles as i32,
+        ..attention_params(out, q, k_cache, v_cache, meta, scale, pl.kv_chunk, pl.max_splits)?
     };
-    let views = [out, &q, k_cache, v_cache, meta.q_indptr, meta.kv_lens, meta.block_table].map(Tensor::abi);
-    let scratch = [o_partial.as_ref().map(Tensor::abi), lse_partial.as_ref().map(Tensor::abi)];
-    let values = [("DTYPE", dtype_code(&q)), ("HEAD_DIM", d as i64), ("MMA", i64::from(mma))];
+    let views = [out, q, k_cache, v_cache, meta.q_indptr, meta.kv_lens, meta.block_table].map(Tensor::abi);
+    let scratch = scratch.views();
+    let values = [("DTYPE", dtype_code(q)), ("HEAD_DIM", d as i64), ("MMA", i64::from(mma))];
     dispatch(
         OP,
         dev,
@@ -212,5 +396,37 @@ mod tests {
         assert!(p.max_splits >= 1 && p.kv_chunk.is_multiple_of(64) && p.kv_chunk * p.max_splits >= 4000);
         assert_eq!(smem_bytes(2, 128, 4), (64 + 128) * 136 * 2);
         assert_eq!(smem_bytes(4, 256, 4), (64 + 64) * 260 * 4);
+    }
+
+    #[test]
+    fn decode_rows_hold_the_gqa_group_times_the_new_tokens() {
+        assert_eq!(decode_rows(&[1, 1, 1], 4, 128), Some(4));
+        assert_eq!(decode_rows(&[1], 1, 64), Some(1));
+        assert_eq!(decode_rows(&[1, 1], 3, 128), Some(4));
+        assert_eq!(decode_rows(&[2, 1], 4, 128), Some(8));
+        assert_eq!(decode_rows(&[1], 8, 256), Some(8));
+        assert_eq!(decode_rows(&[1, 0], 2, 32), Some(2));
+        // Too many rows for a block, or a head dimension the kernel does not lay out.
+        assert_eq!(decode_rows(&[3, 1], 4, 128), None);
+        assert_eq!(decode_rows(&[1], 16, 128), None);
+        assert_eq!(decode_rows(&[1], 4, 96), None);
+        assert_eq!(decode_rows(&[1], 4, 512), None);
+    }
+
+    #[test]
+    fn decode_plans_split_small_batches_into_equal_chunks() {
+        // b=1 at 4096 keys, 8 kv heads: 32768 keys of work over 8 waves of 396
+        // blocks -> the 64-key minimum: 64 splits.
+        assert_eq!(decode_plan(&[1], &[4096], 8, 132), (64, 64));
+        // b=64 at 2048: 1M keys / 3168 -> 331 -> 384-key chunks, 6 splits.
+        assert_eq!(decode_plan(&[1; 64], &[2048; 64], 8, 132), (384, 6));
+        // b=256 at 1024 with 8 kv heads: 2048 blocks >= 4 waves of 396: no split.
+        assert_eq!(decode_plan(&[1; 256], &[1024; 256], 8, 132), (1024, 1));
+        // Ragged contexts: chunks cover the longest; sequences without new tokens
+        // do not count.
+        let (chunk, splits) = decode_plan(&[1, 1, 0, 1], &[100, 2000, 50_000, 700], 8, 132);
+        assert!(chunk.is_multiple_of(64) && chunk * splits >= 2000 && chunk * (splits - 1) < 2000);
+        // A context shorter than one chunk is never split.
+        assert_eq!(decode_plan(&[1], &[40], 8, 132), (40, 1));
     }
 }

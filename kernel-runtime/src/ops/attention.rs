@@ -1,5 +1,10 @@
 //! Paged attention over the KV cache, for prefill (ragged, causal, with a cached
 //! prefix) and decode alike.
+//!
+//! On CUDA two kernels serve the op ([`AttnKernel`]): the FlashAttention-2 tile
+//! kernel (any batch) and the decode kernel (batches whose sequences have at most 8
+//! query rows per kv head: q_len x GQA group). `Auto` takes the decode kernel
+//! wherever it applies. The CPU reference serves every choice.
 
 use crate::device::Device;
 use crate::dtype::DType;
@@ -26,6 +31,30 @@ pub struct PagedAttnMeta<'a> {
     pub kv_lens_host: &'a [usize],
 }
 
+/// Which CUDA kernel computes paged attention (the CPU path ignores the choice).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum AttnKernel {
+    /// The decode kernel where the batch fits it, else the tile kernel.
+    #[default]
+    Auto,
+    /// The FlashAttention-2 tile kernel (attention.cu), for every batch.
+    Tile,
+    /// The decode kernel (decode_attention.cu); a batch it cannot hold is an error.
+    Decode,
+}
+
+/// [`paged_attention_with`] with [`AttnKernel::Auto`].
+pub fn paged_attention(
+    out: &Tensor,
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    meta: &PagedAttnMeta<'_>,
+    scale: f32,
+) -> Result<()> {
+    paged_attention_with(out, q, k_cache, v_cache, meta, scale, AttnKernel::Auto)
+}
+
 /// `out[t, h] = softmax(q[t, h] . K^T * scale + causal mask) V` for every new token t
 /// of every sequence, reading K and V from the paged caches.
 ///
@@ -34,13 +63,15 @@ pub struct PagedAttnMeta<'a> {
 /// d]` contiguous (written). `heads_q` must be a multiple of `heads_kv` (GQA). Token
 /// j of a sequence with q_len new tokens and kv_len cached tokens sits at position
 /// `kv_len - q_len + j` and attends to cache positions `0..=kv_len - q_len + j`.
-pub fn paged_attention(
+/// `kernel` picks the CUDA kernel.
+pub fn paged_attention_with(
     out: &Tensor,
     q: &Tensor,
     k_cache: &Tensor,
     v_cache: &Tensor,
     meta: &PagedAttnMeta<'_>,
     scale: f32,
+    kernel: AttnKernel,
 ) -> Result<()> {
     const OP: &str = "paged_attention";
     let device = common_device(
@@ -94,6 +125,6 @@ pub fn paged_attention(
     }
     match device {
         Device::Cpu => crate::cpu::attention::paged_attention(out, q, k_cache, v_cache, meta, scale),
-        Device::Cuda(_) => crate::gpu::paged_attention(out, q, k_cache, v_cache, meta, scale),
+        Device::Cuda(_) => crate::gpu::paged_attention(out, q, k_cache, v_cache, meta, scale, kernel),
     }
 }

@@ -22,7 +22,7 @@ mod sampling;
 pub mod moe;
 mod store;
 
-pub use attention::{paged_attention, PagedAttnMeta};
+pub use attention::{paged_attention, paged_attention_with, AttnKernel, PagedAttnMeta};
 pub use dense::{argmax, fused_add_rms_norm, head_rms_norm, linear, rms_norm, rope, silu_mul};
 pub use index::{embedding, index};
 pub use sampling::{sample, SampleRow};

@@ -1066,6 +1066,20 @@ pub struct KernelLibrary {
         mma: i32,
         stream: msgl_stream,
     ) -> i32,
+    pub msgl_decode_attention: unsafe extern "C" fn(
+        out: *const msgl_tensor,
+        q: *const msgl_tensor,
+        k_cache: *const msgl_tensor,
+        v_cache: *const msgl_tensor,
+        q_indptr: *const msgl_tensor,
+        kv_lens: *const msgl_tensor,
+        block_table: *const msgl_tensor,
+        o_partial: *const msgl_tensor,
+        lse_partial: *const msgl_tensor,
+        plan: *const msgl_attention_params,
+        rows: i32,
+        stream: msgl_stream,
+    ) -> i32,
     pub msgl_moe_route: unsafe extern "C" fn(
         topk_ids: *const msgl_tensor,
         topk_weights: *const msgl_tensor,
@@ -1152,6 +1166,9 @@ impl KernelLibrary {
         let msgl_paged_attention = __library
             .get(b"msgl_paged_attention\0")
             .map(|sym| *sym)?;
+        let msgl_decode_attention = __library
+            .get(b"msgl_decode_attention\0")
+            .map(|sym| *sym)?;
         let msgl_moe_route = __library.get(b"msgl_moe_route\0").map(|sym| *sym)?;
         let msgl_moe_route_align = __library
             .get(b"msgl_moe_route_align\0")
@@ -1175,6 +1192,7 @@ impl KernelLibrary {
             msgl_cast,
             msgl_copy,
             msgl_paged_attention,
+            msgl_decode_attention,
             msgl_moe_route,
             msgl_moe_route_align,
             msgl_moe_align,
@@ -1373,6 +1391,37 @@ impl KernelLibrary {
             lse_partial,
             plan,
             mma,
+            stream,
+        )
+    }
+    pub unsafe fn msgl_decode_attention(
+        &self,
+        out: *const msgl_tensor,
+        q: *const msgl_tensor,
+        k_cache: *const msgl_tensor,
+        v_cache: *const msgl_tensor,
+        q_indptr: *const msgl_tensor,
+        kv_lens: *const msgl_tensor,
+        block_table: *const msgl_tensor,
+        o_partial: *const msgl_tensor,
+        lse_partial: *const msgl_tensor,
+        plan: *const msgl_attention_params,
+        rows: i32,
+        stream: msgl_stream,
+    ) -> i32 {
+        (self
+            .msgl_decode_attention)(
+            out,
+            q,
+            k_cache,
+            v_cache,
+            q_indptr,
+            kv_lens,
+            block_table,
+            o_partial,
+            lse_partial,
+            plan,
+            rows,
             stream,
         )
     }

@@ -1,0 +1,161 @@
+//! Paged attention on the GPU: decode (the decode kernel and, for comparison, the
+//! tile kernel on the same batch) and causal prefill, bf16, timed with CUDA events
+//! behind a backlog (benches/common), one line per case for run scripts:
+//!
+//! `SUMMARY <case>: median <us> us, <TB/s> TB/s[, <TFLOP/s> TFLOP/s] (<bytes> bytes per launch)`
+//!
+//! Decode bytes are the K and V rows read (plus q and out); prefill FLOPs count the
+//! causal half of both products (4 * heads * head_dim * L^2 / 2 per sequence), as
+//! torch's SDPA figures in GPU.md do. Pages of a sequence are a random permutation
+//! of the cache, as after a while of serving. The anchors (GPU.md, torch in the
+//! same run: scripts/gpu/torch_baselines.py): SDPA decode over contiguous K/V 3.99
+//! TB/s at b=64 ctx=2048, 2.13 TB/s at b=256 ctx=1024, 17.1 us at b=1 ctx=4096;
+//! SDPA causal prefill 486-527 TFLOP/s at L=4096, 438 at b=8 L=1024.
+
+mod common;
+
+use common::{Case, GPU};
+use kernel_runtime::ops::{self, AttnKernel, PagedAttnMeta};
+use kernel_runtime::{DType, Tensor};
+
+/// A random permutation of 0..n (Fisher-Yates on an LCG).
+fn permutation(n: usize, seed: u64) -> Vec<i32> {
+    let mut v: Vec<i32> = (0..n as i32).collect();
+    let mut s = seed;
+    for i in (1..n).rev() {
+        s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        v.swap(i, (s >> 33) as usize % (i + 1));
+    }
+    v
+}
+
+/// A bf16 tensor of `shape` on the GPU, filled by tiling one random 8 MiB block (a
+/// large cache filled value by value on the host would take seconds).
+fn random_gpu(shape: &[usize], seed: u64) -> kernel_runtime::Result<Tensor> {
+    let n: usize = shape.iter().product();
+    let block_len = n.min(4 << 20);
+    let block = common::random_bf16(&[block_len], seed, GPU)?;
+    let flat = Tensor::empty(&[n], DType::BF16, GPU)?;
+    let mut at = 0;
+    while at < n {
+        let len = block_len.min(n - at);
+        ops::copy(&flat.narrow(0, at, len)?, &block.narrow(0, 0, len)?)?;
+        at += len;
+    }
+    flat.reshape(shape)
+}
+
+/// One attention batch: (new tokens, kv length) per sequence.
+struct Shape {
+    hq: usize,
+    hkv: usize,
+    head_dim: usize,
+    page_size: usize,
+    seqs: Vec<(usize, usize)>,
+}
+
+fn attention_case(name: String, shape: Shape, kernel: AttnKernel, seed: u64) -> kernel_runtime::Result<Case> {
+    let Shape { hq, hkv, head_dim: d, page_size, seqs } = shape;
+    let b = seqs.len();
+    let q_lens: Vec<usize> = seqs.iter().map(|s| s.0).collect();
+    let kv_lens: Vec<usize> = seqs.iter().map(|s| s.1).collect();
+    let t: usize = q_lens.iter().sum();
+    let pages_per_seq: Vec<usize> = kv_lens.iter().map(|kv| kv.div_ceil(page_size)).collect();
+    let max_pages = pages_per_seq.iter().copied().max().unwrap_or(1).max(1);
+    let num_pages = pages_per_seq.iter().sum::<usize>() + 1;
+    let order = permutation(num_pages, seed);
+    let mut table = vec![0i32; b * max_pages];
+    let mut next = 0;
+    for (s, &n) in pages_per_seq.iter().enumerate() {
+        table[s * max_pages..][..n].copy_from_slice(&order[next..next + n]);
+        next += n;
+    }
+    let mut indptr = vec![0i32];
+    for &q in &q_lens {
+        indptr.push(indptr[indptr.len() - 1] + q as i32);
+    }
+    let kv_i32: Vec<i32> = kv_lens.iter().map(|&k| k as i32).collect();
+    let q_indptr = Tensor::from_slice(&indptr, &[b + 1], GPU)?;
+    let kv = Tensor::from_slice(&kv_i32, &[b], GPU)?;
+    let block_table = Tensor::from_slice(&table, &[b, max_pages], GPU)?;
+    let k_cache = random_gpu(&[num_pages, page_size, hkv, d], seed + 1)?;
+    let v_cache = random_gpu(&[num_pages, page_size, hkv, d], seed + 2)?;
+    let q = random_gpu(&[t, hq, d], seed + 3)?;
+    let out = Tensor::empty(&[t, hq, d], DType::BF16, GPU)?;
+    let kv_total: usize = kv_lens.iter().sum();
+    let bytes = (2 * kv_total * hkv * d * 2 + 2 * t * hq * d * 2) as u64;
+    // Causal FLOPs of the new rows: each attends to its prefix (half the square for
+    // a prefill without cached prefix).
+    let flops: u64 = seqs
+        .iter()
+        .map(|&(ql, kl)| (0..ql).map(|j| (kl - ql + j + 1) as u64).sum::<u64>() * 4 * (hq * d) as u64)
+        .sum();
+    let scale = 1.0 / (d as f32).sqrt();
+    Ok(Case {
+        name,
+        bytes,
+        flops: if q_lens.iter().all(|&q| q == 1) { 0 } else { flops },
+        run: Box::new(move || {
+            let meta = PagedAttnMeta {
+                q_indptr: &q_indptr,
+                kv_lens: &kv,
+                block_table: &block_table,
+                q_lens_host: &q_lens,
+                kv_lens_host: &kv_lens,
+            };
+            ops::paged_attention_with(&out, &q, &k_cache, &v_cache, &meta, scale, kernel)
+        }),
+    })
+}
+
+/// Contexts uniform in [lo, hi] (an LCG, fixed seed).
+fn uniform_contexts(n: usize, lo: usize, hi: usize, seed: u64) -> Vec<(usize, usize)> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (1, lo + (s >> 33) as usize % (hi - lo + 1))
+        })
+        .collect()
+}
+
+fn run() -> kernel_runtime::Result<()> {
+    let mut cases = Vec::new();
+    let decode = |hq: usize, page_size: usize, seqs: Vec<(usize, usize)>| Shape { hq, hkv: 8, head_dim: 128, page_size, seqs };
+    let decode_shapes: Vec<(String, Shape)> = vec![
+        ("32/8 page=16 b=64 ctx=2048".into(), decode(32, 16, vec![(1, 2048); 64])),
+        ("32/8 page=1 b=64 ctx=2048".into(), decode(32, 1, vec![(1, 2048); 64])),
+        ("32/8 page=64 b=64 ctx=2048".into(), decode(32, 64, vec![(1, 2048); 64])),
+        ("32/8 page=16 b=256 ctx=1024".into(), decode(32, 16, vec![(1, 1024); 256])),
+        ("32/8 page=16 b=1 ctx=4096".into(), decode(32, 16, vec![(1, 4096)])),
+        ("16/8 page=16 b=64 ctx=U[100,2000]".into(), decode(16, 16, uniform_contexts(64, 100, 2000, 7))),
+    ];
+    for (i, (name, shape)) in decode_shapes.into_iter().enumerate() {
+        let Shape { hq, hkv, head_dim, page_size, ref seqs } = shape;
+        let twin = Shape { hq, hkv, head_dim, page_size, seqs: seqs.clone() };
+        cases.push(attention_case(format!("decode {name}"), shape, AttnKernel::Decode, 100 + i as u64)?);
+        cases.push(attention_case(format!("decode-tile {name}"), twin, AttnKernel::Tile, 200 + i as u64)?);
+    }
+    let prefill = |hq: usize, b: usize, l: usize| Shape { hq, hkv: 8, head_dim: 128, page_size: 16, seqs: vec![(l, l); b] };
+    for (i, (name, shape)) in [
+        ("32/8 b=1 L=4096", prefill(32, 1, 4096)),
+        ("32/8 b=8 L=1024", prefill(32, 8, 1024)),
+        ("16/8 b=1 L=4096", prefill(16, 1, 4096)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        cases.push(attention_case(format!("prefill {name}"), shape, AttnKernel::Auto, 300 + i as u64)?);
+    }
+    common::bench_cases("attention", &cases)
+}
+
+fn main() {
+    if !common::gpu_present() {
+        return;
+    }
+    if let Err(e) = run() {
+        eprintln!("attention bench failed: {e}");
+        std::process::exit(1);
+    }
+}

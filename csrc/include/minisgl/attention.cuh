@@ -1,0 +1,83 @@
+/*
+ * minisgl/attention.cuh: what the attention kernels share: the log2-domain math
+ * helpers and the combine phase that merges the splits of split-KV attention.
+ *
+ * Both attention families (attention.cu: the FlashAttention-2 tile kernel for
+ * prefill and mixed steps; decode_attention.cu: the decode kernel) write split
+ * partials in one layout, so one combine serves both:
+ *   o_partial[(row * max_splits + split) * HEAD_DIM + d]  normalised f32 output
+ *   lse_partial[row * max_splits + split]                 log2-sum-exp (-inf: empty)
+ * with row = token * num_q_heads + head, and a sequence of kv_len keys having
+ * ceil(kv_len / kv_chunk) splits (one when kv_len <= kv_chunk, written to `out`
+ * directly).
+ *
+ * Device code only and no system headers (NVRTC).
+ */
+#ifndef MINISGL_ATTENTION_CUH
+#define MINISGL_ATTENTION_CUH
+
+#include "minisgl/dtype.cuh"
+
+namespace msgl {
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float fast_log2(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/* -infinity (no <cmath> or builtin constant under NVRTC). */
+__device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
+
+/* Splits of a sequence with kv_len keys. */
+__device__ __forceinline__ int attention_num_splits(int kv_len, int kv_chunk) {
+  return kv_len > kv_chunk ? (kv_len + kv_chunk - 1) / kv_chunk : 1;
+}
+
+/* The combine phase: merges the splits of one (token, head) row per warp (block =
+ * 32 * warps threads, grid = ceil(num_tokens * num_q_heads / warps)). Rows of
+ * sequences with one split were written by the attention phase and are skipped. */
+template <int DTYPE, int HEAD_DIM>
+__device__ __forceinline__ void attention_combine(const msgl_attention_params& p) {
+  using T = typename DType<DTYPE>::Storage;
+  constexpr int PER_LANE = HEAD_DIM / kWarpSize;
+  const long long row = static_cast<long long>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+  if (row >= p.num_tokens * p.num_q_heads) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const int token = static_cast<int>(row / p.num_q_heads);
+  /* The sequence of `token`: the last s with q_indptr[s] <= token. */
+  int lo = 0, hi = p.num_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (p.q_indptr[mid] <= token) lo = mid; else hi = mid - 1;
+  }
+  const int num_splits = attention_num_splits(p.kv_lens[lo], p.kv_chunk);
+  if (num_splits <= 1) return;
+  const float* lse = p.lse_partial + row * p.max_splits;
+  float max_lse = neg_inf();
+  for (int s = 0; s < num_splits; ++s) max_lse = fmaxf(max_lse, lse[s]);
+  float acc[PER_LANE];
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) acc[i] = 0.f;
+  float total = 0.f;
+  for (int s = 0; s < num_splits; ++s) {
+    const float w = lse[s] == neg_inf() ? 0.f : fast_exp2(lse[s] - max_lse);
+    total += w;
+    const float* po = p.o_partial + (row * p.max_splits + s) * HEAD_DIM;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) acc[i] += w * po[i * kWarpSize + lane];
+  }
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  T* out = static_cast<T*>(p.out) + row * HEAD_DIM;
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) out[i * kWarpSize + lane] = DType<DTYPE>::from_f32(acc[i] * inv);
+}
+
+}  // namespace msgl
+
+#endif /* MINISGL_ATTENTION_CUH */
