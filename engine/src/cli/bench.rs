@@ -129,9 +129,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         (None, Some(t)) => (t.inner().get_vocab_size(false), "tokenizer"),
         (None, None) => (model_vocab, "config.json"),
     };
-    if vocab_size == 0 || vocab_size > model_vocab {
+    if vocab_size == 0 {
+        anyhow::bail!("--vocab-size must be at least 1");
+    }
+    // NOTE: an id at or past the model's vocab_size has no embedding row.
+    if vocab_size > model_vocab {
         anyhow::bail!(
-            "vocabulary of {vocab_size} ids ({vocab_from}) must be in 1..={model_vocab}, the model's vocab_size"
+            "ids drawn below {vocab_size} ({vocab_from}) exceed the model's vocab_size of {model_vocab}; pass a smaller --vocab-size"
         );
     }
     let eos = tokenizer
