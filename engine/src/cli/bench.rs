@@ -13,7 +13,10 @@
 //! table gives the totals and throughput (output tokens, which `ignore_eos`
 //! makes the sum of `max_tokens`, over the wall time, as bench.py reports).
 //! Works with `--load-format dummy` to benchmark at real model sizes without
-//! weights.
+//! weights. `V` decides the whole draw (the lengths are drawn between the ids),
+//! so a run meant to repeat mini-sglang's must draw with its `V`: with a
+//! stand-in tokenizer, or with config.json alone (Qwen3's says 151,936), pass
+//! `--vocab-size` (151,643 for Qwen3: 140,756 input and 148,643 output tokens).
 
 mod py_random;
 
