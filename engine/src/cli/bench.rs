@@ -282,8 +282,21 @@ mod tests {
     /// `random.seed(s); p = [[randint(0, V-1) for _ in range(randint(100, 1024))]
     /// for _ in range(n)]; o = [randint(100, 1024) for _ in range(n)]`, as
     /// `(s, n, V, sum(map(len, p)), sum(o), first 5 len(p[i]), p[0][:10], o[:5])`.
+    /// `(seed, num_requests, V, input tokens, output tokens, first 5 prompt
+    /// lengths, first 10 ids, first 5 max_tokens)`.
+    type Case = (
+        u64,
+        usize,
+        usize,
+        usize,
+        usize,
+        [usize; 5],
+        [u32; 10],
+        [usize; 5],
+    );
+
     #[rustfmt::skip]
-    const CPYTHON: &[(u64, usize, usize, usize, usize, [usize; 5], [u32; 10], [usize; 5])] = &[
+    const CPYTHON: &[Case] = &[
         (0, 256, 151643, 140756, 148643, [964, 931, 499, 516, 342], [100989, 110250, 10612, 67873, 134027, 127383, 106151, 79511, 124937, 93860], [640, 386, 587, 754, 877]),
         (0, 7, 151643, 4621, 3866, [964, 931, 499, 516, 342], [100989, 110250, 10612, 67873, 134027, 127383, 106151, 79511, 124937, 93860], [916, 245, 397, 610, 366]),
         (0, 256, 32000, 150034, 147617, [964, 839, 537, 459, 619], [12623, 24836, 29171, 13781, 1326, 8484, 31636, 16753, 15922, 13268], [613, 195, 479, 479, 796]),

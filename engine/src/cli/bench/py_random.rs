@@ -154,10 +154,15 @@ mod tests {
     /// `random.seed(s); [getrandbits(32) for _ in range(3)], getrandbits(1),
     /// getrandbits(40), getrandbits(64), hex(getrandbits(100)),
     /// randint(0, 2**40), randint(5, 5), randrange(1000)`.
+    /// `(seed, 3 x getrandbits(32), getrandbits(1), getrandbits(40),
+    /// getrandbits(64), getrandbits(100), randint(0, 2**40), randint(5, 5),
+    /// randrange(1000))`.
+    type Case = (u64, [u32; 3], u128, u128, u128, u128, u64, u64, u128);
+
     #[test]
     fn matches_cpython() {
         #[rustfmt::skip]
-        let cases: &[(u64, [u32; 3], u128, u128, u128, u128, u64, u64, u128)] = &[
+        let cases: &[Case] = &[
             (0, [3626764237, 1654615998, 3255389356], 1, 44756014165, 17809683713383489082, 0xe67a9c3787c65c1e582e2e662, 788025983492, 5, 516),
             (1, [577090037, 2444712010, 3639700191], 1, 71999863748, 2175216119781798972, 0x77311d8a3c2ce6f447ed4d57b, 836022225947, 5, 96),
             (12345, [1789368711, 3146859322, 43676229], 1, 884012530637, 15774518201988393282, 0x43193ca54ee8971105e503a67, 960208693573, 5, 382),
