@@ -1,7 +1,8 @@
 //! The `minisgl` binary end to end on the fixtures (CPU): `generate --json`
-//! reproduces the transformers greedy ids, `bench` runs with dummy weights,
-//! and bad input (a GPU asked for where there is none, an unknown model, a broken
-//! folder) exits with a message naming the problem.
+//! reproduces the transformers greedy ids, `bench` runs with dummy weights and
+//! draws bench.py's workload, and bad input (a GPU asked for where there is
+//! none, an unknown model, a broken folder) exits with a message naming the
+//! problem.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -115,6 +116,11 @@ fn bench_runs_with_dummy_weights_and_reports_throughput() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     assert_eq!(json["requests"], 6);
+    // CPython: `random.seed(0)`, then bench.py's draws with randint(4, 24) and
+    // the tokenizer's base vocabulary of 512 ids.
+    assert_eq!(json["vocab_size"], 512);
+    assert_eq!(json["input_tokens"], 68);
+    assert_eq!(json["output_tokens"], 100);
     assert!(json["total_tok_per_s"].as_f64().unwrap() > 0.0);
     assert!(stdout.contains("total throughput:"), "{stdout}");
 }
