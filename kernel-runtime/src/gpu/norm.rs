@@ -223,7 +223,7 @@ mod tests {
                         let s = norm_shape(hidden, vec, true, rows, sms);
                         assert!(s.threads_per_row.is_power_of_two() && s.threads_per_row <= MAX_THREADS_PER_ROW);
                         let block = s.threads_per_row * s.rows_per_block;
-                        assert!(block <= MAX_THREADS_PER_ROW && (block % 32 == 0 || block == s.threads_per_row), "{s:?}");
+                        assert!(block <= MAX_THREADS_PER_ROW && (block.is_multiple_of(32) || block == s.threads_per_row), "{s:?}");
                         assert!(s.threads_per_row <= 32 || s.rows_per_block == 1);
                         if s.vectorized {
                             assert!(hidden / vec <= s.threads_per_row * VECS_PER_THREAD);
