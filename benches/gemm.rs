@@ -20,6 +20,7 @@
 //! line and exits 0.
 
 use std::cell::RefCell;
+use std::rc::Rc;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
@@ -86,13 +87,19 @@ fn random_bf16(n: usize, seed: u64, scale: f32) -> Vec<half::bf16> {
         .collect()
 }
 
-fn case(model: &str, proj: &str, k: usize, n: usize, m: usize, variant: Variant, criterion: bool) -> kernel_runtime::Result<Case> {
-    let weight_bytes = n * k * 2;
-    let copies = ROTATE_BYTES.div_ceil(weight_bytes).clamp(2, 64);
-    // One random matrix uploaded `copies` times (distinct buffers, same values).
+/// `copies` distinct device buffers holding one random `[n, k]` matrix, shared by
+/// every case of a shape (generated once: lm_head's is 311 MB).
+fn weights(n: usize, k: usize) -> kernel_runtime::Result<Rc<Vec<Tensor>>> {
+    let copies = ROTATE_BYTES.div_ceil(n * k * 2).clamp(2, 64);
     let host = random_bf16(n * k, 7, 0.05);
     let ws = (0..copies).map(|_| Tensor::from_slice(&host, &[n, k], GPU)).collect::<kernel_runtime::Result<Vec<_>>>()?;
+    Ok(Rc::new(ws))
+}
+
+fn case(label: &str, ws: &Rc<Vec<Tensor>>, m: usize, variant: Variant, criterion: bool) -> kernel_runtime::Result<Case> {
+    let [n, k] = [ws[0].dim(0), ws[0].dim(1)];
     let x = Tensor::from_slice(&random_bf16(m * k, 11, 1.0), &[m, k], GPU)?;
+    let ws = Rc::clone(ws);
     let next = std::cell::Cell::new(0usize);
     let run: Box<dyn Fn() -> kernel_runtime::Result<()>> = Box::new(move || {
         let i = next.get();
@@ -109,7 +116,7 @@ fn case(model: &str, proj: &str, k: usize, n: usize, m: usize, variant: Variant,
             Variant::Skinny(t) => ops::skinny_gemm(&x, w, None, Some(t)).map(drop),
         }
     });
-    Ok(Case { name: format!("gemm {model} {proj} m={m} {}", variant.label()), criterion, weight_bytes: weight_bytes as u64, run })
+    Ok(Case { name: format!("gemm {label} m={m} {}", variant.label()), criterion, weight_bytes: (n * k * 2) as u64, run })
 }
 
 fn time_launches(timer: &EventTimer, case: &Case, launches: u64) -> kernel_runtime::Result<f64> {
@@ -157,6 +164,8 @@ fn run() -> kernel_runtime::Result<()> {
     // One shape at a time, so that only its weight copies are allocated.
     for &(model, proj, k, n) in SHAPES {
         let mut cases = Vec::new();
+        let ws = weights(n, k)?;
+        let label = format!("{model} {proj}");
         for m in MS {
             let mut variants = vec![Variant::Cublaslt, Variant::Linear];
             if m <= 16 {
@@ -166,7 +175,7 @@ fn run() -> kernel_runtime::Result<()> {
             let rule_tiles = if n >= 64 * dev.sm_count().max(1) as usize { 2 } else { 1 };
             for v in variants {
                 let headline = model == "llama3-8b" && matches!(m, 1 | 16) && (v == Variant::Cublaslt || v == Variant::Skinny(rule_tiles));
-                cases.push(case(model, proj, k, n, m, v, headline)?);
+                cases.push(case(&label, &ws, m, v, headline)?);
             }
         }
         // Warm up: module loading, plan creation and any NVRTC compile stay out.
@@ -204,6 +213,7 @@ fn run() -> kernel_runtime::Result<()> {
             summary.push(format!("SUMMARY {}: median {us:.2} us, {tbs:.3} TB/s ({} weight bytes)", case.name, case.weight_bytes));
         }
         drop(cases);
+        drop(ws);
         dev.synchronize()?;
         dev.release_cached_memory()?;
     }
