@@ -13,7 +13,7 @@ use kernel_runtime::kernels::{self, jit};
 /// CUDA-core fallback, head_dim 256).
 fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
     let mut out = Vec::new();
-    for family in ["norm", "rope", "activation", "argmax"] {
+    for family in ["norm", "rope", "rope_store", "activation", "argmax"] {
         for dtype in [0, 1, 2] {
             out.push((family, vec![("DTYPE", dtype)]));
         }
@@ -25,6 +25,13 @@ fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
     }
     for bytes in [1, 2, 4, 8] {
         out.push(("copy", vec![("ELEM_BYTES", bytes)]));
+    }
+    for dtype in [1, 2] {
+        for n_tiles in [1, 2] {
+            for m_tiles in [1, 2] {
+                out.push(("skinny_gemm", vec![("DTYPE", dtype), ("N_TILES", n_tiles), ("M_TILES", m_tiles)]));
+            }
+        }
     }
     for (dtype, head_dim, mma) in [(2, 128, 1), (1, 64, 1), (2, 256, 1), (0, 64, 0), (0, 128, 0), (2, 128, 0)] {
         out.push(("attention", vec![("DTYPE", dtype), ("HEAD_DIM", head_dim), ("MMA", mma)]));
@@ -71,7 +78,7 @@ fn every_dense_and_attention_family_compiles_with_nvrtc_for_sm90() {
 #[test]
 fn every_new_family_has_a_jit_entry_and_aot_instances() {
     let (spec, _) = kernels::embedded().unwrap();
-    for name in ["norm", "rope", "activation", "argmax", "cast", "copy", "attention"] {
+    for name in ["norm", "rope", "rope_store", "skinny_gemm", "activation", "argmax", "cast", "copy", "attention"] {
         let family = spec.family(name).unwrap_or_else(|| panic!("family `{name}` is not in kernels.toml"));
         assert!(family.jit_entry.is_some(), "{name} has no jit_entry");
         assert!(!family.instances().is_empty(), "{name} has no AOT instance");

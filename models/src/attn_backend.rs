@@ -145,7 +145,9 @@ impl AttnBackend for PagedAttnBackend {
 
     fn forward(&self, ctx: &ForwardCtx<'_>, inputs: AttnInputs<'_>) -> Result<Tensor> {
         let (k_cache, v_cache) = ctx.kv.layer(inputs.layer_idx)?;
-        ops::store_kv(k_cache, v_cache, ctx.batch.out_loc(), inputs.k, inputs.v)?;
+        if !inputs.kv_stored {
+            ops::store_kv(k_cache, v_cache, ctx.batch.out_loc(), inputs.k, inputs.v)?;
+        }
         let out = Tensor::empty(inputs.q.shape(), inputs.q.dtype(), inputs.q.device())?;
         ops::paged_attention_with(&out, inputs.q, k_cache, v_cache, &ctx.batch.attn_meta(), inputs.scale, self.kernel)?;
         Ok(out)

@@ -355,6 +355,10 @@ pub struct AttnInputs<'t> {
     pub k: &'t Tensor,
     pub v: &'t Tensor,
     pub scale: f32,
+    /// The layer already wrote the rotated k and v into `ctx.kv`'s layer at the
+    /// batch's `out_loc` slots (the fused `ops::rope_store`); the backend must not
+    /// store them again (`k` then holds the unrotated keys).
+    pub kv_stored: bool,
 }
 
 /// An attention implementation: stores a layer's new K/V in the cache and
@@ -371,7 +375,8 @@ pub trait AttnBackend: Send + Sync + std::fmt::Debug {
     fn plan(&self, batch: &ForwardBatch) -> Result<AttnPlan>;
 
     /// Stores `inputs.k`/`inputs.v` at the batch's `out_loc` slots of layer
-    /// `inputs.layer_idx`, then returns the attention output `[t, heads_q, d]`.
+    /// `inputs.layer_idx` (unless `inputs.kv_stored`), then returns the attention
+    /// output `[t, heads_q, d]`.
     fn forward(&self, ctx: &ForwardCtx<'_>, inputs: AttnInputs<'_>) -> Result<Tensor>;
 }
 

@@ -182,6 +182,71 @@ typedef struct msgl_rope_params {
 } msgl_rope_params;
 
 /*
+ * rope_store: the attention prologue of one layer in one launch. For each token t
+ * with position pos = positions[t] and KV slot slot = out_loc[t]:
+ *   q[t, h]        <- rope(norm(q[t, h]) * q_weight)      (in place)
+ *   k_cache[slot, h] = rope(norm(k[t, h]) * k_weight)     (k itself is not written)
+ *   v_cache[slot, h] = v[t, h]
+ * where norm is RMSNorm over the head (f32, eps) and is skipped when the weight is
+ * NULL (models without q/k norm), and rope is rope.cu's neox rotation of the first
+ * rotary_dim dimensions. Everything is computed in f32 and rounded once. Slots
+ * outside the cache are not written; a position outside the cos/sin cache leaves
+ * the head unrotated. Instance parameter: DTYPE (of q, k, v, the caches, weights).
+ */
+typedef struct msgl_rope_store_params {
+  void* q;                     /* device, [num_tokens, num_q_heads, head_dim], unit last stride */
+  const void* k;               /* device, [num_tokens, num_kv_heads, head_dim], unit last stride */
+  const void* v;               /* device, [num_tokens, num_kv_heads, head_dim], unit last stride */
+  void* k_cache;               /* device, [num_slots, num_kv_heads, head_dim] contiguous */
+  void* v_cache;               /* device, [num_slots, num_kv_heads, head_dim] contiguous */
+  const void* positions;       /* device, [num_tokens] int32 or int64 */
+  const void* out_loc;         /* device, [num_tokens] int32 or int64 */
+  const float* cos_sin;        /* device, [max_positions, rotary_dim] f32 */
+  const void* q_weight;        /* device, [head_dim], or NULL: no q norm */
+  const void* k_weight;        /* device, [head_dim], or NULL: no k norm */
+  int64_t num_tokens;
+  int64_t q_token_stride;      /* elements */
+  int64_t q_head_stride;
+  int64_t k_token_stride;
+  int64_t k_head_stride;
+  int64_t v_token_stride;
+  int64_t v_head_stride;
+  int64_t max_positions;
+  int64_t num_slots;
+  int32_t num_q_heads;
+  int32_t num_kv_heads;
+  int32_t head_dim;
+  int32_t rotary_dim;
+  int32_t positions_is_64;
+  int32_t out_loc_is_64;
+  int32_t threads_per_head;    /* power of two, 1..32; heads per block = 256 / threads_per_head */
+  int32_t vectorized;          /* 1: 16-byte vectors held in registers (host-checked shape and alignment) */
+  float eps;
+  int32_t reserved;
+} msgl_rope_store_params;
+
+/*
+ * skinny_gemm: out[m, n] = sum_k x[m, k] w[n, k] (+ bias[n]) for few rows m (the
+ * weight-bound decode projections), on the tensor cores with the weights as the
+ * A operand (out^T = w x^T). A block of 8 warps owns 16 * M_TILES rows of w and
+ * the whole of K: each warp reduces a contiguous eighth of K, and the warps' f32
+ * partials are summed in shared memory, so every weight byte is read once and
+ * there is no second pass. Instance parameters: DTYPE (bf16 or f16), N_TILES
+ * (x rows / 8, rounded up: 1 or 2, so m <= 16), M_TILES (16-row tiles of w per
+ * warp: 1 or 2).
+ */
+typedef struct msgl_skinny_gemm_params {
+  void* out;                   /* device, [m, n] contiguous */
+  const void* x;               /* device, [m, k], rows x_stride elements apart, 16-byte aligned */
+  const void* w;               /* device, [n, k] contiguous, 16-byte aligned */
+  const void* bias;            /* device, [n], or NULL */
+  int64_t m;                   /* 1..8 * N_TILES */
+  int64_t n;
+  int64_t k;                   /* a multiple of 32 */
+  int64_t x_stride;            /* elements, a multiple of 8 */
+} msgl_skinny_gemm_params;
+
+/*
  * silu_mul: out[t, j] = silu(x[t, j]) * x[t, inter + j], f32 compute.
  * Instance parameter: DTYPE.
  */
@@ -453,6 +518,24 @@ MSGL_API int32_t msgl_head_rms_norm(const msgl_tensor* x, const msgl_tensor* wei
 MSGL_API int32_t msgl_rope(const msgl_tensor* q, const msgl_tensor* k, const msgl_tensor* positions,
                   const msgl_tensor* cos_sin, int32_t vectorized, int32_t grid, msgl_stream stream);
 
+/* rope_store: q [t, hq, d], k and v [t, hkv, d] (unit last stride; q written in place),
+ * k_cache and v_cache [slots, hkv, d] contiguous (any leading shape of that many
+ * elements: [pages, page_size, hkv, d]), positions and out_loc [t] int32/int64,
+ * cos_sin [max_positions, rotary_dim] f32 contiguous, q_weight and k_weight [d] or
+ * both NULL; one float dtype. threads_per_head / vectorized: the launch shape Rust chose. */
+MSGL_API int32_t msgl_rope_store(const msgl_tensor* q, const msgl_tensor* k, const msgl_tensor* v,
+                                 const msgl_tensor* k_cache, const msgl_tensor* v_cache,
+                                 const msgl_tensor* positions, const msgl_tensor* out_loc,
+                                 const msgl_tensor* cos_sin, const msgl_tensor* q_weight,
+                                 const msgl_tensor* k_weight, float eps, int32_t threads_per_head,
+                                 int32_t vectorized, msgl_stream stream);
+
+/* skinny_gemm: out [m, n] contiguous, x [m, k] (unit last stride, 16-byte aligned rows),
+ * w [n, k] contiguous, bias [n] or NULL; bf16/f16; m <= 16, k % 32 == 0. m_tiles: the
+ * M_TILES instance (1 or 2). */
+MSGL_API int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x, const msgl_tensor* w,
+                                  const msgl_tensor* bias, int32_t m_tiles, msgl_stream stream);
+
 /* silu_mul: out [t, i] contiguous, x [t, 2i] contiguous, same dtype. */
 MSGL_API int32_t msgl_silu_mul(const msgl_tensor* out, const msgl_tensor* x, int32_t vectorized, msgl_stream stream);
 
@@ -553,6 +636,8 @@ static_assert(sizeof(msgl_moe_route_params) == 120, "msgl_moe_route_params layou
 static_assert(sizeof(msgl_moe_align_params) == 64, "msgl_moe_align_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_gemm_params) == 112, "msgl_moe_gemm_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_sum_params) == 64, "msgl_moe_sum_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_rope_store_params) == 192, "msgl_rope_store_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_skinny_gemm_params) == 64, "msgl_skinny_gemm_params layout changed: run cargo xtask codegen");
 #endif
 
 #endif /* MINISGL_TENSOR_H */

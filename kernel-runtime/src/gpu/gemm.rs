@@ -224,6 +224,14 @@ pub(crate) fn linear(out: &Tensor, x: &Tensor, w: &Tensor, bias: Option<&Tensor>
             None => dev.memset(out.device_ptr(), 0, out.size_in_bytes()),
         };
     }
+    // Decode-sized, weight-bound products go to the skinny kernel (the rule and
+    // why: `skinny::plan`); MINISGL_SKINNY_GEMM=0 keeps everything on cuBLASLt.
+    if super::skinny::enabled() && bias.is_none_or(Tensor::is_contiguous) {
+        let aligned = super::skinny::operands_aligned(x, w);
+        if let Some(m_tiles) = super::skinny::plan(m, n, k, x.dtype(), aligned, dev.sm_count().max(1) as usize) {
+            return super::skinny::skinny_gemm(out, x, w, bias, m_tiles);
+        }
+    }
     // B's leading dimension is x's row stride: rows must be dense and not overlap.
     let strided_ok = k == 1 || x.strides()[1] == 1;
     let x = if strided_ok && (m <= 1 || x.strides()[0] >= k) { x.clone() } else { x.contiguous()? };

@@ -6,6 +6,8 @@
 //! | [`gemm`] | cuBLASLt | `linear` |
 //! | [`norm`] | `norm` | `rms_norm`, `fused_add_rms_norm`, `head_rms_norm` |
 //! | [`rope`] | `rope` | `rope` |
+//! | [`rope_store`] | `rope_store` | `rope_store` (q/k norm + rope + KV store) |
+//! | [`skinny`] | `skinny_gemm` | `linear` at m <= 16 (by rule), `skinny_gemm` |
 //! | [`activation`] | `activation` | `silu_mul` |
 //! | [`argmax`] | `argmax` | `argmax` |
 //! | [`attention`] | `attention` | `paged_attention` |
@@ -27,7 +29,9 @@ pub(crate) mod gemm;
 pub(crate) mod moe;
 mod norm;
 mod rope;
+mod rope_store;
 mod sampling;
+pub(crate) mod skinny;
 
 pub(crate) use activation::silu_mul;
 pub(crate) use argmax::argmax;
@@ -36,6 +40,7 @@ pub(crate) use convert::{cast, copy};
 pub(crate) use gemm::linear;
 pub(crate) use norm::{fused_add_rms_norm, head_rms_norm, rms_norm};
 pub(crate) use rope::rope;
+pub(crate) use rope_store::rope_store;
 pub(crate) use sampling::sample;
 
 use std::sync::Arc;

@@ -1,10 +1,9 @@
 //! RMSNorm on CUDA (csrc/kernels/norm.cu): plain, fused with the residual add,
 //! and per head on a strided view.
 //!
-//! The launch shape is chosen here: a row of `hidden` elements gets the smallest
-//! power-of-two group of threads that holds it in registers at 4 16-byte vectors
-//! per thread (at most 512 threads); groups of up to 32 threads share 256-thread
-//! blocks, wider ones own a block. Unaligned rows take the kernel's scalar path.
+//! The launch shape is chosen here ([`norm_shape`]) so that the GPU fills at any
+//! row count: decode steps have few rows (64 tokens = 64 hidden rows, or 1024 q
+//! heads), and one block per SM matters more there than few threads per row.
 
 use crate::error::Result;
 use crate::sys::kernels::msgl_norm_params;
@@ -16,7 +15,7 @@ use super::{device_of, dispatch, dtype_code, grid_u32, rows_aligned, vec_elems};
 const MAX_THREADS_PER_ROW: usize = 512;
 /// norm.cu's kNormVecsPerThread.
 const VECS_PER_THREAD: usize = 4;
-/// Threads of a block shared by several rows.
+/// Threads of a block shared by several rows, at most.
 const SHARED_BLOCK: usize = 256;
 
 /// How one launch covers the rows.
@@ -27,14 +26,38 @@ struct NormShape {
     vectorized: bool,
 }
 
-/// The launch shape for rows of `hidden` elements of `vec` elements per 16-byte
-/// vector, `aligned` when every row start is 16-byte aligned.
-fn norm_shape(hidden: usize, vec: usize, aligned: bool) -> NormShape {
+/// The launch shape for `num_rows` rows of `hidden` elements, `vec` elements per
+/// 16-byte vector, `aligned` when every row start is 16-byte aligned, on a GPU of
+/// `sm_count` SMs.
+///
+/// The rule: start from the fewest threads that hold a row in registers (the
+/// smallest power of two at 4 vectors a thread), and while that gives fewer
+/// blocks than SMs, double the threads per row (down to one vector a thread) and
+/// pack fewer rows per block (down to one warp a block), so that few rows still
+/// spread over many SMs with short per-thread chains; with many rows (prefill)
+/// this is the register-minimal shape with 256-thread blocks.
+fn norm_shape(hidden: usize, vec: usize, aligned: bool, num_rows: usize, sm_count: usize) -> NormShape {
     let vectorized = aligned && hidden.is_multiple_of(vec) && hidden / vec <= MAX_THREADS_PER_ROW * VECS_PER_THREAD;
     let units = if vectorized { hidden / vec } else { hidden };
-    let threads_per_row = units.div_ceil(VECS_PER_THREAD).next_power_of_two().clamp(1, MAX_THREADS_PER_ROW);
-    let rows_per_block = if threads_per_row > 32 { 1 } else { SHARED_BLOCK / threads_per_row };
-    NormShape { threads_per_row, rows_per_block, vectorized }
+    let target = sm_count.max(1);
+    let rows_per_block_for = |tpr: usize| {
+        if tpr > 32 {
+            return 1;
+        }
+        // Whole warps per block (the kernel's shuffles use full masks), at most 256 threads.
+        let min_rows = (32 / tpr).max(1);
+        let max_rows = (SHARED_BLOCK / tpr).max(1);
+        let want = num_rows.div_ceil(target).clamp(min_rows, max_rows);
+        want.div_ceil(min_rows) * min_rows
+    };
+    let mut threads_per_row = units.div_ceil(VECS_PER_THREAD).next_power_of_two().clamp(1, MAX_THREADS_PER_ROW);
+    while num_rows.div_ceil(rows_per_block_for(threads_per_row)) < target
+        && threads_per_row * 2 <= MAX_THREADS_PER_ROW
+        && threads_per_row * 2 <= units.next_power_of_two()
+    {
+        threads_per_row *= 2;
+    }
+    NormShape { threads_per_row, rows_per_block: rows_per_block_for(threads_per_row), vectorized }
 }
 
 /// Launches the norm kernel over `p.num_rows` rows (p's pointers and strides filled).
@@ -65,7 +88,8 @@ pub(crate) fn rms_norm(out: &Tensor, x: &Tensor, w: &Tensor, eps: f32) -> Result
     let x = if x.dim(1) > 1 && x.strides()[1] != 1 { x.contiguous()? } else { x.clone() };
     let [t, h] = x.dims::<2>(OP, "x")?;
     let vec = vec_elems(&x);
-    let shape = norm_shape(h, vec, rows_aligned(&x, 16) && rows_aligned(out, 16) && rows_aligned(w, 16));
+    let sms = device_of(OP, &x)?.sm_count().max(1) as usize;
+    let shape = norm_shape(h, vec, rows_aligned(&x, 16) && rows_aligned(out, 16) && rows_aligned(w, 16), t, sms);
     let x_row = if t > 1 { x.strides()[0] } else { h };
     let p = msgl_norm_params {
         out: out.device_ptr() as *mut _,
@@ -96,7 +120,8 @@ pub(crate) fn fused_add_rms_norm(x: &Tensor, residual: &Tensor, w: &Tensor, eps:
     const OP: &str = "fused_add_rms_norm";
     let [t, h] = x.dims::<2>(OP, "x")?;
     let vec = vec_elems(x);
-    let shape = norm_shape(h, vec, rows_aligned(x, 16) && rows_aligned(residual, 16) && rows_aligned(w, 16));
+    let sms = device_of(OP, x)?.sm_count().max(1) as usize;
+    let shape = norm_shape(h, vec, rows_aligned(x, 16) && rows_aligned(residual, 16) && rows_aligned(w, 16), t, sms);
     let p = msgl_norm_params {
         out: x.device_ptr() as *mut _,
         x: x.device_ptr() as *mut _,
@@ -128,7 +153,8 @@ pub(crate) fn head_rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<()> {
         return Ok(());
     }
     let vec = vec_elems(x);
-    let shape = norm_shape(d, vec, rows_aligned(x, 16) && rows_aligned(w, 16));
+    let sms = device_of(OP, x)?.sm_count().max(1) as usize;
+    let shape = norm_shape(d, vec, rows_aligned(x, 16) && rows_aligned(w, 16), t * heads, sms);
     let (s0, s1) = (x.strides()[0] as i64, x.strides()[1] as i64);
     let p = msgl_norm_params {
         out: x.device_ptr() as *mut _,
@@ -158,26 +184,51 @@ pub(crate) fn head_rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// Many rows (prefill): the register-minimal shape, whatever the SM count.
+    const MANY: usize = 1 << 20;
+
     #[test]
-    fn rows_fit_in_registers_of_a_power_of_two_group() {
+    fn many_rows_take_the_fewest_threads_that_hold_a_row() {
         // Qwen3 q/k norm: head_dim 128 bf16 = 16 vectors -> 4 threads, 64 rows a block.
-        assert_eq!(norm_shape(128, 8, true), NormShape { threads_per_row: 4, rows_per_block: 64, vectorized: true });
+        assert_eq!(norm_shape(128, 8, true, MANY, 132), NormShape { threads_per_row: 4, rows_per_block: 64, vectorized: true });
         // Llama-3-8B hidden 4096 bf16: 512 vectors -> 128 threads, one row a block.
-        assert_eq!(norm_shape(4096, 8, true), NormShape { threads_per_row: 128, rows_per_block: 1, vectorized: true });
+        assert_eq!(norm_shape(4096, 8, true, MANY, 132), NormShape { threads_per_row: 128, rows_per_block: 1, vectorized: true });
         // f32 8192: 2048 vectors -> the 512-thread maximum.
-        assert_eq!(norm_shape(8192, 4, true).threads_per_row, 512);
+        assert_eq!(norm_shape(8192, 4, true, MANY, 132).threads_per_row, 512);
         // Too wide for registers, odd widths and unaligned rows take the scalar path.
-        assert!(!norm_shape(32768, 4, true).vectorized);
-        assert!(!norm_shape(100, 8, true).vectorized);
-        assert!(!norm_shape(128, 8, false).vectorized);
-        for hidden in [1, 7, 64, 100, 4096, 8192, 40000] {
+        assert!(!norm_shape(32768, 4, true, MANY, 132).vectorized);
+        assert!(!norm_shape(100, 8, true, MANY, 132).vectorized);
+        assert!(!norm_shape(128, 8, false, MANY, 132).vectorized);
+    }
+
+    #[test]
+    fn few_rows_spread_over_the_sms() {
+        // Qwen3-0.6B decode at 64 rows, hidden 1024 bf16 (128 vectors): was 8 blocks
+        // of 8 rows; now one vector a thread, one row a block, 64 blocks.
+        assert_eq!(norm_shape(1024, 8, true, 64, 132), NormShape { threads_per_row: 128, rows_per_block: 1, vectorized: true });
+        // Its q norm, 64 tokens x 16 heads of 128: 128 blocks of 8 rows of 16 threads.
+        let q = norm_shape(128, 8, true, 1024, 132);
+        assert_eq!(q, NormShape { threads_per_row: 16, rows_per_block: 8, vectorized: true });
+        assert_eq!(1024usize.div_ceil(q.rows_per_block), 128);
+        // One row of 4096: the whole row in one 512-thread block, one vector each.
+        assert_eq!(norm_shape(4096, 8, true, 1, 132), NormShape { threads_per_row: 512, rows_per_block: 1, vectorized: true });
+    }
+
+    #[test]
+    fn every_shape_is_one_the_kernel_accepts() {
+        for hidden in [1, 7, 64, 100, 128, 1024, 4096, 8192, 40000] {
             for vec in [4, 8] {
-                let s = norm_shape(hidden, vec, true);
-                assert!(s.threads_per_row.is_power_of_two() && s.threads_per_row <= MAX_THREADS_PER_ROW);
-                assert!(s.threads_per_row * s.rows_per_block <= MAX_THREADS_PER_ROW);
-                assert!(s.threads_per_row <= 32 || s.rows_per_block == 1);
-                if s.vectorized {
-                    assert!(hidden / vec <= s.threads_per_row * VECS_PER_THREAD);
+                for rows in [1, 3, 64, 1000, MANY] {
+                    for sms in [1, 132] {
+                        let s = norm_shape(hidden, vec, true, rows, sms);
+                        assert!(s.threads_per_row.is_power_of_two() && s.threads_per_row <= MAX_THREADS_PER_ROW);
+                        let block = s.threads_per_row * s.rows_per_block;
+                        assert!(block <= MAX_THREADS_PER_ROW && (block.is_multiple_of(32) || block == s.threads_per_row), "{s:?}");
+                        assert!(s.threads_per_row <= 32 || s.rows_per_block == 1);
+                        if s.vectorized {
+                            assert!(hidden / vec <= s.threads_per_row * VECS_PER_THREAD);
+                        }
+                    }
                 }
             }
         }

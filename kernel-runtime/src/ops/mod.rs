@@ -9,6 +9,8 @@
 //! | [`linear`] | `x @ w^T + b` (cuBLASLt on CUDA) |
 //! | [`rms_norm`], [`fused_add_rms_norm`], [`head_rms_norm`] | RMSNorm variants |
 //! | [`rope`] | rotary embedding (neox layout), in place |
+//! | [`rope_store`] | q/k norm (optional) + rotary embedding + KV store, fused |
+//! | [`skinny_gemm`], [`set_skinny_gemm`] | the decode GEMM `linear` picks at m <= 16, and its switch |
 //! | [`silu_mul`] | SiLU(gate) * up |
 //! | [`argmax`] | greedy token choice |
 //! | [`sample`] | one token per row: greedy, temperature, top-k, top-p, min-p |
@@ -17,9 +19,11 @@
 
 mod attention;
 mod dense;
+mod fused;
 mod index;
 mod sampling;
 pub mod moe;
+mod skinny;
 mod store;
 
 pub use attention::{paged_attention, paged_attention_with, AttnKernel, PagedAttnMeta};
@@ -30,6 +34,8 @@ pub use moe::{
     fused_experts, fused_experts_with, fused_moe, moe_align, moe_gemm, moe_route, moe_sum, naive_experts, MoeAlignment, MoePlan,
     MoeRouting,
 };
+pub use fused::{rope_store, QkNorm, RopeStore};
+pub use skinny::{set_skinny_gemm, skinny_gemm};
 pub use store::store_kv;
 
 use crate::device::Device;

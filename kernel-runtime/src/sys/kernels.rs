@@ -355,6 +355,198 @@ impl Default for msgl_rope_params {
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct msgl_rope_store_params {
+    pub q: *mut ::std::os::raw::c_void,
+    pub k: *const ::std::os::raw::c_void,
+    pub v: *const ::std::os::raw::c_void,
+    pub k_cache: *mut ::std::os::raw::c_void,
+    pub v_cache: *mut ::std::os::raw::c_void,
+    pub positions: *const ::std::os::raw::c_void,
+    pub out_loc: *const ::std::os::raw::c_void,
+    pub cos_sin: *const f32,
+    pub q_weight: *const ::std::os::raw::c_void,
+    pub k_weight: *const ::std::os::raw::c_void,
+    pub num_tokens: i64,
+    pub q_token_stride: i64,
+    pub q_head_stride: i64,
+    pub k_token_stride: i64,
+    pub k_head_stride: i64,
+    pub v_token_stride: i64,
+    pub v_head_stride: i64,
+    pub max_positions: i64,
+    pub num_slots: i64,
+    pub num_q_heads: i32,
+    pub num_kv_heads: i32,
+    pub head_dim: i32,
+    pub rotary_dim: i32,
+    pub positions_is_64: i32,
+    pub out_loc_is_64: i32,
+    pub threads_per_head: i32,
+    pub vectorized: i32,
+    pub eps: f32,
+    pub reserved: i32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of msgl_rope_store_params",
+    ][::std::mem::size_of::<msgl_rope_store_params>() - 192usize];
+    [
+        "Alignment of msgl_rope_store_params",
+    ][::std::mem::align_of::<msgl_rope_store_params>() - 8usize];
+    [
+        "Offset of field: msgl_rope_store_params::q",
+    ][::std::mem::offset_of!(msgl_rope_store_params, q) - 0usize];
+    [
+        "Offset of field: msgl_rope_store_params::k",
+    ][::std::mem::offset_of!(msgl_rope_store_params, k) - 8usize];
+    [
+        "Offset of field: msgl_rope_store_params::v",
+    ][::std::mem::offset_of!(msgl_rope_store_params, v) - 16usize];
+    [
+        "Offset of field: msgl_rope_store_params::k_cache",
+    ][::std::mem::offset_of!(msgl_rope_store_params, k_cache) - 24usize];
+    [
+        "Offset of field: msgl_rope_store_params::v_cache",
+    ][::std::mem::offset_of!(msgl_rope_store_params, v_cache) - 32usize];
+    [
+        "Offset of field: msgl_rope_store_params::positions",
+    ][::std::mem::offset_of!(msgl_rope_store_params, positions) - 40usize];
+    [
+        "Offset of field: msgl_rope_store_params::out_loc",
+    ][::std::mem::offset_of!(msgl_rope_store_params, out_loc) - 48usize];
+    [
+        "Offset of field: msgl_rope_store_params::cos_sin",
+    ][::std::mem::offset_of!(msgl_rope_store_params, cos_sin) - 56usize];
+    [
+        "Offset of field: msgl_rope_store_params::q_weight",
+    ][::std::mem::offset_of!(msgl_rope_store_params, q_weight) - 64usize];
+    [
+        "Offset of field: msgl_rope_store_params::k_weight",
+    ][::std::mem::offset_of!(msgl_rope_store_params, k_weight) - 72usize];
+    [
+        "Offset of field: msgl_rope_store_params::num_tokens",
+    ][::std::mem::offset_of!(msgl_rope_store_params, num_tokens) - 80usize];
+    [
+        "Offset of field: msgl_rope_store_params::q_token_stride",
+    ][::std::mem::offset_of!(msgl_rope_store_params, q_token_stride) - 88usize];
+    [
+        "Offset of field: msgl_rope_store_params::q_head_stride",
+    ][::std::mem::offset_of!(msgl_rope_store_params, q_head_stride) - 96usize];
+    [
+        "Offset of field: msgl_rope_store_params::k_token_stride",
+    ][::std::mem::offset_of!(msgl_rope_store_params, k_token_stride) - 104usize];
+    [
+        "Offset of field: msgl_rope_store_params::k_head_stride",
+    ][::std::mem::offset_of!(msgl_rope_store_params, k_head_stride) - 112usize];
+    [
+        "Offset of field: msgl_rope_store_params::v_token_stride",
+    ][::std::mem::offset_of!(msgl_rope_store_params, v_token_stride) - 120usize];
+    [
+        "Offset of field: msgl_rope_store_params::v_head_stride",
+    ][::std::mem::offset_of!(msgl_rope_store_params, v_head_stride) - 128usize];
+    [
+        "Offset of field: msgl_rope_store_params::max_positions",
+    ][::std::mem::offset_of!(msgl_rope_store_params, max_positions) - 136usize];
+    [
+        "Offset of field: msgl_rope_store_params::num_slots",
+    ][::std::mem::offset_of!(msgl_rope_store_params, num_slots) - 144usize];
+    [
+        "Offset of field: msgl_rope_store_params::num_q_heads",
+    ][::std::mem::offset_of!(msgl_rope_store_params, num_q_heads) - 152usize];
+    [
+        "Offset of field: msgl_rope_store_params::num_kv_heads",
+    ][::std::mem::offset_of!(msgl_rope_store_params, num_kv_heads) - 156usize];
+    [
+        "Offset of field: msgl_rope_store_params::head_dim",
+    ][::std::mem::offset_of!(msgl_rope_store_params, head_dim) - 160usize];
+    [
+        "Offset of field: msgl_rope_store_params::rotary_dim",
+    ][::std::mem::offset_of!(msgl_rope_store_params, rotary_dim) - 164usize];
+    [
+        "Offset of field: msgl_rope_store_params::positions_is_64",
+    ][::std::mem::offset_of!(msgl_rope_store_params, positions_is_64) - 168usize];
+    [
+        "Offset of field: msgl_rope_store_params::out_loc_is_64",
+    ][::std::mem::offset_of!(msgl_rope_store_params, out_loc_is_64) - 172usize];
+    [
+        "Offset of field: msgl_rope_store_params::threads_per_head",
+    ][::std::mem::offset_of!(msgl_rope_store_params, threads_per_head) - 176usize];
+    [
+        "Offset of field: msgl_rope_store_params::vectorized",
+    ][::std::mem::offset_of!(msgl_rope_store_params, vectorized) - 180usize];
+    [
+        "Offset of field: msgl_rope_store_params::eps",
+    ][::std::mem::offset_of!(msgl_rope_store_params, eps) - 184usize];
+    [
+        "Offset of field: msgl_rope_store_params::reserved",
+    ][::std::mem::offset_of!(msgl_rope_store_params, reserved) - 188usize];
+};
+impl Default for msgl_rope_store_params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct msgl_skinny_gemm_params {
+    pub out: *mut ::std::os::raw::c_void,
+    pub x: *const ::std::os::raw::c_void,
+    pub w: *const ::std::os::raw::c_void,
+    pub bias: *const ::std::os::raw::c_void,
+    pub m: i64,
+    pub n: i64,
+    pub k: i64,
+    pub x_stride: i64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of msgl_skinny_gemm_params",
+    ][::std::mem::size_of::<msgl_skinny_gemm_params>() - 64usize];
+    [
+        "Alignment of msgl_skinny_gemm_params",
+    ][::std::mem::align_of::<msgl_skinny_gemm_params>() - 8usize];
+    [
+        "Offset of field: msgl_skinny_gemm_params::out",
+    ][::std::mem::offset_of!(msgl_skinny_gemm_params, out) - 0usize];
+    [
+        "Offset of field: msgl_skinny_gemm_params::x",
+    ][::std::mem::offset_of!(msgl_skinny_gemm_params, x) - 8usize];
+    [
+        "Offset of field: msgl_skinny_gemm_params::w",
+    ][::std::mem::offset_of!(msgl_skinny_gemm_params, w) - 16usize];
+    [
+        "Offset of field: msgl_skinny_gemm_params::bias",
+    ][::std::mem::offset_of!(msgl_skinny_gemm_params, bias) - 24usize];
+    [
+        "Offset of field: msgl_skinny_gemm_params::m",
+    ][::std::mem::offset_of!(msgl_skinny_gemm_params, m) - 32usize];
+    [
+        "Offset of field: msgl_skinny_gemm_params::n",
+    ][::std::mem::offset_of!(msgl_skinny_gemm_params, n) - 40usize];
+    [
+        "Offset of field: msgl_skinny_gemm_params::k",
+    ][::std::mem::offset_of!(msgl_skinny_gemm_params, k) - 48usize];
+    [
+        "Offset of field: msgl_skinny_gemm_params::x_stride",
+    ][::std::mem::offset_of!(msgl_skinny_gemm_params, x_stride) - 56usize];
+};
+impl Default for msgl_skinny_gemm_params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct msgl_silu_mul_params {
     pub out: *mut ::std::os::raw::c_void,
     pub x: *const ::std::os::raw::c_void,
@@ -1020,6 +1212,30 @@ pub struct KernelLibrary {
         grid: i32,
         stream: msgl_stream,
     ) -> i32,
+    pub msgl_rope_store: unsafe extern "C" fn(
+        q: *const msgl_tensor,
+        k: *const msgl_tensor,
+        v: *const msgl_tensor,
+        k_cache: *const msgl_tensor,
+        v_cache: *const msgl_tensor,
+        positions: *const msgl_tensor,
+        out_loc: *const msgl_tensor,
+        cos_sin: *const msgl_tensor,
+        q_weight: *const msgl_tensor,
+        k_weight: *const msgl_tensor,
+        eps: f32,
+        threads_per_head: i32,
+        vectorized: i32,
+        stream: msgl_stream,
+    ) -> i32,
+    pub msgl_skinny_gemm: unsafe extern "C" fn(
+        out: *const msgl_tensor,
+        x: *const msgl_tensor,
+        w: *const msgl_tensor,
+        bias: *const msgl_tensor,
+        m_tiles: i32,
+        stream: msgl_stream,
+    ) -> i32,
     pub msgl_silu_mul: unsafe extern "C" fn(
         out: *const msgl_tensor,
         x: *const msgl_tensor,
@@ -1158,6 +1374,8 @@ impl KernelLibrary {
             .map(|sym| *sym)?;
         let msgl_head_rms_norm = __library.get(b"msgl_head_rms_norm\0").map(|sym| *sym)?;
         let msgl_rope = __library.get(b"msgl_rope\0").map(|sym| *sym)?;
+        let msgl_rope_store = __library.get(b"msgl_rope_store\0").map(|sym| *sym)?;
+        let msgl_skinny_gemm = __library.get(b"msgl_skinny_gemm\0").map(|sym| *sym)?;
         let msgl_silu_mul = __library.get(b"msgl_silu_mul\0").map(|sym| *sym)?;
         let msgl_argmax = __library.get(b"msgl_argmax\0").map(|sym| *sym)?;
         let msgl_sample = __library.get(b"msgl_sample\0").map(|sym| *sym)?;
@@ -1186,6 +1404,8 @@ impl KernelLibrary {
             msgl_fused_add_rms_norm,
             msgl_head_rms_norm,
             msgl_rope,
+            msgl_rope_store,
+            msgl_skinny_gemm,
             msgl_silu_mul,
             msgl_argmax,
             msgl_sample,
@@ -1305,6 +1525,52 @@ impl KernelLibrary {
         stream: msgl_stream,
     ) -> i32 {
         (self.msgl_rope)(q, k, positions, cos_sin, vectorized, grid, stream)
+    }
+    pub unsafe fn msgl_rope_store(
+        &self,
+        q: *const msgl_tensor,
+        k: *const msgl_tensor,
+        v: *const msgl_tensor,
+        k_cache: *const msgl_tensor,
+        v_cache: *const msgl_tensor,
+        positions: *const msgl_tensor,
+        out_loc: *const msgl_tensor,
+        cos_sin: *const msgl_tensor,
+        q_weight: *const msgl_tensor,
+        k_weight: *const msgl_tensor,
+        eps: f32,
+        threads_per_head: i32,
+        vectorized: i32,
+        stream: msgl_stream,
+    ) -> i32 {
+        (self
+            .msgl_rope_store)(
+            q,
+            k,
+            v,
+            k_cache,
+            v_cache,
+            positions,
+            out_loc,
+            cos_sin,
+            q_weight,
+            k_weight,
+            eps,
+            threads_per_head,
+            vectorized,
+            stream,
+        )
+    }
+    pub unsafe fn msgl_skinny_gemm(
+        &self,
+        out: *const msgl_tensor,
+        x: *const msgl_tensor,
+        w: *const msgl_tensor,
+        bias: *const msgl_tensor,
+        m_tiles: i32,
+        stream: msgl_stream,
+    ) -> i32 {
+        (self.msgl_skinny_gemm)(out, x, w, bias, m_tiles, stream)
     }
     pub unsafe fn msgl_silu_mul(
         &self,

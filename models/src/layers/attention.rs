@@ -1,14 +1,16 @@
 //! The RoPE self-attention block of LLaMA-family decoders.
 //!
-//! `x -> qkv_proj -> (q, k, v) -> [q_norm, k_norm] -> rope(q, k) -> backend -> o_proj`.
-//! q, k and v are views into the one fused projection output (no copies); the
-//! per-head norms and rope write them in place, and the attention backend stores
-//! k and v into the paged cache before attending. The variants of the family
+//! `x -> qkv_proj -> (q, k, v) -> [q_norm, k_norm] -> rope(q, k) -> store(k, v) -> backend -> o_proj`.
+//! q, k and v are views into the one fused projection output (no copies). The
+//! norms, the rotation and the store into the paged cache are one op,
+//! `ops::rope_store` (one launch on CUDA instead of four; the unfused sequence on
+//! the CPU): it rewrites q in place and writes the rotated k and v into the
+//! layer's cache, so the attention backend is told the cache already holds them. The variants of the family
 //! differ only in [`AttnOptions`]: LLaMA's `attention_bias` covers all four
 //! projections, Qwen2 has q/k/v bias and none on o_proj, Qwen3 adds the q/k
 //! RMSNorm, Mistral has no bias at all.
 
-use kernel_runtime::Tensor;
+use kernel_runtime::{ops, Tensor};
 
 use crate::config::ModelConfig;
 use crate::ctx::{AttnInputs, ForwardCtx};
@@ -78,12 +80,32 @@ impl RopeAttention {
         let q = qkv.narrow(1, 0, hq)?;
         let k = qkv.narrow(1, hq, hkv)?;
         let v = qkv.narrow(1, hq + hkv, hkv)?;
-        if let (Some(q_norm), Some(k_norm)) = (&self.q_norm, &self.k_norm) {
-            q_norm.forward_heads(&q)?;
-            k_norm.forward_heads(&k)?;
-        }
-        self.rotary.forward(&q, &k, ctx.batch.positions())?;
-        let out = ctx.attn.forward(ctx, AttnInputs { layer_idx: self.layer_idx, q: &q, k: &k, v: &v, scale: self.scale })?;
+        let qk_norm = match (&self.q_norm, &self.k_norm) {
+            (Some(q_norm), Some(k_norm)) if q_norm.eps() == k_norm.eps() => {
+                Some(ops::QkNorm { q_weight: q_norm.weight(), k_weight: k_norm.weight(), eps: q_norm.eps() })
+            }
+            (Some(q_norm), Some(k_norm)) => {
+                // Different epsilons (no known checkpoint): normalise apart, fuse the rest.
+                q_norm.forward_heads(&q)?;
+                k_norm.forward_heads(&k)?;
+                None
+            }
+            _ => None,
+        };
+        let (k_cache, v_cache) = ctx.kv.layer(self.layer_idx)?;
+        ops::rope_store(&ops::RopeStore {
+            q: &q,
+            k: &k,
+            v: &v,
+            k_cache,
+            v_cache,
+            positions: ctx.batch.positions(),
+            out_loc: ctx.batch.out_loc(),
+            cos_sin: self.rotary.cos_sin(),
+            qk_norm,
+        })?;
+        let inputs = AttnInputs { layer_idx: self.layer_idx, q: &q, k: &k, v: &v, scale: self.scale, kv_stored: true };
+        let out = ctx.attn.forward(ctx, inputs)?;
         self.o_proj.forward(&out.reshape(&[t, hq * d])?)
     }
 }

@@ -41,6 +41,16 @@ impl RmsNorm {
         }
     }
 
+    /// The `[size]` weight.
+    pub fn weight(&self) -> &Tensor {
+        &self.weight
+    }
+
+    /// The epsilon added to the mean square.
+    pub fn eps(&self) -> f32 {
+        self.eps
+    }
+
     /// Normalises every head of `x` `[t, heads, d]` in place (a view is fine).
     pub fn forward_heads(&self, x: &Tensor) -> Result<()> {
         Ok(ops::head_rms_norm(x, &self.weight, self.eps)?)

@@ -1,0 +1,225 @@
+//! Decode GEMMs (`x @ w^T`, bf16) at the projections of Llama-3-8B and
+//! Qwen3-0.6B, M = 1, 4, 16, 64 rows: the skinny kernel (`ops::skinny_gemm`,
+//! both tile widths) against cuBLASLt (`ops::linear` with the skinny path
+//! switched off), plus `ops::linear` as the dispatch rule runs it. Criterion
+//! timing with CUDA events around back-to-back launches (`iter_custom`), and one
+//! plain-text line per case for run scripts:
+//!
+//! `SUMMARY gemm <model> <proj> m=<M> <variant>: median <us> us, <TB/s> TB/s`
+//!
+//! Criterion times the headline cases only (the Llama-3-8B projections at M = 1
+//! and 16, cuBLASLt and the rule's skinny variant), so that the bench stays well
+//! inside run.sh's 300 s per bench; every case gets its SUMMARY line (30 medians
+//! of ~2 ms groups).
+//!
+//! TB/s counts the weight bytes (n k 2) over the time, the figure GPU.md's anchor
+//! uses: cuBLAS reaches 2.7-2.8 TB/s of weights at M = 1..64, K = 4096, N = 12288;
+//! the copy ceiling is 4.25 TB/s (read + write). Each case rotates over enough
+//! copies of its weight (at least 256 MiB in all) that no launch finds its
+//! weights in the 50 MB L2. On a machine without a GPU the bench prints a skip
+//! line and exits 0.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Duration;
+
+use criterion::{Criterion, Throughput};
+use kernel_runtime::cuda::{self, EventTimer};
+use kernel_runtime::{ops, Device, Tensor};
+
+const GPU: Device = Device::Cuda(0);
+const MS: [usize; 4] = [1, 4, 16, 64];
+/// Weight bytes a case rotates over, at least.
+const ROTATE_BYTES: usize = 256 << 20;
+
+/// (model, projection, k = in features, n = out features).
+const SHAPES: &[(&str, &str, usize, usize)] = &[
+    ("llama3-8b", "qkv", 4096, 6144),
+    ("llama3-8b", "o", 4096, 4096),
+    ("llama3-8b", "gate_up", 4096, 28672),
+    ("llama3-8b", "down", 14336, 4096),
+    ("qwen3-0.6b", "qkv", 1024, 4096),
+    ("qwen3-0.6b", "o", 2048, 1024),
+    ("qwen3-0.6b", "gate_up", 1024, 6144),
+    ("qwen3-0.6b", "down", 3072, 1024),
+    ("qwen3-0.6b", "lm_head", 1024, 151936),
+];
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Variant {
+    /// `ops::linear` with the skinny path off.
+    Cublaslt,
+    /// `ops::linear` as dispatched.
+    Linear,
+    /// `ops::skinny_gemm` with this many 16-row tiles per warp.
+    Skinny(usize),
+}
+
+impl Variant {
+    fn label(self) -> String {
+        match self {
+            Variant::Cublaslt => "cublaslt".into(),
+            Variant::Linear => "linear".into(),
+            Variant::Skinny(t) => format!("skinny{t}"),
+        }
+    }
+}
+
+struct Case {
+    name: String,
+    /// Timed by criterion too (else only the SUMMARY median).
+    criterion: bool,
+    weight_bytes: u64,
+    run: Box<dyn Fn() -> kernel_runtime::Result<()>>,
+}
+
+/// Deterministic pseudo-random bf16 values in about [-scale, scale) (never zeros).
+fn random_bf16(n: usize, seed: u64, scale: f32) -> Vec<half::bf16> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s >> 12;
+            s ^= s << 25;
+            s ^= s >> 27;
+            let u = (s.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40) as f32 / (1u64 << 24) as f32;
+            half::bf16::from_f32((2.0 * u - 1.0) * scale + 1e-3)
+        })
+        .collect()
+}
+
+/// `copies` distinct device buffers holding one random `[n, k]` matrix, shared by
+/// every case of a shape (generated once: lm_head's is 311 MB).
+fn weights(n: usize, k: usize) -> kernel_runtime::Result<Rc<Vec<Tensor>>> {
+    let copies = ROTATE_BYTES.div_ceil(n * k * 2).clamp(2, 64);
+    let host = random_bf16(n * k, 7, 0.05);
+    let ws = (0..copies).map(|_| Tensor::from_slice(&host, &[n, k], GPU)).collect::<kernel_runtime::Result<Vec<_>>>()?;
+    Ok(Rc::new(ws))
+}
+
+fn case(label: &str, ws: &Rc<Vec<Tensor>>, m: usize, variant: Variant, criterion: bool) -> kernel_runtime::Result<Case> {
+    let [n, k] = [ws[0].dim(0), ws[0].dim(1)];
+    let x = Tensor::from_slice(&random_bf16(m * k, 11, 1.0), &[m, k], GPU)?;
+    let ws = Rc::clone(ws);
+    let next = std::cell::Cell::new(0usize);
+    let run: Box<dyn Fn() -> kernel_runtime::Result<()>> = Box::new(move || {
+        let i = next.get();
+        next.set((i + 1) % ws.len());
+        let w = &ws[i];
+        match variant {
+            Variant::Cublaslt => {
+                ops::set_skinny_gemm(Some(false));
+                let r = ops::linear(&x, w, None);
+                ops::set_skinny_gemm(None);
+                r.map(drop)
+            }
+            Variant::Linear => ops::linear(&x, w, None).map(drop),
+            Variant::Skinny(t) => ops::skinny_gemm(&x, w, None, Some(t)).map(drop),
+        }
+    });
+    Ok(Case { name: format!("gemm {label} m={m} {}", variant.label()), criterion, weight_bytes: (n * k * 2) as u64, run })
+}
+
+fn time_launches(timer: &EventTimer, case: &Case, launches: u64) -> kernel_runtime::Result<f64> {
+    timer.start()?;
+    for _ in 0..launches {
+        (case.run)()?;
+    }
+    Ok(f64::from(timer.stop_ms()?))
+}
+
+fn median_us(timer: &EventTimer, case: &Case, samples: usize) -> kernel_runtime::Result<f64> {
+    let one = time_launches(timer, case, 10)? / 10.0;
+    let per_group = ((2.0 / one.max(1e-4)) as u64).clamp(10, 10_000);
+    let mut us: Vec<f64> = (0..samples)
+        .map(|_| time_launches(timer, case, per_group).map(|ms| ms * 1e3 / per_group as f64))
+        .collect::<kernel_runtime::Result<_>>()?;
+    us.sort_by(f64::total_cmp);
+    Ok(us[us.len() / 2])
+}
+
+fn main() {
+    match cuda::device_count() {
+        Ok(n) if n > 0 => {}
+        Ok(_) => {
+            println!("skipped: no CUDA device");
+            return;
+        }
+        Err(e) => {
+            println!("skipped: {e}");
+            return;
+        }
+    }
+    if let Err(e) = run() {
+        eprintln!("gemm bench failed: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> kernel_runtime::Result<()> {
+    let dev = cuda::device(0)?;
+    let timer = EventTimer::new(&dev)?;
+    let mut c = Criterion::default().configure_from_args();
+    let failure: RefCell<Option<kernel_runtime::Error>> = RefCell::new(None);
+    let mut summary = Vec::new();
+    // One shape at a time, so that only its weight copies are allocated.
+    for &(model, proj, k, n) in SHAPES {
+        let mut cases = Vec::new();
+        let ws = weights(n, k)?;
+        let label = format!("{model} {proj}");
+        for m in MS {
+            let mut variants = vec![Variant::Cublaslt, Variant::Linear];
+            if m <= 16 {
+                variants.extend([Variant::Skinny(1), Variant::Skinny(2)]);
+            }
+            // The tile width the dispatch rule picks (gpu::skinny::plan: 2 from n >= 64 x SMs).
+            let rule_tiles = if n >= 64 * dev.sm_count().max(1) as usize { 2 } else { 1 };
+            for v in variants {
+                let headline = model == "llama3-8b" && matches!(m, 1 | 16) && (v == Variant::Cublaslt || v == Variant::Skinny(rule_tiles));
+                cases.push(case(&label, &ws, m, v, headline)?);
+            }
+        }
+        // Warm up: module loading, plan creation and any NVRTC compile stay out.
+        for case in &cases {
+            (case.run)()?;
+        }
+        dev.synchronize()?;
+        {
+            let mut group = c.benchmark_group(format!("gemm {model} {proj}"));
+            for case in cases.iter().filter(|c| c.criterion) {
+                group.throughput(Throughput::Bytes(case.weight_bytes));
+                group.bench_function(&case.name, |b| {
+                    b.iter_custom(|iters| {
+                        if failure.borrow().is_some() {
+                            return Duration::from_nanos(1);
+                        }
+                        match time_launches(&timer, case, iters) {
+                            Ok(ms) => Duration::from_secs_f64(ms / 1e3),
+                            Err(e) => {
+                                failure.borrow_mut().get_or_insert(e);
+                                Duration::from_nanos(1)
+                            }
+                        }
+                    })
+                });
+            }
+            group.finish();
+        }
+        if let Some(e) = failure.borrow_mut().take() {
+            return Err(e);
+        }
+        for case in &cases {
+            let us = median_us(&timer, case, 30)?;
+            let tbs = case.weight_bytes as f64 / (us * 1e-6) / 1e12;
+            summary.push(format!("SUMMARY {}: median {us:.2} us, {tbs:.3} TB/s ({} weight bytes)", case.name, case.weight_bytes));
+        }
+        drop(cases);
+        drop(ws);
+        dev.synchronize()?;
+        dev.release_cached_memory()?;
+    }
+    c.final_summary();
+    for line in summary {
+        println!("{line}");
+    }
+    Ok(())
+}

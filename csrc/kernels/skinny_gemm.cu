@@ -1,0 +1,253 @@
+/*
+ * skinny_gemm.cu: out[m, n] = x[m, :] . w[n, :] (+ bias[n]) for m <= 16 rows, the
+ * shape of the decode projections, where the time is that of reading w once.
+ *
+ * Why not cuBLASLt: at m = 1..64 its kernels reach 2.7-2.8 TB/s of weights on an
+ * H200 (GPU.md), short of the ~4 TB/s a stream of loads can pull. The recipe
+ * here is the memory one: 16-byte loads of w that skip L1 (each byte is used
+ * once), several k-steps of loads issued before the first use, every weight byte
+ * read once for all rows of x, and enough blocks to fill every SM.
+ *
+ * Tensor cores, with w as the A operand: out^T [n, m] = w [n, k] x^T [k, m]
+ * is mma.sync m16n8k16 with 16 rows of w as A and 8 rows of x as B (N_TILES
+ * B tiles for up to 16 rows). At m <= 16 the products are almost free (m = 1
+ * wastes 7/8 of each mma, and the tensor cores still have ~100x headroom), while
+ * CUDA-core FMAs at m = 16 would need most of the chip's f32 rate.
+ *
+ * Fragments straight from global memory: the k order inside a dot product is
+ * free, so a lane (g = lane / 4, t = lane % 4) loads the 8 consecutive k values
+ * [8t, 8t + 8) of a k-step of 32 as one 16-byte vector of each of its rows (w
+ * rows g and g + 8, x row g), and the vector's four 32-bit pairs p0..p3 feed two
+ * mmas: {w_g.p0, w_g8.p0, w_g.p1, w_g8.p1} x {x.p0, x.p1}, then the same with p2,
+ * p3. Logical k 2t, 2t + 1 of an mma is then physical 8t, 8t + 1 and logical
+ * 2t + 8, 2t + 9 physical 8t + 2, 8t + 3 in both operands, a permutation of k
+ * that A and B share, so no shuffle or shared-memory staging is needed.
+ *
+ * Decomposition: a block of 8 warps owns 16 * M_TILES rows of w and all of K;
+ * warp i reduces the i-th eighth of the k-steps (a contiguous range) for all its
+ * rows, kUnroll / M_TILES k-steps of loads in flight at a time; the eight f32
+ * partial tiles are summed through shared memory, the bias added and the result
+ * rounded once. Rows of w past n and rows of x past m read as zeros.
+ */
+#include "minisgl/mma.cuh"
+
+namespace msgl {
+
+constexpr int kSkinnyWarps = 8;
+constexpr int kSkinnyThreads = kSkinnyWarps * kWarpSize;
+/* k-steps of 16 weight rows loaded before the first mma, per warp: 8 16-byte
+ * loads per lane, 4 KiB per warp, 64 KiB per SM at two blocks an SM. */
+constexpr int kSkinnyUnroll = 4;
+
+/* A 16-byte load of streamed data: read-only path, not kept in L1 (so that x,
+ * which every block re-reads, stays there). */
+__device__ __forceinline__ uint4 load_stream16(const void* p) {
+  uint4 r;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+      : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ uint4 load_cached16(const void* p) {
+  uint4 r;
+  asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  return r;
+}
+
+/* Two mmas of one k-step of 32: acc += w rows (lo = g, hi = g + 8) . x row. */
+template <int DTYPE>
+__device__ __forceinline__ void skinny_step(float (&acc)[4], const uint4& lo, const uint4& hi, const uint4& x) {
+  const unsigned a0[4] = {lo.x, hi.x, lo.y, hi.y};
+  mma16816<DTYPE>(acc, a0, x.x, x.y);
+  const unsigned a1[4] = {lo.z, hi.z, lo.w, hi.w};
+  mma16816<DTYPE>(acc, a1, x.z, x.w);
+}
+
+template <int DTYPE, int N_TILES, int M_TILES>
+__device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& p) {
+  using T = typename DType<DTYPE>::Storage;
+  constexpr int U = kSkinnyUnroll / M_TILES;
+  constexpr int kTileValues = M_TILES * N_TILES * 4 * kWarpSize;
+  __shared__ float partial[kSkinnyWarps][kTileValues];
+
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int g = lane / 4, t = lane % 4;
+  const long long n0 = static_cast<long long>(blockIdx.x) * 16 * M_TILES;
+  const long long steps = p.k / 32;
+  const long long s_begin = steps * warp / kSkinnyWarps;
+  const long long s_end = steps * (warp + 1) / kSkinnyWarps;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+
+  /* This lane's rows: byte pointers to element 8t of k-step 0. */
+  const char* w_row[M_TILES][2];
+  bool w_ok[M_TILES][2];
+#pragma unroll
+  for (int i = 0; i < M_TILES; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const long long r = n0 + 16 * i + 8 * h + g;
+      w_ok[i][h] = r < p.n;
+      w_row[i][h] = static_cast<const char*>(p.w) + (w_ok[i][h] ? r : 0) * p.k * 2 + t * 16;
+    }
+  const char* x_row[N_TILES];
+  bool x_ok[N_TILES];
+#pragma unroll
+  for (int j = 0; j < N_TILES; ++j) {
+    const long long r = 8 * j + g;
+    x_ok[j] = r < p.m;
+    x_row[j] = static_cast<const char*>(p.x) + (x_ok[j] ? r : 0) * p.x_stride * 2 + t * 16;
+  }
+
+  float acc[M_TILES][N_TILES][4];
+#pragma unroll
+  for (int i = 0; i < M_TILES; ++i)
+#pragma unroll
+    for (int j = 0; j < N_TILES; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
+
+  long long s = s_begin;
+  for (; s + U <= s_end; s += U) {
+    uint4 wv[U][M_TILES][2], xv[U][N_TILES];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const long long off = (s + u) * 64;
+#pragma unroll
+      for (int i = 0; i < M_TILES; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) wv[u][i][h] = w_ok[i][h] ? load_stream16(w_row[i][h] + off) : zero;
+#pragma unroll
+      for (int j = 0; j < N_TILES; ++j) xv[u][j] = x_ok[j] ? load_cached16(x_row[j] + off) : zero;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int i = 0; i < M_TILES; ++i)
+#pragma unroll
+        for (int j = 0; j < N_TILES; ++j) skinny_step<DTYPE>(acc[i][j], wv[u][i][0], wv[u][i][1], xv[u][j]);
+  }
+  for (; s < s_end; ++s) {
+    const long long off = s * 64;
+    uint4 wv[M_TILES][2], xv[N_TILES];
+#pragma unroll
+    for (int i = 0; i < M_TILES; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) wv[i][h] = w_ok[i][h] ? load_stream16(w_row[i][h] + off) : zero;
+#pragma unroll
+    for (int j = 0; j < N_TILES; ++j) xv[j] = x_ok[j] ? load_cached16(x_row[j] + off) : zero;
+#pragma unroll
+    for (int i = 0; i < M_TILES; ++i)
+#pragma unroll
+      for (int j = 0; j < N_TILES; ++j) skinny_step<DTYPE>(acc[i][j], wv[i][0], wv[i][1], xv[j]);
+  }
+
+  /* Sum the warps' partial tiles: value ((i * N_TILES + j) * 4 + c) * 32 + lane. */
+#pragma unroll
+  for (int i = 0; i < M_TILES; ++i)
+#pragma unroll
+    for (int j = 0; j < N_TILES; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) partial[warp][((i * N_TILES + j) * 4 + c) * kWarpSize + lane] = acc[i][j][c];
+  __syncthreads();
+  const T* bias = static_cast<const T*>(p.bias);
+  T* out = static_cast<T*>(p.out);
+  for (int e = threadIdx.x; e < kTileValues; e += kSkinnyThreads) {
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kSkinnyWarps; ++w) sum += partial[w][e];
+    /* Accumulator c of lane (g', t') of tile (i, j): w row 16 i + g' + 8 (c / 2),
+     * x row 8 j + 2 t' + c % 2. */
+    const int l = e % kWarpSize;
+    const int c = (e / kWarpSize) % 4;
+    const int ij = e / (4 * kWarpSize);
+    const int i = ij / N_TILES, j = ij % N_TILES;
+    const long long n = n0 + 16 * i + l / 4 + 8 * (c / 2);
+    const long long m = 8 * j + 2 * (l % 4) + c % 2;
+    if (n < p.n && m < p.m) {
+      if (bias != nullptr) sum += DType<DTYPE>::to_f32(bias[n]);
+      out[m * p.n + n] = DType<DTYPE>::from_f32(sum);
+    }
+  }
+}
+
+}  // namespace msgl
+
+#if defined(MSGL_JIT_INSTANCE)
+/* One instance, compiled by NVRTC or into an AOT cubin; launched from Rust with
+ * block = 256 and grid = ceil(n / (16 * M_TILES)). */
+extern "C" __global__ void __launch_bounds__(256) msgl_skinny_gemm_kernel(const msgl_skinny_gemm_params p) {
+  msgl::skinny_gemm_impl<MSGL_DTYPE, MSGL_N_TILES, MSGL_M_TILES>(p);
+}
+#endif
+
+#if !defined(__CUDACC_RTC__)
+#include "minisgl/check.h"
+#include "msgl_instances.inc" /* MSGL_FOR_EACH_INSTANCE(X): X(DTYPE, N_TILES, M_TILES) for each AOT instance */
+
+namespace msgl {
+template <int DTYPE, int N_TILES, int M_TILES>
+__global__ void __launch_bounds__(256) skinny_gemm_kernel(const msgl_skinny_gemm_params p) {
+  skinny_gemm_impl<DTYPE, N_TILES, M_TILES>(p);
+}
+}  // namespace msgl
+
+extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x, const msgl_tensor* w,
+                                    const msgl_tensor* bias, int32_t m_tiles, msgl_stream stream) {
+  using namespace msgl;
+  const char* op = "skinny_gemm";
+  constexpr uint32_t halves = dtype_bit(MSGL_F16) | dtype_bit(MSGL_BF16);
+  MSGL_TRY(expect_tensor(out, op, "out", 2, halves));
+  MSGL_TRY(expect_tensor(x, op, "x", 2, halves));
+  MSGL_TRY(expect_tensor(w, op, "w", 2, halves));
+  MSGL_TRY(expect_same(x, "x", out, "out", op));
+  MSGL_TRY(expect_same(x, "x", w, "w", op));
+  const int64_t m = x->shape[0], k = x->shape[1], n = w->shape[0];
+  MSGL_TRY(expect_dim(w, op, "w", 1, k));
+  MSGL_TRY(expect_dim(out, op, "out", 0, m));
+  MSGL_TRY(expect_dim(out, op, "out", 1, n));
+  MSGL_TRY(expect_contiguous(out, op, "out"));
+  MSGL_TRY(expect_contiguous(w, op, "w"));
+  MSGL_TRY(expect_rows(x, op, "x", 16));
+  MSGL_TRY(expect_rows(w, op, "w", 16));
+  if (bias != nullptr) {
+    MSGL_TRY(expect_tensor(bias, op, "bias", 1, halves));
+    MSGL_TRY(expect_same(x, "x", bias, "bias", op));
+    MSGL_TRY(expect_dim(bias, op, "bias", 0, n));
+    MSGL_TRY(expect_contiguous(bias, op, "bias"));
+  }
+  if (m < 1 || m > 16 || k % 32 != 0 || k == 0)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: needs 1..16 rows and k a positive multiple of 32, got m=%lld k=%lld",
+                     op, static_cast<long long>(m), static_cast<long long>(k));
+  if (m_tiles != 1 && m_tiles != 2)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: m_tiles %d must be 1 or 2", op, m_tiles);
+  if (n == 0) return MSGL_OK;
+
+  msgl_skinny_gemm_params p{};
+  p.out = out->data;
+  p.x = x->data;
+  p.w = w->data;
+  p.bias = bias != nullptr ? bias->data : nullptr;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.x_stride = m > 1 ? x->strides[0] : k;
+  const int32_t n_tiles = m <= 8 ? 1 : 2;
+  const int64_t rows_per_block = 16 * int64_t{m_tiles};
+  const dim3 grid(static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block));
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  bool launched = false;
+#define MSGL_CASE(D, NT, MT)                                                  \
+  if (!launched && x->dtype == D && n_tiles == NT && m_tiles == MT) {         \
+    skinny_gemm_kernel<D, NT, MT><<<grid, kSkinnyThreads, 0, s>>>(p);         \
+    launched = true;                                                          \
+  }
+  MSGL_FOR_EACH_INSTANCE(MSGL_CASE)
+#undef MSGL_CASE
+  if (!launched)
+    return set_error(MSGL_ERR_NO_INSTANCE, "%s: no AOT instance DTYPE=%d N_TILES=%d M_TILES=%d", op, x->dtype, n_tiles,
+                     m_tiles);
+  return check_launch(op);
+}
+#endif

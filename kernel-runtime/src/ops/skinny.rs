@@ -1,0 +1,58 @@
+//! `skinny_gemm`: `x @ w^T (+ bias)` through the decode GEMM kernel
+//! (csrc/kernels/skinny_gemm.cu) whatever the dispatch rule says, and the switch
+//! of that rule. Models call [`super::linear`], which picks the kernel by rule on
+//! CUDA (see `gpu::skinny::plan`); this op is for tests and benchmarks.
+
+use crate::device::Device;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::tensor::Tensor;
+
+use super::common_device;
+
+/// Forces the skinny path of [`super::linear`] on (`Some(true)`) or off
+/// (`Some(false)`) for this process, or back to `MINISGL_SKINNY_GEMM` (`None`;
+/// the path is on unless that variable is `0`). For A/B benchmarks.
+pub fn set_skinny_gemm(on: Option<bool>) {
+    crate::gpu::skinny::set_enabled(on);
+}
+
+/// `x @ w^T (+ bias)` with the skinny kernel: `x` `[m, k]` (1 <= m <= 16, unit
+/// inner stride, rows 16-byte aligned), `w` `[n, k]` contiguous, `bias` `[n]`
+/// contiguous, bf16/f16, `k` a multiple of 32; `m_tiles` (1 or 2) overrides the
+/// rule's tile choice. Returns a new `[m, n]`. On the CPU this is the reference
+/// `linear` (the kernel's contract is the same function).
+pub fn skinny_gemm(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, m_tiles: Option<usize>) -> Result<Tensor> {
+    const OP: &str = "skinny_gemm";
+    let device = common_device(OP, &[("x", x), ("w", w)])?;
+    let [m, k] = x.dims::<2>(OP, "x")?;
+    let [n, wk] = w.dims::<2>(OP, "w")?;
+    if wk != k {
+        return Err(Error::arg(OP, format!("argument `w` has shape {:?}, expected [_, {k}] to match `x` {:?}", w.shape(), x.shape())));
+    }
+    x.expect_dtype(OP, "x", &[DType::BF16, DType::F16])?;
+    w.expect_dtype(OP, "w", &[x.dtype()])?.expect_contiguous(OP, "w")?;
+    if let Some(b) = bias {
+        b.expect_shape(OP, "bias", &[n])?.expect_device(OP, "bias", device)?.expect_dtype(OP, "bias", &[x.dtype()])?;
+        b.expect_contiguous(OP, "bias")?;
+    }
+    if !(1..=crate::gpu::skinny::MAX_ROWS).contains(&m) || k == 0 || !k.is_multiple_of(32) {
+        return Err(Error::arg(OP, format!("needs 1..=16 rows and k a positive multiple of 32, got x {:?}", x.shape())));
+    }
+    if let Some(t) = m_tiles.filter(|t| !matches!(t, 1 | 2)) {
+        return Err(Error::arg(OP, format!("m_tiles {t} must be 1 or 2")));
+    }
+    let out = Tensor::empty(&[m, n], x.dtype(), device)?;
+    if n == 0 {
+        return Ok(out);
+    }
+    match device {
+        Device::Cpu => crate::cpu::dense::linear(&out, x, w, bias)?,
+        Device::Cuda(_) => {
+            let sms = x.cuda_device().map_or(1, |d| d.sm_count().max(1) as usize);
+            let tiles = m_tiles.or_else(|| crate::gpu::skinny::plan(m, n, k, x.dtype(), true, sms)).unwrap_or(1);
+            crate::gpu::skinny::skinny_gemm(&out, x, w, bias, tiles)?;
+        }
+    }
+    Ok(out)
+}

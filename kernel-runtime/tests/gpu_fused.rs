@@ -1,0 +1,357 @@
+//! The decode-path kernels of issue 12 against the CPU reference, on the same
+//! random inputs (gated: they run only with MINISGL_GPU_TESTS=1 on a machine
+//! with a GPU; MINISGL_GPU_TESTS=cpu dry-runs them with the CPU standing in):
+//!
+//! - `rope_store` (q/k norm + RoPE + KV store in one launch), with and without
+//!   the norm, against the unfused CPU sequence: head dims 64/80/128/256, full
+//!   and partial rotary, the scalar path (rotated halves that are not whole
+//!   vectors), page sizes 1/16/64, 1/3/64/1000 tokens, int32 and int64 indices, a
+//!   slot outside the cache (skipped);
+//! - RMSNorm's launch shapes at decode row counts (1/3/64/1000 rows: every
+//!   widening of the shape rule), plain, fused-add and per head;
+//! - `skinny_gemm` at every row count 1..=16 it takes, both tile widths, bias,
+//!   strided x and odd n, and `linear` with the skinny path on and off.
+//!
+//! Outputs are compared by relative L2 error (1e-5 f32, 1e-2 bf16/f16) and, for
+//! the caches and q, element by element against a bound of a few roundings times
+//! the reference's RMS, so that a single unwritten head fails. Fresh GPU outputs
+//! are poisoned with NaN bytes first; the caches start from the same random
+//! contents on both devices, so rows the op must not touch are compared too.
+
+use anyhow::{ensure, Context, Result};
+use kernel_runtime::ops::{self, QkNorm, RopeStore};
+use kernel_runtime::{DType, Device, Tensor};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+
+const CPU: Device = Device::Cpu;
+const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+const EPS: f32 = 1e-6;
+
+fn enabled() -> bool {
+    if std::env::var("MINISGL_GPU_TESTS").is_ok_and(|v| matches!(v.trim(), "1" | "cpu")) {
+        true
+    } else {
+        println!("skipped: set MINISGL_GPU_TESTS=1");
+        false
+    }
+}
+
+fn target() -> Device {
+    if std::env::var("MINISGL_GPU_TESTS").is_ok_and(|v| v.trim() == "cpu") {
+        CPU
+    } else {
+        Device::Cuda(0)
+    }
+}
+
+fn rng(seed: u64) -> StdRng {
+    StdRng::seed_from_u64(seed)
+}
+
+fn tol(dtype: DType) -> f64 {
+    if dtype == DType::F32 {
+        1e-5
+    } else {
+        1e-2
+    }
+}
+
+/// A host tensor of `dtype` with values uniform in `[center - scale, center + scale)`.
+fn random(r: &mut StdRng, shape: &[usize], dtype: DType, center: f32, scale: f32) -> Result<Tensor> {
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = (0..n).map(|_| center + r.gen_range(-scale..scale)).collect();
+    Ok(Tensor::from_slice(&v, shape, CPU)?.to_dtype(dtype)?)
+}
+
+/// The same bytes in a new buffer on the device under test.
+fn gpu(t: &Tensor) -> Result<Tensor> {
+    Ok(Tensor::from_bytes(&t.to_host_bytes()?, t.dtype(), t.shape(), target())?)
+}
+
+/// The same bytes in a new host buffer.
+fn host_copy(t: &Tensor) -> Result<Tensor> {
+    Ok(Tensor::from_bytes(&t.to_host_bytes()?, t.dtype(), t.shape(), CPU)?)
+}
+
+fn view_like(base: &Tensor, like: &Tensor, offset: usize) -> Result<Tensor> {
+    Ok(base.as_strided(like.shape(), like.strides(), offset)?)
+}
+
+/// Makes the next GPU allocation of `bytes` bytes likely to be a block of 0xff bytes.
+fn poison_next_alloc(bytes: usize) -> Result<()> {
+    drop(Tensor::from_bytes(&vec![0xffu8; bytes.max(1)], DType::U8, &[bytes.max(1)], target())?);
+    Ok(())
+}
+
+fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
+    let (mut num, mut den) = (0f64, 0f64);
+    for (a, b) in got.iter().zip(want) {
+        if !a.is_finite() {
+            return f64::INFINITY;
+        }
+        num += (f64::from(*a) - f64::from(*b)).powi(2);
+        den += f64::from(*b).powi(2);
+    }
+    if den == 0.0 {
+        num.sqrt()
+    } else {
+        (num / den).sqrt()
+    }
+}
+
+fn assert_close(what: &str, got: &Tensor, want: &Tensor, tol: f64) -> Result<()> {
+    ensure!(got.shape() == want.shape(), "{what}: shapes {:?} and {:?} differ", got.shape(), want.shape());
+    let err = rel_l2(&got.to_f32_vec()?, &want.to_f32_vec()?);
+    ensure!(err <= tol, "{what}: relative L2 error {err:.3e} > {tol:.0e}");
+    Ok(())
+}
+
+/// `assert_close`, and every element within `k` roundings of the reference RMS
+/// (so that one missing or misplaced row fails even in a large buffer).
+fn assert_close_elementwise(what: &str, got: &Tensor, want: &Tensor, dtype: DType) -> Result<()> {
+    assert_close(what, got, want, tol(dtype))?;
+    let (g, w) = (got.to_f32_vec()?, want.to_f32_vec()?);
+    let rms = (w.iter().map(|v| f64::from(*v).powi(2)).sum::<f64>() / w.len().max(1) as f64).sqrt();
+    let ulp = match dtype {
+        DType::F32 => 1e-6,
+        DType::F16 => 1.0 / 2048.0,
+        _ => 1.0 / 256.0,
+    };
+    let bound = 16.0 * ulp * rms.max(1e-3);
+    if let Some(i) = g.iter().zip(&w).position(|(a, b)| !a.is_finite() || (f64::from(*a) - f64::from(*b)).abs() > bound) {
+        anyhow::bail!("{what}: element {i} is {}, expected {} (bound {bound:.2e})", g[i], w[i]);
+    }
+    Ok(())
+}
+
+/// `[max_pos, rotary_dim]` f32: cos(p * inv_freq) then sin(p * inv_freq).
+fn cos_sin_cache(max_pos: usize, rotary_dim: usize, theta: f32) -> Result<Tensor> {
+    let half = rotary_dim / 2;
+    let mut v = Vec::with_capacity(max_pos * rotary_dim);
+    for p in 0..max_pos {
+        let angles: Vec<f32> = (0..half).map(|i| p as f32 * theta.powf(-2.0 * i as f32 / rotary_dim as f32)).collect();
+        v.extend(angles.iter().map(|a| a.cos()));
+        v.extend(angles.iter().map(|a| a.sin()));
+    }
+    Ok(Tensor::from_slice(&v, &[max_pos, rotary_dim], CPU)?)
+}
+
+// ---- rope_store --------------------------------------------------------------
+
+struct RopeStoreCase {
+    hq: usize,
+    hkv: usize,
+    d: usize,
+    rotary_dim: usize,
+}
+
+fn check_rope_store(r: &mut StdRng, dtype: DType, c: &RopeStoreCase, t: usize, page_size: usize, norm: bool, index: DType) -> Result<()> {
+    let what = format!("rope_store {dtype} t={t} heads={}/{} d={} rotary={} page={page_size} norm={norm} index={index}", c.hq, c.hkv, c.d, c.rotary_dim);
+    let (hq, hkv, d) = (c.hq, c.hkv, c.d);
+    let max_pos = 4096;
+    let cs = cos_sin_cache(max_pos, c.rotary_dim, 10000.0)?;
+    let num_pages = (2 * t).div_ceil(page_size) + 1;
+    let num_slots = num_pages * page_size;
+    // q, k, v as views of one fused QKV output, as the models have them.
+    let qkv = random(r, &[t, hq + 2 * hkv, d], dtype, 0.0, 2.0)?;
+    let kc = random(r, &[num_pages, page_size, hkv, d], dtype, 0.0, 1.0)?;
+    let vc = random(r, &[num_pages, page_size, hkv, d], dtype, 0.0, 1.0)?;
+    let qw = random(r, &[d], dtype, 1.0, 0.5)?;
+    let kw = random(r, &[d], dtype, 1.0, 0.5)?;
+    let pos: Vec<i64> = (0..t).map(|_| r.gen_range(0..max_pos as i64)).collect();
+    let mut slots: Vec<i64> = (0..num_slots as i64).collect();
+    slots.shuffle(r);
+    slots.truncate(t);
+    if t >= 3 {
+        slots[1] = num_slots as i64 + 7; // outside the cache: skipped
+    }
+    let positions = Tensor::from_slice(&pos, &[t], CPU)?.to_dtype(index)?;
+    let out_loc = Tensor::from_slice(&slots, &[t], CPU)?.to_dtype(index)?;
+
+    let run = |qkv: &Tensor, kc: &Tensor, vc: &Tensor, positions: &Tensor, out_loc: &Tensor, cs: &Tensor, qw: &Tensor, kw: &Tensor| -> Result<()> {
+        let q = qkv.narrow(1, 0, hq)?;
+        let k = qkv.narrow(1, hq, hkv)?;
+        let v = qkv.narrow(1, hq + hkv, hkv)?;
+        let qk_norm = norm.then_some(QkNorm { q_weight: qw, k_weight: kw, eps: EPS });
+        ops::rope_store(&RopeStore { q: &q, k: &k, v: &v, k_cache: kc, v_cache: vc, positions, out_loc, cos_sin: cs, qk_norm })?;
+        Ok(())
+    };
+    let (gqkv, gkc, gvc) = (gpu(&qkv)?, gpu(&kc)?, gpu(&vc)?);
+    let qkv_before = qkv.to_host_bytes()?;
+    run(&gqkv, &gkc, &gvc, &gpu(&positions)?, &gpu(&out_loc)?, &gpu(&cs)?, &gpu(&qw)?, &gpu(&kw)?).with_context(|| what.clone())?;
+    let (cqkv, ckc, cvc) = (host_copy(&qkv)?, host_copy(&kc)?, host_copy(&vc)?);
+    run(&cqkv, &ckc, &cvc, &positions, &out_loc, &cs, &qw, &kw).with_context(|| what.clone())?;
+
+    assert_close_elementwise(&format!("{what}: qkv"), &gqkv, &cqkv, dtype)?;
+    assert_close_elementwise(&format!("{what}: k_cache"), &gkc, &ckc, dtype)?;
+    // v is copied, so bit for bit.
+    ensure!(gvc.to_host_bytes()? == cvc.to_host_bytes()?, "{what}: v_cache differs from the reference");
+    // k and v themselves are only read.
+    let (after, elem) = (gqkv.to_host_bytes()?, dtype.size_in_bytes());
+    for tok in 0..t {
+        let row = (hq + 2 * hkv) * d * elem;
+        let kv = tok * row + hq * d * elem..(tok + 1) * row;
+        ensure!(after[kv.clone()] == qkv_before[kv], "{what}: token {tok}'s k or v was written");
+    }
+    Ok(())
+}
+
+#[test]
+fn rope_store_matches_the_unfused_cpu_sequence() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let mut r = rng(21);
+    let cases = [
+        // Qwen3-0.6B (and LLaMA-3-8B's 32/8 at head_dim 128).
+        RopeStoreCase { hq: 16, hkv: 8, d: 128, rotary_dim: 128 },
+        RopeStoreCase { hq: 4, hkv: 2, d: 64, rotary_dim: 64 },
+        RopeStoreCase { hq: 8, hkv: 1, d: 256, rotary_dim: 256 },
+        // Partial rotary: lone vectors past rotary_dim.
+        RopeStoreCase { hq: 4, hkv: 2, d: 128, rotary_dim: 64 },
+        // head_dim 80: five vectors per half for 16-bit types, the scalar path for f32.
+        RopeStoreCase { hq: 2, hkv: 2, d: 80, rotary_dim: 80 },
+        // Rotated halves of 12: the scalar path.
+        RopeStoreCase { hq: 4, hkv: 2, d: 64, rotary_dim: 24 },
+    ];
+    for dtype in FLOATS {
+        for c in &cases {
+            for t in [1, 3, 64, 1000] {
+                for page_size in [1, 16, 64] {
+                    for norm in [true, false] {
+                        let index = if (t + page_size) % 2 == 0 { DType::I32 } else { DType::I64 };
+                        check_rope_store(&mut r, dtype, c, t, page_size, norm, index)?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+// ---- RMSNorm at decode row counts -------------------------------------------
+
+#[test]
+fn rms_norms_match_cpu_at_decode_row_counts() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let mut r = rng(22);
+    for dtype in FLOATS {
+        for h in [64, 100, 128, 1024, 4096] {
+            for t in [1, 3, 64, 1000] {
+                let what = format!("{dtype} t={t} h={h}");
+                let w = random(&mut r, &[h], dtype, 1.0, 0.5)?;
+                let gw = gpu(&w)?;
+                let x = random(&mut r, &[t, h], dtype, 0.0, 2.0)?;
+                let want = ops::rms_norm(&x, &w, EPS)?;
+                poison_next_alloc(t * h * dtype.size_in_bytes())?;
+                let got = ops::rms_norm(&gpu(&x)?, &gw, EPS)?;
+                assert_close_elementwise(&format!("rms_norm {what}"), &got, &want, dtype)?;
+
+                let res = random(&mut r, &[t, h], dtype, 0.0, 3.0)?;
+                let (gx, gres) = (gpu(&x)?, gpu(&res)?);
+                let (cx, cres) = (host_copy(&x)?, host_copy(&res)?);
+                ops::fused_add_rms_norm(&cx, &cres, &w, EPS)?;
+                ops::fused_add_rms_norm(&gx, &gres, &gw, EPS)?;
+                assert_close_elementwise(&format!("fused_add_rms_norm {what}: x"), &gx, &cx, dtype)?;
+                assert_close_elementwise(&format!("fused_add_rms_norm {what}: residual"), &gres, &cres, dtype)?;
+            }
+        }
+        for d in [64, 128, 256] {
+            for t in [1, 3, 64, 1000] {
+                let (hq, hk) = (16, 8);
+                let what = format!("head_rms_norm {dtype} t={t} d={d}");
+                let qkv = random(&mut r, &[t, hq + 2 * hk, d], dtype, 0.0, 2.0)?;
+                let gqkv = gpu(&qkv)?;
+                let w = random(&mut r, &[d], dtype, 1.0, 0.5)?;
+                let view = qkv.narrow(1, 0, hq)?;
+                ops::head_rms_norm(&view, &w, EPS)?;
+                ops::head_rms_norm(&view_like(&gqkv, &view, 0)?, &gpu(&w)?, EPS)?;
+                assert_close_elementwise(&what, &gqkv, &qkv, dtype)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+// ---- skinny GEMM -------------------------------------------------------------
+
+#[test]
+fn skinny_gemm_matches_cpu_linear() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let mut r = rng(23);
+    for dtype in [DType::BF16, DType::F16] {
+        for (n, k) in [(4096, 1024), (1000, 512), (33, 96), (6144, 4096)] {
+            for m in [1, 2, 3, 7, 8, 9, 15, 16] {
+                for m_tiles in [1, 2] {
+                    for (bias, strided) in [(false, false), (true, false), (false, true), (true, true)] {
+                        let what = format!("skinny_gemm {dtype} m={m} n={n} k={k} m_tiles={m_tiles} bias={bias} strided={strided}");
+                        // A strided x is a column slice of a wider matrix (row stride k + 40).
+                        let wide = random(&mut r, &[m, k + 40], dtype, 0.0, 1.0)?;
+                        let x = if strided { wide.narrow(1, 16, k)? } else { random(&mut r, &[m, k], dtype, 0.0, 1.0)? };
+                        let w = random(&mut r, &[n, k], dtype, 0.0, 0.05)?;
+                        let b = bias.then(|| random(&mut r, &[n], dtype, 0.0, 1.0)).transpose()?;
+                        let want = ops::linear(&x, &w, b.as_ref())?;
+                        let gx = if strided { view_like(&gpu(&wide)?, &x, 16)? } else { gpu(&x)? };
+                        let gb = b.as_ref().map(gpu).transpose()?;
+                        poison_next_alloc(m * n * dtype.size_in_bytes())?;
+                        let got = ops::skinny_gemm(&gx, &gpu(&w)?, gb.as_ref(), Some(m_tiles)).with_context(|| what.clone())?;
+                        assert_close(&what, &got, &want, tol(dtype))?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn linear_with_and_without_the_skinny_path_matches_cpu() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let mut r = rng(24);
+    for dtype in FLOATS {
+        for (m, n, k) in [(1, 4096, 1024), (16, 2048, 1024), (17, 2048, 1024), (5, 1024, 1000)] {
+            for bias in [false, true] {
+                let x = random(&mut r, &[m, k], dtype, 0.0, 1.0)?;
+                let w = random(&mut r, &[n, k], dtype, 0.0, 0.05)?;
+                let b = bias.then(|| random(&mut r, &[n], dtype, 0.0, 1.0)).transpose()?;
+                let want = ops::linear(&x, &w, b.as_ref())?;
+                let (gx, gw, gb) = (gpu(&x)?, gpu(&w)?, b.as_ref().map(gpu).transpose()?);
+                for on in [true, false] {
+                    ops::set_skinny_gemm(Some(on));
+                    poison_next_alloc(m * n * dtype.size_in_bytes())?;
+                    let got = ops::linear(&gx, &gw, gb.as_ref());
+                    ops::set_skinny_gemm(None);
+                    assert_close(&format!("linear {dtype} m={m} n={n} k={k} bias={bias} skinny={on}"), &got?, &want, tol(dtype))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn skinny_gemm_rejects_what_it_cannot_do() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let dev = target();
+    let x = Tensor::zeros(&[17, 64], DType::BF16, dev)?;
+    let w = Tensor::zeros(&[32, 64], DType::BF16, dev)?;
+    let e = ops::skinny_gemm(&x, &w, None, None).unwrap_err().to_string();
+    ensure!(e.contains("skinny_gemm"), "{e}");
+    let x = Tensor::zeros(&[4, 48], DType::BF16, dev)?;
+    let w = Tensor::zeros(&[32, 48], DType::BF16, dev)?;
+    ensure!(ops::skinny_gemm(&x, &w, None, None).is_err(), "k = 48 accepted");
+    let x = Tensor::zeros(&[4, 64], DType::F32, dev)?;
+    let w = Tensor::zeros(&[32, 64], DType::F32, dev)?;
+    ensure!(ops::skinny_gemm(&x, &w, None, None).is_err(), "f32 accepted");
+    Ok(())
+}
