@@ -91,7 +91,7 @@ impl Backlog {
 
 /// Host microseconds one launch of `case` may take to enqueue, at most (measured
 /// once per group would cost a sync; this bound is generous for every op here).
-const HOST_US_PER_LAUNCH: f64 = 40.0;
+const HOST_US_PER_LAUNCH: f64 = 100.0;
 
 /// Milliseconds of `launches` back-to-back launches, timed with CUDA events behind
 /// a backlog long enough to hide their enqueueing.

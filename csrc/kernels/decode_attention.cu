@@ -14,10 +14,13 @@
  * (split + 1) * kv_chunk) of the sequence. Inside the block a key row of HEAD_DIM
  * elements is read by LANES lanes, each holding one 16-byte vector (two for f32 at
  * head dim 256); a warp reads 32 / LANES keys side by side, the block 4x that, and
- * every lane issues the loads of U keys of K and of V before it computes, so a
- * block keeps 128 x U x 32 bytes in flight and the query rows of a GQA group share
- * every load. Page numbers are loaded one iteration ahead, so a K/V load never
- * waits behind its page-table load.
+ * every iteration a lane copies U keys of K and of V (16 bytes each) into its own
+ * shared-memory slots with cp.async, up to 4 iterations ahead of the one it
+ * computes (DecodeLayout::kStages, within 64 KiB a block: three blocks an SM), so
+ * an SM keeps over 100 KiB in flight, registers hold no loads in flight, and the
+ * query rows of a GQA group share every load. Page numbers are loaded one
+ * iteration ahead of their use, so a K/V copy never waits behind its page-table
+ * load.
  *
  * Per key: the partial dot products of the lane's vector are summed over the LANES
  * lanes of the key with xor shuffles, and each lane group keeps its own online
@@ -32,6 +35,7 @@
  * that fits the batch).
  */
 #include "minisgl/attention.cuh"
+#include "minisgl/mma.cuh"
 
 namespace msgl {
 
@@ -52,6 +56,13 @@ template <int DTYPE, int HEAD_DIM, int ROWS> struct DecodeLayout {
   static constexpr int kKeysPerStep = kKeysPerWarp * kDecodeWarps;
   /* Keys per lane per iteration: more loads in flight where registers allow. */
   static constexpr int kUnroll = ROWS <= 4 ? 4 : 2;
+  /* Pipeline depth: up to 4 iterations in flight, within 64 KiB per block (three
+   * blocks per SM). */
+  static constexpr int kStageBytes = kDecodeThreads * kUnroll * kVecs * 2 * 16;
+  static constexpr int kStages = 65536 / kStageBytes > 4 ? 4 : (65536 / kStageBytes < 2 ? 2 : 65536 / kStageBytes);
+  static constexpr int kMergeBytes = kDecodeWarps * ROWS * HEAD_DIM * 4;
+  /* Dynamic shared memory: the pipeline, reused by the merge of the warps. */
+  static constexpr int kSmemBytes = kStages * kStageBytes > kMergeBytes ? kStages * kStageBytes : kMergeBytes;
   static_assert((HEAD_DIM & (HEAD_DIM - 1)) == 0 && HEAD_DIM >= 32 && HEAD_DIM <= 256, "head dim");
   static_assert(kVecs >= 1 && kElems == kVecs * kVecElems, "lane layout");
 };
@@ -63,8 +74,7 @@ __device__ __forceinline__ void decode_attention_block(const msgl_attention_para
   using L = DecodeLayout<DTYPE, HEAD_DIM, ROWS>;
   using T = typename DType<DTYPE>::Storage;
   constexpr int LANES = L::kLanes, E = L::kElems, VECS = L::kVecs, VE = L::kVecElems;
-  constexpr int STEP = L::kKeysPerStep, U = L::kUnroll;
-  __shared__ float sm_o[kDecodeWarps][ROWS][HEAD_DIM];
+  constexpr int STEP = L::kKeysPerStep, U = L::kUnroll, STAGES = L::kStages;
   __shared__ float sm_m[kDecodeWarps][ROWS];
   __shared__ float sm_l[kDecodeWarps][ROWS];
 
@@ -127,7 +137,7 @@ __device__ __forceinline__ void decode_attention_block(const msgl_attention_para
     const long long cache_slot = static_cast<long long>(page) * page_size + in_page;
     return (cache_slot * p.num_kv_heads + kv_head) * HEAD_DIM + sub * E;
   };
-  const uint4* k_cache = static_cast<const uint4*>(p.k_cache);
+  const uint4* k_cache = static_cast<const uint4*>(p.k_cache); /* in 16-byte vectors */
   const uint4* v_cache = static_cast<const uint4*>(p.v_cache);
 
   float o[ROWS][E];
@@ -140,30 +150,56 @@ __device__ __forceinline__ void decode_attention_block(const msgl_attention_para
     for (int e = 0; e < E; ++e) o[r][e] = 0.f;
   }
 
+  /* The pipeline: iteration it's K and V vectors land in stage it % STAGES of this
+   * thread's own slots (so no barrier is needed: a thread reads only what its own
+   * cp.async wrote, after cp.async.wait_group). Slots of one (stage, kind, u, v)
+   * are consecutive over the threads, so a warp's accesses are conflict-free. */
+  extern __shared__ __align__(16) unsigned char decode_smem[];
+  uint4* stages = reinterpret_cast<uint4*>(decode_smem);
+  auto slot_of = [&](int stage, int kind, int u, int v) -> uint4* {
+    return stages + (((stage * 2 + kind) * U + u) * VECS + v) * kDecodeThreads + threadIdx.x;
+  };
+  const int iters = (kv_stop - kv_begin + STEP * U - 1) / (STEP * U); /* uniform over the block */
   int page[U];
 #pragma unroll
   for (int u = 0; u < U; ++u) page[u] = page_of(kv_begin + slot + u * STEP);
+  /* Issues the loads of iteration `it` (from the pages in `page`), then loads the
+   * pages of iteration it + 1, which stay in flight until the next issue. */
+  auto issue = [&](int it) {
+    if (it < iters) {
+      const int base = kv_begin + it * STEP * U;
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const bool valid = page[u] >= 0;
+        const long long off = valid ? offset_of(base + slot + u * STEP, page[u]) / VE : 0;
+#pragma unroll
+        for (int v = 0; v < VECS; ++v) {
+          cp_async16(slot_of(it % STAGES, 0, u, v), k_cache + off + v, valid ? 16 : 0);
+          cp_async16(slot_of(it % STAGES, 1, u, v), v_cache + off + v, valid ? 16 : 0);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) page[u] = page_of(base + STEP * U + slot + u * STEP);
+    }
+    cp_async_commit(); /* one group per iteration, empty past the end */
+  };
+#pragma unroll
+  for (int it = 0; it < STAGES - 1; ++it) issue(it);
 
-  /* Uniform trip count over the block, so the shuffles below see whole warps. */
-  for (int base = kv_begin; base < kv_stop; base += STEP * U) {
+  for (int it = 0; it < iters; ++it) {
+    issue(it + STAGES - 1);
+    cp_async_wait<STAGES - 1>(); /* iteration it's group has landed */
+    const int base = kv_begin + it * STEP * U;
+    const int stage = it % STAGES;
     uint4 kraw[U][VECS], vraw[U][VECS];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int key = base + slot + u * STEP;
-      const long long off = page[u] >= 0 ? offset_of(key, page[u]) / VE : 0;
 #pragma unroll
-      for (int v = 0; v < VECS; ++v) kraw[u][v] = page[u] >= 0 ? __ldg(k_cache + off + v) : make_uint4(0, 0, 0, 0);
+      for (int v = 0; v < VECS; ++v) {
+        kraw[u][v] = *slot_of(stage, 0, u, v);
+        vraw[u][v] = *slot_of(stage, 1, u, v);
+      }
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int key = base + slot + u * STEP;
-      const long long off = page[u] >= 0 ? offset_of(key, page[u]) / VE : 0;
-#pragma unroll
-      for (int v = 0; v < VECS; ++v) vraw[u][v] = page[u] >= 0 ? __ldg(v_cache + off + v) : make_uint4(0, 0, 0, 0);
-    }
-    /* The next iteration's pages, in flight while this one computes. */
-#pragma unroll
-    for (int u = 0; u < U; ++u) page[u] = page_of(base + STEP * U + slot + u * STEP);
 
     float s[U][ROWS];
 #pragma unroll
@@ -232,6 +268,10 @@ __device__ __forceinline__ void decode_attention_block(const msgl_attention_para
       }
     }
   }
+
+  cp_async_wait<0>();
+  __syncthreads(); /* every thread is done with the pipeline: its memory holds the warps' outputs next */
+  float (*sm_o)[ROWS][HEAD_DIM] = reinterpret_cast<float (*)[ROWS][HEAD_DIM]>(decode_smem);
 
   /* Merge the key groups of the warp (lanes lane ^ x, x >= LANES, hold the same
    * vector slot of other keys). */
@@ -306,7 +346,8 @@ __device__ __forceinline__ void decode_attention_impl(const msgl_attention_param
 
 #if defined(MSGL_JIT_INSTANCE)
 /* One instance, compiled by NVRTC or into an AOT cubin; launched from Rust with
- * block = 128 threads, no dynamic shared memory; phase 0: grid = num_seqs *
+ * block = 128 threads; phase 0: DecodeLayout::kSmemBytes of dynamic shared memory
+ * (gpu/attention.rs mirrors the formula), grid = num_seqs *
  * num_kv_heads * max_splits; phase 1: grid = ceil(num_tokens * num_q_heads / 4). */
 extern "C" __global__ void __launch_bounds__(128) msgl_decode_attention_kernel(const msgl_attention_params p) {
   msgl::decode_attention_impl<MSGL_DTYPE, MSGL_HEAD_DIM, MSGL_ROWS>(p);
@@ -326,8 +367,13 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
 
 template <int DTYPE, int HEAD_DIM, int ROWS>
 static int32_t launch_decode_attention(const msgl_attention_params& p, cudaStream_t s) {
+  constexpr int smem = DecodeLayout<DTYPE, HEAD_DIM, ROWS>::kSmemBytes;
+  cudaError_t err =
+      cudaFuncSetAttribute(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (err != cudaSuccess)
+    return set_error(MSGL_ERR_CUDA, "decode_attention: %d bytes of shared memory: %s", smem, cudaGetErrorString(err));
   const long long blocks = static_cast<long long>(p.num_seqs) * p.num_kv_heads * p.max_splits;
-  decode_attention_kernel<DTYPE, HEAD_DIM, ROWS><<<static_cast<unsigned>(blocks), kDecodeThreads, 0, s>>>(p);
+  decode_attention_kernel<DTYPE, HEAD_DIM, ROWS><<<static_cast<unsigned>(blocks), kDecodeThreads, smem, s>>>(p);
   if (p.max_splits > 1) {
     msgl_attention_params p1 = p;
     p1.phase = 1;

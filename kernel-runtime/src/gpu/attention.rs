@@ -11,7 +11,7 @@
 //! The decode plan ([`decode_plan`]): a block per (sequence, kv head, split). When
 //! the unsplit blocks already make [`DECODE_UNSPLIT_WAVES`] waves of resident
 //! blocks, no split (no partials, no combine). Otherwise keys are cut into chunks
-//! of equal size (a multiple of 64, at least 64) so that the whole batch makes
+//! of equal size (a multiple of 64, at least 128) so that the whole batch makes
 //! about [`DECODE_SPLIT_WAVES`] waves: many small blocks balance ragged contexts
 //! and leave a short tail, at the cost of one f32 partial row per split (under 2%
 //! of the K/V bytes at chunks of 256 keys).
@@ -59,9 +59,24 @@ const DECODE_BLOCKS_PER_SM: usize = 3;
 const DECODE_UNSPLIT_WAVES: usize = 4;
 /// Waves of decode blocks a split batch aims for.
 const DECODE_SPLIT_WAVES: usize = 8;
-/// Decode split granule and minimum, in keys (a multiple of every instance's keys
-/// per iteration).
+/// Decode split granule, in keys (a multiple of every instance's keys per
+/// iteration).
 const DECODE_CHUNK_GRANULE: usize = 64;
+/// The fewest keys a decode split holds: a block's whole pipeline (4 iterations
+/// of 32 keys at head dim 128), so a short split still has every load in flight.
+const DECODE_CHUNK_MIN: usize = 128;
+
+/// Dynamic shared memory of a decode block: decode_attention.cu's
+/// `DecodeLayout::kSmemBytes` (the cp.async pipeline, reused by the warps' merge).
+fn decode_smem_bytes(elem_bytes: usize, head_dim: usize, rows: usize) -> usize {
+    let threads = 128;
+    let lanes = (head_dim * elem_bytes / 16).min(32);
+    let vecs = (head_dim / lanes) * elem_bytes / 16;
+    let unroll = if rows <= 4 { 4 } else { 2 };
+    let stage = threads * unroll * vecs * 2 * 16;
+    let stages = (65536 / stage).clamp(2, 4);
+    (stages * stage).max(4 * rows * head_dim * 4)
+}
 
 /// Keys per K/V tile: attention.cu's `AttnTile::BN`.
 fn key_tile(elem_bytes: usize, head_dim: usize) -> usize {
@@ -125,7 +140,7 @@ fn decode_plan(q_lens: &[usize], kv_lens: &[usize], num_kv_heads: usize, sms: us
         return (max_kv, 1);
     }
     let keys: usize = active().sum::<usize>() * num_kv_heads;
-    let chunk = keys.div_ceil(DECODE_SPLIT_WAVES * slots).max(1).next_multiple_of(DECODE_CHUNK_GRANULE);
+    let chunk = keys.div_ceil(DECODE_SPLIT_WAVES * slots).next_multiple_of(DECODE_CHUNK_GRANULE).max(DECODE_CHUNK_MIN);
     if chunk >= max_kv {
         return (max_kv, 1);
     }
@@ -216,10 +231,12 @@ fn decode_attention(
             unsafe { lib.msgl_decode_attention(a, b, c, e, f, g, h, o, l, &p, rows as i32, stream) }
         },
         |f| {
+            let shared = decode_smem_bytes(q.dtype().size_in_bytes(), d, rows) as u32;
+            f.set_max_dynamic_shared_bytes(dev, shared)?;
             // SAFETY: `p` is the msgl_attention_params the entry takes, filled from the
-            // tensors checked by the op and the scratch allocated above; the kernel
-            // uses only static shared memory.
-            unsafe { f.launch(dev, grid, 128, 0, &p) }?;
+            // tensors checked by the op and the scratch allocated above; `shared` is
+            // the instance's dynamic shared memory.
+            unsafe { f.launch(dev, grid, 128, shared, &p) }?;
             if max_splits > 1 {
                 let p1 = msgl_attention_params { phase: 1, ..p };
                 // SAFETY: as above; phase 1 reads the partials phase 0 wrote, in
@@ -416,8 +433,8 @@ mod tests {
     #[test]
     fn decode_plans_split_small_batches_into_equal_chunks() {
         // b=1 at 4096 keys, 8 kv heads: 32768 keys of work over 8 waves of 396
-        // blocks -> the 64-key minimum: 64 splits.
-        assert_eq!(decode_plan(&[1], &[4096], 8, 132), (64, 64));
+        // blocks -> the 128-key minimum: 32 splits, 256 blocks in one wave.
+        assert_eq!(decode_plan(&[1], &[4096], 8, 132), (128, 32));
         // b=64 at 2048: 1M keys / 3168 -> 331 -> 384-key chunks, 6 splits.
         assert_eq!(decode_plan(&[1; 64], &[2048; 64], 8, 132), (384, 6));
         // b=256 at 1024 with 8 kv heads: 2048 blocks >= 4 waves of 396: no split.
@@ -428,5 +445,18 @@ mod tests {
         assert!(chunk.is_multiple_of(64) && chunk * splits >= 2000 && chunk * (splits - 1) < 2000);
         // A context shorter than one chunk is never split.
         assert_eq!(decode_plan(&[1], &[40], 8, 132), (40, 1));
+    }
+
+    #[test]
+    fn decode_shared_memory_mirrors_the_kernel_layout() {
+        // bf16 head dim 128, 4 rows: 16 lanes a key, 1 vector a lane, 4 keys a lane
+        // an iteration, 4 stages of 128 x 4 x 2 x 16 bytes.
+        assert_eq!(decode_smem_bytes(2, 128, 4), 65536);
+        // 8 rows: 2 keys a lane, still 4 stages; the merge needs 4 x 8 x 256 x 4.
+        assert_eq!(decode_smem_bytes(2, 128, 8), 32768);
+        assert_eq!(decode_smem_bytes(2, 256, 8), 32768);
+        // f32 head dim 256: two vectors a lane, two stages.
+        assert_eq!(decode_smem_bytes(4, 256, 4), 65536);
+        assert_eq!(decode_smem_bytes(2, 64, 1), 65536);
     }
 }
