@@ -30,9 +30,12 @@
  * log2-sum-exp, merged by the combine phase shared with attention.cu
  * (minisgl/attention.cuh).
  *
- * Instance parameters: DTYPE (f32, f16, bf16), HEAD_DIM (a power of two, 32..256),
- * ROWS (1, 2, 4 or 8: query rows a block can hold; the host picks the smallest
- * that fits the batch).
+ * That is the CUDA-core block. For bf16/f16 the tensor-core block (ROWS = 16,
+ * decode_attention_mma_block below) takes the same work with mma.sync products.
+ *
+ * Instance parameters: DTYPE (f32, f16, bf16), HEAD_DIM (a power of two, 32..256;
+ * 64..256 for ROWS 16), ROWS (16: the tensor-core block; 1, 2, 4 or 8: the
+ * CUDA-core block holding that many query rows; the host picks).
  */
 #include "minisgl/attention.cuh"
 #include "minisgl/mma.cuh"
@@ -66,6 +69,41 @@ template <int DTYPE, int HEAD_DIM, int ROWS> struct DecodeLayout {
   static_assert((HEAD_DIM & (HEAD_DIM - 1)) == 0 && HEAD_DIM >= 32 && HEAD_DIM <= 256, "head dim");
   static_assert(kVecs >= 1 && kElems == kVecs * kVecElems, "lane layout");
 };
+
+/* The end of a decode block: merges the 4 warps' online-softmax states (sm_o
+ * [4][R][HEAD_DIM] unnormalised outputs, sm_m and sm_l [4][R] maxima and sums, in
+ * shared memory) of its `rows` rows and writes `out` (one split) or the split's
+ * normalised partial and log2-sum-exp. Called by every thread after a barrier. */
+template <int DTYPE, int HEAD_DIM, int R>
+__device__ __forceinline__ void decode_merge_warps(const msgl_attention_params& p, const float* sm_o, const float* sm_m,
+                                                   const float* sm_l, int rows, int q_start, int group, int kv_head,
+                                                   int split, int num_splits) {
+  using T = typename DType<DTYPE>::Storage;
+  for (int idx = threadIdx.x; idx < rows * HEAD_DIM; idx += kDecodeThreads) {
+    const int r = idx / HEAD_DIM, d = idx % HEAD_DIM;
+    float mx = neg_inf();
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) mx = fmaxf(mx, sm_m[w * R + r]);
+    const float ref = mx == neg_inf() ? 0.f : mx;
+    float total = 0.f, acc = 0.f;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) {
+      const float wt = fast_exp2(sm_m[w * R + r] - ref);
+      total += sm_l[w * R + r] * wt;
+      acc += sm_o[(w * R + r) * HEAD_DIM + d] * wt;
+    }
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    const long long row =
+        static_cast<long long>(q_start + r / group) * p.num_q_heads + kv_head * group + r % group;
+    if (num_splits == 1) {
+      static_cast<T*>(p.out)[row * HEAD_DIM + d] = DType<DTYPE>::from_f32(acc * inv);
+    } else {
+      const long long prow = row * p.max_splits + split;
+      p.o_partial[prow * HEAD_DIM + d] = acc * inv;
+      if (d == 0) p.lse_partial[prow] = total > 0.f ? ref + fast_log2(total) : neg_inf();
+    }
+  }
+}
 
 /* Attention phase: one (sequence, kv head, split) per block; blockIdx.x =
  * kv_head + num_kv_heads * (split + max_splits * seq). */
@@ -306,37 +344,248 @@ __device__ __forceinline__ void decode_attention_block(const msgl_attention_para
   }
   __syncthreads();
 
-  /* Merge the warps and write: `out` for a sequence of one split, else the partial. */
-  for (int idx = threadIdx.x; idx < rows * HEAD_DIM; idx += kDecodeThreads) {
-    const int r = idx / HEAD_DIM, d = idx % HEAD_DIM;
-    float mx = neg_inf();
+  decode_merge_warps<DTYPE, HEAD_DIM, ROWS>(p, &sm_o[0][0][0], &sm_m[0][0], &sm_l[0][0], rows, q_start, group, kv_head,
+                                           split, num_splits);
+}
+
+/* The tensor-core decode block (ROWS = 16, bf16/f16): the same decomposition and
+ * split layout, with the products on mma.sync m16n8k16, which also sums over the
+ * head dimension, so a key costs no shuffles: the CUDA-core block spends most of
+ * its issue slots on the cross-lane sums and the softmax of every lane group
+ * (ncu: 40% of DRAM bandwidth at 6 cycles per issued instruction, 12 warps an
+ * SM), this one a few instructions per 16 keys.
+ *
+ * The query rows (up to 16: GQA group x new tokens) are staged once and kept as
+ * A fragments in registers. Keys come in tiles of 16; warp w of the block takes
+ * tiles w, w + 4, ... of the split, through its own cp.async pipeline of
+ * MmaDecode::kStages tiles of K and V in shared memory (rows padded by 16 bytes:
+ * conflict-free ldmatrix), so warps never wait for each other until the merge.
+ * The page of each key of a tile is one load per lane (lane % 16), shuffled to the
+ * lanes that copy that key, one tile ahead of its use. */
+template <int DTYPE, int HEAD_DIM> struct MmaDecode {
+  static constexpr int kElemBytes = DType<DTYPE>::kBytes;
+  static constexpr int kRow = HEAD_DIM + 16 / kElemBytes; /* padded shared-memory row, elements */
+  static constexpr int kChunks = HEAD_DIM * kElemBytes / 16; /* 16-byte chunks per row */
+  static constexpr int kTileKeys = 16;
+  static constexpr int kStages = HEAD_DIM <= 64 ? 4 : (HEAD_DIM <= 128 ? 3 : 2);
+  static constexpr int kTileBytes = kTileKeys * kRow * kElemBytes; /* one K or V tile */
+  static constexpr int kQBytes = 16 * kRow * kElemBytes;
+  static constexpr int kPipeBytes = kQBytes + kDecodeWarps * kStages * 2 * kTileBytes;
+  static constexpr int kMergeBytes = kDecodeWarps * 16 * HEAD_DIM * 4;
+  static constexpr int kSmemBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
+};
+
+template <int DTYPE, int HEAD_DIM>
+__device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_params& p) {
+  using T = typename DType<DTYPE>::Storage;
+  using M = MmaDecode<DTYPE, HEAD_DIM>;
+  constexpr int ROW = M::kRow, CHUNKS = M::kChunks, BN = M::kTileKeys, STAGES = M::kStages;
+  constexpr int CE = 16 / M::kElemBytes; /* elements per chunk */
+  constexpr int DK = HEAD_DIM / 16;      /* k-steps of Q K^T */
+  constexpr int DT = HEAD_DIM / 8;       /* 8-wide column tiles of O */
+  static_assert(BN * CHUNKS % kWarpSize == 0, "tile copy");
+  extern __shared__ __align__(16) unsigned char decode_smem[];
+  __shared__ float sm_m[kDecodeWarps][16];
+  __shared__ float sm_l[kDecodeWarps][16];
+
+  const int kv_head = static_cast<int>(blockIdx.x % p.num_kv_heads);
+  const int rest = static_cast<int>(blockIdx.x / p.num_kv_heads);
+  const int split = rest % p.max_splits;
+  const int seq = rest / p.max_splits;
+  if (seq >= p.num_seqs) return;
+  const int q_start = p.q_indptr[seq];
+  const int q_len = p.q_indptr[seq + 1] - q_start;
+  const int kv_len = p.kv_lens[seq];
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const int rows = q_len * group; /* the host guarantees rows <= 16 */
+  if (rows <= 0 || rows > 16) return;
+  const int num_splits = attention_num_splits(kv_len, p.kv_chunk);
+  if (split >= num_splits) return;
+  const int kv_begin = split * p.kv_chunk;
+  const int kv_stop = min(kv_len, kv_begin + p.kv_chunk);
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+
+  T* q_s = reinterpret_cast<T*>(decode_smem);
+  T* pipe = q_s + 16 * ROW + warp * STAGES * 2 * BN * ROW; /* this warp's stages: K then V */
+  auto k_stage = [&](int s) { return pipe + s * 2 * BN * ROW; };
+  auto v_stage = [&](int s) { return pipe + (s * 2 + 1) * BN * ROW; };
+
+  /* Stage Q (row r: token r / group, head kv_head * group + r % group; zeros past `rows`). */
+  for (int c = threadIdx.x; c < 16 * CHUNKS; c += kDecodeThreads) {
+    const int r = c / CHUNKS, col = c % CHUNKS;
+    const T* src = static_cast<const T*>(p.q);
+    if (r < rows)
+      src += static_cast<long long>(q_start + r / group) * p.q_token_stride +
+             static_cast<long long>(kv_head * group + r % group) * p.q_head_stride + col * CE;
+    cp_async16(q_s + r * ROW + col * CE, src, r < rows ? 16 : 0);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  unsigned qa[DK][4];
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) mx = fmaxf(mx, sm_m[w][r]);
-    const float ref = mx == neg_inf() ? 0.f : mx;
-    float total = 0.f, acc = 0.f;
+  for (int kk = 0; kk < DK; ++kk)
+    ldmatrix_x4(qa[kk], q_s + ((lane % 8) + ((lane / 8) % 2) * 8) * ROW + kk * 16 + (lane / 16) * 8);
+
+  const int g = lane / 4, tid = lane % 4;
+  int pos[2];
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) {
-      const float wt = fast_exp2(sm_m[w][r] - ref);
-      total += sm_l[w][r] * wt;
-      acc += sm_o[w][r][d] * wt;
+  for (int h = 0; h < 2; ++h) {
+    const int r = g + 8 * h;
+    pos[h] = r < rows ? kv_len - q_len + r / group : -1; /* -1: padding row, every key masked */
+  }
+
+  const int* pages = p.block_table + static_cast<long long>(seq) * p.max_pages;
+  const int page_size = p.page_size;
+  const int page_shift = (page_size & (page_size - 1)) == 0 ? __ffs(page_size) - 1 : -1;
+  const int total_tiles = (kv_stop - kv_begin + BN - 1) / BN;
+  const int my_tiles = total_tiles > warp ? (total_tiles - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
+  auto tile_start = [&](int t) { return kv_begin + (warp + t * kDecodeWarps) * BN; };
+  /* The page of key tile_start(t) + lane % 16, or -1 past the split / outside the cache. */
+  auto page_for = [&](int t) -> int {
+    const int key = tile_start(t) + lane % BN;
+    if (t >= my_tiles || key >= kv_stop) return -1;
+    const int page = pages[page_shift >= 0 ? key >> page_shift : key / page_size];
+    return page >= 0 && page < p.num_pages ? page : -1;
+  };
+  int page = page_for(0);
+  auto issue = [&](int t) {
+    if (t < my_tiles) {
+      const int start = tile_start(t);
+#pragma unroll
+      for (int i = 0; i < BN * CHUNKS / kWarpSize; ++i) {
+        const int c = lane + i * kWarpSize;
+        const int j = c / CHUNKS, col = c % CHUNKS;
+        const int pg = __shfl_sync(0xffffffffu, page, j);
+        const int key = start + j;
+        const int in_page = page_shift >= 0 ? key & (page_size - 1) : key % page_size;
+        const long long off =
+            pg >= 0 ? ((static_cast<long long>(pg) * page_size + in_page) * p.num_kv_heads + kv_head) * HEAD_DIM + col * CE : 0;
+        cp_async16(k_stage(t % STAGES) + j * ROW + col * CE, static_cast<const T*>(p.k_cache) + off, pg >= 0 ? 16 : 0);
+        cp_async16(v_stage(t % STAGES) + j * ROW + col * CE, static_cast<const T*>(p.v_cache) + off, pg >= 0 ? 16 : 0);
+      }
+      page = page_for(t + 1);
     }
-    const float inv = total > 0.f ? 1.f / total : 0.f;
-    const long long row =
-        static_cast<long long>(q_start + r / group) * p.num_q_heads + kv_head * group + r % group;
-    if (num_splits == 1) {
-      static_cast<T*>(p.out)[row * HEAD_DIM + d] = DType<DTYPE>::from_f32(acc * inv);
-    } else {
-      const long long prow = row * p.max_splits + split;
-      p.o_partial[prow * HEAD_DIM + d] = acc * inv;
-      if (d == 0) p.lse_partial[prow] = total > 0.f ? ref + fast_log2(total) : neg_inf();
+    cp_async_commit(); /* one group per tile, empty past the end */
+  };
+#pragma unroll
+  for (int t = 0; t < STAGES - 1; ++t) issue(t);
+
+  float o[DT][4];
+#pragma unroll
+  for (int i = 0; i < DT; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m[2] = {neg_inf(), neg_inf()};
+  float l[2] = {0.f, 0.f};
+  for (int t = 0; t < my_tiles; ++t) {
+    issue(t + STAGES - 1);
+    cp_async_wait<STAGES - 1>();
+    __syncwarp(); /* the tile's rows were copied by other lanes of the warp */
+    const T* k_s = k_stage(t % STAGES);
+    const T* v_s = v_stage(t % STAGES);
+    const int start = tile_start(t);
+    float s[2][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < DK; ++kk) {
+      unsigned b[4];
+      ldmatrix_x4(b, k_s + ((lane / 16) * 8 + lane % 8) * ROW + kk * 16 + ((lane / 8) % 2) * 8);
+      mma16816<DTYPE>(s[0], qa[kk], b[0], b[1]);
+      mma16816<DTYPE>(s[1], qa[kk], b[2], b[3]);
     }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float tile_max = neg_inf();
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = start + nt * 8 + tid * 2 + e;
+          float v = s[nt][2 * h + e] * p.scale_log2;
+          v = (key < kv_stop && key <= pos[h]) ? v : neg_inf();
+          s[nt][2 * h + e] = v;
+          tile_max = fmaxf(tile_max, v);
+        }
+      }
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+      const float m_new = fmaxf(m[h], tile_max);
+      const float ref = m_new == neg_inf() ? 0.f : m_new;
+      const float alpha = fast_exp2(m[h] - ref);
+      m[h] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pv = fast_exp2(s[nt][2 * h + e] - ref);
+          s[nt][2 * h + e] = pv;
+          sum += pv;
+        }
+      }
+      l[h] = l[h] * alpha + sum;
+#pragma unroll
+      for (int dt = 0; dt < DT; ++dt) {
+        o[dt][2 * h] *= alpha;
+        o[dt][2 * h + 1] *= alpha;
+      }
+    }
+    unsigned a[4];
+    a[0] = pack2<DTYPE>(s[0][0], s[0][1]);
+    a[1] = pack2<DTYPE>(s[0][2], s[0][3]);
+    a[2] = pack2<DTYPE>(s[1][0], s[1][1]);
+    a[3] = pack2<DTYPE>(s[1][2], s[1][3]);
+#pragma unroll
+    for (int dt = 0; dt < DT; dt += 2) {
+      unsigned b[4];
+      ldmatrix_x4_trans(b, v_s + (((lane / 8) % 2) * 8 + lane % 8) * ROW + (dt + lane / 16) * 8);
+      mma16816<DTYPE>(o[dt], a, b[0], b[1]);
+      mma16816<DTYPE>(o[dt + 1], a, b[2], b[3]);
+    }
+    __syncwarp(); /* every lane is done with this stage before it is refilled */
+  }
+  cp_async_wait<0>();
+  __syncthreads(); /* the pipelines are drained: their memory holds the warps' outputs next */
+
+  float* sm_o = reinterpret_cast<float*>(decode_smem); /* [4][16][HEAD_DIM] */
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float total = l[h];
+    total += __shfl_xor_sync(0xffffffffu, total, 1);
+    total += __shfl_xor_sync(0xffffffffu, total, 2);
+    const int r = g + 8 * h;
+#pragma unroll
+    for (int dt = 0; dt < DT; ++dt)
+      *reinterpret_cast<float2*>(sm_o + (warp * 16 + r) * HEAD_DIM + dt * 8 + tid * 2) =
+          make_float2(o[dt][2 * h], o[dt][2 * h + 1]);
+    if (tid == 0) {
+      sm_m[warp][r] = m[h];
+      sm_l[warp][r] = total;
+    }
+  }
+  __syncthreads();
+  decode_merge_warps<DTYPE, HEAD_DIM, 16>(p, sm_o, &sm_m[0][0], &sm_l[0][0], rows, q_start, group, kv_head, split,
+                                          num_splits);
+}
+
+/* Dynamic shared memory of an instance's attention phase. */
+template <int DTYPE, int HEAD_DIM, int ROWS> constexpr int decode_smem_bytes() {
+  if constexpr (ROWS == 16) {
+    return MmaDecode<DTYPE, HEAD_DIM>::kSmemBytes;
+  } else {
+    return DecodeLayout<DTYPE, HEAD_DIM, ROWS>::kSmemBytes;
   }
 }
 
 template <int DTYPE, int HEAD_DIM, int ROWS>
 __device__ __forceinline__ void decode_attention_impl(const msgl_attention_params& p) {
   if (p.phase == 0) {
-    decode_attention_block<DTYPE, HEAD_DIM, ROWS>(p);
+    if constexpr (ROWS == 16) {
+      static_assert(DTYPE != MSGL_F32, "the tensor-core decode block needs bf16 or f16");
+      decode_attention_mma_block<DTYPE, HEAD_DIM>(p);
+    } else {
+      decode_attention_block<DTYPE, HEAD_DIM, ROWS>(p);
+    }
   } else {
     attention_combine<DTYPE, HEAD_DIM>(p);
   }
@@ -367,7 +616,7 @@ __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const 
 
 template <int DTYPE, int HEAD_DIM, int ROWS>
 static int32_t launch_decode_attention(const msgl_attention_params& p, cudaStream_t s) {
-  constexpr int smem = DecodeLayout<DTYPE, HEAD_DIM, ROWS>::kSmemBytes;
+  constexpr int smem = decode_smem_bytes<DTYPE, HEAD_DIM, ROWS>();
   cudaError_t err =
       cudaFuncSetAttribute(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess)
@@ -393,8 +642,10 @@ extern "C" int32_t msgl_decode_attention(const msgl_tensor* out, const msgl_tens
   using namespace msgl;
   const char* op = "decode_attention";
   if (plan == nullptr) return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: argument `plan` is null", op);
-  if (rows != 1 && rows != 2 && rows != 4 && rows != 8)
-    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: rows must be 1, 2, 4 or 8, got %d", op, rows);
+  if (rows != 1 && rows != 2 && rows != 4 && rows != 8 && rows != 16)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: rows must be 1, 2, 4, 8 or 16, got %d", op, rows);
+  if (rows == 16 && q != nullptr && q->dtype == MSGL_F32)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the tensor-core instance (rows 16) needs bf16 or f16", op);
   msgl_attention_params p;
   MSGL_TRY(attention_check_and_fill(op, out, q, k_cache, v_cache, q_indptr, kv_lens, block_table, o_partial, lse_partial,
                                     plan, &p));

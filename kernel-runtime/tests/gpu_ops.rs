@@ -546,7 +546,7 @@ fn paged_attention_matches_cpu() -> Result<()> {
 
 /// Decode batches: (new tokens, kv length) per sequence, ragged, with and without
 /// splits; `multi` has two new tokens (8 rows at GQA 4).
-fn decode_batches(r: &mut StdRng, group: usize) -> Vec<(String, Vec<(usize, usize)>)> {
+fn decode_batches(r: &mut StdRng, group: usize, max_rows: usize) -> Vec<(String, Vec<(usize, usize)>)> {
     let mut out = vec![
         ("ragged".to_owned(), vec![(1, 1), (1, 17), (1, 300), (1, 4096), (1, 2500), (1, 63), (1, 65), (0, 40)]),
         ("one-short".to_owned(), vec![(1, 1)]),
@@ -556,7 +556,22 @@ fn decode_batches(r: &mut StdRng, group: usize) -> Vec<(String, Vec<(usize, usiz
     if group <= 4 {
         out.push(("multi".to_owned(), vec![(2, 100), (1, 5000), (2, 2), (1, 1)]));
     }
+    if group <= 4 && max_rows >= 16 {
+        // 16 rows on the tensor-core block (or 12: a partial tile).
+        out.push(("multi-16".to_owned(), vec![(16 / group, 300), (12 / group, 12 / group), (1, 777)]));
+    }
     out
+}
+
+/// Query rows per kv head the decode kernel holds for `dtype`: 16 on the
+/// tensor-core block (bf16/f16 unless MINISGL_DECODE_MMA=0), else 8.
+fn max_rows(dtype: DType) -> usize {
+    let mma = std::env::var("MINISGL_DECODE_MMA").map_or(true, |v| v.trim() != "0");
+    if dtype != DType::F32 && mma {
+        16
+    } else {
+        8
+    }
 }
 
 /// The decode kernel against the CPU reference: page sizes 1, 16, 64, 256; head
@@ -580,7 +595,7 @@ fn decode_attention_matches_cpu() -> Result<()> {
     for page_size in [1, 16, 64, 256] {
         for head_dim in [64, 128, 256] {
             for group in [1, 2, 4, 8] {
-                for (name, batch) in decode_batches(&mut r, group) {
+                for (name, batch) in decode_batches(&mut r, group, max_rows(DType::BF16)) {
                     run(&mut r, AttnCase { dtype: DType::BF16, page_size, head_dim, heads: (2 * group, 2) }, &name, &batch);
                 }
             }
@@ -591,7 +606,7 @@ fn decode_attention_matches_cpu() -> Result<()> {
     for dtype in [DType::F16, DType::F32] {
         for head_dim in [64, 128, 256] {
             for group in [1, 4] {
-                for (name, batch) in decode_batches(&mut r, group) {
+                for (name, batch) in decode_batches(&mut r, group, max_rows(dtype)) {
                     run(&mut r, AttnCase { dtype, page_size: 16, head_dim, heads: (2 * group, 2) }, &name, &batch);
                 }
             }
@@ -599,6 +614,22 @@ fn decode_attention_matches_cpu() -> Result<()> {
     }
     println!("decode attention: {cases} cases");
     ensure!(failures.is_empty(), "{} of {cases} decode attention cases failed:\n{}", failures.len(), failures.join("\n"));
+    Ok(())
+}
+
+#[test]
+fn decode_attention_cuda_core_blocks() -> Result<()> {
+    if !enabled() || target() == CPU {
+        return Ok(());
+    }
+    // The same matrix on the CUDA-core blocks for bf16/f16 too (compiled at run time).
+    let exe = std::env::current_exe()?;
+    let out = std::process::Command::new(exe)
+        .args(["decode_attention_matches_cpu", "--exact", "--nocapture", "--test-threads=1"])
+        .env("MINISGL_DECODE_MMA", "0")
+        .output()?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    ensure!(out.status.success() && text.contains("1 passed"), "the CUDA-core decode run failed:\n{text}");
     Ok(())
 }
 
@@ -611,8 +642,8 @@ fn decode_attention_refuses_batches_it_cannot_hold() -> Result<()> {
         return Ok(()); // the CPU reference serves every batch
     }
     let mut r = rng(12);
-    let e = check_attention(&mut r, &AttnCase { dtype: DType::BF16, page_size: 16, head_dim: 128, heads: (8, 2) }, "prefill", &[(3, 10)], &[AttnKernel::Decode])
-        .expect_err("12 rows per kv head must be refused");
+    let e = check_attention(&mut r, &AttnCase { dtype: DType::BF16, page_size: 16, head_dim: 128, heads: (8, 2) }, "prefill", &[(5, 10)], &[AttnKernel::Decode])
+        .expect_err("20 rows per kv head must be refused");
     ensure!(format!("{e:#}").contains("at most 8 rows"), "{e:#}");
     Ok(())
 }

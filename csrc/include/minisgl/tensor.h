@@ -569,7 +569,8 @@ MSGL_API int32_t msgl_paged_attention(const msgl_tensor* out, const msgl_tensor*
 
 /* decode_attention: the decode kernel over the tensors of paged_attention, for
  * batches whose sequences have q_len * (num_q_heads / num_kv_heads) <= rows query
- * rows each (rows: the instance, 1, 2, 4 or 8). `plan` carries kv_chunk, max_splits
+ * rows each (rows: the instance: 16 for the tensor-core block, bf16/f16; 1, 2, 4
+ * or 8 for the CUDA-core block). `plan` carries kv_chunk, max_splits
  * and scale_log2 (num_warps and num_q_tiles are unused); the grid is num_seqs *
  * num_kv_heads * max_splits blocks of 128 threads. */
 MSGL_API int32_t msgl_decode_attention(const msgl_tensor* out, const msgl_tensor* q, const msgl_tensor* k_cache,

@@ -4,9 +4,11 @@
 //! of at most 8 query rows per (sequence, kv head); both split the keys when the
 //! batch alone would not fill the GPU, and share the combine phase.
 //!
-//! Which kernel: [`decode_rows`] (the decode kernel holds the GQA group times the
-//! new tokens of a sequence in registers, at most 8 rows, and needs a power-of-two
-//! head dimension); `AttnKernel::Auto` takes it wherever it applies.
+//! Which kernel: [`decode_rows`]. The decode kernel has a tensor-core block for
+//! bf16/f16 (up to 16 query rows per kv head: the GQA group times the new tokens)
+//! and CUDA-core blocks (f32, or `MINISGL_DECODE_MMA=0`; up to 8 rows held in
+//! registers); both need a power-of-two head dimension. `AttnKernel::Auto` takes
+//! the decode kernel wherever it applies.
 //!
 //! The decode plan ([`decode_plan`]): a block per (sequence, kv head, split). When
 //! the unsplit blocks already make [`DECODE_UNSPLIT_WAVES`] waves of resident
@@ -53,8 +55,6 @@ const MIN_CHUNK: usize = 128;
 const COMBINE_WARPS: usize = 4;
 /// Query rows the decode kernel's instances hold (decode_attention.cu's ROWS).
 const DECODE_ROWS: [usize; 4] = [1, 2, 4, 8];
-/// Decode blocks resident per SM (128 threads at ~166 registers for 4 rows: 3).
-const DECODE_BLOCKS_PER_SM: usize = 3;
 /// Waves of unsplit decode blocks above which splitting would gain nothing.
 const DECODE_UNSPLIT_WAVES: usize = 4;
 /// Waves of decode blocks a split batch aims for.
@@ -69,6 +69,13 @@ const DECODE_CHUNK_MIN: usize = 128;
 /// Dynamic shared memory of a decode block: decode_attention.cu's
 /// `DecodeLayout::kSmemBytes` (the cp.async pipeline, reused by the warps' merge).
 fn decode_smem_bytes(elem_bytes: usize, head_dim: usize, rows: usize) -> usize {
+    if rows == 16 {
+        // MmaDecode::kSmemBytes: Q and per warp kStages tiles of 16 keys of K and V,
+        // rows padded by 16 bytes; the merge reuses it.
+        let row = head_dim * elem_bytes + 16;
+        let stages = if head_dim <= 64 { 4 } else if head_dim <= 128 { 3 } else { 2 };
+        return (16 * row + 4 * stages * 2 * 16 * row).max(4 * 16 * head_dim * 4);
+    }
     let threads = 128;
     let lanes = (head_dim * elem_bytes / 16).min(32);
     let vecs = (head_dim / lanes) * elem_bytes / 16;
@@ -119,22 +126,39 @@ fn plan(q_lens: &[usize], kv_lens: &[usize], group: usize, num_kv_heads: usize, 
 }
 
 /// The decode kernel instance (query rows per block) for a batch, or `None` when
-/// the batch needs the tile kernel: a sequence with more than 8 query rows per kv
-/// head (q_len x GQA group), or a head dimension the decode kernel does not take.
-pub(crate) fn decode_rows(q_lens: &[usize], group: usize, head_dim: usize) -> Option<usize> {
+/// the batch needs the tile kernel. With `tensor_cores` (bf16/f16, unless
+/// `MINISGL_DECODE_MMA=0`) the tensor-core block (16 rows) holds up to 16 query
+/// rows per kv head (q_len x GQA group); the CUDA-core blocks (1, 2, 4 or 8 rows,
+/// the smallest that fits) hold up to 8. Both need a power-of-two head dimension.
+pub(crate) fn decode_rows(q_lens: &[usize], group: usize, head_dim: usize, tensor_cores: bool) -> Option<usize> {
     if !(32..=256).contains(&head_dim) || !head_dim.is_power_of_two() {
         return None;
     }
     let rows = q_lens.iter().map(|&q| q * group).max().unwrap_or(0).max(group);
+    if tensor_cores {
+        return (rows <= 16 && head_dim >= 64).then_some(16);
+    }
     DECODE_ROWS.into_iter().find(|&r| r >= rows)
+}
+
+/// Whether 16-bit decode uses the tensor-core block (`MINISGL_DECODE_MMA`, default 1).
+fn decode_tensor_cores_enabled() -> bool {
+    static MMA: OnceLock<bool> = OnceLock::new();
+    *MMA.get_or_init(|| std::env::var("MINISGL_DECODE_MMA").map(|v| v.trim() != "0").unwrap_or(true))
+}
+
+/// Decode blocks resident per SM: the shared memory an instance takes bounds it
+/// (228 KiB an SM, 1 KiB of it reserved per block), at most 3.
+fn decode_blocks_per_sm(smem_bytes: usize) -> usize {
+    (233_472 / (smem_bytes + 1024).max(1)).clamp(1, 3)
 }
 
 /// Keys per split and the split count of the longest sequence for the decode
 /// kernel (see the module header).
-fn decode_plan(q_lens: &[usize], kv_lens: &[usize], num_kv_heads: usize, sms: usize) -> (usize, usize) {
+fn decode_plan(q_lens: &[usize], kv_lens: &[usize], num_kv_heads: usize, sms: usize, blocks_per_sm: usize) -> (usize, usize) {
     let active = || q_lens.iter().zip(kv_lens).filter(|(&q, _)| q > 0).map(|(_, &kv)| kv);
     let max_kv = active().max().unwrap_or(0).max(1);
-    let slots = DECODE_BLOCKS_PER_SM * sms.max(1);
+    let slots = blocks_per_sm.max(1) * sms.max(1);
     let unsplit = active().count() * num_kv_heads;
     if unsplit >= DECODE_UNSPLIT_WAVES * slots {
         return (max_kv, 1);
@@ -176,14 +200,15 @@ pub(crate) fn paged_attention(
             return Err(Error::arg(OP, format!("argument `{name}` is not 16-byte aligned")));
         }
     }
-    let rows = decode_rows(meta.q_lens_host, hq / hkv, d);
+    let tensor_cores = q.dtype() != DType::F32 && decode_tensor_cores_enabled();
+    let rows = decode_rows(meta.q_lens_host, hq / hkv, d, tensor_cores);
     match (kernel, rows) {
         (AttnKernel::Tile, _) | (AttnKernel::Auto, None) => tile_attention(out, &q, k_cache, v_cache, meta, scale),
         (AttnKernel::Auto | AttnKernel::Decode, Some(rows)) => decode_attention(out, &q, k_cache, v_cache, meta, scale, rows),
         (AttnKernel::Decode, None) => Err(Error::arg(
             "decode_attention",
             format!(
-                "the batch has {} query rows per kv head (q_len x GQA group {}) or head dimension {d}: the decode kernel holds at most 8 rows and power-of-two head dimensions 32..256",
+                "the batch has {} query rows per kv head (q_len x GQA group {}) or head dimension {d}: the decode kernel holds at most 8 rows (16 on tensor cores) and power-of-two head dimensions 32..256 (64..256 on tensor cores)",
                 meta.q_lens_host.iter().max().copied().unwrap_or(0) * (hq / hkv),
                 hq / hkv
             ),
@@ -206,7 +231,9 @@ fn decode_attention(
     let [t, hq, d] = q.dims::<3>(OP, "q")?;
     let hkv = k_cache.dim(2);
     let b = meta.q_lens_host.len();
-    let (kv_chunk, max_splits) = decode_plan(meta.q_lens_host, meta.kv_lens_host, hkv, dev.sm_count().max(1) as usize);
+    let shared = decode_smem_bytes(q.dtype().size_in_bytes(), d, rows);
+    let sms = dev.sm_count().max(1) as usize;
+    let (kv_chunk, max_splits) = decode_plan(meta.q_lens_host, meta.kv_lens_host, hkv, sms, decode_blocks_per_sm(shared));
     let grid = grid_u32(OP, b * hkv * max_splits)?;
     let p = attention_params(out, q, k_cache, v_cache, meta, scale, kv_chunk, max_splits)?;
     let scratch = SplitScratch::new(t, hq, max_splits, d, dev.ordinal())?;
@@ -231,7 +258,7 @@ fn decode_attention(
             unsafe { lib.msgl_decode_attention(a, b, c, e, f, g, h, o, l, &p, rows as i32, stream) }
         },
         |f| {
-            let shared = decode_smem_bytes(q.dtype().size_in_bytes(), d, rows) as u32;
+            let shared = shared as u32;
             f.set_max_dynamic_shared_bytes(dev, shared)?;
             // SAFETY: `p` is the msgl_attention_params the entry takes, filled from the
             // tensors checked by the op and the scratch allocated above; `shared` is
@@ -417,34 +444,40 @@ mod tests {
 
     #[test]
     fn decode_rows_hold_the_gqa_group_times_the_new_tokens() {
-        assert_eq!(decode_rows(&[1, 1, 1], 4, 128), Some(4));
-        assert_eq!(decode_rows(&[1], 1, 64), Some(1));
-        assert_eq!(decode_rows(&[1, 1], 3, 128), Some(4));
-        assert_eq!(decode_rows(&[2, 1], 4, 128), Some(8));
-        assert_eq!(decode_rows(&[1], 8, 256), Some(8));
-        assert_eq!(decode_rows(&[1, 0], 2, 32), Some(2));
+        assert_eq!(decode_rows(&[1, 1, 1], 4, 128, false), Some(4));
+        assert_eq!(decode_rows(&[1], 1, 64, false), Some(1));
+        assert_eq!(decode_rows(&[1, 1], 3, 128, false), Some(4));
+        assert_eq!(decode_rows(&[2, 1], 4, 128, false), Some(8));
+        assert_eq!(decode_rows(&[1], 8, 256, false), Some(8));
+        assert_eq!(decode_rows(&[1, 0], 2, 32, false), Some(2));
         // Too many rows for a block, or a head dimension the kernel does not lay out.
-        assert_eq!(decode_rows(&[3, 1], 4, 128), None);
-        assert_eq!(decode_rows(&[1], 16, 128), None);
-        assert_eq!(decode_rows(&[1], 4, 96), None);
-        assert_eq!(decode_rows(&[1], 4, 512), None);
+        assert_eq!(decode_rows(&[3, 1], 4, 128, false), None);
+        assert_eq!(decode_rows(&[1], 16, 128, false), None);
+        assert_eq!(decode_rows(&[1], 4, 96, false), None);
+        assert_eq!(decode_rows(&[1], 4, 512, false), None);
+        // The tensor-core block: up to 16 rows, head dims 64..256.
+        assert_eq!(decode_rows(&[1, 1], 4, 128, true), Some(16));
+        assert_eq!(decode_rows(&[4, 1], 4, 128, true), Some(16));
+        assert_eq!(decode_rows(&[1], 16, 256, true), Some(16));
+        assert_eq!(decode_rows(&[5], 4, 128, true), None);
+        assert_eq!(decode_rows(&[1], 4, 32, true), None);
     }
 
     #[test]
     fn decode_plans_split_small_batches_into_equal_chunks() {
         // b=1 at 4096 keys, 8 kv heads: 32768 keys of work over 8 waves of 396
         // blocks -> the 128-key minimum: 32 splits, 256 blocks in one wave.
-        assert_eq!(decode_plan(&[1], &[4096], 8, 132), (128, 32));
+        assert_eq!(decode_plan(&[1], &[4096], 8, 132, 3), (128, 32));
         // b=64 at 2048: 1M keys / 3168 -> 331 -> 384-key chunks, 6 splits.
-        assert_eq!(decode_plan(&[1; 64], &[2048; 64], 8, 132), (384, 6));
+        assert_eq!(decode_plan(&[1; 64], &[2048; 64], 8, 132, 3), (384, 6));
         // b=256 at 1024 with 8 kv heads: 2048 blocks >= 4 waves of 396: no split.
-        assert_eq!(decode_plan(&[1; 256], &[1024; 256], 8, 132), (1024, 1));
+        assert_eq!(decode_plan(&[1; 256], &[1024; 256], 8, 132, 3), (1024, 1));
         // Ragged contexts: chunks cover the longest; sequences without new tokens
         // do not count.
-        let (chunk, splits) = decode_plan(&[1, 1, 0, 1], &[100, 2000, 50_000, 700], 8, 132);
+        let (chunk, splits) = decode_plan(&[1, 1, 0, 1], &[100, 2000, 50_000, 700], 8, 132, 3);
         assert!(chunk.is_multiple_of(64) && chunk * splits >= 2000 && chunk * (splits - 1) < 2000);
         // A context shorter than one chunk is never split.
-        assert_eq!(decode_plan(&[1], &[40], 8, 132), (40, 1));
+        assert_eq!(decode_plan(&[1], &[40], 8, 132, 3), (40, 1));
     }
 
     #[test]
@@ -458,5 +491,12 @@ mod tests {
         // f32 head dim 256: two vectors a lane, two stages.
         assert_eq!(decode_smem_bytes(4, 256, 4), 65536);
         assert_eq!(decode_smem_bytes(2, 64, 1), 65536);
+        // The tensor-core block at head dim 128: Q + 4 warps x 3 stages x (K + V)
+        // of 16 rows of 272 bytes; two blocks an SM.
+        assert_eq!(decode_smem_bytes(2, 128, 16), 16 * 272 + 4 * 3 * 2 * 16 * 272);
+        assert_eq!(decode_blocks_per_sm(decode_smem_bytes(2, 128, 16)), 2);
+        assert_eq!(decode_blocks_per_sm(decode_smem_bytes(2, 128, 4)), 3);
+        // A 4-stage plan at 2 blocks an SM splits b=64 ctx=2048 into 512-key chunks.
+        assert_eq!(decode_plan(&[1; 64], &[2048; 64], 8, 132, 2), (512, 4));
     }
 }
