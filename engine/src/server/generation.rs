@@ -29,7 +29,7 @@ use super::response::{
     chat_logprobs, completion_logprobs, finish_reason_str, to_json, ChatChoice, ChatCompletion,
     ChatMessage, ChunkWriter, Completion, CompletionChoice, Usage,
 };
-use super::routes::{json_response, unix_now, AppState};
+use super::state::{json_response, unix_now, AppState};
 
 /// One prompt of a job, tokenized.
 pub struct JobPrompt {

@@ -33,6 +33,7 @@ pub mod metrics;
 pub mod request;
 pub mod response;
 pub mod routes;
+pub mod state;
 pub mod text;
 
 use std::future::{Future, IntoFuture};
@@ -52,7 +53,7 @@ use crate::chat_template::{ChatTemplate, ModelChatConfig};
 use crate::engine::{Engine, ModelRunner};
 use crate::tokenizer::Tokenizer;
 use metrics::Metrics;
-use routes::{AppState, ServedModel};
+use state::{AppState, ServedModel};
 
 /// Why the server could not start or stopped abnormally.
 #[derive(Debug, thiserror::Error)]
@@ -306,7 +307,7 @@ where
             template,
             special_tokens: chat.special_tokens,
             defaults: config.defaults,
-            created: routes::unix_now(),
+            created: state::unix_now(),
         },
         metrics,
     });

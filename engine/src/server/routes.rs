@@ -16,7 +16,7 @@
 //! that serve streams.
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -28,44 +28,18 @@ use axum::routing::{get, post};
 use axum::Router;
 use serde_json::Value as Json;
 
-use super::engine_loop::EngineHandle;
 use super::error::ApiError;
 use super::generation::{generate, Job, JobPrompt};
-use super::metrics::Metrics;
-use super::request::{self, ChatRender, Prompt, SamplingDefaults, TokenizeInput};
+use super::request::{self, ChatRender, Prompt, TokenizeInput};
 use super::response::{to_json, DetokenizeResponse, ModelCard, ModelList, TokenizeResponse};
-use crate::chat_template::{ChatTemplate, RenderOptions, SpecialTokens};
-use crate::tokenizer::Tokenizer;
+use super::state::{json_response, AppState, ServedModel};
+use crate::chat_template::RenderOptions;
 
 /// Largest request body accepted (a long prompt as JSON fits easily).
 pub const MAX_BODY_BYTES: usize = 64 << 20;
 
 /// `max_tokens` of a completion request that sets none (OpenAI's default).
 const COMPLETION_DEFAULT_MAX_TOKENS: usize = 16;
-
-/// The model as the routes see it.
-pub struct ServedModel {
-    /// The name clients address it by (`model` field).
-    pub name: String,
-    /// Other accepted names.
-    pub aliases: Vec<String>,
-    pub tokenizer: Arc<Tokenizer>,
-    /// The compiled chat template; `Err` holds why it does not compile.
-    pub template: Option<Result<ChatTemplate, String>>,
-    pub special_tokens: SpecialTokens,
-    pub defaults: SamplingDefaults,
-    /// Unix time the server started (the model card's `created`).
-    pub created: u64,
-}
-
-/// Everything the handlers share.
-pub struct AppState {
-    /// The key `/v1/*` requests must present, if any.
-    pub api_key: Option<String>,
-    pub engine: EngineHandle,
-    pub model: ServedModel,
-    pub metrics: Arc<Metrics>,
-}
 
 pub fn router(state: Arc<AppState>) -> Router {
     let v1 = Router::new()
@@ -116,12 +90,6 @@ async fn require_api_key(
 /// times do not reveal how much of a guess was right.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-pub fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 async fn not_found(method: Method, uri: Uri) -> ApiError {
@@ -370,15 +338,6 @@ async fn completions(
     }
     .await;
     result.unwrap_or_else(|e| state.reject(e))
-}
-
-pub(super) fn json_response(status: StatusCode, body: String) -> Response {
-    let mut response = (status, body).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
 }
 
 async fn list_models(State(state): State<Arc<AppState>>) -> Response {
