@@ -5,6 +5,7 @@
 //! | [`tensor`] | [`Tensor`]: strided views of host or device memory, with the `msgl_tensor` ABI mirror |
 //! | [`cuda`] | devices, the compute stream, the caching allocator, event timing |
 //! | [`kernels`] | loading kernels: AOT library + manifest, AOT cubins, NVRTC disk cache |
+//! | [`op_types`] | the argument and plan types `ops` hands to `cpu` and `gpu` (MoE routing and plans, sampling rows) |
 //! | [`ops`] | typed launchers that validate, then run on the CPU or the GPU |
 //! | [`cpu`] | the CPU reference of every op (f32 compute) |
 //! | [`nccl`] | communicators over libnccl.so.2 |
@@ -25,6 +26,7 @@ pub mod error;
 mod gpu;
 pub mod kernels;
 pub mod nccl;
+pub mod op_types;
 pub mod ops;
 pub mod sys;
 pub mod tensor;

@@ -4,7 +4,7 @@
 //! order), with sums in f64.
 
 use crate::error::Result;
-use crate::ops::SampleRow;
+use crate::op_types::sampling::SampleRow;
 use crate::tensor::Tensor;
 
 /// Orders floats as unsigned integers, as the kernel's `sample_key`.

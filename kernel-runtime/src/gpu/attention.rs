@@ -26,7 +26,7 @@ use crate::ops::PagedAttnMeta;
 use crate::sys::kernels::msgl_attention_params;
 use crate::tensor::Tensor;
 
-use super::{device_of, dispatch, dtype_code, grid_u32, rows_aligned};
+use super::launch::{device_of, dispatch, dtype_code, grid_u32, rows_aligned};
 
 const OP: &str = "paged_attention";
 /// attention.cu's kAttnMaxWarps.

@@ -14,10 +14,10 @@
 
 pub mod jit;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_void, CStr};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{result, sys as cu};
 use kernel_build::manifest::Manifest;
@@ -395,6 +395,16 @@ pub enum Resolved {
     Function(Arc<LoadedFunction>),
 }
 
+/// Kernel functions loaded from cubins (AOT or NVRTC), by device ordinal, family
+/// and instance. They live as long as the process, like the devices themselves;
+/// kept here rather than in `CudaDevice`, which sits below this module.
+type FunctionTable = Mutex<HashMap<(usize, String, Instance), Arc<LoadedFunction>>>;
+
+fn loaded_functions() -> &'static FunctionTable {
+    static FUNCTIONS: OnceLock<FunctionTable> = OnceLock::new();
+    FUNCTIONS.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
 /// Chooses the loader for `family[instance]` on `device` and loads it.
 pub fn resolve(device: &CudaDevice, family_name: &str, instance: &Instance) -> Result<Resolved> {
     let reg = Registry::get()?;
@@ -404,8 +414,8 @@ pub fn resolve(device: &CudaDevice, family_name: &str, instance: &Instance) -> R
             return Ok(Resolved::Library(aot));
         }
     }
-    let key = (family_name.to_owned(), instance.clone());
-    if let Some(f) = device.functions.lock().ok().and_then(|m| m.get(&key).cloned()) {
+    let key = (device.ordinal(), family_name.to_owned(), instance.clone());
+    if let Some(f) = loaded_functions().lock().ok().and_then(|m| m.get(&key).cloned()) {
         return Ok(Resolved::Function(f));
     }
     let family = reg.family(family_name)?;
@@ -421,7 +431,7 @@ pub fn resolve(device: &CudaDevice, family_name: &str, instance: &Instance) -> R
         }
     };
     let f = Arc::new(loaded);
-    if let Ok(mut m) = device.functions.lock() {
+    if let Ok(mut m) = loaded_functions().lock() {
         m.insert(key, f.clone());
     }
     Ok(Resolved::Function(f))

@@ -30,7 +30,7 @@ fn warps_per_row(row_bytes: usize) -> usize {
 /// `out`: `[num_tokens, hidden]` contiguous (written); `weight`: `[rows, hidden]`
 /// contiguous, same dtype; `ids`: `[num_tokens]` int32 or int64.
 pub fn index(out: &Tensor, weight: &Tensor, ids: &Tensor, vocab_start: i64) -> Result<()> {
-    let device = super::common_device(OP, &[("out", out), ("weight", weight), ("ids", ids)])?;
+    let device = super::check::common_device(OP, &[("out", out), ("weight", weight), ("ids", ids)])?;
     let [num_rows, hidden] = weight.dims::<2>(OP, "weight")?;
     ids.expect_dtype(OP, "ids", &[DType::I32, DType::I64])?;
     let [num_tokens] = ids.dims::<1>(OP, "ids")?;

@@ -21,9 +21,9 @@ const WARPS_PER_BLOCK: usize = 4;
 /// `[num_tokens]` int32 or int64 slot numbers. Indices outside the cache are
 /// skipped. Writes the caches.
 pub fn store_kv(k_cache: &Tensor, v_cache: &Tensor, indices: &Tensor, k: &Tensor, v: &Tensor) -> Result<()> {
-    let device = super::common_device(OP, &[("k_cache", k_cache), ("v_cache", v_cache), ("indices", indices), ("k", k), ("v", v)])?;
-    let k2 = super::rows_view(OP, "k", k)?;
-    let v2 = super::rows_view(OP, "v", v)?;
+    let device = super::check::common_device(OP, &[("k_cache", k_cache), ("v_cache", v_cache), ("indices", indices), ("k", k), ("v", v)])?;
+    let k2 = super::check::rows_view(OP, "k", k)?;
+    let v2 = super::check::rows_view(OP, "v", v)?;
     let [num_tokens, row] = k2.dims::<2>(OP, "k")?;
     v2.expect_shape(OP, "v", &[num_tokens, row])?;
     indices.expect_dtype(OP, "indices", &[DType::I32, DType::I64])?.expect_shape(OP, "indices", &[num_tokens])?;
