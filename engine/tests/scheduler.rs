@@ -12,16 +12,16 @@
 
 use std::collections::HashMap;
 
-use engine::core::{FinishReason, PreparedBatch, ReqId, SamplingParams};
-use engine::engine::{
+use engine::core::req::{FinishReason, PreparedBatch, ReqId, SamplingParams};
+use engine::core::engine::{
     Engine, EngineConfig, EngineError, GenerateOutput, GenerateRequest, LengthLimit, ModelRunner,
     RunnerError,
 };
-use engine::kvcache::CacheKind;
-use engine::logprobs::{token_logprobs, TokenLogprobs};
-use engine::penalties::Penalties;
-use engine::sampling::{self, Logits, SamplingRow};
-use engine::scheduler::SchedulePolicy;
+use engine::core::kvcache::CacheKind;
+use engine::core::sampling::logprobs::{token_logprobs, TokenLogprobs};
+use engine::core::sampling::penalties::Penalties;
+use engine::core::sampling::{self, Logits, SamplingRow};
+use engine::core::scheduler::SchedulePolicy;
 
 const VOCAB: usize = 48;
 const EOS: u32 = 0;

@@ -20,13 +20,13 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::core::{
+use crate::core::req::{
     FinishReason, FinishedReq, PendingReq, PreparedBatch, ReqId, SamplingParams, TokenEvent,
 };
-use crate::kvcache::CacheKind;
-use crate::logprobs::{token_logprobs, TokenLogprobs};
-use crate::sampling::{self, Logits};
-use crate::scheduler::{SchedulePolicy, Scheduler, SchedulerConfig};
+use crate::core::kvcache::CacheKind;
+use crate::core::sampling::logprobs::{token_logprobs, TokenLogprobs};
+use crate::core::sampling::{self, Logits};
+use crate::core::scheduler::{SchedulePolicy, Scheduler, SchedulerConfig};
 
 /// The most alternatives a request may ask log probabilities of (OpenAI's
 /// limit for `top_logprobs`; vLLM's default `max_logprobs`).
@@ -54,7 +54,7 @@ pub trait ModelRunner {
 
     /// Runs the step and samples on the runner's own device: one token per
     /// entry of `batch.logits_rows()`, drawn by the rules of
-    /// [`sampling`](crate::sampling) with the uniform numbers of
+    /// [`sampling`](crate::core::sampling) with the uniform numbers of
     /// [`sampling::uniform`] (so that seeds reproduce). Runners whose logits
     /// live on a GPU sample there instead of copying `[rows, vocab]` logits to
     /// the host; `None` (the default) means "call [`ModelRunner::forward`]
@@ -372,7 +372,7 @@ impl<R: ModelRunner> Engine<R> {
 
     /// Samples a step's host logits: applies each request's penalties, samples,
     /// and computes the log probabilities of the requests that asked for them
-    /// (from the raw logits, see [`crate::logprobs`]). Returns the tokens and,
+    /// (from the raw logits, see [`crate::core::sampling::logprobs`]). Returns the tokens and,
     /// for the rows that report log probabilities, `(request, logprobs)`.
     #[allow(clippy::type_complexity)]
     fn sample_on_host(

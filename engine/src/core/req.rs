@@ -22,10 +22,10 @@
 
 use std::fmt;
 
-use crate::kvcache::{CacheManager, ReqPages};
-use crate::logprobs::TokenLogprobs;
-use crate::penalties::Penalties;
-use crate::sampling::SamplingRow;
+use crate::core::kvcache::{CacheManager, ReqPages};
+use crate::core::sampling::logprobs::TokenLogprobs;
+use crate::core::sampling::penalties::Penalties;
+use crate::core::sampling::SamplingRow;
 
 /// Identifies a request for its whole life, across preemptions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -613,7 +613,7 @@ impl PreparedBatch {
     }
 
     /// Whether some sampling row needs its logits on the host (penalties or
-    /// log probabilities): the step then runs [`crate::engine::ModelRunner::forward`].
+    /// log probabilities): the step then runs [`crate::core::engine::ModelRunner::forward`].
     pub fn needs_host_logits(&self) -> bool {
         self.needs_host_logits
     }
@@ -627,7 +627,7 @@ impl PreparedBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kvcache::{CacheKind, CacheManager};
+    use crate::core::kvcache::{CacheKind, CacheManager};
 
     fn admitted(cm: &mut CacheManager, prompt: Vec<u32>, params: SamplingParams) -> Req {
         let pending = PendingReq::new(ReqId::new(1), prompt, params, 7);

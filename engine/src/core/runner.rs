@@ -8,9 +8,9 @@ use kernel_runtime::ops::SampleRow;
 use kernel_runtime::{Device, Tensor};
 use models::{CausalLm, ForwardBatch, KvCache, LogitRows, SeqStep};
 
-use crate::core::PreparedBatch;
-use crate::engine::{ModelRunner, RunnerError};
-use crate::sampling::{self, Logits, SamplingRow};
+use crate::core::req::PreparedBatch;
+use crate::core::engine::{ModelRunner, RunnerError};
+use crate::core::sampling::{self, Logits, SamplingRow};
 
 /// A loaded model with its KV cache: the engine's [`ModelRunner`].
 #[derive(Debug)]

@@ -14,13 +14,13 @@ use std::io::{BufRead, Write};
 
 use serde_json::{json, Value as Json};
 
-use crate::chat_template::{
+use crate::text::chat_template::{
     ChatTemplate, ChatTemplateError, ModelChatConfig, RenderOptions, SpecialTokens,
 };
-use crate::core::{FinishReason, SamplingParams};
-use crate::engine::{Engine, EngineError, GenerateRequest, ModelRunner};
-use crate::server::text::TextStream;
-use crate::tokenizer::{Tokenizer, TokenizerError};
+use crate::core::req::{FinishReason, SamplingParams};
+use crate::core::engine::{Engine, EngineError, GenerateRequest, ModelRunner};
+use crate::text::text_stream::TextStream;
+use crate::text::tokenizer::{Tokenizer, TokenizerError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ShellError {

@@ -1,11 +1,11 @@
 //! One request's output text: token ids in, text pieces out, stop strings cut.
 //!
-//! [`TextStream`] chains the two per-request layers of `engine::tokenizer`:
+//! [`TextStream`] chains the two per-request layers of `crate::text::tokenizer`:
 //! [`DecodeStream`] (ids to text that never splits a character) and
 //! [`StopMatcher`] (stop strings across pieces, held-back text that may
 //! start one). It has no async or HTTP in it, so the shell uses it too.
 
-use crate::tokenizer::{DecodeStream, StopMatcher, StopOutcome, Tokenizer, TokenizerError};
+use crate::text::tokenizer::{DecodeStream, StopMatcher, StopOutcome, Tokenizer, TokenizerError};
 
 /// What one token (or the end of the request) adds to the output.
 #[derive(Clone, Debug, PartialEq, Eq)]

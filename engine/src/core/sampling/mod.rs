@@ -20,6 +20,13 @@
 //!   where `step` is the request's output index. A request's tokens therefore
 //!   depend on its seed and logits only, never on batch composition,
 //!   chunking or preemption.
+//!
+//! Beside it, [`penalties`] (repetition, frequency, presence) and [`logprobs`]
+//! (raw log-softmax, top alternatives): a step whose requests need either takes
+//! the host path (`ModelRunner::forward`, logits copied to the host).
+
+pub mod logprobs;
+pub mod penalties;
 
 /// Sampling settings of one logits row. Plain `Copy` data, so that a GPU
 /// sampler can upload a batch of them as arrays.

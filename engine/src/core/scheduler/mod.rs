@@ -50,10 +50,10 @@ pub use policy::{pages_to_reserve, reserve_tokens};
 
 use std::collections::VecDeque;
 
-use crate::core::{
+use crate::core::req::{
     Batch, BatchRow, FinishReason, FinishedReq, PendingReq, PreparedBatch, Req, ReqId, TokenEvent,
 };
-use crate::kvcache::{CacheKind, CacheManager};
+use crate::core::kvcache::{CacheKind, CacheManager};
 
 /// How prefill and decode share steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -404,7 +404,7 @@ fn row_for(req: &Req, budget: usize) -> BatchRow {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::{Phase, SamplingParams};
+    use crate::core::req::{Phase, SamplingParams};
 
     fn config(
         num_pages: usize,

@@ -10,7 +10,7 @@
 //! on preemption when decode outgrows the pool (vLLM's policy). Values in
 //! between trade the two, like SGLang's `new_token_ratio`.
 
-use crate::kvcache::pages_for;
+use crate::core::kvcache::pages_for;
 
 /// KV tokens to set aside for a request that holds `num_tokens` tokens and
 /// may generate `remaining_outputs` more (>= 1), reserving `ratio` of its

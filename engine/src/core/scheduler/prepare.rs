@@ -8,8 +8,8 @@
 //! in-flight step is sampling, which a device-side token buffer will provide
 //! in place of `input_ids` (mini-sglang's `token_pool`).
 
-use crate::core::{Batch, PreparedBatch, Req};
-use crate::kvcache::{pages_for, CacheManager};
+use crate::core::req::{Batch, PreparedBatch, Req};
+use crate::core::kvcache::{pages_for, CacheManager};
 
 /// Builds the step. Every row's request must be in `running` (the scheduler
 /// just picked them).

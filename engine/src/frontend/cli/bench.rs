@@ -12,8 +12,8 @@ use clap::Args;
 use rand::{Rng, SeedableRng};
 
 use super::common::{build_engine, load_causal_lm, load_tokenizer, EngineArgs, ModelArgs};
-use crate::core::SamplingParams;
-use crate::engine::GenerateRequest;
+use crate::core::req::SamplingParams;
+use crate::core::engine::GenerateRequest;
 
 /// Arguments of `minisgl bench`.
 #[derive(Args, Debug)]

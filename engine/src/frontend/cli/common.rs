@@ -7,12 +7,12 @@ use anyhow::Context;
 use clap::Args;
 use kernel_runtime::{DType, Device};
 
-use crate::chat_template::{ModelChatConfig, SpecialTokens};
-use crate::engine::{Engine, EngineConfig, ModelRunner};
-use crate::kvcache::CacheKind;
-use crate::runner::CausalLmRunner;
-use crate::scheduler::SchedulePolicy;
-use crate::tokenizer::Tokenizer;
+use crate::text::chat_template::{ModelChatConfig, SpecialTokens};
+use crate::core::engine::{Engine, EngineConfig, ModelRunner};
+use crate::core::kvcache::CacheKind;
+use crate::core::runner::CausalLmRunner;
+use crate::core::scheduler::SchedulePolicy;
+use crate::text::tokenizer::Tokenizer;
 
 /// Which model and how to run it.
 #[derive(Args, Debug, Clone)]
@@ -85,9 +85,9 @@ impl EngineArgs {
 /// A model ready to serve: the engine (scheduler + model runner), the tokenizer
 /// and the chat template configuration, and the name clients address it by.
 pub struct LoadedModel {
-    pub engine: crate::engine::Engine<Box<dyn crate::engine::ModelRunner + Send>>,
-    pub tokenizer: crate::tokenizer::Tokenizer,
-    pub chat: crate::chat_template::ModelChatConfig,
+    pub engine: crate::core::engine::Engine<Box<dyn crate::core::engine::ModelRunner + Send>>,
+    pub tokenizer: crate::text::tokenizer::Tokenizer,
+    pub chat: crate::text::chat_template::ModelChatConfig,
     /// The served model name (the folder or file name).
     pub name: String,
 }
@@ -164,7 +164,7 @@ pub fn load_tokenizer(path: &Path) -> anyhow::Result<(Tokenizer, ModelChatConfig
     }
     let file = models::gguf::GgufFile::open(path)
         .with_context(|| format!("opening {}", path.display()))?;
-    let g = crate::gguf_tokenizer::tokenizer_from_gguf(&file)
+    let g = crate::text::gguf_tokenizer::tokenizer_from_gguf(&file)
         .with_context(|| format!("building the tokenizer of {}", path.display()))?;
     let special_tokens = SpecialTokens {
         bos_token: g.bos_token.clone(),

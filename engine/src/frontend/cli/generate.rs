@@ -15,9 +15,9 @@ use clap::Args;
 use rand::{Rng, SeedableRng};
 
 use super::common::{load_model, EngineArgs, ModelArgs};
-use crate::core::SamplingParams;
-use crate::engine::GenerateRequest;
-use crate::penalties::Penalties;
+use crate::core::req::SamplingParams;
+use crate::core::engine::GenerateRequest;
+use crate::core::sampling::penalties::Penalties;
 
 /// Sampling options shared by `generate` and `bench`.
 #[derive(Args, Debug, Clone)]

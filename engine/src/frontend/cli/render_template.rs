@@ -12,7 +12,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use serde_json::{Map, Value as Json};
 
-use crate::chat_template::{ChatTemplate, ModelChatConfig, RenderOptions, SpecialTokens};
+use crate::text::chat_template::{ChatTemplate, ModelChatConfig, RenderOptions, SpecialTokens};
 
 /// Arguments of `minisgl render-template`.
 #[derive(Args, Debug)]

@@ -1,4 +1,4 @@
-//! `minisgl serve`: the OpenAI-compatible HTTP server (see `engine::server`).
+//! `minisgl serve`: the OpenAI-compatible HTTP server (see `crate::frontend::server`).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use crate::server::{self, ServerConfig};
+use crate::frontend::server::{self, ServerConfig};
 
 /// Arguments of `minisgl serve`.
 #[derive(Args, Debug)]

@@ -1,12 +1,12 @@
-//! `minisgl shell`: chat with a model in the terminal (see `engine::shell`).
+//! `minisgl shell`: chat with a model in the terminal (see `crate::frontend::shell`).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Args;
 
-use crate::core::SamplingParams;
-use crate::shell::{Shell, ShellConfig};
+use crate::core::req::SamplingParams;
+use crate::frontend::shell::{Shell, ShellConfig};
 
 /// Arguments of `minisgl shell`.
 #[derive(Args, Debug)]

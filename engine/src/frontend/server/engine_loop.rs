@@ -33,10 +33,10 @@ use tokio::sync::{oneshot, Notify};
 
 use super::error::ApiError;
 use super::metrics::Metrics;
-use super::text::TextStream;
-use crate::core::{FinishReason, FinishedReq, ReqId, SamplingParams, TokenEvent};
-use crate::engine::{Engine, EngineError, GenerateRequest, LengthLimit, ModelRunner};
-use crate::tokenizer::Tokenizer;
+use crate::text::text_stream::TextStream;
+use crate::core::req::{FinishReason, FinishedReq, ReqId, SamplingParams, TokenEvent};
+use crate::core::engine::{Engine, EngineError, GenerateRequest, LengthLimit, ModelRunner};
+use crate::text::tokenizer::Tokenizer;
 
 /// A request for the engine thread.
 #[derive(Debug)]

@@ -11,7 +11,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
-use crate::engine::{EngineError, LengthLimit};
+use crate::core::engine::{EngineError, LengthLimit};
 
 /// Why a request was refused or failed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -12,8 +12,8 @@ use std::fmt::Write as _;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::core::FinishReason;
-use crate::engine::EngineStats;
+use crate::core::req::FinishReason;
+use crate::core::engine::EngineStats;
 
 /// Bucket bounds (seconds) of the time-to-first-token histogram: vLLM's,
 /// plus finer ones for small models and the CPU path.

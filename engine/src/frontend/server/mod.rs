@@ -22,8 +22,8 @@
 //! rather than keep answering with errors.
 //!
 //! **Architecture Invariant:** this module is the only user of tokio, axum
-//! and the OpenAI JSON types in the engine crate ([`text`] is plain code the
-//! shell shares).
+//! and the OpenAI JSON types in the engine crate (its text handling is
+//! `crate::text`, which the shell shares).
 
 pub mod engine_loop;
 pub mod error;
@@ -34,7 +34,6 @@ pub mod request;
 pub mod response;
 pub mod routes;
 pub mod state;
-pub mod text;
 
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
@@ -49,9 +48,9 @@ use tokio::sync::oneshot;
 pub use error::ApiError;
 pub use request::SamplingDefaults;
 
-use crate::chat_template::{ChatTemplate, ModelChatConfig};
-use crate::engine::{Engine, ModelRunner};
-use crate::tokenizer::Tokenizer;
+use crate::text::chat_template::{ChatTemplate, ModelChatConfig};
+use crate::core::engine::{Engine, ModelRunner};
+use crate::text::tokenizer::Tokenizer;
 use metrics::Metrics;
 use state::{AppState, ServedModel};
 

@@ -13,9 +13,9 @@ use serde_json::{Map, Value as Json};
 
 use super::error::ApiError;
 use super::fields::{as_int, Fields};
-use crate::core::SamplingParams;
-use crate::engine::MAX_TOP_LOGPROBS;
-use crate::penalties::Penalties;
+use crate::core::req::SamplingParams;
+use crate::core::engine::MAX_TOP_LOGPROBS;
+use crate::core::sampling::penalties::Penalties;
 
 /// Fields accepted and ignored on every generation endpoint: they carry no
 /// meaning for generation (`user` is an end-user id for abuse monitoring,

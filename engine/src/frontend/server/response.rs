@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::{json, Map, Value as Json};
 
 use super::engine_loop::TokenLogprob;
-use crate::core::FinishReason;
+use crate::core::req::FinishReason;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Usage {

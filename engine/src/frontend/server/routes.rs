@@ -33,7 +33,7 @@ use super::generation::{generate, Job, JobPrompt};
 use super::request::{self, ChatRender, Prompt, TokenizeInput};
 use super::response::{to_json, DetokenizeResponse, ModelCard, ModelList, TokenizeResponse};
 use super::state::{json_response, AppState, ServedModel};
-use crate::chat_template::RenderOptions;
+use crate::text::chat_template::RenderOptions;
 
 /// Largest request body accepted (a long prompt as JSON fits easily).
 pub const MAX_BODY_BYTES: usize = 64 << 20;

@@ -13,8 +13,8 @@ use axum::response::{IntoResponse, Response};
 use super::engine_loop::EngineHandle;
 use super::metrics::Metrics;
 use super::request::SamplingDefaults;
-use crate::chat_template::{ChatTemplate, SpecialTokens};
-use crate::tokenizer::Tokenizer;
+use crate::text::chat_template::{ChatTemplate, SpecialTokens};
+use crate::text::tokenizer::Tokenizer;
 
 /// The model as the routes see it.
 pub struct ServedModel {

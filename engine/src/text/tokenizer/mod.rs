@@ -23,7 +23,7 @@ use std::str::FromStr;
 use serde_json::Value as Json;
 use tokenizers::processors::template::TemplateProcessing;
 
-pub use crate::chat_template::SpecialTokens;
+pub use crate::text::chat_template::SpecialTokens;
 pub use stop::{StopMatch, StopMatcher, StopOutcome};
 pub use stream::DecodeStream;
 
