@@ -5,7 +5,8 @@
 //! [`StopMatcher`] (stop strings across pieces, held-back text that may
 //! start one). It has no async or HTTP in it, so the shell uses it too.
 
-use crate::text::tokenizer::{DecodeStream, StopMatcher, StopOutcome, Tokenizer, TokenizerError};
+use crate::text::tokenizer::stream::DecodeStream;
+use crate::text::tokenizer::{StopMatcher, StopOutcome, Tokenizer, TokenizerError};
 
 /// What one token (or the end of the request) adds to the output.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,7 +4,8 @@
 //! request, so they go straight back to the pool when it finishes. Useful as
 //! a baseline and to rule the radix tree out when chasing a wrong output.
 
-use super::{CacheHandle, NodeId, Page, PrefixCache, PrefixMatch, ReqPages};
+use super::pool::Page;
+use super::prefix::{CacheHandle, NodeId, PrefixCache, PrefixMatch, ReqPages};
 
 #[derive(Debug, Default)]
 pub struct NaiveCache;

@@ -19,7 +19,8 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-use super::{CacheHandle, NodeId, Page, PageId, PrefixCache, PrefixMatch, ReqPages};
+use super::pool::{Page, PageId};
+use super::prefix::{CacheHandle, NodeId, PrefixCache, PrefixMatch, ReqPages};
 
 #[derive(Debug)]
 struct Node {
@@ -384,7 +385,8 @@ impl PrefixCache for RadixCache {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{PagePool, ReqPages};
+    use super::super::pool::PagePool;
+    use super::super::prefix::ReqPages;
     use super::*;
 
     /// A tree plus the pool its pages come from, driven the way

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value as Json;
 
-use super::ChatTemplateError;
+use super::error::ChatTemplateError;
 
 /// The special-token strings a chat template can refer to.
 ///

@@ -21,47 +21,20 @@
 //! 49 templates only meetkai's functionary-v3.1 does this, when tools are
 //! given.
 
+mod error;
 mod hf;
 mod python;
 mod rewrite;
-
-use std::path::PathBuf;
 
 use chrono::NaiveDateTime;
 use minijinja::{Environment, Error, ErrorKind, UndefinedBehavior, Value};
 use serde_json::{Map, Value as Json};
 
+pub use error::ChatTemplateError;
 pub use hf::{load_chat_template, ModelChatConfig, SpecialTokens};
 
 /// The name the template is stored under in its private environment.
 const TEMPLATE_NAME: &str = "chat_template";
-
-/// Why a chat template could not be loaded, compiled or rendered.
-#[derive(Debug, thiserror::Error)]
-pub enum ChatTemplateError {
-    #[error("chat template does not compile: {0}")]
-    Syntax(String),
-    /// The template called `raise_exception(message)`, typically to reject a
-    /// conversation it does not support (e.g. a system message).
-    #[error("chat template raised an exception: {0}")]
-    Raised(String),
-    #[error("chat template failed to render: {0}")]
-    Render(String),
-    #[error("invalid chat messages: {0}")]
-    InvalidMessages(String),
-    #[error("cannot read {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path} is not valid JSON: {source}")]
-    Json {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
-    #[error("{path}: {reason}")]
-    Config { path: PathBuf, reason: String },
-}
 
 /// The time `strftime_now` formats.
 ///

@@ -9,13 +9,13 @@
 //! ([`Tokenizer::new`], used for GGUF checkpoints).
 //!
 //! Streaming output is two layers, both per request:
-//! - [`DecodeStream`] turns token ids into text pieces that never split a
+//! - [`stream::DecodeStream`] turns token ids into text pieces that never split a
 //!   UTF-8 character and concatenate to exactly `decode(all_ids)`.
 //! - [`StopMatcher`] finds stop strings across piece boundaries and holds
 //!   back text that may be the start of one, so a stop string is never sent.
 
 mod stop;
-mod stream;
+pub mod stream;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -25,7 +25,6 @@ use tokenizers::processors::template::TemplateProcessing;
 
 pub use crate::text::chat_template::SpecialTokens;
 pub use stop::{StopMatch, StopMatcher, StopOutcome};
-pub use stream::DecodeStream;
 
 /// Why a tokenizer could not be loaded, or could not encode or decode.
 #[derive(Debug, thiserror::Error)]
@@ -152,11 +151,6 @@ impl Tokenizer {
         self.inner
             .decode(ids, skip_special_tokens)
             .map_err(|e| TokenizerError::Decode(e.to_string()))
-    }
-
-    /// A fresh incremental detokenizer for one request.
-    pub fn decode_stream(&self, skip_special_tokens: bool) -> DecodeStream {
-        DecodeStream::new(skip_special_tokens)
     }
 
     /// Number of tokens, added tokens included. The model's embedding table
@@ -303,7 +297,6 @@ mod tests {
     fn tokenizer_is_shareable_across_threads() {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<Tokenizer>();
-        assert_send_sync::<DecodeStream>();
         assert_send_sync::<StopMatcher>();
     }
 

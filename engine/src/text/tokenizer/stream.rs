@@ -33,6 +33,15 @@ pub struct DecodeStream {
     prefix_text: String,
 }
 
+// Defined here rather than beside `Tokenizer` so that `mod.rs` does not import
+// this file, which imports it.
+impl Tokenizer {
+    /// A fresh incremental detokenizer for one request.
+    pub fn decode_stream(&self, skip_special_tokens: bool) -> DecodeStream {
+        DecodeStream::new(skip_special_tokens)
+    }
+}
+
 impl DecodeStream {
     pub fn new(skip_special_tokens: bool) -> Self {
         Self {
@@ -152,5 +161,16 @@ impl DecodeStream {
     /// Whether text is being held back (an unfinished character).
     pub fn has_pending(&self) -> bool {
         self.ids.len() > self.prefix_len
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_stream_is_shareable_across_threads() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<DecodeStream>();
     }
 }
