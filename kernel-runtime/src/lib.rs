@@ -3,6 +3,7 @@
 //! | module | what |
 //! | --- | --- |
 //! | [`tensor`] | [`Tensor`]: strided views of host or device memory, with the `msgl_tensor` ABI mirror |
+//! | [`cache_dir`] | the minisgl cache folder (`MINISGL_CACHE_DIR`, XDG, `~/.cache`) |
 //! | [`cuda`] | devices, the compute stream, the caching allocator, event timing |
 //! | [`kernels`] | loading kernels: AOT library + manifest, AOT cubins, NVRTC disk cache |
 //! | [`op_types`] | the argument and plan types `ops` hands to `cpu` and `gpu` (MoE routing and plans, sampling rows) |
@@ -18,6 +19,7 @@
 //! without CUDA, and asking for a GPU there is an [`Error::NoCuda`], not a panic.
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod cache_dir;
 pub mod cpu;
 pub mod cuda;
 pub mod device;

@@ -44,16 +44,7 @@ pub struct PullArgs {
 
 /// The folder pulled models live in.
 pub fn models_dir() -> PathBuf {
-    let base = if let Some(d) = std::env::var_os("MINISGL_CACHE_DIR").filter(|d| !d.is_empty()) {
-        PathBuf::from(d)
-    } else if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
-        PathBuf::from(d).join("minisgl")
-    } else if let Some(h) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
-        PathBuf::from(h).join(".cache").join("minisgl")
-    } else {
-        std::env::temp_dir().join("minisgl-cache")
-    };
-    base.join("models")
+    kernel_runtime::cache_dir::minisgl_cache_dir().join("models")
 }
 
 fn sha256_file(path: &Path) -> anyhow::Result<String> {
