@@ -18,7 +18,7 @@ use engine::core::engine::{Engine, EngineConfig, GenerateRequest};
 use engine::core::kvcache::CacheKind;
 use engine::core::sampling::logprobs::token_logprobs;
 use engine::core::sampling::penalties::Penalties;
-use engine::core::scheduler::SchedulePolicy;
+use engine::core::scheduler::{SchedulePolicy, SchedulerConfig};
 use engine::frontend::server::{self, SamplingDefaults, ServerConfig, ServerHandle};
 use engine::text::tokenizer::Tokenizer;
 use serde_json::{json, Value as Json};
@@ -45,14 +45,16 @@ fn fake_engine(lm: HashLm, tok: &Tokenizer, num_pages: usize) -> Engine<HashLm> 
     Engine::new(
         lm,
         EngineConfig {
-            page_size: 4,
-            num_pages,
-            max_prefill_length: 64,
-            max_running_requests: 32,
-            cache: CacheKind::Radix,
-            policy: SchedulePolicy::Mixed,
-            decode_reserve: 1.0,
-            eos_token_ids: tok.eos_token_ids().to_vec(),
+            scheduler: SchedulerConfig {
+                page_size: 4,
+                num_pages,
+                max_prefill_length: 64,
+                max_running_requests: 32,
+                cache: CacheKind::Radix,
+                policy: SchedulePolicy::Mixed,
+                decode_reserve: 1.0,
+                eos_token_ids: tok.eos_token_ids().to_vec(),
+            },
         },
     )
     .expect("engine config")

@@ -23,10 +23,9 @@ use std::fmt;
 use crate::core::req::{
     FinishReason, FinishedReq, PendingReq, PreparedBatch, ReqId, SamplingParams, TokenEvent,
 };
-use crate::core::kvcache::CacheKind;
 use crate::core::sampling::logprobs::{token_logprobs, TokenLogprobs};
 use crate::core::sampling::{self, Logits};
-use crate::core::scheduler::{SchedulePolicy, Scheduler, SchedulerConfig};
+use crate::core::scheduler::{Scheduler, SchedulerConfig};
 
 /// The most alternatives a request may ask log probabilities of (OpenAI's
 /// limit for `top_logprobs`; vLLM's default `max_logprobs`).
@@ -84,27 +83,13 @@ impl<R: ModelRunner + ?Sized> ModelRunner for Box<R> {
 }
 
 /// Engine knobs. No `Default`: the command line (or the test) decides.
+///
+/// Today they are the scheduler's knobs (page size and count, prefill chunk,
+/// running limit, prefix cache, policy, decode reserve, end-of-sequence ids),
+/// checked by [`Engine::new`] before the scheduler asserts them.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EngineConfig {
-    /// Tokens per KV page (`--page-size`).
-    pub page_size: usize,
-    /// KV pages in the pool; the runner's KV cache must have exactly these
-    /// (sized from `--mem-fraction` or `--num-pages` by the caller).
-    pub num_pages: usize,
-    /// Most prompt tokens per step (`--max-prefill-length`).
-    pub max_prefill_length: usize,
-    /// Most requests running at once (`--max-running-requests`).
-    pub max_running_requests: usize,
-    /// Prefix cache (`--cache radix|naive`).
-    pub cache: CacheKind,
-    /// How prefill and decode share steps.
-    pub policy: SchedulePolicy,
-    /// Share of each request's `max_tokens` reserved at admission, in
-    /// `[0, 1]`: 1 never preempts (mini-sglang), lower admits more and
-    /// preempts when decode outgrows the pool.
-    pub decode_reserve: f64,
-    /// The model's end-of-sequence tokens.
-    pub eos_token_ids: Vec<u32>,
+    pub scheduler: SchedulerConfig,
 }
 
 /// One request for [`Engine::generate`] / [`Engine::add_request`].
@@ -225,6 +210,7 @@ impl<R: fmt::Debug> fmt::Debug for Engine<R> {
 
 impl<R: ModelRunner> Engine<R> {
     pub fn new(runner: R, config: EngineConfig) -> Result<Self, EngineError> {
+        let config = config.scheduler;
         let vocab_size = runner.vocab_size();
         let max_context_len = runner.max_context_len();
         let bad = |field, reason: &str| {
@@ -271,16 +257,7 @@ impl<R: ModelRunner> Engine<R> {
                 reason: format!("token {t} is outside the vocabulary of {vocab_size}"),
             });
         }
-        let scheduler = Scheduler::new(SchedulerConfig {
-            page_size: config.page_size,
-            num_pages: config.num_pages,
-            max_prefill_length: config.max_prefill_length,
-            max_running_requests: config.max_running_requests,
-            cache: config.cache,
-            policy: config.policy,
-            decode_reserve: config.decode_reserve,
-            eos_token_ids: config.eos_token_ids,
-        });
+        let scheduler = Scheduler::new(config);
         Ok(Self {
             runner,
             scheduler,

@@ -69,15 +69,22 @@ pub enum SchedulePolicy {
 /// Scheduler knobs. No `Default`: each value is a decision of the caller.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SchedulerConfig {
+    /// Tokens per KV page (`--page-size`).
     pub page_size: usize,
+    /// KV pages in the pool; the runner's KV cache must have exactly these
+    /// (sized from `--mem-fraction` or `--num-pages` by the caller).
     pub num_pages: usize,
-    /// Most prompt tokens fed per step (chunked prefill).
+    /// Most prompt tokens fed per step (chunked prefill, `--max-prefill-length`).
     pub max_prefill_length: usize,
+    /// Most requests running at once (`--max-running-requests`).
     pub max_running_requests: usize,
+    /// Prefix cache (`--cache radix|naive`).
     pub cache: CacheKind,
+    /// How prefill and decode share steps.
     pub policy: SchedulePolicy,
     /// Share of each request's remaining `max_tokens` reserved at admission,
-    /// in `[0, 1]`; see [`policy`].
+    /// in `[0, 1]`: 1 never preempts (mini-sglang), lower admits more and
+    /// preempts when decode outgrows the pool; see [`policy`].
     pub decode_reserve: f64,
     /// Tokens that end a request unless it sets `ignore_eos`.
     pub eos_token_ids: Vec<u32>,

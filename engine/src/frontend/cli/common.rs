@@ -11,7 +11,7 @@ use crate::text::chat_template::{ModelChatConfig, SpecialTokens};
 use crate::core::engine::{Engine, EngineConfig, ModelRunner};
 use crate::core::kvcache::CacheKind;
 use crate::core::runner::CausalLmRunner;
-use crate::core::scheduler::SchedulePolicy;
+use crate::core::scheduler::{SchedulePolicy, SchedulerConfig};
 use crate::text::tokenizer::Tokenizer;
 
 /// Which model and how to run it.
@@ -222,14 +222,16 @@ pub fn engine_config(
         other => anyhow::bail!("--cache: `{other}` is not one of radix, naive"),
     };
     Ok(EngineConfig {
-        page_size: args.page_size,
-        num_pages,
-        max_prefill_length: args.max_prefill_length,
-        max_running_requests: args.max_running_requests,
-        cache,
-        policy: SchedulePolicy::PrefillFirst,
-        decode_reserve: 1.0,
-        eos_token_ids,
+        scheduler: SchedulerConfig {
+            page_size: args.page_size,
+            num_pages,
+            max_prefill_length: args.max_prefill_length,
+            max_running_requests: args.max_running_requests,
+            cache,
+            policy: SchedulePolicy::PrefillFirst,
+            decode_reserve: 1.0,
+            eos_token_ids,
+        },
     })
 }
 
