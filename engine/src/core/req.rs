@@ -145,18 +145,64 @@ pub enum Phase {
     Decode,
 }
 
-/// A request waiting for admission: it owns no KV memory.
+/// What a request is whatever its phase: its id, its tokens (prompt, then the
+/// outputs so far), its sampling parameters and seed. [`PendingReq`] and [`Req`]
+/// both hold one and give read access to it through `Deref`, so its getters
+/// exist once; only the phase types change it, through their transitions.
 #[derive(Debug)]
-pub struct PendingReq {
+pub struct ReqBase {
     id: ReqId,
-    /// Prompt followed by the outputs generated so far (non-empty only after
-    /// a preemption, in which case they are recomputed like a prompt).
+    /// Prompt followed by the outputs generated so far.
     token_ids: Vec<u32>,
     prompt_len: usize,
     params: SamplingParams,
     seed: u64,
+}
+
+impl ReqBase {
+    pub fn id(&self) -> ReqId {
+        self.id
+    }
+
+    pub fn token_ids(&self) -> &[u32] {
+        &self.token_ids
+    }
+
+    pub fn prompt_len(&self) -> usize {
+        self.prompt_len
+    }
+
+    pub fn num_outputs(&self) -> usize {
+        self.token_ids.len() - self.prompt_len
+    }
+
+    pub fn params(&self) -> &SamplingParams {
+        &self.params
+    }
+
+    /// Outputs still allowed: at least 1 for a queued request; for a running
+    /// one, counting the one the next full step samples.
+    pub fn remaining_outputs(&self) -> usize {
+        self.params.max_tokens - self.num_outputs()
+    }
+}
+
+/// A request waiting for admission: it owns no KV memory. Its tokens are the
+/// prompt, followed by outputs only after a preemption (they are then
+/// recomputed like a prompt).
+#[derive(Debug)]
+pub struct PendingReq {
+    base: ReqBase,
     /// Prompt tokens served from the prefix cache at the first admission.
     cached_tokens: Option<usize>,
+}
+
+impl std::ops::Deref for PendingReq {
+    type Target = ReqBase;
+
+    fn deref(&self) -> &ReqBase {
+        &self.base
+    }
 }
 
 impl PendingReq {
@@ -170,38 +216,15 @@ impl PendingReq {
         );
         let prompt_len = prompt_ids.len();
         Self {
-            id,
-            token_ids: prompt_ids,
-            prompt_len,
-            params,
-            seed,
+            base: ReqBase {
+                id,
+                token_ids: prompt_ids,
+                prompt_len,
+                params,
+                seed,
+            },
             cached_tokens: None,
         }
-    }
-
-    pub fn id(&self) -> ReqId {
-        self.id
-    }
-
-    pub fn token_ids(&self) -> &[u32] {
-        &self.token_ids
-    }
-
-    pub fn prompt_len(&self) -> usize {
-        self.prompt_len
-    }
-
-    pub fn num_outputs(&self) -> usize {
-        self.token_ids.len() - self.prompt_len
-    }
-
-    pub fn params(&self) -> &SamplingParams {
-        &self.params
-    }
-
-    /// Outputs still allowed; at least 1 for a queued request.
-    pub fn remaining_outputs(&self) -> usize {
-        self.params.max_tokens - self.num_outputs()
     }
 
     /// Starts running with `pages`, whose shared prefix (from the prefix
@@ -209,20 +232,16 @@ impl PendingReq {
     pub fn admit(self, pages: ReqPages, page_size: usize, admission: u64) -> Req {
         let cached_len = pages.num_shared_pages() * page_size;
         assert!(
-            cached_len < self.token_ids.len(),
+            cached_len < self.base.token_ids.len(),
             "{}: a prefix match must leave a token to compute",
-            self.id
+            self.base.id
         );
         Req {
-            id: self.id,
-            admitted_len: self.token_ids.len(),
-            token_ids: self.token_ids,
-            prompt_len: self.prompt_len,
-            params: self.params,
-            seed: self.seed,
+            admitted_len: self.base.token_ids.len(),
             cached_tokens: self
                 .cached_tokens
-                .unwrap_or(cached_len.min(self.prompt_len)),
+                .unwrap_or(cached_len.min(self.base.prompt_len)),
+            base: self.base,
             cached_len,
             pages,
             admission,
@@ -233,9 +252,9 @@ impl PendingReq {
     pub fn finish(self, reason: FinishReason) -> FinishedReq {
         let cached_tokens = self.cached_tokens.unwrap_or(0);
         FinishedReq::new(
-            self.id,
-            self.token_ids,
-            self.prompt_len,
+            self.base.id,
+            self.base.token_ids,
+            self.base.prompt_len,
             reason,
             cached_tokens,
         )
@@ -246,11 +265,7 @@ impl PendingReq {
 /// it finishes or is preempted.
 #[derive(Debug)]
 pub struct Req {
-    id: ReqId,
-    token_ids: Vec<u32>,
-    prompt_len: usize,
-    params: SamplingParams,
-    seed: u64,
+    base: ReqBase,
     cached_tokens: usize,
     /// Invariant: `cached_len < token_ids.len()` and the page table holds at
     /// least `cached_len` tokens.
@@ -263,27 +278,15 @@ pub struct Req {
     admission: u64,
 }
 
+impl std::ops::Deref for Req {
+    type Target = ReqBase;
+
+    fn deref(&self) -> &ReqBase {
+        &self.base
+    }
+}
+
 impl Req {
-    pub fn id(&self) -> ReqId {
-        self.id
-    }
-
-    pub fn token_ids(&self) -> &[u32] {
-        &self.token_ids
-    }
-
-    pub fn prompt_len(&self) -> usize {
-        self.prompt_len
-    }
-
-    pub fn num_outputs(&self) -> usize {
-        self.token_ids.len() - self.prompt_len
-    }
-
-    pub fn params(&self) -> &SamplingParams {
-        &self.params
-    }
-
     pub fn cached_len(&self) -> usize {
         self.cached_len
     }
@@ -291,19 +294,14 @@ impl Req {
     /// Tokens whose KV is not computed yet; all of them are fed by the next
     /// step unless the prefill budget cuts a chunk.
     pub fn extend_len(&self) -> usize {
-        self.token_ids.len() - self.cached_len
+        self.base.token_ids.len() - self.cached_len
     }
 
     /// Has not sampled since admission: still feeding its prompt (or, after
     /// a preemption, recomputing). The step that samples next completes the
     /// prefill.
     pub fn is_prefilling(&self) -> bool {
-        self.token_ids.len() == self.admitted_len
-    }
-
-    /// Outputs still allowed, counting the one the next full step samples.
-    pub fn remaining_outputs(&self) -> usize {
-        self.params.max_tokens - self.num_outputs()
+        self.base.token_ids.len() == self.admitted_len
     }
 
     pub fn admission(&self) -> u64 {
@@ -323,7 +321,7 @@ impl Req {
         assert!(
             extend_len <= self.extend_len(),
             "{}: cannot feed {extend_len} of {} tokens",
-            self.id,
+            self.base.id,
             self.extend_len()
         );
         cache.grow(&mut self.pages, self.cached_len + extend_len);
@@ -331,13 +329,13 @@ impl Req {
 
     /// The tokens whose KV is valid (what may go into the prefix cache).
     pub fn computed_ids(&self) -> &[u32] {
-        &self.token_ids[..self.cached_len]
+        &self.base.token_ids[..self.cached_len]
     }
 
     /// Puts the whole pages of the computed tokens into the prefix cache
     /// (after the prompt is prefilled), so later requests can share them.
     pub fn cache_prefix(&mut self, cache: &mut CacheManager) {
-        cache.cache_prefix(&self.token_ids[..self.cached_len], &mut self.pages);
+        cache.cache_prefix(&self.base.token_ids[..self.cached_len], &mut self.pages);
     }
 
     /// What the sampler needs for this request's next token. The random
@@ -345,11 +343,11 @@ impl Req {
     /// how the request was batched, chunked or preempted.
     pub fn sampling_row(&self) -> SamplingRow {
         SamplingRow {
-            temperature: self.params.temperature,
-            top_k: self.params.top_k,
-            top_p: self.params.top_p,
-            min_p: self.params.min_p,
-            seed: self.seed,
+            temperature: self.base.params.temperature,
+            top_k: self.base.params.top_k,
+            top_p: self.base.params.top_p,
+            min_p: self.base.params.min_p,
+            seed: self.base.seed,
             step: self.num_outputs() as u64,
         }
     }
@@ -360,7 +358,7 @@ impl Req {
         assert!(
             0 < len && len < self.extend_len(),
             "{}: a chunk of {len} tokens must leave some of {}",
-            self.id,
+            self.base.id,
             self.extend_len()
         );
         self.cached_len += len;
@@ -378,14 +376,14 @@ impl Req {
             len,
             self.extend_len(),
             "{}: a sampling step must feed every pending token",
-            self.id
+            self.base.id
         );
         self.cached_len += len;
-        self.token_ids.push(token);
-        let is_eos = !self.params.ignore_eos && eos_token_ids.contains(&token);
-        if is_eos || self.params.stop_token_ids.contains(&token) {
+        self.base.token_ids.push(token);
+        let is_eos = !self.base.params.ignore_eos && eos_token_ids.contains(&token);
+        if is_eos || self.base.params.stop_token_ids.contains(&token) {
             Some(FinishReason::Stop)
-        } else if self.num_outputs() >= self.params.max_tokens {
+        } else if self.num_outputs() >= self.base.params.max_tokens {
             Some(FinishReason::Length)
         } else {
             None
@@ -396,24 +394,20 @@ impl Req {
     /// pages back (its computed prefix stays in the prefix cache, if any)
     /// and returns to the queue, to recompute its KV when admitted again.
     pub fn preempt(self, cache: &mut CacheManager) -> PendingReq {
-        cache.release(&self.token_ids[..self.cached_len], self.pages);
+        cache.release(&self.base.token_ids[..self.cached_len], self.pages);
         PendingReq {
-            id: self.id,
-            token_ids: self.token_ids,
-            prompt_len: self.prompt_len,
-            params: self.params,
-            seed: self.seed,
+            base: self.base,
             cached_tokens: Some(self.cached_tokens),
         }
     }
 
     /// Ends the request and gives its pages back.
     pub fn finish(self, reason: FinishReason, cache: &mut CacheManager) -> FinishedReq {
-        cache.release(&self.token_ids[..self.cached_len], self.pages);
+        cache.release(&self.base.token_ids[..self.cached_len], self.pages);
         FinishedReq::new(
-            self.id,
-            self.token_ids,
-            self.prompt_len,
+            self.base.id,
+            self.base.token_ids,
+            self.base.prompt_len,
             reason,
             self.cached_tokens,
         )
