@@ -7,7 +7,7 @@ use std::path::PathBuf;
 /// (empty variables count as unset), else a `minisgl-cache` folder in the
 /// temporary directory when not even `HOME` is set.
 pub fn minisgl_cache_dir() -> PathBuf {
-    let base = if let Some(d) = std::env::var_os("MINISGL_CACHE_DIR").filter(|d| !d.is_empty()) {
+    if let Some(d) = std::env::var_os("MINISGL_CACHE_DIR").filter(|d| !d.is_empty()) {
         PathBuf::from(d)
     } else if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
         PathBuf::from(d).join("minisgl")
@@ -15,6 +15,5 @@ pub fn minisgl_cache_dir() -> PathBuf {
         PathBuf::from(h).join(".cache").join("minisgl")
     } else {
         std::env::temp_dir().join("minisgl-cache")
-    };
-    base
+    }
 }

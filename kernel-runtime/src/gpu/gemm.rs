@@ -128,7 +128,8 @@ impl Blas {
     fn of(dev: &CudaDevice) -> Result<Arc<Blas>> {
         // One per device for the process, like the device itself: kept here rather
         // than in `CudaDevice`, which sits below this module.
-        static BLAS: OnceLock<Mutex<HashMap<usize, std::result::Result<Arc<Blas>, String>>>> = OnceLock::new();
+        type Table = Mutex<HashMap<usize, std::result::Result<Arc<Blas>, String>>>;
+        static BLAS: OnceLock<Table> = OnceLock::new();
         let poisoned = || Error::Blas { what: "handle table".into(), message: "poisoned by a panic".into() };
         let mut table = BLAS.get_or_init(|| Mutex::new(HashMap::new())).lock().map_err(|_| poisoned())?;
         table
