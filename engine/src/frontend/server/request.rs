@@ -5,9 +5,10 @@
 //! error. Supported, beyond the OpenAI fields: vLLM's `top_k`, `min_p`,
 //! `ignore_eos`, `stop_token_ids`, `skip_special_tokens`,
 //! `chat_template_kwargs`, `add_generation_prompt`, `continue_final_message`,
-//! `add_special_tokens` and `documents`. Fields the server does not
-//! implement are accepted only at their neutral value (`n: 1`,
-//! `frequency_penalty: 0`, ...) and refused otherwise.
+//! `add_special_tokens` and `documents` (and `n`, the penalties and log
+//! probabilities, which the engine implements). Fields the server does not
+//! implement are accepted only at their neutral value (`echo: false`,
+//! `best_of: 1`, `suffix: ""`, no `tools`, ...) and refused otherwise.
 
 use serde_json::{Map, Value as Json};
 
