@@ -4,9 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use engine::cli::common::{load_model, EngineArgs, LoadedModel, ModelArgs};
-use engine::core::SamplingParams;
-use engine::engine::GenerateRequest;
+use engine::frontend::cli::common::{load_model, EngineArgs, LoadedModel, ModelArgs};
+use engine::core::req::SamplingParams;
+use engine::core::engine::GenerateRequest;
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)

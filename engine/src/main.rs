@@ -1,6 +1,6 @@
-//! The `minisgl` command line: see `engine::cli` for the subcommands.
+//! The `minisgl` command line: see `engine::frontend::cli` for the subcommands.
 #![forbid(unsafe_code)]
 
 fn main() -> std::process::ExitCode {
-    engine::cli::main()
+    engine::frontend::cli::main()
 }

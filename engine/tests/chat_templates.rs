@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use engine::chat_template::{ChatTemplate, Clock, ModelChatConfig, RenderOptions, SpecialTokens};
+use engine::text::chat_template::{ChatTemplate, Clock, ModelChatConfig, RenderOptions, SpecialTokens};
 use serde_json::Value;
 
 fn repo_root() -> PathBuf {

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use engine::gguf_tokenizer::{tokenizer_from_gguf, GgufTokenizer, GgufTokenizerError};
+use engine::text::gguf_tokenizer::{tokenizer_from_gguf, GgufTokenizer, GgufTokenizerError};
 use models::gguf::{GgufFile, GgufWriter, MetadataArray, MetadataValue};
 
 /// GPT-2's byte-to-unicode table: the byte-level alphabet, in byte order.
@@ -277,9 +277,9 @@ fn sentencepiece_matches_sentencepiece() {
     let bos = want["bos_id"].as_u64().unwrap() as u32;
     assert_eq!(t.bos_token_id, Some(bos));
     assert!(t.add_bos);
-    let wrapper = engine::tokenizer::Tokenizer::new(
+    let wrapper = engine::text::tokenizer::Tokenizer::new(
         t.tokenizer.clone(),
-        engine::chat_template::SpecialTokens::default(),
+        engine::text::chat_template::SpecialTokens::default(),
         t.eos_token_ids.clone(),
     );
     let cases = want["cases"].as_array().unwrap();

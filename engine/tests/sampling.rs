@@ -1,7 +1,7 @@
 //! Tests of the CPU reference sampler: greedy, temperature (by a chi-square
 //! goodness-of-fit test), top-k, top-p, min-p, and seeded reproducibility.
 
-use engine::sampling::{argmax, sample, sample_row, support, Logits, SamplingRow};
+use engine::core::sampling::{argmax, sample, sample_row, support, Logits, SamplingRow};
 
 fn row(temperature: f32, seed: u64, step: u64) -> SamplingRow {
     SamplingRow {

@@ -12,16 +12,16 @@
 
 use std::collections::HashMap;
 
-use engine::core::{FinishReason, PreparedBatch, ReqId, SamplingParams};
-use engine::engine::{
+use engine::core::req::{FinishReason, PreparedBatch, ReqId, SamplingParams};
+use engine::core::engine::{
     Engine, EngineConfig, EngineError, GenerateOutput, GenerateRequest, LengthLimit, ModelRunner,
     RunnerError,
 };
-use engine::kvcache::CacheKind;
-use engine::logprobs::{token_logprobs, TokenLogprobs};
-use engine::penalties::Penalties;
-use engine::sampling::{self, Logits, SamplingRow};
-use engine::scheduler::SchedulePolicy;
+use engine::core::kvcache::CacheKind;
+use engine::core::sampling::logprobs::{token_logprobs, TokenLogprobs};
+use engine::core::sampling::penalties::Penalties;
+use engine::core::sampling::{self, Logits, SamplingRow};
+use engine::core::scheduler::{SchedulePolicy, SchedulerConfig};
 
 const VOCAB: usize = 48;
 const EOS: u32 = 0;
@@ -72,8 +72,8 @@ struct FakeLm {
 impl FakeLm {
     fn new(config: &EngineConfig) -> Self {
         Self {
-            page_size: config.page_size,
-            kv: vec![None; config.num_pages * config.page_size],
+            page_size: config.scheduler.page_size,
+            kv: vec![None; config.scheduler.num_pages * config.scheduler.page_size],
             max_batch_rows: 0,
             device_sampling: false,
         }
@@ -221,14 +221,16 @@ fn config(
     policy: SchedulePolicy,
 ) -> EngineConfig {
     EngineConfig {
-        page_size,
-        num_pages,
-        max_prefill_length,
-        max_running_requests: 16,
-        cache,
-        policy,
-        decode_reserve: 1.0,
-        eos_token_ids: vec![EOS],
+        scheduler: SchedulerConfig {
+            page_size,
+            num_pages,
+            max_prefill_length,
+            max_running_requests: 16,
+            cache,
+            policy,
+            decode_reserve: 1.0,
+            eos_token_ids: vec![EOS],
+        },
     }
 }
 
@@ -367,7 +369,7 @@ fn check_together(config: EngineConfig) -> Engine<FakeLm> {
 /// [`check_together`], sampling "on the device" when `device_sampling`.
 fn check_together_on(config: EngineConfig, device_sampling: bool) -> Engine<FakeLm> {
     let requests = sixteen_requests();
-    let max_running = config.max_running_requests;
+    let max_running = config.scheduler.max_running_requests;
     let mut engine = new_engine(config);
     engine.runner_mut().device_sampling = device_sampling;
     let ids: Vec<ReqId> = requests
@@ -520,7 +522,7 @@ fn radix_shares_prefixes_between_concurrent_requests() {
     // Sixteen requests, three families: later arrivals hit what earlier ones
     // cached after their prefill.
     let mut cfg = config(4, 512, 64, CacheKind::Radix, SchedulePolicy::PrefillFirst);
-    cfg.max_prefill_length = 40;
+    cfg.scheduler.max_prefill_length = 40;
     let engine = check_together(cfg);
     assert!(engine.stats().cache_hit_tokens > 0);
 }
@@ -530,7 +532,7 @@ fn small_pool_queues_requests() {
     // 40 pages of 4 tokens: the largest request needs about 27, so at most
     // one or two run at a time and the rest wait their turn.
     let mut cfg = config(4, 40, 64, CacheKind::Radix, SchedulePolicy::PrefillFirst);
-    cfg.decode_reserve = 1.0;
+    cfg.scheduler.decode_reserve = 1.0;
     let requests = sixteen_requests();
     let mut engine = new_engine(cfg.clone());
     for r in &requests {
@@ -569,7 +571,7 @@ macro_rules! preemption_cases {
             // No reservation for growth: everything is admitted at once and
             // decode runs out of pages.
             let mut cfg = config($ps, $pages, 256, $cache, $policy);
-            cfg.decode_reserve = 0.0;
+            cfg.scheduler.decode_reserve = 0.0;
             let requests = sixteen_requests();
             let mut engine = new_engine(cfg);
             let outputs = engine.generate(requests.clone()).expect("generate");
@@ -589,7 +591,7 @@ preemption_cases! {
 #[test]
 fn max_running_requests_is_respected() {
     let mut cfg = config(4, 512, 256, CacheKind::Radix, SchedulePolicy::Mixed);
-    cfg.max_running_requests = 3;
+    cfg.scheduler.max_running_requests = 3;
     let requests = sixteen_requests();
     let mut engine = new_engine(cfg);
     for r in &requests {
@@ -831,12 +833,12 @@ fn invalid_configs_are_rejected() {
     let good = config(4, 16, 64, CacheKind::Radix, SchedulePolicy::PrefillFirst);
     type Edit = fn(&mut EngineConfig);
     let cases: [(&str, Edit); 6] = [
-        ("page_size", |c| c.page_size = 0),
-        ("num_pages", |c| c.num_pages = 0),
-        ("max_prefill_length", |c| c.max_prefill_length = 0),
-        ("max_running_requests", |c| c.max_running_requests = 0),
-        ("decode_reserve", |c| c.decode_reserve = 1.5),
-        ("eos_token_ids", |c| c.eos_token_ids = vec![VOCAB as u32]),
+        ("page_size", |c| c.scheduler.page_size = 0),
+        ("num_pages", |c| c.scheduler.num_pages = 0),
+        ("max_prefill_length", |c| c.scheduler.max_prefill_length = 0),
+        ("max_running_requests", |c| c.scheduler.max_running_requests = 0),
+        ("decode_reserve", |c| c.scheduler.decode_reserve = 1.5),
+        ("eos_token_ids", |c| c.scheduler.eos_token_ids = vec![VOCAB as u32]),
     ];
     for (expected, edit) in cases {
         let mut cfg = good.clone();

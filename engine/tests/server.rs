@@ -12,15 +12,15 @@ mod server_support;
 use std::net::TcpListener;
 use std::time::Duration;
 
-use engine::chat_template::{ChatTemplate, ModelChatConfig, RenderOptions};
-use engine::core::SamplingParams;
-use engine::engine::{Engine, EngineConfig, GenerateRequest};
-use engine::kvcache::CacheKind;
-use engine::logprobs::token_logprobs;
-use engine::penalties::Penalties;
-use engine::scheduler::SchedulePolicy;
-use engine::server::{self, SamplingDefaults, ServerConfig, ServerHandle};
-use engine::tokenizer::Tokenizer;
+use engine::text::chat_template::{ChatTemplate, ModelChatConfig, RenderOptions};
+use engine::core::req::SamplingParams;
+use engine::core::engine::{Engine, EngineConfig, GenerateRequest};
+use engine::core::kvcache::CacheKind;
+use engine::core::sampling::logprobs::token_logprobs;
+use engine::core::sampling::penalties::Penalties;
+use engine::core::scheduler::{SchedulePolicy, SchedulerConfig};
+use engine::frontend::server::{self, SamplingDefaults, ServerConfig, ServerHandle};
+use engine::text::tokenizer::Tokenizer;
 use serde_json::{json, Value as Json};
 use server_support::*;
 
@@ -45,14 +45,16 @@ fn fake_engine(lm: HashLm, tok: &Tokenizer, num_pages: usize) -> Engine<HashLm> 
     Engine::new(
         lm,
         EngineConfig {
-            page_size: 4,
-            num_pages,
-            max_prefill_length: 64,
-            max_running_requests: 32,
-            cache: CacheKind::Radix,
-            policy: SchedulePolicy::Mixed,
-            decode_reserve: 1.0,
-            eos_token_ids: tok.eos_token_ids().to_vec(),
+            scheduler: SchedulerConfig {
+                page_size: 4,
+                num_pages,
+                max_prefill_length: 64,
+                max_running_requests: 32,
+                cache: CacheKind::Radix,
+                policy: SchedulePolicy::Mixed,
+                decode_reserve: 1.0,
+                eos_token_ids: tok.eos_token_ids().to_vec(),
+            },
         },
     )
     .expect("engine config")
@@ -1060,7 +1062,7 @@ fn an_engine_panic_stops_the_server_with_an_error() {
 // ---------------------------------------------------------------------------
 // `minisgl serve` child processes over the fixture models (CPU).
 
-use engine::cli::common::{load_model, EngineArgs, LoadedModel, ModelArgs};
+use engine::frontend::cli::common::{load_model, EngineArgs, LoadedModel, ModelArgs};
 use std::process::Command;
 
 const SERVE_READY: Duration = Duration::from_secs(120);

@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use engine::chat_template::{ChatTemplate, RenderOptions};
-use engine::cli::common::{load_model, EngineArgs, LoadedModel, ModelArgs};
-use engine::core::SamplingParams;
-use engine::engine::GenerateRequest;
+use engine::text::chat_template::{ChatTemplate, RenderOptions};
+use engine::frontend::cli::common::{load_model, EngineArgs, LoadedModel, ModelArgs};
+use engine::core::req::SamplingParams;
+use engine::core::engine::GenerateRequest;
 use serde_json::{json, Value as Json};
 
 const MODEL: &str = "qwen3-tiny";

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use engine::tokenizer::{SpecialTokens, StopMatcher, StopOutcome, Tokenizer};
+use engine::text::tokenizer::{SpecialTokens, StopMatcher, StopOutcome, Tokenizer};
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
@@ -42,7 +42,7 @@ fn reference_ids(dir: &Path, name: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Streams `ids` through a fresh [`DecodeStream`](engine::tokenizer::DecodeStream),
+/// Streams `ids` through a fresh [`DecodeStream`](engine::text::tokenizer::stream::DecodeStream),
 /// returning the pieces (the final flush last).
 fn stream_pieces(tok: &Tokenizer, ids: &[u32], skip_special_tokens: bool) -> Vec<String> {
     let mut stream = tok.decode_stream(skip_special_tokens);

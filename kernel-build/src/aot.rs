@@ -14,7 +14,8 @@ use std::sync::Mutex;
 use crate::manifest::{Artifact, Cubin, KernelEntry, Manifest, MANIFEST_FORMAT};
 use crate::sources::{family_hash, sha256_hex, KernelSources};
 use crate::spec::{Family, Instance, Spec};
-use crate::{write_atomic, Error, Result};
+use crate::error::{Error, Result};
+use crate::files::write_atomic;
 
 /// The architecture built when none is given.
 pub const DEFAULT_ARCH: &str = "sm_90";

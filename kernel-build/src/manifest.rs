@@ -11,7 +11,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// The manifest format this version writes and reads.
 pub const MANIFEST_FORMAT: u32 = 1;
@@ -94,7 +94,7 @@ impl Manifest {
     /// Writes `dir/manifest.json` atomically (temporary file + rename).
     pub fn write(&self, dir: &Path) -> Result<()> {
         let text = serde_json::to_string_pretty(self).map_err(|e| Error::Manifest { path: dir.join(MANIFEST_FILE), message: e.to_string() })?;
-        crate::write_atomic(&dir.join(MANIFEST_FILE), format!("{text}\n").as_bytes())
+        crate::files::write_atomic(&dir.join(MANIFEST_FILE), format!("{text}\n").as_bytes())
     }
 
     /// The entry of `family`.

@@ -12,7 +12,7 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 
 use crate::spec::{Family, Spec};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Headers live under this folder of `csrc/`; every kernel may include any of them.
 pub const INCLUDE_DIR: &str = "include";

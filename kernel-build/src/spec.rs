@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// The `format` key this version of kernel-build reads.
 pub const SPEC_FORMAT: u32 = 1;

@@ -28,9 +28,34 @@ pub enum Error {
     /// A launcher in the kernel library returned an error status.
     #[error("{op}: {message}")]
     Launch { op: &'static str, message: String },
-    /// The kernel library, manifest or cache is unusable.
+    /// The kernel registry (manifest, library, cache) could not be set up: its
+    /// first error, kept as text because the registry is created once per
+    /// process and every later call reports the same failure.
     #[error("{0}")]
-    Kernels(String),
+    Registry(String),
+    /// The AOT kernel library is unusable: stale, unloadable, missing a symbol,
+    /// or built for another ABI.
+    #[error("{path}: {message}")]
+    Library { path: PathBuf, message: String },
+    /// `MINISGL_KERNEL_MODE` is not one of aot, jit, auto.
+    #[error("MINISGL_KERNEL_MODE={value:?} is not one of aot, jit, auto")]
+    KernelMode { value: String },
+    /// A kernel family that csrc/kernels.toml does not list.
+    #[error("kernel family `{family}` is not in csrc/kernels.toml")]
+    UnknownFamily { family: String },
+    /// An instance the AOT build lacks, of a family that cannot be compiled at
+    /// run time (it has no single-instance `jit_entry`).
+    #[error("kernel family `{family}` has no AOT instance {instance} and cannot be compiled at run time")]
+    NotCompilable { family: String, instance: String },
+    /// A cubin or NVRTC load of a family without a `jit_entry`.
+    #[error("kernel family `{family}` has no jit entry")]
+    NoJitEntry { family: String },
+    /// More dynamic shared memory asked for than a launch can take.
+    #[error("{bytes} bytes of shared memory")]
+    SharedMemory { bytes: u32 },
+    /// A kernel entry name that cannot be passed to the driver.
+    #[error("entry `{entry}` contains a NUL")]
+    EntryName { entry: String },
     /// A kernel instance is missing from the AOT manifest and JIT is not allowed.
     #[error(
         "kernel {family}[{instance}] is not in the AOT manifest{detail} and MINISGL_KERNEL_MODE=aot forbids compiling it \

@@ -3,8 +3,10 @@
 //! | module | what |
 //! | --- | --- |
 //! | [`tensor`] | [`Tensor`]: strided views of host or device memory, with the `msgl_tensor` ABI mirror |
+//! | [`cache_dir`] | the minisgl cache folder (`MINISGL_CACHE_DIR`, XDG, `~/.cache`) |
 //! | [`cuda`] | devices, the compute stream, the caching allocator, event timing |
 //! | [`kernels`] | loading kernels: AOT library + manifest, AOT cubins, NVRTC disk cache |
+//! | [`op_types`] | the argument and plan types `ops` hands to `cpu` and `gpu` (MoE routing and plans, sampling rows) |
 //! | [`ops`] | typed launchers that validate, then run on the CPU or the GPU |
 //! | [`cpu`] | the CPU reference of every op (f32 compute) |
 //! | [`nccl`] | communicators over libnccl.so.2 |
@@ -17,6 +19,7 @@
 //! without CUDA, and asking for a GPU there is an [`Error::NoCuda`], not a panic.
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod cache_dir;
 pub mod cpu;
 pub mod cuda;
 pub mod device;
@@ -25,6 +28,7 @@ pub mod error;
 mod gpu;
 pub mod kernels;
 pub mod nccl;
+pub mod op_types;
 pub mod ops;
 pub mod sys;
 pub mod tensor;

@@ -365,24 +365,6 @@ impl Tensor {
         })
     }
 
-    /// A contiguous copy (or a clone when already contiguous).
-    pub fn contiguous(&self) -> Result<Tensor> {
-        if self.is_contiguous() {
-            return Ok(self.clone());
-        }
-        let out = Tensor::empty(&self.shape, self.dtype, self.device())?;
-        crate::ops::copy(&out, self)?;
-        Ok(out)
-    }
-
-    /// A copy converted to `dtype` (float <-> float, and integer <-> integer).
-    pub fn to_dtype(&self, dtype: DType) -> Result<Tensor> {
-        if dtype == self.dtype {
-            return Ok(self.clone());
-        }
-        crate::ops::cast(self, dtype)
-    }
-
     /// Whether two tensors share memory (same buffer).
     pub fn same_buffer(&self, other: &Tensor) -> bool {
         Arc::ptr_eq(&self.buffer, &other.buffer)

@@ -18,7 +18,10 @@
 //! are poisoned with NaN bytes first; the caches start from the same random
 //! contents on both devices, so rows the op must not touch are compared too.
 
+mod common;
+
 use anyhow::{ensure, Context, Result};
+use common::{enabled_or_dry_run as enabled, target};
 use kernel_runtime::ops::{self, QkNorm, RopeStore};
 use kernel_runtime::{DType, Device, Tensor};
 use rand::rngs::StdRng;
@@ -28,23 +31,6 @@ use rand::{Rng, SeedableRng};
 const CPU: Device = Device::Cpu;
 const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 const EPS: f32 = 1e-6;
-
-fn enabled() -> bool {
-    if std::env::var("MINISGL_GPU_TESTS").is_ok_and(|v| matches!(v.trim(), "1" | "cpu")) {
-        true
-    } else {
-        println!("skipped: set MINISGL_GPU_TESTS=1");
-        false
-    }
-}
-
-fn target() -> Device {
-    if std::env::var("MINISGL_GPU_TESTS").is_ok_and(|v| v.trim() == "cpu") {
-        CPU
-    } else {
-        Device::Cuda(0)
-    }
-}
 
 fn rng(seed: u64) -> StdRng {
     StdRng::seed_from_u64(seed)

@@ -16,6 +16,9 @@
 //! Outputs are poisoned (NaN bytes) before each run: the caching allocator hands
 //! the next allocation of the same size a poisoned block.
 
+mod common;
+
+use common::enabled;
 use anyhow::{ensure, Context, Result};
 use kernel_runtime::ops::{self, moe::MOE_BLOCK_M, MoePlan, MoeRouting};
 use kernel_runtime::{DType, Device, Tensor};
@@ -26,14 +29,6 @@ const CPU: Device = Device::Cpu;
 const GPU: Device = Device::Cuda(0);
 const MS: [usize; 8] = [1, 2, 7, 16, 64, 255, 1024, 8192];
 
-fn enabled() -> bool {
-    if std::env::var("MINISGL_GPU_TESTS").is_ok_and(|v| v.trim() == "1") {
-        true
-    } else {
-        println!("skipped: set MINISGL_GPU_TESTS=1");
-        false
-    }
-}
 
 /// A tensor of `dtype` on `device` with values uniform in [-scale, scale): random
 /// 16-bit indices into a table of 65536 values (fast enough for a gigabyte of

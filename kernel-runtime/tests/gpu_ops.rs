@@ -17,6 +17,9 @@
 //! process with MINISGL_ATTENTION_MMA=0 (the CUDA-core instance for bf16/f16,
 //! compiled with NVRTC), a cross-check of the tensor-core fragment layouts.
 
+mod common;
+
+use common::{enabled_or_dry_run, target};
 use anyhow::{bail, ensure, Context, Result};
 use kernel_runtime::ops::{self, AttnKernel, PagedAttnMeta};
 use kernel_runtime::{DType, Device, Tensor};
@@ -27,26 +30,7 @@ use rand::{Rng, SeedableRng};
 const CPU: Device = Device::Cpu;
 const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
 
-/// Whether GPU tests are enabled (MINISGL_GPU_TESTS=1); prints the skip line when not.
-fn enabled() -> bool {
-    if std::env::var("MINISGL_GPU_TESTS").is_ok_and(|v| matches!(v.trim(), "1" | "cpu")) {
-        true
-    } else {
-        println!("skipped: set MINISGL_GPU_TESTS=1");
-        false
-    }
-}
 
-/// The device under test: CUDA device 0, or the CPU standing in for it with
-/// MINISGL_GPU_TESTS=cpu (a dry run of the tests themselves on a machine without
-/// a GPU: every comparison is then CPU against CPU).
-fn target() -> Device {
-    if std::env::var("MINISGL_GPU_TESTS").is_ok_and(|v| v.trim() == "cpu") {
-        CPU
-    } else {
-        Device::Cuda(0)
-    }
-}
 
 fn rng(seed: u64) -> StdRng {
     StdRng::seed_from_u64(seed)
@@ -127,7 +111,7 @@ fn assert_same_bytes(what: &str, got: &Tensor, want: &Tensor) -> Result<()> {
 
 #[test]
 fn linear_matches_cpu() -> Result<()> {
-    if !enabled() {
+    if !enabled_or_dry_run() {
         return Ok(());
     }
     let mut r = rng(1);
@@ -160,7 +144,7 @@ const EPS: f32 = 1e-6;
 
 #[test]
 fn rms_norm_matches_cpu() -> Result<()> {
-    if !enabled() {
+    if !enabled_or_dry_run() {
         return Ok(());
     }
     let mut r = rng(2);
@@ -203,7 +187,7 @@ fn rms_norm_matches_cpu() -> Result<()> {
 
 #[test]
 fn fused_add_rms_norm_matches_cpu() -> Result<()> {
-    if !enabled() {
+    if !enabled_or_dry_run() {
         return Ok(());
     }
     let mut r = rng(3);
@@ -227,7 +211,7 @@ fn fused_add_rms_norm_matches_cpu() -> Result<()> {
 
 #[test]
 fn head_rms_norm_on_a_qkv_view_matches_cpu() -> Result<()> {
-    if !enabled() {
+    if !enabled_or_dry_run() {
         return Ok(());
     }
     let mut r = rng(4);
@@ -271,7 +255,7 @@ fn cos_sin_cache(max_pos: usize, rotary_dim: usize, theta: f32) -> Result<Tensor
 
 #[test]
 fn rope_on_qkv_views_matches_cpu() -> Result<()> {
-    if !enabled() {
+    if !enabled_or_dry_run() {
         return Ok(());
     }
     let mut r = rng(5);
@@ -304,7 +288,7 @@ fn rope_on_qkv_views_matches_cpu() -> Result<()> {
 
 #[test]
 fn silu_mul_matches_cpu() -> Result<()> {
-    if !enabled() {
+    if !enabled_or_dry_run() {
         return Ok(());
     }
     let mut r = rng(6);
@@ -325,7 +309,7 @@ fn silu_mul_matches_cpu() -> Result<()> {
 
 #[test]
 fn argmax_matches_cpu_exactly_with_first_index_on_ties() -> Result<()> {
-    if !enabled() {
+    if !enabled_or_dry_run() {
         return Ok(());
     }
     let mut r = rng(7);
@@ -365,7 +349,7 @@ fn argmax_matches_cpu_exactly_with_first_index_on_ties() -> Result<()> {
 
 #[test]
 fn cast_matches_cpu_bit_for_bit() -> Result<()> {
-    if !enabled() {
+    if !enabled_or_dry_run() {
         return Ok(());
     }
     let mut r = rng(8);
@@ -393,7 +377,7 @@ fn cast_matches_cpu_bit_for_bit() -> Result<()> {
 
 #[test]
 fn strided_copies_match_cpu_bit_for_bit() -> Result<()> {
-    if !enabled() {
+    if !enabled_or_dry_run() {
         return Ok(());
     }
     let mut r = rng(9);
@@ -509,7 +493,7 @@ fn check_attention(
 
 #[test]
 fn paged_attention_matches_cpu() -> Result<()> {
-    if !enabled() {
+    if !enabled_or_dry_run() {
         return Ok(());
     }
     let mut r = rng(10);
@@ -580,7 +564,7 @@ fn max_rows(dtype: DType) -> usize {
 /// time) on a subset.
 #[test]
 fn decode_attention_matches_cpu() -> Result<()> {
-    if !enabled() {
+    if !enabled_or_dry_run() {
         return Ok(());
     }
     let mut r = rng(11);
@@ -619,7 +603,7 @@ fn decode_attention_matches_cpu() -> Result<()> {
 
 #[test]
 fn decode_attention_cuda_core_blocks() -> Result<()> {
-    if !enabled() || target() == CPU {
+    if !enabled_or_dry_run() || target() == CPU {
         return Ok(());
     }
     // The same matrix on the CUDA-core blocks for bf16/f16 too (compiled at run time).
@@ -635,7 +619,7 @@ fn decode_attention_cuda_core_blocks() -> Result<()> {
 
 #[test]
 fn decode_attention_refuses_batches_it_cannot_hold() -> Result<()> {
-    if !enabled() {
+    if !enabled_or_dry_run() {
         return Ok(());
     }
     if target() == CPU {
@@ -650,7 +634,7 @@ fn decode_attention_refuses_batches_it_cannot_hold() -> Result<()> {
 
 #[test]
 fn paged_attention_cuda_core_products() -> Result<()> {
-    if !enabled() {
+    if !enabled_or_dry_run() {
         return Ok(());
     }
     let exe = std::env::current_exe()?;

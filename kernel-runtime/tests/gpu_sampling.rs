@@ -6,17 +6,13 @@
 //!
 //! Runs only with MINISGL_GPU_TESTS=1 on a machine with a GPU.
 
+mod common;
+
+use common::enabled;
 use kernel_runtime::ops::{sample, SampleRow};
 use kernel_runtime::{DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 
-fn enabled() -> bool {
-    if std::env::var("MINISGL_GPU_TESTS").as_deref() != Ok("1") {
-        eprintln!("skipped: set MINISGL_GPU_TESTS=1 on a machine with a GPU");
-        return false;
-    }
-    true
-}
 
 #[test]
 fn gpu_sampling_matches_the_cpu_reference() {

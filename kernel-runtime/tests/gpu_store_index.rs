@@ -21,6 +21,9 @@
 //! compared whole, so an unwritten row or a write to the wrong slot fails; index
 //! lists include out-of-range entries (skipped by store, zero rows for index).
 
+mod common;
+
+use common::{enabled_or_dry_run, target};
 use anyhow::{bail, ensure, Context, Result};
 use kernel_runtime::kernels::{KernelMode, Plan, Registry};
 use kernel_runtime::{cuda, nccl, ops, DType, Device, Tensor};
@@ -31,25 +34,7 @@ const TOKENS: [usize; 5] = [1, 7, 64, 8192, 65536];
 /// Set in the child process of `store_index_through_nvrtc`.
 const CHILD_ENV: &str = "MINISGL_TEST_STORE_INDEX_CHILD";
 
-fn enabled() -> bool {
-    if std::env::var("MINISGL_GPU_TESTS").is_ok_and(|v| matches!(v.trim(), "1" | "cpu")) {
-        true
-    } else {
-        println!("skipped: set MINISGL_GPU_TESTS=1");
-        false
-    }
-}
 
-/// The device under test: CUDA device 0, or the CPU standing in for it with
-/// MINISGL_GPU_TESTS=cpu (a dry run of the tests themselves on a machine without
-/// a GPU: every comparison is then CPU against CPU).
-fn target() -> Device {
-    if std::env::var("MINISGL_GPU_TESTS").is_ok_and(|v| v.trim() == "cpu") {
-        CPU
-    } else {
-        Device::Cuda(0)
-    }
-}
 
 /// xorshift64*: random bytes fast enough for gigabytes of test data.
 struct Bytes(u64);
@@ -192,7 +177,7 @@ fn matrix() -> Result<usize> {
 
 #[test]
 fn store_index_through_the_aot_library() -> Result<()> {
-    if !enabled() || std::env::var_os(CHILD_ENV).is_some() {
+    if !enabled_or_dry_run() || std::env::var_os(CHILD_ENV).is_some() {
         return Ok(());
     }
     if target() != CPU {
@@ -210,7 +195,7 @@ fn store_index_through_the_aot_library() -> Result<()> {
 
 #[test]
 fn store_index_through_nvrtc() -> Result<()> {
-    if !enabled() {
+    if !enabled_or_dry_run() {
         return Ok(());
     }
     if std::env::var_os(CHILD_ENV).is_some() {
@@ -234,7 +219,7 @@ fn store_index_through_nvrtc() -> Result<()> {
 
 #[test]
 fn nccl_all_reduce_sums_on_one_gpu_and_on_every_gpu() -> Result<()> {
-    if !enabled() || std::env::var_os(CHILD_ENV).is_some() || target() == CPU {
+    if !enabled_or_dry_run() || std::env::var_os(CHILD_ENV).is_some() || target() == CPU {
         return Ok(());
     }
     let count = cuda::device_count()?;

@@ -200,7 +200,8 @@ fn library_launchers_reject_bad_arguments_naming_them() {
         let status = unsafe { l.msgl_store_kv(&kc, &vc, &idx, &k, &v, std::ptr::null_mut()) };
         (status, lib.last_error())
     };
-    let cases: Vec<(&str, Box<dyn Fn(&mut [msgl_tensor; 5])>)> = vec![
+    type Edit = Box<dyn Fn(&mut [msgl_tensor; 5])>;
+    let cases: Vec<(&str, Edit)> = vec![
         ("argument `k` has dtype f16 but `k_cache` has dtype bf16", Box::new(|t| t[3].dtype = DType::F16.abi_code())),
         ("argument `v_cache` has dtype f32 but `k_cache` has dtype bf16", Box::new(|t| t[1].dtype = DType::F32.abi_code())),
         ("argument `k` has dtype unknown, expected f32|f16|bf16|i32|i64|u8", Box::new(|t| t[3].dtype = 9)),

@@ -6,9 +6,9 @@
 
 use kernel_runtime::ops;
 
+use crate::causal_lm::CausalLm;
 use crate::ctx::{ForwardBatch, LogitRows, SeqStep};
 use crate::error::{ModelError, Result};
-use crate::registry::CausalLm;
 
 /// How [`greedy`] runs (no `Default`: pick each on purpose).
 #[derive(Debug, Clone, Copy)]

@@ -12,8 +12,10 @@
 //! | [`attn_backend`] | the `--attn` registry and the paged backend |
 //! | [`moe_backend`] | the `--moe` registry: fused kernels or the naive loop over experts |
 //! | [`layers`] | linear (column/row parallel), embedding, RMSNorm, RoPE attention, gated MLP, sparse MoE |
+//! | [`causal_lm`] | [`CausalLm`], the trait of every model, and the helpers the model files share |
+//! | `decoder` | the decoder skeleton (embedding, layers, norm, LM head) every model is built on, generic over the MLP |
 //! | [`llama`], [`qwen2`], [`qwen3`], [`qwen3_moe`], [`mistral`] | the models, one file each |
-//! | [`registry`] | [`CausalLm`], [`MODEL_REGISTRY`], [`load_model`] |
+//! | [`registry`] | [`MODEL_REGISTRY`], [`load_model`] |
 //! | [`generate`] | greedy generation of one prompt |
 //! | [`gguf`] | GGUF files as checkpoints |
 //!
@@ -23,8 +25,10 @@
 #![forbid(unsafe_code)]
 
 pub mod attn_backend;
+pub mod causal_lm;
 pub mod config;
 pub mod ctx;
+mod decoder;
 pub mod error;
 pub mod generate;
 pub mod gguf;
@@ -44,5 +48,6 @@ pub use config::{ModelConfig, MoeConfig, RopeConfig, RopeScaling};
 pub use ctx::{AttnBackend, ForwardBatch, ForwardCtx, KvCache, KvCacheShape, LogitRows, SeqStep};
 pub use error::{ModelError, Result};
 pub use moe_backend::MoeBackendKind;
-pub use registry::{load_model, supported_architectures, CausalLm, LoadOptions, MODEL_REGISTRY};
+pub use causal_lm::CausalLm;
+pub use registry::{load_model, supported_architectures, LoadOptions, MODEL_REGISTRY};
 pub use weights::{LoadFormat, Weights, MERGE_GROUPS};

@@ -4,14 +4,14 @@
 //! with no attention bias at all and an optional sliding window. Checkpoints
 //! since v0.2 set `sliding_window: null`, which is plain LLaMA; a window shorter
 //! than `max_position_embeddings` (Mistral-7B-v0.1's 4096) caps the context at the
-//! window, where full attention is exact (see `registry::within_sliding_window`).
+//! window, where full attention is exact (see `causal_lm::within_sliding_window`).
 
+use crate::causal_lm::within_sliding_window;
 use crate::config::ModelConfig;
 use crate::ctx::AttnBackend;
 use crate::error::Result;
 use crate::layers::AttnOptions;
 use crate::llama::LlamaForCausalLM;
-use crate::registry::within_sliding_window;
 use crate::weights::Weights;
 
 /// `MistralForCausalLM`: the LLaMA body without bias.
@@ -27,4 +27,4 @@ impl MistralForCausalLM {
     }
 }
 
-crate::registry::delegate_causal_lm!(MistralForCausalLM);
+crate::causal_lm::delegate_causal_lm!(MistralForCausalLM);

@@ -5,12 +5,12 @@
 //! does, whatever `attention_bias` says; and a sliding window that this crate
 //! does not implement yet (rejected when `use_sliding_window` would make it bite).
 
+use crate::causal_lm::within_sliding_window;
 use crate::config::ModelConfig;
 use crate::ctx::AttnBackend;
 use crate::error::Result;
 use crate::layers::AttnOptions;
 use crate::llama::LlamaForCausalLM;
-use crate::registry::within_sliding_window;
 use crate::weights::Weights;
 
 /// `Qwen2ForCausalLM`: the LLaMA body with q/k/v bias.
@@ -26,4 +26,4 @@ impl Qwen2ForCausalLM {
     }
 }
 
-crate::registry::delegate_causal_lm!(Qwen2ForCausalLM);
+crate::causal_lm::delegate_causal_lm!(Qwen2ForCausalLM);

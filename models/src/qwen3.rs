@@ -6,12 +6,12 @@
 //! some sizes), and bias following `attention_bias` on all four projections
 //! (false in every released checkpoint) instead of Qwen2's fixed q/k/v bias.
 
+use crate::causal_lm::within_sliding_window;
 use crate::config::ModelConfig;
 use crate::ctx::AttnBackend;
 use crate::error::Result;
 use crate::layers::AttnOptions;
 use crate::llama::LlamaForCausalLM;
-use crate::registry::within_sliding_window;
 use crate::weights::Weights;
 
 /// `Qwen3ForCausalLM`: the LLaMA body with q/k norm.
@@ -27,4 +27,4 @@ impl Qwen3ForCausalLM {
     }
 }
 
-crate::registry::delegate_causal_lm!(Qwen3ForCausalLM);
+crate::causal_lm::delegate_causal_lm!(Qwen3ForCausalLM);

@@ -150,16 +150,6 @@ fn copy_tree(from: &Path, to: &Path, keep: &dyn Fn(&Path) -> bool) -> Result<()>
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn package_names_from_ids() {
-        assert_eq!(super::package_name("path+file:///work/main#minisgl@0.1.0"), "minisgl");
-        assert_eq!(super::package_name("path+file:///work/main/engine#0.1.0"), "engine");
-        assert_eq!(super::package_name("registry+https://github.com/rust-lang/crates.io-index#serde@1.0.0"), "serde");
-    }
-}
-
 fn dir_size(dir: &Path) -> Result<u64> {
     let mut total = 0;
     for entry in std::fs::read_dir(dir)? {
@@ -168,4 +158,14 @@ fn dir_size(dir: &Path) -> Result<u64> {
         total += if meta.is_dir() { dir_size(&entry.path())? } else { meta.len() };
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn package_names_from_ids() {
+        assert_eq!(super::package_name("path+file:///work/main#minisgl@0.1.0"), "minisgl");
+        assert_eq!(super::package_name("path+file:///work/main/engine#0.1.0"), "engine");
+        assert_eq!(super::package_name("registry+https://github.com/rust-lang/crates.io-index#serde@1.0.0"), "serde");
+    }
 }

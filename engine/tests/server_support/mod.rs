@@ -15,9 +15,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use engine::core::PreparedBatch;
-use engine::engine::{ModelRunner, RunnerError};
-use engine::sampling::Logits;
+use engine::core::req::PreparedBatch;
+use engine::core::engine::{ModelRunner, RunnerError};
+use engine::core::sampling::Logits;
 use serde_json::Value as Json;
 
 /// How long any single read may block before the test fails.
@@ -510,7 +510,7 @@ pub fn summarize(payloads: &[String]) -> StreamSummary {
 
 /// Reads one sample of a Prometheus exposition.
 pub fn metric(exposition: &str, name: &str) -> f64 {
-    engine::server::metrics::parse_sample(exposition, name)
+    engine::frontend::server::metrics::parse_sample(exposition, name)
         .unwrap_or_else(|| panic!("metric {name} missing from:\n{exposition}"))
 }
 

@@ -13,7 +13,7 @@ use half::{bf16, f16};
 use crate::cpu::{read_f32, write_f32};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ops::{MoeAlignment, MoeRouting};
+use crate::op_types::moe::{MoeAlignment, MoeRouting};
 use crate::tensor::Tensor;
 
 /// `v` rounded to `dtype` and back (identity for f32).

@@ -4,7 +4,7 @@
 //! order), with sums in f64.
 
 use crate::error::Result;
-use crate::ops::SampleRow;
+use crate::op_types::sampling::SampleRow;
 use crate::tensor::Tensor;
 
 /// Orders floats as unsigned integers, as the kernel's `sample_key`.
@@ -28,7 +28,8 @@ pub fn sample_row(x: &[f32], p: &SampleRow) -> u32 {
         }
     }
     let best_i = best_i.unwrap_or(0);
-    if !(p.temperature > 0.0) || p.top_k == 1 {
+    // Not greater than zero, NaN included, is greedy.
+    if p.temperature.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) || p.top_k == 1 {
         return best_i as u32;
     }
     let inv_t = 1.0 / f64::from(p.temperature);

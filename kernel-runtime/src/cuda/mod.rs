@@ -1,10 +1,15 @@
-//! CUDA devices: context, the compute stream, memory, and loaded kernel functions.
+//! CUDA devices: context, the compute stream and memory.
 //!
 //! One [`CudaDevice`] per ordinal lives for the whole process ([`device`]). All
 //! work of a device is enqueued on its one compute stream, which is what makes the
 //! caching allocator's reuse safe and CUDA-graph capture simple. cudarc is used
 //! with dynamic loading: on a machine without a driver, [`device`] returns
 //! [`Error::NoCuda`] instead of panicking.
+//!
+//! This is the floor the rest of the CUDA side stands on: the per-device state of
+//! the layers above (loaded kernel functions in `kernels`, the cuBLASLt handle in
+//! `gpu::gemm`) is kept by those layers, keyed by [`CudaDevice::ordinal`], so this
+//! module imports neither.
 
 pub mod alloc;
 
@@ -14,11 +19,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cudarc::driver::{result, sys, CudaContext, CudaStream};
 
 use crate::error::{Error, Result};
-use crate::kernels::LoadedFunction;
 
 pub use alloc::AllocStats;
 
-/// One CUDA device with its compute stream, allocator and loaded kernels.
+/// One CUDA device with its compute stream and allocator.
 pub struct CudaDevice {
     ordinal: usize,
     ctx: Arc<CudaContext>,
@@ -28,10 +32,6 @@ pub struct CudaDevice {
     capability: (i32, i32),
     sm_count: i32,
     name: String,
-    /// Kernel functions loaded from cubins (AOT or NVRTC), by family and instance.
-    pub(crate) functions: Mutex<HashMap<(String, kernel_build::Instance), Arc<LoadedFunction>>>,
-    /// The cuBLASLt handle, workspace and GEMM plans, created by the first `linear`.
-    pub(crate) blas: OnceLock<std::result::Result<crate::gpu::gemm::Blas, String>>,
 }
 
 impl std::fmt::Debug for CudaDevice {
@@ -96,8 +96,6 @@ pub fn device(ordinal: usize) -> Result<Arc<CudaDevice>> {
         capability,
         sm_count,
         name,
-        functions: Mutex::new(HashMap::new()),
-        blas: OnceLock::new(),
     });
     map.insert(ordinal, dev.clone());
     Ok(dev)

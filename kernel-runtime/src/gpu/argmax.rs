@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::sys::kernels::msgl_argmax_params;
 use crate::tensor::Tensor;
 
-use super::{device_of, dispatch, dtype_code, grid_u32, rows_aligned};
+use super::launch::{device_of, dispatch, dtype_code, grid_u32, rows_aligned};
 
 /// argmax.cu's kArgmaxThreads.
 const THREADS: usize = 512;

@@ -42,7 +42,7 @@ use crate::ops::{AttnKernel, PagedAttnMeta};
 use crate::sys::kernels::msgl_attention_params;
 use crate::tensor::Tensor;
 
-use super::{device_of, dispatch, dtype_code, grid_u32, rows_aligned};
+use super::launch::{device_of, dispatch, dtype_code, grid_u32, rows_aligned};
 
 const OP: &str = "paged_attention";
 /// attention.cu's kAttnMaxWarps.

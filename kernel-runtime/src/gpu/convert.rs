@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::sys::kernels::{msgl_convert_params, MSGL_MAX_DIMS};
 use crate::tensor::Tensor;
 
-use super::{device_of, dispatch, grid_u32};
+use super::launch::{device_of, dispatch, grid_u32};
 
 /// convert.cuh's kConvertThreads.
 const THREADS: usize = 256;

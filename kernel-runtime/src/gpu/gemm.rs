@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::cublaslt::result as lt;
 use cudarc::cublaslt::sys;
@@ -26,7 +26,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-use super::device_of;
+use super::launch::device_of;
 
 /// Workspace per device: NVIDIA's recommendation for Hopper.
 const WORKSPACE_BYTES: usize = 32 << 20;
@@ -123,12 +123,20 @@ impl Blas {
         Ok(Blas { handle, workspace, plans: Mutex::new(HashMap::new()) })
     }
 
-    /// The device's instance, created on first use.
-    fn of(dev: &CudaDevice) -> Result<&Blas> {
-        dev.blas
-            .get_or_init(|| Blas::new(dev).map_err(|e| e.to_string()))
-            .as_ref()
-            .map_err(|e| Error::Blas { what: "initialisation".into(), message: e.clone() })
+    /// The device's instance, created on first use (a failure is kept too, so it
+    /// is reported again rather than retried on every call).
+    fn of(dev: &CudaDevice) -> Result<Arc<Blas>> {
+        // One per device for the process, like the device itself: kept here rather
+        // than in `CudaDevice`, which sits below this module.
+        type Table = Mutex<HashMap<usize, std::result::Result<Arc<Blas>, String>>>;
+        static BLAS: OnceLock<Table> = OnceLock::new();
+        let poisoned = || Error::Blas { what: "handle table".into(), message: "poisoned by a panic".into() };
+        let mut table = BLAS.get_or_init(|| Mutex::new(HashMap::new())).lock().map_err(|_| poisoned())?;
+        table
+            .entry(dev.ordinal())
+            .or_insert_with(|| Blas::new(dev).map(Arc::new).map_err(|e| e.to_string()))
+            .clone()
+            .map_err(|message| Error::Blas { what: "initialisation".into(), message })
     }
 }
 
@@ -220,7 +228,7 @@ pub(crate) fn linear(out: &Tensor, x: &Tensor, w: &Tensor, bias: Option<&Tensor>
     if k == 0 {
         // An empty reduction: out = bias (or zeros).
         return match bias {
-            Some(b) => crate::ops::copy(out, &b.reshape(&[1, n])?.as_strided(&[m, n], &[0, 1], b.offset())?),
+            Some(b) => super::convert::copy(out, &b.reshape(&[1, n])?.as_strided(&[m, n], &[0, 1], b.offset())?),
             None => dev.memset(out.device_ptr(), 0, out.size_in_bytes()),
         };
     }
@@ -255,7 +263,7 @@ pub(crate) fn linear(out: &Tensor, x: &Tensor, w: &Tensor, bias: Option<&Tensor>
     dev.bind()?;
     let plan = match plans.entry(key) {
         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-        std::collections::hash_map::Entry::Vacant(e) => e.insert(Plan::new(blas, &key)?),
+        std::collections::hash_map::Entry::Vacant(e) => e.insert(Plan::new(&blas, &key)?),
     };
     if let Some(b) = bias {
         let ptr: CUdeviceptr = b.device_ptr();

@@ -27,14 +27,14 @@
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ops::moe::{moe_sorted_rows, moe_tile_entries, MoeAlignment, MoePlan, MoeRouting, MOE_BLOCK_M};
+use crate::op_types::moe::{moe_sorted_rows, moe_tile_entries, MoeAlignment, MoePlan, MoeRouting, MOE_BLOCK_M};
 use crate::sys::kernels::{
     msgl_moe_align_params, msgl_moe_gemm_params, msgl_moe_route_params, msgl_moe_sum_params, MSGL_MOE_ALIGN_SMALL,
     MSGL_MOE_ROUTE_ALIGN_MAX,
 };
 use crate::tensor::Tensor;
 
-use super::{device_of, dispatch, dtype_code, grid_u32};
+use super::launch::{device_of, dispatch, dtype_code, grid_u32};
 
 /// One configuration of moe_gemm.cu's `MoeTile` table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -285,7 +285,7 @@ pub(crate) fn gemm(out: &Tensor, a: &Tensor, w: &Tensor, align: &MoeAlignment, r
         return Err(Error::arg(OP, format!("argument `{}` does not have the {rows} sorted rows, or a width differs", expect_rows.1)));
     }
     for (name, t) in [("a", a), ("out", out)] {
-        if !super::rows_aligned(t, 16) {
+        if !super::launch::rows_aligned(t, 16) {
             return Err(Error::arg(OP, format!("argument `{name}` rows are not 16-byte aligned")));
         }
     }
@@ -347,7 +347,7 @@ pub(crate) fn sum(out: &Tensor, part: &Tensor, routing: &MoeRouting, num_experts
     let dev = device_of(OP, out)?;
     let [t, h] = out.dims::<2>(OP, "out")?;
     let vec = 16 / out.dtype().size_in_bytes();
-    let vectorized = h % vec == 0 && super::rows_aligned(out, 16) && super::rows_aligned(part, 16);
+    let vectorized = h % vec == 0 && super::launch::rows_aligned(out, 16) && super::launch::rows_aligned(part, 16);
     let per_row = if vectorized { h / vec } else { h };
     let p = msgl_moe_sum_params {
         out: ptr(out),
@@ -385,7 +385,7 @@ pub(crate) fn sum(out: &Tensor, part: &Tensor, routing: &MoeRouting, num_experts
 
 /// The sort for a plan's gate_up tile, routed already or routing in the same
 /// kernel.
-fn plan_align(device: crate::Device, num_pairs: usize, num_experts: usize, tile_m: usize) -> Result<MoeAlignment> {
+fn plan_align(device: crate::device::Device, num_pairs: usize, num_experts: usize, tile_m: usize) -> Result<MoeAlignment> {
     let rows = moe_sorted_rows(num_pairs, num_experts, MOE_BLOCK_M);
     Ok(MoeAlignment {
         sorted_ids: Tensor::empty(&[rows], DType::I32, device)?,

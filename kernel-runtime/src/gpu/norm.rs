@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::sys::kernels::msgl_norm_params;
 use crate::tensor::Tensor;
 
-use super::{device_of, dispatch, dtype_code, grid_u32, rows_aligned, vec_elems};
+use super::launch::{device_of, dispatch, dtype_code, grid_u32, rows_aligned, vec_elems};
 
 /// norm.cu's kNormMaxThreads.
 const MAX_THREADS_PER_ROW: usize = 512;

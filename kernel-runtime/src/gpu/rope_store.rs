@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::ops::RopeStore;
 use crate::sys::kernels::msgl_rope_store_params;
 
-use super::{device_of, dispatch, dtype_code, grid_u32, rows_aligned, vec_elems};
+use super::launch::{device_of, dispatch, dtype_code, grid_u32, rows_aligned, vec_elems};
 
 /// rope_store.cu's kRopeStoreThreads.
 const THREADS: usize = 256;

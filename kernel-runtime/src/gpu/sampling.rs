@@ -5,11 +5,11 @@
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ops::SampleRow;
+use crate::op_types::sampling::SampleRow;
 use crate::sys::kernels::msgl_sample_params;
 use crate::tensor::Tensor;
 
-use super::{device_of, dispatch, dtype_code, grid_u32};
+use super::launch::{device_of, dispatch, dtype_code, grid_u32};
 
 /// sampling.cu's kSampleThreads.
 const THREADS: u32 = 1024;

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::sys::kernels::msgl_skinny_gemm_params;
 use crate::tensor::Tensor;
 
-use super::{device_of, dispatch, dtype_code, grid_u32, rows_aligned};
+use super::launch::{device_of, dispatch, dtype_code, grid_u32, rows_aligned};
 
 /// skinny_gemm.cu's block size (8 warps).
 const THREADS: u32 = 256;

@@ -37,19 +37,10 @@ pub struct JitCache {
     dir: PathBuf,
 }
 
-/// The cache folder: `$MINISGL_CACHE_DIR`, else `$XDG_CACHE_HOME/minisgl`, else
-/// `~/.cache/minisgl`; kernels go to its `kernels/` subfolder.
+/// The kernel cache folder: the `kernels/` subfolder of
+/// [`minisgl_cache_dir`](crate::cache_dir::minisgl_cache_dir).
 pub fn default_cache_dir() -> PathBuf {
-    let base = if let Some(d) = std::env::var_os("MINISGL_CACHE_DIR").filter(|d| !d.is_empty()) {
-        PathBuf::from(d)
-    } else if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
-        PathBuf::from(d).join("minisgl")
-    } else if let Some(h) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
-        PathBuf::from(h).join(".cache").join("minisgl")
-    } else {
-        std::env::temp_dir().join("minisgl-cache")
-    };
-    base.join("kernels")
+    crate::cache_dir::minisgl_cache_dir().join("kernels")
 }
 
 /// Whether libnvrtc can be loaded.

@@ -14,10 +14,10 @@
 
 pub mod jit;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_void, CStr};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{result, sys as cu};
 use kernel_build::manifest::Manifest;
@@ -51,7 +51,7 @@ impl KernelMode {
                 "" | "auto" => Ok(KernelMode::Auto),
                 "aot" => Ok(KernelMode::Aot),
                 "jit" => Ok(KernelMode::Jit),
-                other => Err(Error::Kernels(format!("MINISGL_KERNEL_MODE={other:?} is not one of aot, jit, auto"))),
+                other => Err(Error::KernelMode { value: other.to_owned() }),
             },
         }
     }
@@ -83,37 +83,38 @@ impl AotLibrary {
         let lib_path = dir.join(&manifest.library.path);
         let bytes = std::fs::read(&lib_path).map_err(|source| Error::Io { path: lib_path.clone(), source })?;
         if kernel_build::sources::sha256_hex(&bytes) != manifest.library.sha256 {
-            return Err(Error::Kernels(format!(
-                "{}: SHA-256 differs from {}; rebuild with `cargo xtask build-kernels`",
-                lib_path.display(),
-                dir.join("manifest.json").display()
-            )));
+            return Err(Error::Library {
+                path: lib_path,
+                message: format!("SHA-256 differs from {}; rebuild with `cargo xtask build-kernels`", dir.join("manifest.json").display()),
+            });
         }
         // Check every symbol by name first, for a message that names the missing one.
         // SAFETY: loading the library runs its initialisers: a CUDA library built by
         // our own toolchain, whose initialisers only register fatbins.
         let raw = unsafe { libloading::Library::new(&lib_path) }
-            .map_err(|e| Error::Kernels(format!("{}: cannot be loaded: {e}", lib_path.display())))?;
+            .map_err(|e| Error::Library { path: lib_path.clone(), message: format!("cannot be loaded: {e}") })?;
         for k in &manifest.kernels {
             for s in &k.symbols {
                 // SAFETY: only the address is looked up; nothing is called.
                 if unsafe { raw.get::<*const c_void>(s.as_bytes()) }.is_err() {
-                    return Err(Error::Kernels(format!("{}: symbol `{s}` (family `{}`) is missing", lib_path.display(), k.family)));
+                    return Err(Error::Library { path: lib_path, message: format!("symbol `{s}` (family `{}`) is missing", k.family) });
                 }
             }
         }
         // SAFETY: every launcher declared in tensor.h resolves (checked by name above
         // for the manifest's list; from_library fails on any other missing one).
         let lib = unsafe { KernelLibrary::from_library(raw) }
-            .map_err(|e| Error::Kernels(format!("{}: {e}", lib_path.display())))?;
+            .map_err(|e| Error::Library { path: lib_path.clone(), message: e.to_string() })?;
         // SAFETY: a plain C function returning an integer.
         let abi = unsafe { lib.msgl_abi_version() };
         if abi != crate::sys::kernels::MSGL_ABI_VERSION as i32 {
-            return Err(Error::Kernels(format!(
-                "{}: ABI version {abi}, this build expects {}; rebuild with `cargo xtask build-kernels`",
-                lib_path.display(),
-                crate::sys::kernels::MSGL_ABI_VERSION
-            )));
+            return Err(Error::Library {
+                path: lib_path,
+                message: format!(
+                    "ABI version {abi}, this build expects {}; rebuild with `cargo xtask build-kernels`",
+                    crate::sys::kernels::MSGL_ABI_VERSION
+                ),
+            });
         }
         let flags = kernel_build::aot::hash_flags(&manifest.flags, &manifest.archs, &manifest.nvcc_version);
         let mut fresh = HashSet::new();
@@ -265,7 +266,7 @@ impl Registry {
                     .map_err(|e| e.to_string())
             })
             .as_ref()
-            .map_err(|e| Error::Kernels(e.clone()))
+            .map_err(|e| Error::Registry(e.clone()))
     }
 
     /// The AOT library, when one was found.
@@ -275,7 +276,7 @@ impl Registry {
 
     /// The family called `name` (a bug if missing: launchers name their family).
     pub fn family(&self, name: &str) -> Result<&Family> {
-        self.spec.family(name).ok_or_else(|| Error::Kernels(format!("kernel family `{name}` is not in csrc/kernels.toml")))
+        self.spec.family(name).ok_or_else(|| Error::UnknownFamily { family: name.to_owned() })
     }
 
     /// Decides where `family[instance]` comes from on `arch` (see the module docs);
@@ -302,9 +303,7 @@ impl Registry {
             return Err(Error::MissingInstance { family: family_name.into(), instance: instance.to_string(), detail });
         }
         if family.jit_entry.is_none() {
-            return Err(Error::Kernels(format!(
-                "kernel family `{family_name}` has no AOT instance {instance} and cannot be compiled at run time"
-            )));
+            return Err(Error::NotCompilable { family: family_name.to_owned(), instance: instance.to_string() });
         }
         Ok(Plan::Jit)
     }
@@ -339,7 +338,7 @@ impl LoadedFunction {
     /// [cuFuncSetAttribute docs](https://docs.nvidia.com/cuda/cuda-driver-api/group__CUDA__EXEC.html).
     pub fn set_max_dynamic_shared_bytes(&self, device: &CudaDevice, bytes: u32) -> Result<()> {
         device.bind()?;
-        let bytes = i32::try_from(bytes).map_err(|_| Error::Kernels(format!("{bytes} bytes of shared memory")))?;
+        let bytes = i32::try_from(bytes).map_err(|_| Error::SharedMemory { bytes })?;
         // SAFETY: `function` is a live handle of this device's context (bound above).
         unsafe {
             result::function::set_function_attribute(
@@ -373,7 +372,7 @@ fn load_cubin(device: &CudaDevice, image: &[u8], entry: &str, origin: &'static s
     // SAFETY: `aligned` holds a complete cubin image for the duration of the call.
     let module = unsafe { result::module::load_data(aligned.as_ptr().cast()) }
         .map_err(Error::driver(format!("loading the module of `{entry}` ({origin})")))?;
-    let name = std::ffi::CString::new(entry).map_err(|_| Error::Kernels(format!("entry `{entry}` contains a NUL")))?;
+    let name = std::ffi::CString::new(entry).map_err(|_| Error::EntryName { entry: entry.to_owned() })?;
     // SAFETY: `module` is live; `name` is NUL-terminated.
     match unsafe { result::module::get_function(module, name) } {
         Ok(function) => Ok(LoadedFunction { module, function, origin }),
@@ -395,6 +394,16 @@ pub enum Resolved {
     Function(Arc<LoadedFunction>),
 }
 
+/// Kernel functions loaded from cubins (AOT or NVRTC), by device ordinal, family
+/// and instance. They live as long as the process, like the devices themselves;
+/// kept here rather than in `CudaDevice`, which sits below this module.
+type FunctionTable = Mutex<HashMap<(usize, String, Instance), Arc<LoadedFunction>>>;
+
+fn loaded_functions() -> &'static FunctionTable {
+    static FUNCTIONS: OnceLock<FunctionTable> = OnceLock::new();
+    FUNCTIONS.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
 /// Chooses the loader for `family[instance]` on `device` and loads it.
 pub fn resolve(device: &CudaDevice, family_name: &str, instance: &Instance) -> Result<Resolved> {
     let reg = Registry::get()?;
@@ -404,12 +413,12 @@ pub fn resolve(device: &CudaDevice, family_name: &str, instance: &Instance) -> R
             return Ok(Resolved::Library(aot));
         }
     }
-    let key = (family_name.to_owned(), instance.clone());
-    if let Some(f) = device.functions.lock().ok().and_then(|m| m.get(&key).cloned()) {
+    let key = (device.ordinal(), family_name.to_owned(), instance.clone());
+    if let Some(f) = loaded_functions().lock().ok().and_then(|m| m.get(&key).cloned()) {
         return Ok(Resolved::Function(f));
     }
     let family = reg.family(family_name)?;
-    let entry = family.jit_entry.as_deref().ok_or_else(|| Error::Kernels(format!("kernel family `{family_name}` has no jit entry")))?;
+    let entry = family.jit_entry.as_deref().ok_or_else(|| Error::NoJitEntry { family: family_name.to_owned() })?;
     let loaded = match plan {
         Plan::AotCubin(path) => {
             let image = std::fs::read(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
@@ -421,7 +430,7 @@ pub fn resolve(device: &CudaDevice, family_name: &str, instance: &Instance) -> R
         }
     };
     let f = Arc::new(loaded);
-    if let Ok(mut m) = device.functions.lock() {
+    if let Ok(mut m) = loaded_functions().lock() {
         m.insert(key, f.clone());
     }
     Ok(Resolved::Function(f))

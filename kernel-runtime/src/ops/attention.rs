@@ -11,7 +11,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-use super::common_device;
+use super::check::common_device;
 
 /// The batch layout attention needs, as device (or host) tensors built by the
 /// engine for one forward step.

@@ -13,7 +13,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-use super::common_device;
+use super::check::common_device;
 
 const OP: &str = "rope_store";
 const FLOATS: &[DType] = &[DType::F32, DType::F16, DType::BF16];

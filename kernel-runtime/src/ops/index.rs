@@ -18,7 +18,7 @@ const THREADS: usize = 256;
 /// Warps sharing one row: index.cu's `index_warps_per_row`.
 fn warps_per_row(row_bytes: usize) -> usize {
     let mut w = if row_bytes >= 16384 { 8 } else if row_bytes >= 8192 { 4 } else if row_bytes >= 4096 { 2 } else { 1 };
-    while w > 1 && row_bytes % (w * vec_bytes_for(row_bytes)) != 0 {
+    while w > 1 && !row_bytes.is_multiple_of(w * vec_bytes_for(row_bytes)) {
         w /= 2;
     }
     w
@@ -30,7 +30,7 @@ fn warps_per_row(row_bytes: usize) -> usize {
 /// `out`: `[num_tokens, hidden]` contiguous (written); `weight`: `[rows, hidden]`
 /// contiguous, same dtype; `ids`: `[num_tokens]` int32 or int64.
 pub fn index(out: &Tensor, weight: &Tensor, ids: &Tensor, vocab_start: i64) -> Result<()> {
-    let device = super::common_device(OP, &[("out", out), ("weight", weight), ("ids", ids)])?;
+    let device = super::check::common_device(OP, &[("out", out), ("weight", weight), ("ids", ids)])?;
     let [num_rows, hidden] = weight.dims::<2>(OP, "weight")?;
     ids.expect_dtype(OP, "ids", &[DType::I32, DType::I64])?;
     let [num_tokens] = ids.dims::<1>(OP, "ids")?;
@@ -50,7 +50,7 @@ pub fn index(out: &Tensor, weight: &Tensor, ids: &Tensor, vocab_start: i64) -> R
             let row_bytes = hidden * weight.dtype().size_in_bytes();
             let align = vec_bytes_for(row_bytes);
             for (name, t) in [("out", out), ("weight", weight)] {
-                if t.device_ptr() as usize % align != 0 {
+                if !(t.device_ptr() as usize).is_multiple_of(align) {
                     return Err(Error::arg(OP, format!("argument `{name}` is not {align}-byte aligned")));
                 }
             }

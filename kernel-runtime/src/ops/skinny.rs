@@ -8,7 +8,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-use super::common_device;
+use super::check::common_device;
 
 /// Forces the skinny path of [`super::linear`] on (`Some(true)`) or off
 /// (`Some(false)`) for this process, or back to `MINISGL_SKINNY_GEMM` (`None`;

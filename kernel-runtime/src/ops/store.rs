@@ -21,9 +21,9 @@ const WARPS_PER_BLOCK: usize = 4;
 /// `[num_tokens]` int32 or int64 slot numbers. Indices outside the cache are
 /// skipped. Writes the caches.
 pub fn store_kv(k_cache: &Tensor, v_cache: &Tensor, indices: &Tensor, k: &Tensor, v: &Tensor) -> Result<()> {
-    let device = super::common_device(OP, &[("k_cache", k_cache), ("v_cache", v_cache), ("indices", indices), ("k", k), ("v", v)])?;
-    let k2 = super::rows_view(OP, "k", k)?;
-    let v2 = super::rows_view(OP, "v", v)?;
+    let device = super::check::common_device(OP, &[("k_cache", k_cache), ("v_cache", v_cache), ("indices", indices), ("k", k), ("v", v)])?;
+    let k2 = super::check::rows_view(OP, "k", k)?;
+    let v2 = super::check::rows_view(OP, "v", v)?;
     let [num_tokens, row] = k2.dims::<2>(OP, "k")?;
     v2.expect_shape(OP, "v", &[num_tokens, row])?;
     indices.expect_dtype(OP, "indices", &[DType::I32, DType::I64])?.expect_shape(OP, "indices", &[num_tokens])?;
@@ -38,7 +38,7 @@ pub fn store_kv(k_cache: &Tensor, v_cache: &Tensor, indices: &Tensor, k: &Tensor
     if k_cache.shape() != v_cache.shape() {
         return Err(Error::arg(OP, format!("argument `v_cache` has shape {:?}, `k_cache` has {:?}", v_cache.shape(), k_cache.shape())));
     }
-    if row == 0 || k_cache.numel() % row != 0 || k_cache.shape().last() .is_none_or(|&last| row % last != 0) {
+    if row == 0 || !k_cache.numel().is_multiple_of(row) || k_cache.shape().last() .is_none_or(|&last| !row.is_multiple_of(last)) {
         return Err(Error::arg(OP, format!("argument `k_cache` of shape {:?} does not hold rows of {row} elements", k_cache.shape())));
     }
     let num_slots = k_cache.numel() / row;
@@ -53,7 +53,7 @@ pub fn store_kv(k_cache: &Tensor, v_cache: &Tensor, indices: &Tensor, k: &Tensor
             let row_bytes = row * k.dtype().size_in_bytes();
             let align = vec_bytes_for(row_bytes);
             for (name, t) in [("k", &k2), ("v", &v2), ("k_cache", &kc), ("v_cache", &vc)] {
-                if t.device_ptr() as usize % align != 0 || (t.strides()[0] * t.dtype().size_in_bytes()) % align != 0 {
+                if !(t.device_ptr() as usize).is_multiple_of(align) || !(t.strides()[0] * t.dtype().size_in_bytes()).is_multiple_of(align) {
                     return Err(Error::arg(OP, format!("argument `{name}` rows are not {align}-byte aligned")));
                 }
             }
@@ -97,5 +97,5 @@ pub fn store_kv(k_cache: &Tensor, v_cache: &Tensor, indices: &Tensor, k: &Tensor
 
 /// The widest copy unit dividing `bytes` (device.cuh's `vec_bytes_for`).
 pub(crate) fn vec_bytes_for(bytes: usize) -> usize {
-    [16, 8, 4, 2].into_iter().find(|v| bytes % v == 0).unwrap_or(1)
+    [16, 8, 4, 2].into_iter().find(|&v| bytes.is_multiple_of(v)).unwrap_or(1)
 }

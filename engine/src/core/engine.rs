@@ -1,0 +1,553 @@
+//! The engine's library API: submit token-id requests, step the scheduler
+//! and the model, get tokens back.
+//!
+//! [`Engine`] ties a [`Scheduler`] (requests, KV pages, prefix cache) to a
+//! [`ModelRunner`] (the forward pass) and the sampler. Two ways to drive it:
+//!
+//! - [`Engine::generate`]: blocking, runs a set of requests to completion
+//!   (offline generation, benchmarks, tests);
+//! - [`Engine::add_request`] / [`Engine::step`] / [`Engine::abort`]: the
+//!   step-wise interface a server loop uses to stream tokens as they come.
+//!
+//! Everything here works on token ids; text, chat templates and stop
+//! strings belong to the layers above, which end a request early with
+//! [`Engine::finish`].
+//!
+//! User input is validated once, in [`Engine::add_request`] (and
+//! [`Engine::new`] for the configuration): bad input is an [`EngineError`],
+//! never a panic, and nothing below this point re-checks it.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use crate::core::req::{
+    FinishReason, FinishedReq, PendingReq, PreparedBatch, ReqId, SamplingParams, TokenEvent,
+};
+use crate::core::sampling::logprobs::{token_logprobs, TokenLogprobs};
+use crate::core::sampling::{self, Logits};
+use crate::core::scheduler::{Scheduler, SchedulerConfig};
+
+/// The most alternatives a request may ask log probabilities of (OpenAI's
+/// limit for `top_logprobs`; vLLM's default `max_logprobs`).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// Whatever went wrong inside a model runner.
+pub type RunnerError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What the engine needs from a model: one forward pass over a prepared
+/// step. The runner owns the weights and the KV cache tensors, which must
+/// have the geometry of the engine's pool (`num_pages` pages of `page_size`
+/// tokens, per layer); it keeps no per-request state.
+pub trait ModelRunner {
+    /// Runs the step: writes the KV of every fed token at its `out_loc`
+    /// slot, attends through the page table, and returns the logits of the
+    /// last token of each row in `batch.logits_rows()`, in that order
+    /// (`[logits_rows.len(), vocab_size]`, f32, on the host).
+    fn forward(&mut self, batch: &PreparedBatch) -> Result<Logits, RunnerError>;
+
+    /// Width of the logits (token ids are `0..vocab_size`).
+    fn vocab_size(&self) -> usize;
+
+    /// Longest sequence (prompt plus outputs) the model supports.
+    fn max_context_len(&self) -> usize;
+
+    /// Runs the step and samples on the runner's own device: one token per
+    /// entry of `batch.logits_rows()`, drawn by the rules of
+    /// [`sampling`](crate::core::sampling) with the uniform numbers of
+    /// [`sampling::uniform`] (so that seeds reproduce). Runners whose logits
+    /// live on a GPU sample there instead of copying `[rows, vocab]` logits to
+    /// the host; `None` (the default) means "call [`ModelRunner::forward`]
+    /// and let the engine sample on the host".
+    fn forward_sample(&mut self, _batch: &PreparedBatch) -> Result<Option<Vec<u32>>, RunnerError> {
+        Ok(None)
+    }
+}
+
+/// Lets a server pick its model at run time (`Engine<Box<dyn ModelRunner>>`).
+impl<R: ModelRunner + ?Sized> ModelRunner for Box<R> {
+    fn forward(&mut self, batch: &PreparedBatch) -> Result<Logits, RunnerError> {
+        (**self).forward(batch)
+    }
+
+    fn vocab_size(&self) -> usize {
+        (**self).vocab_size()
+    }
+
+    fn max_context_len(&self) -> usize {
+        (**self).max_context_len()
+    }
+
+    fn forward_sample(&mut self, batch: &PreparedBatch) -> Result<Option<Vec<u32>>, RunnerError> {
+        (**self).forward_sample(batch)
+    }
+}
+
+/// Engine knobs. No `Default`: the command line (or the test) decides.
+///
+/// Today they are the scheduler's knobs (page size and count, prefill chunk,
+/// running limit, prefix cache, policy, decode reserve, end-of-sequence ids),
+/// checked by [`Engine::new`] before the scheduler asserts them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineConfig {
+    pub scheduler: SchedulerConfig,
+}
+
+/// One request for [`Engine::generate`] / [`Engine::add_request`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerateRequest {
+    pub prompt_ids: Vec<u32>,
+    pub params: SamplingParams,
+}
+
+/// The result of one request of [`Engine::generate`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GenerateOutput {
+    pub id: ReqId,
+    pub output_ids: Vec<u32>,
+    pub finish_reason: FinishReason,
+    pub prompt_tokens: usize,
+    /// Prompt tokens whose KV came from the prefix cache.
+    pub cached_tokens: usize,
+}
+
+impl From<FinishedReq> for GenerateOutput {
+    fn from(f: FinishedReq) -> Self {
+        Self {
+            id: f.id,
+            output_ids: f.output_ids,
+            finish_reason: f.reason,
+            prompt_tokens: f.prompt_len,
+            cached_tokens: f.cached_tokens,
+        }
+    }
+}
+
+/// A snapshot of the engine's load, for logs and `/metrics`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Requests waiting for admission.
+    pub num_waiting: usize,
+    /// Requests admitted (prefilling or decoding).
+    pub num_running: usize,
+    pub num_pages: usize,
+    /// Pages held by running requests (owned or locked in the cache).
+    pub used_pages: usize,
+    /// Pages in the free list.
+    pub free_pages: usize,
+    /// Pages held by the prefix cache (locked or not).
+    pub cached_pages: usize,
+    /// Cached pages no request uses, reclaimable on demand.
+    pub evictable_pages: usize,
+    /// Prompt tokens served from the prefix cache since start.
+    pub cache_hit_tokens: u64,
+    pub num_steps: u64,
+    pub num_preempted: u64,
+    pub num_finished: u64,
+}
+
+/// Which limit a request exceeds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LengthLimit {
+    /// The model's maximum context length.
+    Context,
+    /// The whole KV page pool: the request could never fit, even alone.
+    KvPool,
+}
+
+impl fmt::Display for LengthLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LengthLimit::Context => "model context",
+            LengthLimit::KvPool => "KV cache pool",
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("invalid engine config: `{field}` {reason}")]
+    Config { field: &'static str, reason: String },
+    #[error("invalid request: `{field}` {reason}")]
+    InvalidRequest { field: &'static str, reason: String },
+    #[error("request too long: {prompt_len} prompt tokens + max_tokens {max_tokens} exceed the {limit} of {limit_tokens} tokens")]
+    TooLong {
+        prompt_len: usize,
+        max_tokens: usize,
+        limit: LengthLimit,
+        limit_tokens: usize,
+    },
+    #[error("generate needs an idle engine, {num_requests} requests are in flight")]
+    Busy { num_requests: usize },
+    #[error("model runner returned logits of shape [{got_rows}, {got_vocab}], expected [{rows}, {vocab}]")]
+    LogitsShape {
+        rows: usize,
+        vocab: usize,
+        got_rows: usize,
+        got_vocab: usize,
+    },
+    #[error("model runner failed")]
+    Runner(#[source] RunnerError),
+}
+
+/// The serving core: scheduler, prefix cache, model runner and sampler.
+pub struct Engine<R> {
+    runner: R,
+    scheduler: Scheduler,
+    vocab_size: usize,
+    max_context_len: usize,
+    next_id: u64,
+    num_steps: u64,
+}
+
+impl<R: fmt::Debug> fmt::Debug for Engine<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Engine")
+            .field("runner", &self.runner)
+            .field("scheduler", &self.scheduler)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<R: ModelRunner> Engine<R> {
+    pub fn new(runner: R, config: EngineConfig) -> Result<Self, EngineError> {
+        let config = config.scheduler;
+        let vocab_size = runner.vocab_size();
+        let max_context_len = runner.max_context_len();
+        let bad = |field, reason: &str| {
+            Err(EngineError::Config {
+                field,
+                reason: reason.to_owned(),
+            })
+        };
+        if config.page_size == 0 {
+            return bad("page_size", "must be at least 1");
+        }
+        if config.num_pages == 0 {
+            return bad("num_pages", "must be at least 1");
+        }
+        if config
+            .num_pages
+            .checked_mul(config.page_size)
+            .is_none_or(|slots| slots > u32::MAX as usize)
+        {
+            return bad(
+                "num_pages",
+                "times page_size must fit in 32-bit KV slot indices",
+            );
+        }
+        if config.max_prefill_length == 0 {
+            return bad("max_prefill_length", "must be at least 1");
+        }
+        if config.max_running_requests == 0 {
+            return bad("max_running_requests", "must be at least 1");
+        }
+        if !(0.0..=1.0).contains(&config.decode_reserve) {
+            return bad("decode_reserve", "must be between 0 and 1");
+        }
+        if vocab_size == 0 || vocab_size > u32::MAX as usize {
+            return bad("vocab_size", "of the model runner must be in 1..=u32::MAX");
+        }
+        if let Some(&t) = config
+            .eos_token_ids
+            .iter()
+            .find(|&&t| t as usize >= vocab_size)
+        {
+            return Err(EngineError::Config {
+                field: "eos_token_ids",
+                reason: format!("token {t} is outside the vocabulary of {vocab_size}"),
+            });
+        }
+        let scheduler = Scheduler::new(config);
+        Ok(Self {
+            runner,
+            scheduler,
+            vocab_size,
+            max_context_len,
+            next_id: 0,
+            num_steps: 0,
+        })
+    }
+
+    pub fn runner(&self) -> &R {
+        &self.runner
+    }
+
+    pub fn runner_mut(&mut self) -> &mut R {
+        &mut self.runner
+    }
+
+    /// Validates and queues a request; its tokens come out of [`Self::step`].
+    pub fn add_request(&mut self, req: GenerateRequest) -> Result<ReqId, EngineError> {
+        self.validate(&req)?;
+        let id = ReqId::new(self.next_id);
+        self.next_id += 1;
+        let seed = req.params.seed.unwrap_or_else(rand::random);
+        self.scheduler
+            .add(PendingReq::new(id, req.prompt_ids, req.params, seed));
+        Ok(id)
+    }
+
+    /// Runs one step: schedule, forward, sample, advance. Returns the tokens
+    /// it produced (none when idle). On a runner error nothing advances and
+    /// the requests keep their state, so the step can be retried or the
+    /// requests aborted.
+    pub fn step(&mut self) -> Result<Vec<TokenEvent>, EngineError> {
+        let Some(batch) = self.scheduler.schedule() else {
+            return Ok(Vec::new());
+        };
+        let prepared = self.scheduler.prepare(batch);
+        let rows = prepared.logits_rows().len();
+        let device_tokens = if prepared.needs_host_logits() {
+            None
+        } else {
+            self.runner
+                .forward_sample(&prepared)
+                .map_err(EngineError::Runner)?
+        };
+        let mut logprobs = Vec::new();
+        let tokens = match device_tokens {
+            Some(tokens) => {
+                if tokens.len() != rows || tokens.iter().any(|&t| t as usize >= self.vocab_size) {
+                    return Err(EngineError::LogitsShape {
+                        rows,
+                        vocab: self.vocab_size,
+                        got_rows: tokens.len(),
+                        got_vocab: tokens.iter().map(|&t| t as usize + 1).max().unwrap_or(0),
+                    });
+                }
+                tokens
+            }
+            None => {
+                let logits = self
+                    .runner
+                    .forward(&prepared)
+                    .map_err(EngineError::Runner)?;
+                if logits.num_rows() != rows || logits.vocab_size() != self.vocab_size {
+                    return Err(EngineError::LogitsShape {
+                        rows,
+                        vocab: self.vocab_size,
+                        got_rows: logits.num_rows(),
+                        got_vocab: logits.vocab_size(),
+                    });
+                }
+                let (tokens, lps) = self.sample_on_host(&prepared, logits);
+                logprobs = lps;
+                tokens
+            }
+        };
+        self.num_steps += 1;
+        let mut events = self.scheduler.complete(prepared, &tokens);
+        if !logprobs.is_empty() {
+            for event in &mut events {
+                if let Some(i) = logprobs.iter().position(|(id, _)| *id == event.id) {
+                    event.logprobs = logprobs.swap_remove(i).1;
+                }
+            }
+        }
+        Ok(events)
+    }
+
+    /// Samples a step's host logits: applies each request's penalties, samples,
+    /// and computes the log probabilities of the requests that asked for them
+    /// (from the raw logits, see [`crate::core::sampling::logprobs`]). Returns the tokens and,
+    /// for the rows that report log probabilities, `(request, logprobs)`.
+    #[allow(clippy::type_complexity)]
+    fn sample_on_host(
+        &self,
+        prepared: &PreparedBatch,
+        mut logits: Logits,
+    ) -> (Vec<u32>, Vec<(ReqId, Option<TokenLogprobs>)>) {
+        let ids: Vec<ReqId> = prepared.sampling_req_ids().collect();
+        let mut raw_rows: Vec<(usize, usize, Vec<f32>)> = Vec::new();
+        for (row, &id) in ids.iter().enumerate() {
+            let Some(req) = self.scheduler.running_req(id) else {
+                continue;
+            };
+            let params = req.params();
+            if let Some(top_n) = params.logprobs {
+                raw_rows.push((row, top_n, logits.row(row).to_vec()));
+            }
+            if !params.penalties.is_neutral() {
+                let (prompt, outputs) = req.token_ids().split_at(req.prompt_len());
+                params.penalties.apply(logits.row_mut(row), prompt, outputs);
+            }
+        }
+        let tokens = sampling::sample(&logits, prepared.sampling());
+        let logprobs = raw_rows
+            .into_iter()
+            .map(|(row, top_n, raw)| (ids[row], Some(token_logprobs(&raw, tokens[row], top_n))))
+            .collect();
+        (tokens, logprobs)
+    }
+
+    /// Runs `requests` to completion and returns their outputs in order.
+    /// Needs an idle engine (it would otherwise swallow other requests'
+    /// tokens). Either every request is valid and queued, or none is.
+    pub fn generate(
+        &mut self,
+        requests: Vec<GenerateRequest>,
+    ) -> Result<Vec<GenerateOutput>, EngineError> {
+        let in_flight = self.scheduler.num_waiting() + self.scheduler.num_running();
+        if in_flight > 0 {
+            return Err(EngineError::Busy {
+                num_requests: in_flight,
+            });
+        }
+        for req in &requests {
+            self.validate(req)?;
+        }
+        let mut slots: HashMap<ReqId, usize> = HashMap::with_capacity(requests.len());
+        for (i, req) in requests.into_iter().enumerate() {
+            slots.insert(self.add_request(req)?, i);
+        }
+        let mut outputs: Vec<Option<GenerateOutput>> = vec![None; slots.len()];
+        let mut num_left = slots.len();
+        while num_left > 0 {
+            let events = match self.step() {
+                Ok(events) => events,
+                Err(err) => {
+                    for &id in slots.keys() {
+                        self.abort(id);
+                    }
+                    return Err(err);
+                }
+            };
+            for finished in events.into_iter().filter_map(|e| e.finished) {
+                if let Some(&slot) = slots.get(&finished.id) {
+                    outputs[slot] = Some(finished.into());
+                    num_left -= 1;
+                }
+            }
+        }
+        Ok(outputs
+            .into_iter()
+            .map(|o| o.expect("every request finished"))
+            .collect())
+    }
+
+    /// Cancels a request and frees its pages. `false` if it is unknown
+    /// (already finished, or never added).
+    pub fn abort(&mut self, id: ReqId) -> bool {
+        self.finish(id, FinishReason::Abort).is_some()
+    }
+
+    /// Ends a request from outside with `reason` (e.g. `Stop` when the
+    /// detokenizer matched a stop string), freeing its pages; returns what it
+    /// produced. `None` if it is unknown.
+    pub fn finish(&mut self, id: ReqId, reason: FinishReason) -> Option<FinishedReq> {
+        self.scheduler.finish(id, reason)
+    }
+
+    /// Whether any request is queued or running.
+    pub fn has_work(&self) -> bool {
+        self.scheduler.has_work()
+    }
+
+    pub fn stats(&self) -> EngineStats {
+        let cache = self.scheduler.cache();
+        let counters = self.scheduler.counters();
+        EngineStats {
+            num_waiting: self.scheduler.num_waiting(),
+            num_running: self.scheduler.num_running(),
+            num_pages: cache.num_pages(),
+            used_pages: cache.num_used_pages(),
+            free_pages: cache.num_free_pages(),
+            cached_pages: cache.num_cached_pages(),
+            evictable_pages: cache.num_evictable_pages(),
+            cache_hit_tokens: cache.hit_tokens(),
+            num_steps: self.num_steps,
+            num_preempted: counters.num_preempted,
+            num_finished: counters.num_finished,
+        }
+    }
+
+    /// Drops every prefix-cache page no request uses (`/flush_cache`).
+    pub fn flush_cache(&mut self) {
+        self.scheduler.flush_cache();
+    }
+
+    /// Asserts that every KV page is accounted for exactly once.
+    pub fn check_integrity(&self) {
+        self.scheduler.check_integrity();
+    }
+
+    fn validate(&self, req: &GenerateRequest) -> Result<(), EngineError> {
+        let invalid = |field, reason: String| Err(EngineError::InvalidRequest { field, reason });
+        let p = &req.params;
+        let prompt_len = req.prompt_ids.len();
+        if prompt_len == 0 {
+            return invalid("prompt_ids", "must not be empty".into());
+        }
+        if let Some((i, &t)) = req
+            .prompt_ids
+            .iter()
+            .enumerate()
+            .find(|(_, &t)| t as usize >= self.vocab_size)
+        {
+            return invalid(
+                "prompt_ids",
+                format!(
+                    "token {t} at index {i} is outside the vocabulary of {}",
+                    self.vocab_size
+                ),
+            );
+        }
+        if p.max_tokens == 0 {
+            return invalid("max_tokens", "must be at least 1".into());
+        }
+        if !(p.temperature.is_finite() && p.temperature >= 0.0) {
+            return invalid(
+                "temperature",
+                format!("must be a finite number >= 0, got {}", p.temperature),
+            );
+        }
+        if p.top_k == Some(0) {
+            return invalid("top_k", "must be at least 1 (or unset)".into());
+        }
+        if !(p.top_p > 0.0 && p.top_p <= 1.0) {
+            return invalid("top_p", format!("must be in (0, 1], got {}", p.top_p));
+        }
+        if !(0.0..=1.0).contains(&p.min_p) {
+            return invalid("min_p", format!("must be in [0, 1], got {}", p.min_p));
+        }
+        let pen = &p.penalties;
+        if !(pen.repetition.is_finite() && pen.repetition > 0.0) {
+            return invalid(
+                "repetition_penalty",
+                format!("must be a finite number > 0, got {}", pen.repetition),
+            );
+        }
+        for (field, value) in [
+            ("frequency_penalty", pen.frequency),
+            ("presence_penalty", pen.presence),
+        ] {
+            if !(-2.0..=2.0).contains(&value) {
+                return invalid(field, format!("must be in [-2, 2], got {value}"));
+            }
+        }
+        if let Some(n) = p.logprobs.filter(|&n| n > MAX_TOP_LOGPROBS) {
+            return invalid(
+                "top_logprobs",
+                format!("at most {MAX_TOP_LOGPROBS} alternatives are reported, got {n}"),
+            );
+        }
+        let too_long = |limit, limit_tokens| {
+            Err(EngineError::TooLong {
+                prompt_len,
+                max_tokens: p.max_tokens,
+                limit,
+                limit_tokens,
+            })
+        };
+        let total = prompt_len.saturating_add(p.max_tokens);
+        if total > self.max_context_len {
+            return too_long(LengthLimit::Context, self.max_context_len);
+        }
+        // The last output is never fed back, so it needs no KV slot.
+        let pool_tokens = self.scheduler.config().num_pages * self.scheduler.config().page_size;
+        if total - 1 > pool_tokens {
+            return too_long(LengthLimit::KvPool, pool_tokens);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,20 @@
+//! The serving core: everything between token ids in and token ids out.
+//!
+//! | module | what |
+//! | --- | --- |
+//! | [`req`] | `PendingReq`, `Req` (private lengths, named transitions), `Batch` -> `PreparedBatch`, sampling parameters |
+//! | [`kvcache`] | the page pool and the prefix caches (radix, naive) behind `CacheManager` |
+//! | [`scheduler`] | admission, chunked prefill, prefill-first or mixed steps, preemption |
+//! | [`sampling`] | the CPU sampler, with [`sampling::penalties`] and [`sampling::logprobs`] |
+//! | [`runner`] | `CausalLmRunner`: a `models::CausalLm` as a `ModelRunner` (GPU sampling) |
+//! | [`engine`] | `Engine`: `add_request`, `step`, `abort`, `finish`, `generate` |
+//!
+//! Nothing here knows about text, HTTP or the terminal (see `crate::text` and
+//! `crate::frontend`).
+
+pub mod engine;
+pub mod kvcache;
+pub mod req;
+pub mod runner;
+pub mod sampling;
+pub mod scheduler;

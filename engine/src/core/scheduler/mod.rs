@@ -1,0 +1,566 @@
+//! The scheduler: which requests run in the next step, with how many tokens
+//! each, and what happens to them when the step's tokens come back.
+//!
+//! A step goes through three calls, kept apart so that overlap scheduling
+//! can prepare step n+1 while the GPU runs step n:
+//!
+//! 1. [`Scheduler::schedule`] picks a [`Batch`] (policy, admission,
+//!    preemption; no KV memory changes hands except on preemption);
+//! 2. [`Scheduler::prepare`] gives the rows their pages and builds the
+//!    [`PreparedBatch`] the model runs on;
+//! 3. [`Scheduler::complete`] takes the sampled tokens, advances requests,
+//!    caches prefixes and releases finished requests.
+//!
+//! # Policy
+//!
+//! Following mini-sglang (`scheduler/scheduler.py`, `prefill.py`):
+//!
+//! - **Continuous batching.** Requests are admitted from a FIFO queue while
+//!   others decode; a request that cannot be admitted blocks those behind it
+//!   (no overtaking, so long prompts do not starve).
+//! - **Chunked prefill.** At most `max_prefill_length` prompt tokens are fed
+//!   per step. Requests already part way through their prompt continue first,
+//!   oldest first; new requests are then admitted while budget remains. A
+//!   chunk may end anywhere, including mid-page: the next chunk writes on in
+//!   the same page.
+//! - **Prefill and decode.** [`SchedulePolicy::PrefillFirst`] is
+//!   mini-sglang's: a step with prefill work runs only prefill rows, decode
+//!   waits for a step without. [`SchedulePolicy::Mixed`] (SGLang's mixed
+//!   chunk) adds every decoding request to each step as a one-token row, so
+//!   decode never stalls behind long prompts; decode rows do not count
+//!   against the prefill budget. Outputs are identical either way.
+//! - **Admission control.** `max_running_requests` bounds the running set;
+//!   a request is admitted only if its uncached tokens plus a reserved share
+//!   of its remaining outputs ([`policy`]) fit in the available pages (free
+//!   plus evictable) next to the reservations of the running requests. With
+//!   `decode_reserve = 1` (mini-sglang) decode can never run out of pages.
+//! - **Preemption.** When a step's pages do not fit anyway (a smaller
+//!   reservation), the most recently admitted requests are preempted until
+//!   they do: each gives its pages back (its computed prefix stays in the
+//!   radix cache, so recomputing it is cheap when it is not evicted), keeps
+//!   its outputs, and returns to the front of the queue. Recomputation and
+//!   position-indexed random streams make its output identical. The oldest
+//!   request is never preempted; since the engine rejects requests that could
+//!   not fit the pool alone, it always progresses.
+
+mod policy;
+mod prepare;
+
+pub use policy::{pages_to_reserve, reserve_tokens};
+
+use std::collections::VecDeque;
+
+use crate::core::req::{
+    Batch, BatchRow, FinishReason, FinishedReq, PendingReq, PreparedBatch, Req, ReqId, TokenEvent,
+};
+use crate::core::kvcache::{CacheKind, CacheManager};
+
+/// How prefill and decode share steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SchedulePolicy {
+    /// A step runs prefill rows if there are any, decode rows otherwise
+    /// (mini-sglang). Pure decode steps suit CUDA graphs.
+    PrefillFirst,
+    /// Every step carries all decoding requests plus up to
+    /// `max_prefill_length` prefill tokens (SGLang's mixed chunk).
+    Mixed,
+}
+
+/// Scheduler knobs. No `Default`: each value is a decision of the caller.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SchedulerConfig {
+    /// Tokens per KV page (`--page-size`).
+    pub page_size: usize,
+    /// KV pages in the pool; the runner's KV cache must have exactly these
+    /// (sized from `--mem-fraction` or `--num-pages` by the caller).
+    pub num_pages: usize,
+    /// Most prompt tokens fed per step (chunked prefill, `--max-prefill-length`).
+    pub max_prefill_length: usize,
+    /// Most requests running at once (`--max-running-requests`).
+    pub max_running_requests: usize,
+    /// Prefix cache (`--cache radix|naive`).
+    pub cache: CacheKind,
+    /// How prefill and decode share steps.
+    pub policy: SchedulePolicy,
+    /// Share of each request's remaining `max_tokens` reserved at admission,
+    /// in `[0, 1]`: 1 never preempts (mini-sglang), lower admits more and
+    /// preempts when decode outgrows the pool; see [`policy`].
+    pub decode_reserve: f64,
+    /// Tokens that end a request unless it sets `ignore_eos`.
+    pub eos_token_ids: Vec<u32>,
+}
+
+/// Counters since the scheduler started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedulerCounters {
+    pub num_admitted: u64,
+    pub num_preempted: u64,
+    pub num_finished: u64,
+}
+
+#[derive(Debug)]
+pub struct Scheduler {
+    config: SchedulerConfig,
+    cache: CacheManager,
+    waiting: VecDeque<PendingReq>,
+    /// In admission order (oldest first).
+    running: Vec<Req>,
+    next_admission: u64,
+    counters: SchedulerCounters,
+}
+
+impl Scheduler {
+    pub fn new(config: SchedulerConfig) -> Self {
+        assert!(
+            config.max_prefill_length > 0,
+            "max_prefill_length must be positive"
+        );
+        assert!(
+            config.max_running_requests > 0,
+            "max_running_requests must be positive"
+        );
+        assert!(
+            (0.0..=1.0).contains(&config.decode_reserve),
+            "decode_reserve must be in [0, 1]"
+        );
+        let cache = CacheManager::new(config.page_size, config.num_pages, config.cache);
+        Self {
+            config,
+            cache,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            next_admission: 0,
+            counters: SchedulerCounters::default(),
+        }
+    }
+
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    pub fn cache(&self) -> &CacheManager {
+        &self.cache
+    }
+
+    pub fn counters(&self) -> SchedulerCounters {
+        self.counters
+    }
+
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn num_running(&self) -> usize {
+        self.running.len()
+    }
+
+    pub fn has_work(&self) -> bool {
+        !self.waiting.is_empty() || !self.running.is_empty()
+    }
+
+    /// A running request.
+    pub fn running_req(&self, id: ReqId) -> Option<&Req> {
+        self.running.iter().find(|r| r.id() == id)
+    }
+
+    pub fn contains(&self, id: ReqId) -> bool {
+        self.running.iter().any(|r| r.id() == id) || self.waiting.iter().any(|r| r.id() == id)
+    }
+
+    /// Queues a request. The engine checked that it fits the pool alone.
+    pub fn add(&mut self, req: PendingReq) {
+        let lifetime_tokens = req.token_ids().len() + req.remaining_outputs() - 1;
+        assert!(
+            lifetime_tokens <= self.config.num_pages * self.config.page_size,
+            "{}: {lifetime_tokens} tokens can never fit the pool",
+            req.id()
+        );
+        self.waiting.push_back(req);
+    }
+
+    /// Picks the next step, or `None` when there is nothing to run.
+    pub fn schedule(&mut self) -> Option<Batch> {
+        let mut rows = Vec::new();
+        let mut budget = self.config.max_prefill_length;
+
+        // Prompts part way through continue first, oldest first.
+        for req in self.running.iter().filter(|r| r.is_prefilling()) {
+            if budget == 0 {
+                break;
+            }
+            rows.push(row_for(req, budget));
+            budget -= rows.last().map_or(0, |r: &BatchRow| r.extend_len);
+        }
+
+        let num_old = self.running.len();
+        if budget > 0 {
+            self.admit(&mut budget, &mut rows);
+        }
+
+        if rows.is_empty() || self.config.policy == SchedulePolicy::Mixed {
+            rows.extend(
+                self.running[..num_old]
+                    .iter()
+                    .filter(|r| !r.is_prefilling())
+                    .map(|r| row_for(r, 1)),
+            );
+        }
+
+        self.fit(&mut rows);
+        (!rows.is_empty()).then(|| Batch::new(rows))
+    }
+
+    /// Admits queued requests, FIFO, while budget, running slots and memory
+    /// allow; each admitted request gets a prefill row.
+    fn admit(&mut self, budget: &mut usize, rows: &mut Vec<BatchRow>) {
+        let (ratio, page_size) = (self.config.decode_reserve, self.config.page_size);
+        let mut reserved: usize = self
+            .running
+            .iter()
+            .map(|r| {
+                pages_to_reserve(
+                    r.token_ids().len(),
+                    r.remaining_outputs(),
+                    ratio,
+                    r.pages().num_pages(),
+                    page_size,
+                )
+            })
+            .sum();
+        while *budget > 0 && self.running.len() < self.config.max_running_requests {
+            let Some(next) = self.waiting.front() else {
+                break;
+            };
+            let m = self.cache.match_prefix(next.token_ids());
+            let need = pages_to_reserve(
+                next.token_ids().len(),
+                next.remaining_outputs(),
+                ratio,
+                m.num_pages(),
+                page_size,
+            );
+            // Locking the match takes its evictable pages out of the
+            // available ones.
+            let available = self.cache.num_available_pages() - m.num_evictable_pages();
+            if reserved + need > available {
+                break;
+            }
+            let pending = self.waiting.pop_front().expect("front was just seen");
+            let pages = self.cache.acquire(m);
+            let req = pending.admit(pages, page_size, self.next_admission);
+            self.next_admission += 1;
+            self.counters.num_admitted += 1;
+            let row = row_for(&req, *budget);
+            *budget -= row.extend_len;
+            rows.push(row);
+            reserved += need;
+            self.running.push(req);
+        }
+    }
+
+    /// Preempts the newest requests until the pages `rows` need are
+    /// available.
+    fn fit(&mut self, rows: &mut Vec<BatchRow>) {
+        loop {
+            let needed: usize = rows
+                .iter()
+                .map(|row| {
+                    let req = self
+                        .running
+                        .iter()
+                        .find(|r| r.id() == row.id)
+                        .expect("row of a running request");
+                    self.cache
+                        .pages_to_grow(req.pages(), req.cached_len() + row.extend_len)
+                })
+                .sum();
+            if needed <= self.cache.num_available_pages() {
+                return;
+            }
+            assert!(
+                self.running.len() > 1,
+                "a lone request must fit the pool (checked at submission)"
+            );
+            let newest = self
+                .running
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, r)| r.admission())
+                .map(|(i, _)| i)
+                .expect("running");
+            let victim = self.running.remove(newest);
+            rows.retain(|row| row.id != victim.id());
+            log::debug!(
+                "preempting {} ({} tokens) to free KV pages",
+                victim.id(),
+                victim.token_ids().len()
+            );
+            self.counters.num_preempted += 1;
+            let pending = victim.preempt(&mut self.cache);
+            self.waiting.push_front(pending);
+        }
+    }
+
+    /// Allocates the step's pages and builds its index arrays.
+    pub fn prepare(&mut self, batch: Batch) -> PreparedBatch {
+        prepare::prepare(batch, &mut self.running, &mut self.cache)
+    }
+
+    /// Applies a finished step: `tokens[i]` was sampled for
+    /// `batch.logits_rows()[i]`. Returns one event per sampled token.
+    pub fn complete(&mut self, batch: PreparedBatch, tokens: &[u32]) -> Vec<TokenEvent> {
+        assert_eq!(
+            tokens.len(),
+            batch.logits_rows.len(),
+            "one token per logits row"
+        );
+        let mut events = Vec::with_capacity(tokens.len());
+        let mut sampled = tokens.iter();
+        for row in &batch.rows {
+            let token = if row.samples {
+                sampled.next().copied()
+            } else {
+                None
+            };
+            // A request finished from outside while the step ran (possible
+            // with overlap scheduling) simply drops its row.
+            let Some(idx) = self.running.iter().position(|r| r.id() == row.id) else {
+                continue;
+            };
+            let Some(token) = token else {
+                self.running[idx].complete_chunk(row.extend_len);
+                continue;
+            };
+            let req = &mut self.running[idx];
+            let completes_prefill = req.is_prefilling();
+            match req.complete_step(row.extend_len, token, &self.config.eos_token_ids) {
+                None => {
+                    if completes_prefill {
+                        // Prompt done: share its pages with later requests.
+                        req.cache_prefix(&mut self.cache);
+                    }
+                    events.push(TokenEvent {
+                        id: row.id,
+                        token,
+                        logprobs: None,
+                        finished: None,
+                    });
+                }
+                Some(reason) => {
+                    let finished = self.running.remove(idx).finish(reason, &mut self.cache);
+                    self.counters.num_finished += 1;
+                    events.push(TokenEvent {
+                        id: row.id,
+                        token,
+                        logprobs: None,
+                        finished: Some(finished),
+                    });
+                }
+            }
+        }
+        events
+    }
+
+    /// Ends a request from outside (abort, or a stop string matched by the
+    /// detokenizer), freeing its pages. `None` if it is not known (already
+    /// finished, or never added).
+    ///
+    /// NOTE: with overlap scheduling, a request in the step the GPU is
+    /// running must not be finished until that step completes, or its pages
+    /// could be reused while the kernels still write them; mini-sglang defers
+    /// such frees (`pending_aborts`) the same way.
+    pub fn finish(&mut self, id: ReqId, reason: FinishReason) -> Option<FinishedReq> {
+        if let Some(idx) = self.running.iter().position(|r| r.id() == id) {
+            self.counters.num_finished += 1;
+            return Some(self.running.remove(idx).finish(reason, &mut self.cache));
+        }
+        let idx = self.waiting.iter().position(|r| r.id() == id)?;
+        let pending = self.waiting.remove(idx).expect("index just found");
+        self.counters.num_finished += 1;
+        Some(pending.finish(reason))
+    }
+
+    /// Evicts every unlocked page of the prefix cache.
+    pub fn flush_cache(&mut self) {
+        self.cache.flush();
+    }
+
+    /// Asserts the page accounting (cheap enough for tests and debugging).
+    pub fn check_integrity(&self) {
+        self.cache.check_integrity();
+        if self.running.is_empty() {
+            assert_eq!(
+                self.cache.num_used_pages(),
+                0,
+                "pages in use with no request running"
+            );
+        }
+    }
+}
+
+/// The row of a running request for a step with `budget` prefill tokens left.
+fn row_for(req: &Req, budget: usize) -> BatchRow {
+    let extend_len = req.extend_len().min(budget);
+    BatchRow {
+        id: req.id(),
+        extend_len,
+        samples: extend_len == req.extend_len(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::req::{Phase, SamplingParams};
+
+    fn config(
+        num_pages: usize,
+        max_prefill_length: usize,
+        policy: SchedulePolicy,
+    ) -> SchedulerConfig {
+        SchedulerConfig {
+            page_size: 4,
+            num_pages,
+            max_prefill_length,
+            max_running_requests: 8,
+            cache: CacheKind::Radix,
+            policy,
+            decode_reserve: 1.0,
+            eos_token_ids: vec![],
+        }
+    }
+
+    fn pending(id: u64, prompt_len: usize, max_tokens: usize) -> PendingReq {
+        let prompt = (0..prompt_len as u32)
+            .map(|i| i + 1000 * id as u32)
+            .collect();
+        PendingReq::new(
+            ReqId::new(id),
+            prompt,
+            SamplingParams::greedy(max_tokens),
+            0,
+        )
+    }
+
+    /// A step's phase, `(request, extend_len)` per row, and its events.
+    type StepTrace = (Phase, Vec<(u64, usize)>, Vec<TokenEvent>);
+
+    /// Runs one step, sampling token 7 for every row.
+    fn step(s: &mut Scheduler) -> Option<StepTrace> {
+        let batch = s.schedule()?;
+        let shape = batch
+            .rows()
+            .iter()
+            .map(|r| (r.id.get(), r.extend_len))
+            .collect();
+        let prepared = s.prepare(batch);
+        let phase = prepared.phase();
+        let tokens = vec![7; prepared.logits_rows().len()];
+        let events = s.complete(prepared, &tokens);
+        s.check_integrity();
+        Some((phase, shape, events))
+    }
+
+    #[test]
+    fn prefill_first_chunks_then_decodes() {
+        let mut s = Scheduler::new(config(64, 8, SchedulePolicy::PrefillFirst));
+        s.add(pending(1, 10, 2));
+        s.add(pending(2, 3, 2));
+        let (phase, shape, events) = step(&mut s).unwrap();
+        assert_eq!(phase, Phase::Prefill);
+        assert_eq!(shape, [(1, 8)]);
+        assert!(events.is_empty());
+        // The chunk continues first, then request 2 is admitted with the rest of the budget.
+        let (_, shape, events) = step(&mut s).unwrap();
+        assert_eq!(shape, [(1, 2), (2, 3)]);
+        assert_eq!(events.len(), 2);
+        let (phase, shape, _) = step(&mut s).unwrap();
+        assert_eq!(phase, Phase::Decode);
+        assert_eq!(shape, [(1, 1), (2, 1)]);
+        assert!(!s.has_work());
+        assert!(step(&mut s).is_none());
+        s.flush_cache();
+        assert_eq!(s.cache().num_free_pages(), 64);
+    }
+
+    #[test]
+    fn mixed_adds_decode_rows_to_prefill_steps() {
+        let mut s = Scheduler::new(config(64, 4, SchedulePolicy::Mixed));
+        s.add(pending(1, 2, 5));
+        step(&mut s).unwrap();
+        s.add(pending(2, 6, 5));
+        let (phase, shape, _) = step(&mut s).unwrap();
+        assert_eq!(phase, Phase::Prefill);
+        assert_eq!(shape, [(2, 4), (1, 1)]);
+        let (_, shape, _) = step(&mut s).unwrap();
+        assert_eq!(shape, [(2, 2), (1, 1)]);
+    }
+
+    #[test]
+    fn admission_respects_running_limit_and_memory() {
+        let mut cfg = config(6, 64, SchedulePolicy::PrefillFirst);
+        cfg.max_running_requests = 2;
+        let mut s = Scheduler::new(cfg);
+        for id in 1..=3 {
+            s.add(pending(id, 4, 5));
+        }
+        // Each needs (4 + 4) tokens = 2 pages reserved: 2 running max.
+        let (_, shape, _) = step(&mut s).unwrap();
+        assert_eq!(shape, [(1, 4), (2, 4)]);
+        assert_eq!((s.num_running(), s.num_waiting()), (2, 1));
+
+        // Memory: 3 pages reserve for one request only.
+        let mut s = Scheduler::new(config(3, 64, SchedulePolicy::PrefillFirst));
+        s.add(pending(1, 4, 9));
+        s.add(pending(2, 4, 9));
+        let (_, shape, _) = step(&mut s).unwrap();
+        assert_eq!(shape, [(1, 4)]);
+        while s.num_waiting() == 1 {
+            step(&mut s).unwrap();
+        }
+        // Request 2 got in only once request 1 was done.
+        assert_eq!(s.counters().num_finished, 1);
+        while step(&mut s).is_some() {}
+        assert_eq!(s.counters().num_preempted, 0);
+    }
+
+    #[test]
+    fn preemption_when_decode_outgrows_the_pool() {
+        let mut cfg = config(4, 64, SchedulePolicy::PrefillFirst);
+        cfg.decode_reserve = 0.0;
+        let mut s = Scheduler::new(cfg);
+        s.add(pending(1, 4, 8));
+        s.add(pending(2, 4, 8));
+        let mut outputs: std::collections::HashMap<u64, usize> = Default::default();
+        while let Some((_, _, events)) = step(&mut s) {
+            for e in events {
+                *outputs.entry(e.id.get()).or_default() += 1;
+            }
+        }
+        assert!(s.counters().num_preempted > 0);
+        assert_eq!(outputs[&1], 8);
+        assert_eq!(outputs[&2], 8);
+        s.check_integrity();
+    }
+
+    #[test]
+    fn finish_from_outside_frees_pages() {
+        let mut s = Scheduler::new(config(16, 64, SchedulePolicy::PrefillFirst));
+        s.add(pending(1, 9, 20));
+        s.add(pending(2, 9, 20));
+        step(&mut s).unwrap();
+        assert!(s.cache().num_used_pages() > 0);
+        s.add(pending(3, 5, 5));
+        let done = s.finish(ReqId::new(1), FinishReason::Abort).unwrap();
+        assert_eq!(done.output_ids, [7]);
+        assert_eq!(
+            s.finish(ReqId::new(3), FinishReason::Stop).unwrap().reason,
+            FinishReason::Stop
+        );
+        assert!(s.finish(ReqId::new(3), FinishReason::Abort).is_none());
+        s.finish(ReqId::new(2), FinishReason::Abort).unwrap();
+        assert!(!s.has_work());
+        s.check_integrity();
+        assert_eq!(s.cache().num_used_pages(), 0);
+    }
+}

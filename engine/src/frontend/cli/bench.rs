@@ -1,0 +1,361 @@
+//! `minisgl bench`: mini-sglang's offline throughput benchmark
+//! (`benchmark/offline/bench.py`), draw for draw.
+//!
+//! The workload is the one bench.py draws with CPython's `random`
+//! ([`py_random`]): `random.seed(--seed)`, then for each of `--num-requests`
+//! (256) requests `randint(100, 1024)` prompt tokens of `randint(0, V - 1)`
+//! each, then as many `randint(100, 1024)` output lengths (`max_tokens`).
+//! `V` is the tokenizer's base vocabulary (transformers' `vocab_size`, added
+//! tokens excluded), or `--vocab-size`, or config.json's `vocab_size` when a
+//! dummy-weight run has no tokenizer. The requests sample at `--temperature`
+//! (0.6) with `ignore_eos` and are submitted at once after a short warm-up.
+//! While it runs, a line a second on stderr shows the progress; at the end a
+//! table gives the totals and throughput (output tokens, which `ignore_eos`
+//! makes the sum of `max_tokens`, over the wall time, as bench.py reports).
+//! Works with `--load-format dummy` to benchmark at real model sizes without
+//! weights. `V` decides the whole draw (the lengths are drawn between the ids),
+//! so a run meant to repeat mini-sglang's must draw with its `V`: with a
+//! stand-in tokenizer, or with config.json alone (Qwen3's says 151,936), pass
+//! `--vocab-size` (151,643 for Qwen3: 140,756 input and 148,643 output tokens).
+
+mod py_random;
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Args;
+
+use super::common::{build_engine, load_causal_lm, load_tokenizer, EngineArgs, ModelArgs};
+use crate::core::req::SamplingParams;
+use crate::core::engine::GenerateRequest;
+use py_random::PyRandom;
+
+/// Arguments of `minisgl bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[arg(long, default_value_t = 256)]
+    pub num_requests: usize,
+    /// Shortest input and output length.
+    #[arg(long, default_value_t = 100)]
+    pub min_len: usize,
+    /// Longest input and output length.
+    #[arg(long, default_value_t = 1024)]
+    pub max_len: usize,
+    /// The seed of CPython's `random.seed`, as bench.py's `seed(0)`.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Token ids are drawn from `[0, V)` (default: the tokenizer's base
+    /// vocabulary, else config.json's `vocab_size`).
+    #[arg(long)]
+    pub vocab_size: Option<usize>,
+    #[arg(long, default_value_t = 0.6)]
+    pub temperature: f32,
+    /// Print the result as one JSON object too.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// bench.py's workload: each request's prompt ids and its `max_tokens`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Draw {
+    pub prompts: Vec<Vec<u32>>,
+    pub max_tokens: Vec<usize>,
+}
+
+/// Which draw to make; `vocab_size` is bench.py's `tokenizer.vocab_size`.
+#[derive(Clone, Copy, Debug)]
+pub struct DrawSpec {
+    pub seed: u64,
+    pub num_requests: usize,
+    pub min_len: usize,
+    pub max_len: usize,
+    pub vocab_size: usize,
+}
+
+impl Draw {
+    /// The draws of bench.py, in its order: all prompts (each length, then its
+    /// ids), then all output lengths.
+    pub fn new(spec: DrawSpec) -> Self {
+        assert!(spec.vocab_size > 0 && spec.vocab_size <= 1 << 32);
+        assert!(spec.min_len <= spec.max_len);
+        let mut rng = PyRandom::seed(spec.seed);
+        let (lo, hi) = (spec.min_len as u64, spec.max_len as u64);
+        let top = spec.vocab_size as u64 - 1;
+        let prompts = (0..spec.num_requests)
+            .map(|_| {
+                let len = rng.randint(lo, hi) as usize;
+                (0..len).map(|_| rng.randint(0, top) as u32).collect()
+            })
+            .collect();
+        let max_tokens = (0..spec.num_requests)
+            .map(|_| rng.randint(lo, hi) as usize)
+            .collect();
+        Self {
+            prompts,
+            max_tokens,
+        }
+    }
+
+    pub fn input_tokens(&self) -> usize {
+        self.prompts.iter().map(Vec::len).sum()
+    }
+
+    pub fn output_tokens(&self) -> usize {
+        self.max_tokens.iter().sum()
+    }
+}
+
+/// Runs the command.
+pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
+    if args.min_len == 0 || args.min_len > args.max_len {
+        anyhow::bail!("--min-len must be in 1..=--max-len");
+    }
+    // The benchmark draws random token ids, so a config.json without tokenizer
+    // files (a dummy-weight benchmark of a real architecture) is enough.
+    let tokenizer = match load_tokenizer(&args.model.model) {
+        Ok((t, _)) => Some(t),
+        Err(e) if args.model.load_format == "dummy" => {
+            eprintln!("minisgl: no tokenizer ({e:#}); drawing ids from the model's vocabulary");
+            None
+        }
+        Err(e) => return Err(e),
+    };
+    let model = load_causal_lm(&args.model)?;
+    let model_vocab = model.vocab_size();
+    let (vocab_size, vocab_from) = match (args.vocab_size, &tokenizer) {
+        (Some(v), _) => (v, "--vocab-size"),
+        // transformers' `tokenizer.vocab_size`: the base vocabulary, without added tokens.
+        (None, Some(t)) => (t.inner().get_vocab_size(false), "tokenizer"),
+        (None, None) => (model_vocab, "config.json"),
+    };
+    if vocab_size == 0 {
+        anyhow::bail!("--vocab-size must be at least 1");
+    }
+    // NOTE: an id at or past the model's vocab_size has no embedding row.
+    if vocab_size > model_vocab {
+        anyhow::bail!(
+            "ids drawn below {vocab_size} ({vocab_from}) exceed the model's vocab_size of {model_vocab}; pass a smaller --vocab-size"
+        );
+    }
+    let eos = tokenizer
+        .as_ref()
+        .map(|t| t.eos_token_ids().to_vec())
+        .unwrap_or_default();
+    let mut engine = build_engine(model, &args.engine, eos)?;
+
+    let draw = Draw::new(DrawSpec {
+        seed: args.seed,
+        num_requests: args.num_requests,
+        min_len: args.min_len,
+        max_len: args.max_len,
+        vocab_size,
+    });
+    let (input_tokens, drawn_output_tokens) = (draw.input_tokens(), draw.output_tokens());
+    println!("seed:              {}", args.seed);
+    println!("vocab size:        {vocab_size} ({vocab_from})");
+    println!("drawn input:       {input_tokens} tokens");
+    println!("drawn output:      {drawn_output_tokens} tokens");
+    let requests: Vec<GenerateRequest> = draw
+        .prompts
+        .into_iter()
+        .zip(draw.max_tokens)
+        .enumerate()
+        .map(|(i, (prompt_ids, max_tokens))| {
+            let mut params = SamplingParams::random(
+                max_tokens,
+                args.temperature,
+                args.seed.wrapping_add(i as u64),
+            );
+            params.ignore_eos = true;
+            GenerateRequest { prompt_ids, params }
+        })
+        .collect();
+    let num_requests = requests.len();
+
+    // Warm up (kernel loading, allocator, the sampler) outside the timed region.
+    engine.generate(vec![GenerateRequest {
+        prompt_ids: vec![1; 16],
+        params: SamplingParams::random(4, args.temperature, args.seed),
+    }])?;
+    let steps_before = engine.stats().num_steps;
+
+    let started = Instant::now();
+    for req in requests {
+        engine.add_request(req)?;
+    }
+    let mut progress = Progress::new(num_requests, started);
+    while engine.has_work() {
+        let events = engine.step()?;
+        progress.output_tokens += events.len();
+        progress.finished += events.iter().filter(|e| e.finished.is_some()).count();
+        progress.tick();
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let output_tokens = progress.output_tokens;
+    let stats = engine.stats();
+    if output_tokens != drawn_output_tokens {
+        eprintln!(
+            "minisgl: {output_tokens} tokens generated, not the {drawn_output_tokens} drawn (a request reached the context limit)"
+        );
+    }
+    let total_tokens = input_tokens + output_tokens;
+    println!("requests:          {}", progress.finished);
+    println!("input tokens:      {input_tokens}");
+    println!("output tokens:     {output_tokens}");
+    println!("total tokens:      {total_tokens}");
+    println!("time:              {elapsed:.2} s");
+    println!(
+        "output throughput: {:.1} tok/s",
+        output_tokens as f64 / elapsed
+    );
+    println!(
+        "total throughput:  {:.1} tok/s",
+        total_tokens as f64 / elapsed
+    );
+    println!(
+        "steps:             {} (preempted {})",
+        stats.num_steps - steps_before,
+        stats.num_preempted
+    );
+    if args.json {
+        let obj = serde_json::json!({
+            "requests": progress.finished, "seed": args.seed, "vocab_size": vocab_size,
+            "input_tokens": input_tokens, "output_tokens": output_tokens,
+            "seconds": elapsed, "output_tok_per_s": output_tokens as f64 / elapsed,
+            "total_tok_per_s": total_tokens as f64 / elapsed,
+            "steps": stats.num_steps - steps_before,
+        });
+        println!("{obj}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The progress line printed to stderr about once a second while the timed
+/// run goes (issue 11: a long benchmark used to print nothing).
+struct Progress {
+    num_requests: usize,
+    finished: usize,
+    output_tokens: usize,
+    started: Instant,
+    last_line: Instant,
+}
+
+impl Progress {
+    const EVERY: Duration = Duration::from_secs(1);
+
+    fn new(num_requests: usize, started: Instant) -> Self {
+        Self {
+            num_requests,
+            finished: 0,
+            output_tokens: 0,
+            started,
+            last_line: started,
+        }
+    }
+
+    fn tick(&mut self) {
+        let now = Instant::now();
+        if now.duration_since(self.last_line) < Self::EVERY {
+            return;
+        }
+        self.last_line = now;
+        let secs = now.duration_since(self.started).as_secs_f64();
+        eprintln!(
+            "minisgl: bench {secs:.0}s: {}/{} requests, {} output tokens, {:.1} tok/s",
+            self.finished,
+            self.num_requests,
+            self.output_tokens,
+            self.output_tokens as f64 / secs
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Expected values printed by CPython 3.11.7 for bench.py's draw:
+    /// `random.seed(s); p = [[randint(0, V-1) for _ in range(randint(100, 1024))]
+    /// for _ in range(n)]; o = [randint(100, 1024) for _ in range(n)]`, as
+    /// `(s, n, V, sum(map(len, p)), sum(o), first 5 len(p[i]), p[0][:10], o[:5])`.
+    /// `(seed, num_requests, V, input tokens, output tokens, first 5 prompt
+    /// lengths, first 10 ids, first 5 max_tokens)`.
+    type Case = (
+        u64,
+        usize,
+        usize,
+        usize,
+        usize,
+        [usize; 5],
+        [u32; 10],
+        [usize; 5],
+    );
+
+    #[rustfmt::skip]
+    const CPYTHON: &[Case] = &[
+        (0, 256, 151643, 140756, 148643, [964, 931, 499, 516, 342], [100989, 110250, 10612, 67873, 134027, 127383, 106151, 79511, 124937, 93860], [640, 386, 587, 754, 877]),
+        (0, 7, 151643, 4621, 3866, [964, 931, 499, 516, 342], [100989, 110250, 10612, 67873, 134027, 127383, 106151, 79511, 124937, 93860], [916, 245, 397, 610, 366]),
+        (0, 256, 32000, 150034, 147617, [964, 839, 537, 459, 619], [12623, 24836, 29171, 13781, 1326, 8484, 31636, 16753, 15922, 13268], [613, 195, 479, 479, 796]),
+        (0, 7, 32000, 4738, 3769, [964, 839, 537, 459, 619], [12623, 24836, 29171, 13781, 1326, 8484, 31636, 16753, 15922, 13268], [736, 769, 190, 335, 981]),
+        (0, 256, 50, 140062, 140339, [964, 656, 728, 257, 834], [24, 48, 26, 2, 16, 32, 31, 25, 19, 30], [477, 427, 475, 375, 746]),
+        (0, 7, 50, 4630, 4083, [964, 656, 728, 257, 834], [24, 48, 26, 2, 16, 32, 31, 25, 19, 30], [722, 626, 123, 611, 761]),
+        (1, 256, 151643, 144013, 147108, [237, 901, 620, 900, 605], [149213, 16543, 66864, 30911, 129875, 117831, 123796, 99513, 55038, 24604], [169, 981, 736, 722, 229]),
+        (1, 7, 151643, 4514, 4490, [237, 901, 620, 900, 605], [149213, 16543, 66864, 30911, 129875, 117831, 123796, 99513, 55038, 24604], [761, 616, 797, 803, 546]),
+        (1, 256, 32000, 146860, 134525, [237, 133, 737, 532, 967], [18651, 27768, 26288, 25027, 2067, 8358, 3863, 16234, 24935, 14728], [150, 536, 539, 970, 391]),
+        (1, 7, 32000, 4348, 4381, [237, 133, 737, 532, 967], [18651, 27768, 26288, 25027, 2067, 8358, 3863, 16234, 24935, 14728], [519, 347, 635, 488, 589]),
+        (1, 256, 50, 144641, 152455, [237, 618, 578, 847, 972], [36, 48, 4, 16, 7, 31, 48, 28, 30, 41], [808, 434, 994, 365, 857]),
+        (1, 7, 50, 5077, 4656, [237, 618, 578, 847, 972], [36, 48, 4, 16, 7, 31, 48, 28, 30, 41], [597, 878, 298, 859, 542]),
+        (12345, 256, 151643, 147585, 141211, [526, 401, 679, 101, 999], [2665, 78286, 96576, 50767, 70843, 148375, 114354, 42385, 97796, 32575], [103, 556, 770, 158, 928]),
+        (12345, 7, 151643, 4044, 4769, [526, 401, 679, 101, 999], [2665, 78286, 96576, 50767, 70843, 148375, 114354, 42385, 97796, 32575], [870, 113, 414, 995, 792]),
+        (12345, 256, 32000, 147082, 143009, [526, 368, 836, 192, 657], [24008, 333, 26875, 27040, 26307, 9785, 28021, 12072, 30532, 6345], [1002, 1011, 882, 647, 942]),
+        (12345, 7, 32000, 3623, 2831, [526, 368, 836, 192, 657], [24008, 333, 26875, 27040, 26307, 9785, 28021, 12072, 30532, 6345], [839, 122, 740, 243, 164]),
+        (12345, 256, 50, 140413, 147526, [526, 541, 219, 483, 858], [46, 0, 19, 23, 12, 17, 36, 27, 10, 23], [791, 638, 873, 135, 324]),
+        (12345, 7, 50, 3728, 3897, [526, 541, 219, 483, 858], [46, 0, 19, 23, 12, 17, 36, 27, 10, 23], [888, 445, 607, 349, 288]),
+    ];
+
+    #[test]
+    fn draw_matches_cpython() {
+        for &(seed, n, vocab_size, input, output, lens, ids, max_tokens) in CPYTHON {
+            let draw = Draw::new(DrawSpec {
+                seed,
+                num_requests: n,
+                min_len: 100,
+                max_len: 1024,
+                vocab_size,
+            });
+            let case = format!("seed {seed}, {n} requests, V = {vocab_size}");
+            assert_eq!(draw.prompts.len(), n, "{case}");
+            assert_eq!(draw.input_tokens(), input, "{case}: input tokens");
+            assert_eq!(draw.output_tokens(), output, "{case}: output tokens");
+            let got_lens: Vec<usize> = draw.prompts[..5].iter().map(Vec::len).collect();
+            assert_eq!(got_lens, lens, "{case}: prompt lengths");
+            assert_eq!(draw.prompts[0][..10], ids, "{case}: first prompt ids");
+            assert_eq!(draw.max_tokens[..5], max_tokens, "{case}: max_tokens");
+            assert!(draw
+                .prompts
+                .iter()
+                .flatten()
+                .all(|&t| (t as usize) < vocab_size));
+        }
+    }
+
+    /// Issue 13: mini-sglang's default run on Qwen3 (tokenizer.vocab_size 151,643).
+    #[test]
+    fn qwen3_default_draw_totals() {
+        let draw = Draw::new(DrawSpec {
+            seed: 0,
+            num_requests: 256,
+            min_len: 100,
+            max_len: 1024,
+            vocab_size: 151_643,
+        });
+        assert_eq!(
+            (draw.input_tokens(), draw.output_tokens()),
+            (140_756, 148_643)
+        );
+    }
+}

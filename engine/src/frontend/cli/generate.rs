@@ -1,0 +1,191 @@
+//! `minisgl generate`: offline generation through the engine.
+//!
+//! Prompts come from `--prompt` (repeatable), `--prompts-file` (one prompt per
+//! line, or JSON lines with a `prompt` field), or `--random N` (random token ids,
+//! for load tests). Prompts are tokenized as given: no chat template, no special
+//! tokens added. All prompts run together through the scheduler (continuous
+//! batching). Greedy by default.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use rand::{Rng, SeedableRng};
+
+use super::common::{load_model, EngineArgs, ModelArgs};
+use crate::core::req::SamplingParams;
+use crate::core::engine::GenerateRequest;
+use crate::core::sampling::penalties::Penalties;
+
+/// Sampling options shared by `generate` and `bench`.
+#[derive(Args, Debug, Clone)]
+pub struct SamplingArgs {
+    /// Most new tokens per prompt.
+    #[arg(long, default_value_t = 32)]
+    pub max_tokens: usize,
+    /// 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    #[arg(long)]
+    pub top_k: Option<usize>,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    #[arg(long, default_value_t = 0.0)]
+    pub min_p: f32,
+    /// Seed of the sampling streams (request i uses seed + i).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Generate past end-of-sequence tokens.
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// > 1 discourages tokens already in the prompt or output.
+    #[arg(long, default_value_t = 1.0)]
+    pub repetition_penalty: f32,
+    /// Subtracted from a token's logit per earlier occurrence in the output.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
+    /// Subtracted from a token's logit once it occurred in the output.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
+}
+
+impl SamplingArgs {
+    /// The parameters of request `i`.
+    pub fn params(&self, i: usize) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            seed: self.seed.map(|s| s.wrapping_add(i as u64)),
+            max_tokens: self.max_tokens,
+            stop_token_ids: Vec::new(),
+            ignore_eos: self.ignore_eos,
+            penalties: Penalties {
+                repetition: self.repetition_penalty,
+                frequency: self.frequency_penalty,
+                presence: self.presence_penalty,
+            },
+            logprobs: None,
+        }
+    }
+}
+
+/// Arguments of `minisgl generate`.
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// A prompt (repeat for several).
+    #[arg(long)]
+    pub prompt: Vec<String>,
+    /// A file of prompts: one per line, or JSON lines with a "prompt" field.
+    #[arg(long)]
+    pub prompts_file: Option<PathBuf>,
+    /// This many prompts of random token ids (with --input-len).
+    #[arg(long)]
+    pub random: Option<usize>,
+    /// Tokens per random prompt.
+    #[arg(long, default_value_t = 128)]
+    pub input_len: usize,
+    /// Print one JSON object per prompt: prompt_ids, output_ids, text, finish_reason.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn read_prompts_file(path: &PathBuf) -> anyhow::Result<Vec<String>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut prompts = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        if line.trim_start().starts_with('{') {
+            let v: serde_json::Value = serde_json::from_str(line)
+                .with_context(|| format!("{}:{}: invalid JSON", path.display(), n + 1))?;
+            let p = v
+                .get("prompt")
+                .and_then(|p| p.as_str())
+                .with_context(|| format!("{}:{}: no \"prompt\" string", path.display(), n + 1))?;
+            prompts.push(p.to_owned());
+        } else {
+            prompts.push(line.to_owned());
+        }
+    }
+    Ok(prompts)
+}
+
+/// Runs the command.
+pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
+    let mut texts = args.prompt.clone();
+    if let Some(path) = &args.prompts_file {
+        texts.extend(read_prompts_file(path)?);
+    }
+    if texts.is_empty() && args.random.is_none() {
+        anyhow::bail!("no prompts: give --prompt, --prompts-file or --random");
+    }
+    let mut loaded = load_model(&args.model, &args.engine)?;
+    let mut prompts: Vec<Vec<u32>> = Vec::new();
+    for t in &texts {
+        let ids = loaded.tokenizer.encode(t, false)?;
+        if ids.is_empty() {
+            anyhow::bail!("the prompt {t:?} encodes to no tokens");
+        }
+        prompts.push(ids);
+    }
+    if let Some(n) = args.random {
+        let vocab = loaded
+            .tokenizer
+            .vocab_size()
+            .min(loaded.engine.runner().vocab_size()) as u32;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(args.sampling.seed.unwrap_or(0));
+        for _ in 0..n {
+            prompts.push(
+                (0..args.input_len.max(1))
+                    .map(|_| rng.gen_range(0..vocab))
+                    .collect(),
+            );
+            texts.push(String::new());
+        }
+    }
+    let requests: Vec<GenerateRequest> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| GenerateRequest {
+            prompt_ids: p.clone(),
+            params: args.sampling.params(i),
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    let outputs = loaded.engine.generate(requests)?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let mut stdout = std::io::stdout().lock();
+    for (prompt, out) in prompts.iter().zip(&outputs) {
+        let text = loaded.tokenizer.decode(&out.output_ids, false)?;
+        if args.json {
+            let obj = serde_json::json!({
+                "prompt_ids": prompt,
+                "output_ids": out.output_ids,
+                "text": text,
+                "finish_reason": out.finish_reason.to_string(),
+            });
+            writeln!(stdout, "{obj}")?;
+        } else {
+            writeln!(stdout, "{text}")?;
+        }
+    }
+    let generated: usize = outputs.iter().map(|o| o.output_ids.len()).sum();
+    eprintln!(
+        "minisgl: {} prompts, {generated} tokens generated in {elapsed:.2}s ({:.1} tok/s)",
+        outputs.len(),
+        generated as f64 / elapsed.max(1e-9)
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,77 @@
+//! `minisgl serve`: the OpenAI-compatible HTTP server (see `crate::frontend::server`).
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::frontend::server::{self, ServerConfig};
+
+/// Arguments of `minisgl serve`.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub model: super::common::ModelArgs,
+    #[command(flatten)]
+    pub engine: super::common::EngineArgs,
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    #[arg(long, default_value_t = 30000)]
+    pub port: u16,
+    /// The name clients use in the `model` field (default: the model's
+    /// folder or file name).
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Seconds requests in flight may run after SIGINT/SIGTERM before they
+    /// are aborted (a second signal aborts them at once).
+    #[arg(long, default_value_t = 30.0)]
+    pub shutdown_timeout: f64,
+    /// Require `Authorization: Bearer <key>` on /v1/* (default: the
+    /// MINISGL_API_KEY environment variable; none: open).
+    #[arg(long)]
+    pub api_key: Option<String>,
+}
+
+/// Loads the model, binds the port and serves until SIGINT or SIGTERM.
+pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    if !(args.shutdown_timeout.is_finite() && args.shutdown_timeout >= 0.0) {
+        anyhow::bail!("--shutdown-timeout must be a number of seconds >= 0");
+    }
+    let api_key = args
+        .api_key
+        .clone()
+        .or_else(|| std::env::var("MINISGL_API_KEY").ok())
+        .filter(|k| !k.is_empty());
+    let defaults = server::defaults_from_model_dir(&args.model.model)?;
+    let loaded = super::common::load_model(&args.model, &args.engine)?;
+    let addr = format!("{}:{}", args.host, args.port);
+    let listener =
+        std::net::TcpListener::bind(&addr).with_context(|| format!("cannot listen on {addr}"))?;
+    let local = listener
+        .local_addr()
+        .context("cannot read the bound address")?;
+    // Without --served-model-name, clients may also use the path as typed
+    // (vLLM's name for it).
+    let model_aliases = match &args.served_model_name {
+        Some(_) => Vec::new(),
+        None => vec![args.model.model.display().to_string()],
+    };
+    let model_name = args.served_model_name.unwrap_or(loaded.name);
+    eprintln!("minisgl: serving `{model_name}` on http://{local}");
+    server::serve(
+        loaded.engine,
+        loaded.tokenizer,
+        loaded.chat,
+        ServerConfig {
+            model_name,
+            model_aliases,
+            defaults,
+            shutdown_timeout: Duration::from_secs_f64(args.shutdown_timeout),
+            api_key,
+        },
+        listener,
+    )?;
+    eprintln!("minisgl: server stopped");
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,533 @@
+//! The engine thread: the one place the [`Engine`] lives while serving.
+//!
+//! The engine is not shared: one dedicated OS thread owns it and loops
+//!
+//! 1. wait for commands if there is nothing to run (blocking on the
+//!    channel, so an idle server uses no CPU), then drain every queued
+//!    command: new requests, cache flushes, abort-all, shutdown;
+//! 2. abort the requests whose client went away: a handler's event
+//!    receiver is dropped with its response future or its SSE body, which
+//!    the thread sees as a closed channel ([`UnboundedSender::is_closed`]);
+//! 3. run one [`Engine::step`] and route each token to its request;
+//! 4. publish the engine's load to [`Metrics`].
+//!
+//! Detokenization and stop-string matching run here, per request
+//! ([`TextStream`]), rather than in the HTTP handlers: a matched stop string
+//! ends the request with [`Engine::finish`] before the next step, so no
+//! token is computed past it and its pages are freed at once. The cost is a
+//! few short decodes per token, small next to a forward pass.
+//!
+//! Handlers talk to the thread through an [`EngineHandle`] (a std channel
+//! of [`Command`]s) and get a per-request stream of [`Event`]s back on an
+//! unbounded tokio channel, so the engine never waits on a slow client.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+use tokio::sync::{oneshot, Notify};
+
+use super::error::ApiError;
+use super::metrics::Metrics;
+use crate::text::text_stream::TextStream;
+use crate::core::req::{FinishReason, FinishedReq, ReqId, SamplingParams, TokenEvent};
+use crate::core::engine::{Engine, EngineError, GenerateRequest, LengthLimit, ModelRunner};
+use crate::text::tokenizer::Tokenizer;
+
+/// A request for the engine thread.
+#[derive(Debug)]
+pub struct Submission {
+    pub prompt_ids: Vec<u32>,
+    pub params: SamplingParams,
+    /// Stop strings, cut from the output.
+    pub stop: Vec<String>,
+    pub skip_special_tokens: bool,
+    /// `max_tokens` is the server's default (the client set none): shrink
+    /// it to what the KV pool can hold instead of rejecting the request.
+    pub fit_max_tokens: bool,
+    /// When the handler received the request (for time to first token).
+    pub arrival: Instant,
+    pub events: UnboundedSender<Event>,
+}
+
+/// What the engine thread tells a request's handler, in order: one of
+/// `Accepted`/`Rejected`/`Failed`, then (if accepted) `Text`s and one
+/// `Finished` or `Failed`; with log probabilities asked for, each token's
+/// `Logprobs` comes before the `Text` or `Finished` it is part of.
+#[derive(Debug)]
+pub enum Event {
+    /// Queued in the engine, with its final `max_tokens`.
+    Accepted {
+        max_tokens: usize,
+    },
+    /// Refused by the engine's validation (too long, bad token ids, ...).
+    Rejected(EngineError),
+    /// New output text (never empty).
+    Text(String),
+    /// The log probabilities of one generated token (its text may come later:
+    /// an incomplete UTF-8 character, or a possible stop string, is held back).
+    Logprobs(TokenLogprob),
+    Finished(Finished),
+    /// The server failed or cancelled the request.
+    Failed(ApiError),
+}
+
+/// A generated token's log probability and the most likely alternatives, as
+/// text (each token decoded alone, as vLLM does; a token that is part of a
+/// UTF-8 character decodes to U+FFFD).
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprob {
+    pub token: String,
+    pub logprob: f32,
+    pub top: Vec<(String, f32)>,
+}
+
+/// The end of a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finished {
+    /// The last piece of text (possibly empty).
+    pub text: String,
+    pub reason: FinishReason,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub cached_tokens: usize,
+}
+
+/// Messages to the engine thread.
+#[derive(Debug)]
+pub enum Command {
+    Submit(Box<Submission>),
+    /// Drop the prefix cache's unused pages; answers `true` when done.
+    FlushCache(oneshot::Sender<bool>),
+    /// Cancel every request in flight (their handlers get
+    /// [`ApiError::ShuttingDown`]); used when draining takes too long.
+    AbortAll,
+    /// Cancel everything and end the thread.
+    Shutdown,
+}
+
+/// Facts about the served engine that handlers need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineInfo {
+    /// The model's context length (prompt plus outputs).
+    pub max_context_len: usize,
+}
+
+/// A cheap, cloneable handle to the engine thread.
+#[derive(Clone, Debug)]
+pub struct EngineHandle {
+    commands: mpsc::Sender<Command>,
+    alive: Arc<AtomicBool>,
+    /// Notified once when the thread ends.
+    stopped: Arc<Notify>,
+    info: EngineInfo,
+}
+
+impl EngineHandle {
+    pub fn info(&self) -> EngineInfo {
+        self.info
+    }
+
+    /// Whether the engine thread is still running (it stops on shutdown, or
+    /// if it panicked).
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::SeqCst)
+    }
+
+    /// Resolves when the engine thread has ended. For one waiter (the
+    /// server, which shuts down when the engine dies under it).
+    pub async fn stopped(&self) {
+        while self.is_alive() {
+            self.stopped.notified().await;
+        }
+    }
+
+    pub fn submit(&self, submission: Submission) -> Result<(), ApiError> {
+        self.commands
+            .send(Command::Submit(Box::new(submission)))
+            .map_err(|_| ApiError::ShuttingDown)
+    }
+
+    /// Flushes the prefix cache; `false` if the engine is gone.
+    pub async fn flush_cache(&self) -> bool {
+        let (tx, rx) = oneshot::channel();
+        if self.commands.send(Command::FlushCache(tx)).is_err() {
+            return false;
+        }
+        rx.await.unwrap_or(false)
+    }
+
+    pub fn abort_all(&self) {
+        // A closed channel means the thread is gone: nothing left to abort.
+        let _ = self.commands.send(Command::AbortAll);
+    }
+
+    pub fn shutdown(&self) {
+        let _ = self.commands.send(Command::Shutdown);
+    }
+}
+
+/// Starts the engine thread.
+pub fn spawn<R>(
+    engine: Engine<R>,
+    tokenizer: Arc<Tokenizer>,
+    metrics: Arc<Metrics>,
+) -> std::io::Result<(EngineHandle, JoinHandle<()>)>
+where
+    R: ModelRunner + Send + 'static,
+{
+    let info = EngineInfo {
+        max_context_len: engine.runner().max_context_len(),
+    };
+    let (tx, rx) = mpsc::channel();
+    let alive = Arc::new(AtomicBool::new(true));
+    let stopped = Arc::new(Notify::new());
+    metrics.publish_engine(engine.stats());
+    let state = EngineLoop {
+        engine,
+        tokenizer,
+        metrics,
+        commands: rx,
+        active: HashMap::new(),
+    };
+    let guard = AliveGuard {
+        alive: alive.clone(),
+        stopped: stopped.clone(),
+    };
+    let thread = std::thread::Builder::new()
+        .name("minisgl-engine".to_owned())
+        .spawn(move || {
+            let _guard = guard;
+            state.run();
+        })?;
+    Ok((
+        EngineHandle {
+            commands: tx,
+            alive,
+            stopped,
+            info,
+        },
+        thread,
+    ))
+}
+
+/// Clears the alive flag and wakes the server when the thread ends, by
+/// return or by panic.
+struct AliveGuard {
+    alive: Arc<AtomicBool>,
+    stopped: Arc<Notify>,
+}
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.alive.store(false, Ordering::SeqCst);
+        // `notify_one` keeps a permit if nobody waits yet.
+        self.stopped.notify_one();
+    }
+}
+
+/// A request the engine is running, with its output state.
+struct Active {
+    events: UnboundedSender<Event>,
+    text: TextStream,
+    arrival: Instant,
+    last_token: Option<Instant>,
+    prompt_tokens: usize,
+}
+
+struct EngineLoop<R> {
+    engine: Engine<R>,
+    tokenizer: Arc<Tokenizer>,
+    metrics: Arc<Metrics>,
+    commands: mpsc::Receiver<Command>,
+    active: HashMap<ReqId, Active>,
+}
+
+/// What to do after a command.
+#[derive(PartialEq, Eq)]
+enum Flow {
+    Continue,
+    Stop,
+}
+
+impl<R: ModelRunner> EngineLoop<R> {
+    fn run(mut self) {
+        loop {
+            if self.receive_commands() == Flow::Stop {
+                break;
+            }
+            self.reap_disconnected();
+            if self.engine.has_work() {
+                let steps_before = self.engine.stats().num_steps;
+                self.step();
+                if self.engine.has_work() && self.engine.stats().num_steps == steps_before {
+                    // NOTE: the scheduler always finds work for a queued
+                    // request (the engine rejects what could never fit), so
+                    // this is a safety net against spinning, not a path.
+                    match self.commands.recv_timeout(Duration::from_millis(5)) {
+                        Ok(cmd) => {
+                            if self.handle(cmd) == Flow::Stop {
+                                break;
+                            }
+                        }
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+            } else if !self.active.is_empty() {
+                // The engine lost track of requests it was running: a bug,
+                // but their clients must not wait forever.
+                self.fail_all(ApiError::Internal("the engine dropped the request".into()));
+            }
+            self.metrics.publish_engine(self.engine.stats());
+        }
+        self.fail_all(ApiError::ShuttingDown);
+        self.metrics.publish_engine(self.engine.stats());
+    }
+
+    /// Blocks for a command when idle, then drains the queue.
+    fn receive_commands(&mut self) -> Flow {
+        if !self.engine.has_work() {
+            match self.commands.recv() {
+                Ok(cmd) => {
+                    if self.handle(cmd) == Flow::Stop {
+                        return Flow::Stop;
+                    }
+                }
+                Err(_) => return Flow::Stop,
+            }
+        }
+        loop {
+            match self.commands.try_recv() {
+                Ok(cmd) => {
+                    if self.handle(cmd) == Flow::Stop {
+                        return Flow::Stop;
+                    }
+                }
+                Err(TryRecvError::Empty) => return Flow::Continue,
+                // Every handle is gone: nobody can submit or read anymore.
+                Err(TryRecvError::Disconnected) => return Flow::Stop,
+            }
+        }
+    }
+
+    fn handle(&mut self, cmd: Command) -> Flow {
+        match cmd {
+            Command::Submit(sub) => self.submit(*sub),
+            Command::FlushCache(reply) => {
+                self.engine.flush_cache();
+                let _ = reply.send(true);
+            }
+            Command::AbortAll => self.fail_all(ApiError::ShuttingDown),
+            Command::Shutdown => return Flow::Stop,
+        }
+        Flow::Continue
+    }
+
+    fn submit(&mut self, sub: Submission) {
+        if sub.events.is_closed() {
+            return; // The client left while the request was in the channel.
+        }
+        let prompt_tokens = sub.prompt_ids.len();
+        let mut request = GenerateRequest {
+            prompt_ids: sub.prompt_ids,
+            params: sub.params,
+        };
+        let mut result = self.engine.add_request(request.clone());
+        if let Err(EngineError::TooLong {
+            limit: LengthLimit::KvPool,
+            limit_tokens,
+            ..
+        }) = result
+        {
+            // The default `max_tokens` fills the context; the pool may hold
+            // less. The last output needs no KV slot, hence the + 1.
+            let fits = (limit_tokens + 1).saturating_sub(prompt_tokens);
+            if sub.fit_max_tokens && fits >= 1 {
+                request.params.max_tokens = fits;
+                result = self.engine.add_request(request.clone());
+            }
+        }
+        match result {
+            Ok(id) => {
+                let _ = sub.events.send(Event::Accepted {
+                    max_tokens: request.params.max_tokens,
+                });
+                self.active.insert(
+                    id,
+                    Active {
+                        events: sub.events,
+                        text: TextStream::new(sub.stop, sub.skip_special_tokens),
+                        arrival: sub.arrival,
+                        last_token: None,
+                        prompt_tokens,
+                    },
+                );
+            }
+            Err(err) => {
+                let _ = sub.events.send(Event::Rejected(err));
+            }
+        }
+    }
+
+    /// Aborts the requests whose handler is gone (client disconnected).
+    fn reap_disconnected(&mut self) {
+        let gone: Vec<ReqId> = self
+            .active
+            .iter()
+            .filter(|(_, a)| a.events.is_closed())
+            .map(|(&id, _)| id)
+            .collect();
+        for id in gone {
+            if let Some(a) = self.active.remove(&id) {
+                self.engine.abort(id);
+                self.metrics.record_finished(
+                    FinishReason::Abort,
+                    a.prompt_tokens,
+                    a.arrival.elapsed(),
+                );
+            }
+        }
+    }
+
+    fn step(&mut self) {
+        match self.engine.step() {
+            Ok(events) => {
+                for event in events {
+                    self.route(event);
+                }
+            }
+            Err(err) => {
+                eprintln!(
+                    "minisgl: engine step failed, failing every request in flight: {}",
+                    error_chain(&err)
+                );
+                self.fail_all(ApiError::Internal(format!("model execution failed: {err}")));
+            }
+        }
+    }
+
+    /// Hands one generated token to its request.
+    fn route(&mut self, event: TokenEvent) {
+        let now = Instant::now();
+        let Some(active) = self.active.get_mut(&event.id) else {
+            // NOTE: requests leave `active` only when the engine drops them
+            // too, so a token for an unknown request cannot happen; stay safe.
+            if event.finished.is_none() {
+                self.engine.abort(event.id);
+            }
+            return;
+        };
+        match active.last_token {
+            None => self.metrics.record_first_token(now - active.arrival),
+            Some(last) => self.metrics.record_next_token(now - last),
+        }
+        active.last_token = Some(now);
+
+        if let Some(lp) = &event.logprobs {
+            let text = |id: u32| self.tokenizer.decode(&[id], false).unwrap_or_default();
+            let _ = active.events.send(Event::Logprobs(TokenLogprob {
+                token: text(lp.token),
+                logprob: lp.logprob,
+                top: lp.top.iter().map(|&(id, p)| (text(id), p)).collect(),
+            }));
+        }
+        let delta = match active.text.push(&self.tokenizer, event.token) {
+            Ok(delta) => delta,
+            Err(err) => return self.fail(event.id, event.finished.is_none(), &err),
+        };
+        if let Some(finished) = event.finished {
+            // The engine ended it (EOS, stop token, max_tokens).
+            let mut text = delta.text;
+            let mut reason = finished.reason;
+            if delta.stopped {
+                reason = FinishReason::Stop;
+            } else {
+                match active.text.finish(&self.tokenizer) {
+                    Ok(rest) => {
+                        text.push_str(&rest.text);
+                        if rest.stopped {
+                            reason = FinishReason::Stop;
+                        }
+                    }
+                    Err(err) => return self.fail(event.id, false, &err),
+                }
+            }
+            self.complete(event.id, text, reason, finished);
+        } else if delta.stopped {
+            // A stop string: end it now, before another token is computed.
+            match self.engine.finish(event.id, FinishReason::Stop) {
+                Some(finished) => self.complete(event.id, delta.text, FinishReason::Stop, finished),
+                None => self.fail(event.id, false, &"the engine lost the request"),
+            }
+        } else if !delta.text.is_empty() {
+            let _ = active.events.send(Event::Text(delta.text));
+        }
+    }
+
+    fn complete(&mut self, id: ReqId, text: String, reason: FinishReason, finished: FinishedReq) {
+        let Some(active) = self.active.remove(&id) else {
+            return;
+        };
+        self.metrics
+            .record_finished(reason, finished.prompt_len, active.arrival.elapsed());
+        let _ = active.events.send(Event::Finished(Finished {
+            text,
+            reason,
+            prompt_tokens: finished.prompt_len,
+            completion_tokens: finished.output_ids.len(),
+            cached_tokens: finished.cached_tokens,
+        }));
+    }
+
+    /// Fails one request (e.g. its output could not be detokenized).
+    fn fail(&mut self, id: ReqId, still_running: bool, err: &dyn std::fmt::Display) {
+        if still_running {
+            self.engine.abort(id);
+        }
+        if let Some(active) = self.active.remove(&id) {
+            self.metrics.record_failed();
+            let _ = active
+                .events
+                .send(Event::Failed(ApiError::Internal(err.to_string())));
+        }
+    }
+
+    /// Aborts every request in flight and tells each handler why.
+    /// A shutdown counts as an abort in the metrics, anything else as a
+    /// failure.
+    fn fail_all(&mut self, err: ApiError) {
+        for (id, active) in self.active.drain() {
+            self.engine.abort(id);
+            if err == ApiError::ShuttingDown {
+                self.metrics.record_finished(
+                    FinishReason::Abort,
+                    active.prompt_tokens,
+                    active.arrival.elapsed(),
+                );
+            } else {
+                self.metrics.record_failed();
+            }
+            let _ = active.events.send(Event::Failed(err.clone()));
+        }
+    }
+}
+
+/// An error with its sources, `a: b: c`.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut out = err.to_string();
+    let mut source = err.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// A receiver of one request's events (what handlers hold).
+pub type EventReceiver = UnboundedReceiver<Event>;

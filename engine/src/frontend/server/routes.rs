@@ -1,0 +1,490 @@
+//! The HTTP routes: validate, render and tokenize, submit, respond or stream.
+//!
+//! | route | what |
+//! | --- | --- |
+//! | `POST /v1/chat/completions` | chat, streaming (SSE) or not |
+//! | `POST /v1/completions` | text completion, streaming or not |
+//! | `GET /v1/models`, `GET /v1/models/{*model}` | the served model |
+//! | `POST /tokenize`, `POST /detokenize` | vLLM's tokenizer endpoints |
+//! | `GET /health` | 200 while the engine runs |
+//! | `GET /metrics` | Prometheus text format |
+//! | `GET/POST /flush_cache` | drop unused prefix-cache pages (SGLang) |
+//! | `GET /version` | the server version |
+//!
+//! Template rendering and tokenization run on tokio's blocking pool: they
+//! are CPU work proportional to the prompt and must not stall the threads
+//! that serve streams.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::Value as Json;
+
+use super::error::ApiError;
+use super::generation::{generate, Job, JobPrompt};
+use super::request::{self, ChatRender, Prompt, TokenizeInput};
+use super::response::{to_json, DetokenizeResponse, ModelCard, ModelList, TokenizeResponse};
+use super::state::{json_response, AppState, ServedModel};
+use crate::text::chat_template::RenderOptions;
+
+/// Largest request body accepted (a long prompt as JSON fits easily).
+pub const MAX_BODY_BYTES: usize = 64 << 20;
+
+/// `max_tokens` of a completion request that sets none (OpenAI's default).
+const COMPLETION_DEFAULT_MAX_TOKENS: usize = 16;
+
+pub fn router(state: Arc<AppState>) -> Router {
+    let v1 = Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(list_models))
+        // A wildcard: served names often contain a slash (`Qwen/Qwen3-8B`).
+        .route("/v1/models/{*model}", get(get_model))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            require_api_key,
+        ));
+    Router::new()
+        .merge(v1)
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/flush_cache", get(flush_cache).post(flush_cache))
+        .route("/version", get(version))
+        .fallback(not_found)
+        .layer(middleware::from_fn(json_method_not_allowed))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// Refuses a `/v1/*` request without the server's API key (when it has one).
+async fn require_api_key(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if let Some(key) = &state.api_key {
+        let sent = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        if !sent.is_some_and(|s| constant_time_eq(s.as_bytes(), key.as_bytes())) {
+            return ApiError::Unauthorized.into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// Compares secrets without stopping at the first difference, so response
+/// times do not reveal how much of a guess was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::RouteNotFound {
+        method: method.to_string(),
+        path: uri.path().to_owned(),
+    }
+}
+
+/// axum answers a known path with the wrong method with an empty 405; give
+/// it the JSON error body (keeping the `Allow` header).
+async fn json_method_not_allowed(request: Request, next: Next) -> Response {
+    let method = request.method().to_string();
+    let path = request.uri().path().to_owned();
+    let response = next.run(request).await;
+    if response.status() != StatusCode::METHOD_NOT_ALLOWED {
+        return response;
+    }
+    let allow = response.headers().get(header::ALLOW).cloned();
+    let mut json = ApiError::MethodNotAllowed { method, path }.into_response();
+    if let Some(allow) = allow {
+        json.headers_mut().insert(header::ALLOW, allow);
+    }
+    json
+}
+
+fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::BodyTooLarge(format!("the limit is {MAX_BODY_BYTES} bytes"))
+        } else {
+            ApiError::BadBody(rejection.body_text())
+        }
+    })
+}
+
+impl AppState {
+    /// Checks the request's `model` (optional, as in vLLM).
+    fn check_model(&self, model: Option<&str>) -> Result<(), ApiError> {
+        match model {
+            Some(m) if m != self.model.name && !self.model.aliases.iter().any(|a| a == m) => {
+                Err(ApiError::ModelNotFound {
+                    model: m.to_owned(),
+                    served: self.model.name.clone(),
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Turns an error into its response, counting refusals.
+    fn reject(&self, err: ApiError) -> Response {
+        if err.status().is_client_error() {
+            self.metrics.record_rejected();
+        }
+        err.into_response()
+    }
+}
+
+impl ServedModel {
+    /// Renders a conversation with the model's chat template.
+    fn render_chat(&self, messages: &[Json], render: &ChatRender) -> Result<String, ApiError> {
+        let template = match &self.template {
+            Some(Ok(t)) => t,
+            Some(Err(e)) => return Err(ApiError::Template(e.clone())),
+            None => return Err(ApiError::NoChatTemplate),
+        };
+        let mut opts =
+            RenderOptions::new(render.add_generation_prompt, self.special_tokens.clone());
+        opts.extra = render.chat_template_kwargs.clone();
+        opts.documents = render.documents.clone();
+        let rendered = template
+            .render(messages, &opts)
+            .map_err(|e| ApiError::Template(e.to_string()))?;
+        if render.continue_final_message {
+            continue_final_message(rendered, messages)
+        } else {
+            Ok(rendered)
+        }
+    }
+
+    fn encode(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+        param: &str,
+    ) -> Result<Vec<u32>, ApiError> {
+        self.tokenizer
+            .encode(text, add_special_tokens)
+            .map_err(|e| ApiError::invalid_value(param, e.to_string()))
+    }
+}
+
+/// Cuts a rendered conversation right after the last message's content, so
+/// the model continues that message (transformers' `continue_final_message`).
+fn continue_final_message(rendered: String, messages: &[Json]) -> Result<String, ApiError> {
+    let last = messages
+        .last()
+        .and_then(|m| m.get("content"))
+        .and_then(Json::as_str)
+        .unwrap_or("");
+    let param = "continue_final_message";
+    let stripped = last.trim();
+    let Some(loc) = rendered.rfind(stripped) else {
+        return Err(ApiError::invalid_value(
+            param,
+            "the final message does not appear in the rendered chat",
+        ));
+    };
+    let trimmed_start = last.trim_start();
+    let end = if rendered[loc..].starts_with(trimmed_start) {
+        // The template kept the message's trailing whitespace.
+        loc + trimmed_start.len()
+    } else {
+        loc + stripped.len()
+    };
+    let mut rendered = rendered;
+    rendered.truncate(end);
+    Ok(rendered)
+}
+
+/// Runs CPU work (rendering, tokenizing) off the async threads. A panic in
+/// it becomes a 500 for this request.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::Internal(format!("request preparation failed: {e}")))?
+}
+
+async fn chat_completions(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let arrival = Instant::now();
+    let result = async {
+        let body = body_bytes(body)?;
+        let req = request::parse_chat(&body)?;
+        state.check_model(req.model.as_deref())?;
+        let st = state.clone();
+        let (prompt_ids, req) = blocking(move || {
+            let text = st.model.render_chat(&req.messages, &req.render)?;
+            let ids = st.model.encode(&text, req.add_special_tokens, "messages")?;
+            Ok((ids, req))
+        })
+        .await?;
+        let room = state
+            .engine
+            .info()
+            .max_context_len
+            .saturating_sub(prompt_ids.len())
+            .max(1);
+        let default_max_tokens = state
+            .model
+            .defaults
+            .max_new_tokens
+            .map_or(room, |cap| cap.min(room));
+        generate(
+            &state,
+            Job {
+                prompts: vec![JobPrompt {
+                    ids: prompt_ids,
+                    echo: None,
+                    default_max_tokens,
+                }],
+                sampling: req.sampling,
+                stream: req.stream,
+                chat: true,
+                prompt_field: "messages",
+                arrival,
+            },
+        )
+        .await
+    }
+    .await;
+    result.unwrap_or_else(|e| state.reject(e))
+}
+
+async fn completions(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let arrival = Instant::now();
+    let result = async {
+        let body = body_bytes(body)?;
+        let req = request::parse_completion(&body)?;
+        state.check_model(req.model.as_deref())?;
+        let default_max_tokens = state
+            .model
+            .defaults
+            .max_new_tokens
+            .map_or(COMPLETION_DEFAULT_MAX_TOKENS, |cap| {
+                cap.min(COMPLETION_DEFAULT_MAX_TOKENS)
+            });
+        let st = state.clone();
+        let (prompts, req) = blocking(move || {
+            let prompts = req
+                .prompts
+                .iter()
+                .enumerate()
+                .map(|(i, prompt)| {
+                    let field = if req.prompts.len() == 1 {
+                        "prompt".to_owned()
+                    } else {
+                        format!("prompt.{i}")
+                    };
+                    let (ids, text) = match prompt {
+                        Prompt::Text(text) => (
+                            st.model.encode(text, req.add_special_tokens, &field)?,
+                            text.clone(),
+                        ),
+                        Prompt::Ids(ids) => {
+                            let text = if req.echo {
+                                st.model.tokenizer.decode(ids, false).map_err(|e| {
+                                    ApiError::invalid_value(field.as_str(), e.to_string())
+                                })?
+                            } else {
+                                String::new()
+                            };
+                            (ids.clone(), text)
+                        }
+                    };
+                    Ok(JobPrompt {
+                        ids,
+                        echo: req.echo.then_some(text),
+                        default_max_tokens,
+                    })
+                })
+                .collect::<Result<Vec<_>, ApiError>>()?;
+            Ok((prompts, req))
+        })
+        .await?;
+        generate(
+            &state,
+            Job {
+                prompts,
+                sampling: req.sampling,
+                stream: req.stream,
+                chat: false,
+                prompt_field: "prompt",
+                arrival,
+            },
+        )
+        .await
+    }
+    .await;
+    result.unwrap_or_else(|e| state.reject(e))
+}
+
+async fn list_models(State(state): State<Arc<AppState>>) -> Response {
+    json_response(
+        StatusCode::OK,
+        to_json(&ModelList {
+            object: "list",
+            data: [model_card(&state)],
+        }),
+    )
+}
+
+fn model_card(state: &AppState) -> ModelCard<'_> {
+    ModelCard {
+        id: &state.model.name,
+        object: "model",
+        created: state.model.created,
+        owned_by: "minisgl",
+        root: &state.model.name,
+        max_model_len: state.engine.info().max_context_len,
+    }
+}
+
+async fn get_model(State(state): State<Arc<AppState>>, Path(model): Path<String>) -> Response {
+    match state.check_model(Some(&model)) {
+        Ok(()) => json_response(StatusCode::OK, to_json(&model_card(&state))),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn tokenize(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let result = async {
+        let body = body_bytes(body)?;
+        let req = request::parse_tokenize(&body)?;
+        state.check_model(req.model.as_deref())?;
+        let st = state.clone();
+        blocking(move || {
+            let (prompt, tokens) = match &req.input {
+                TokenizeInput::Prompt(Prompt::Text(text)) => (
+                    text.clone(),
+                    st.model.encode(text, req.add_special_tokens, "prompt")?,
+                ),
+                TokenizeInput::Prompt(Prompt::Ids(ids)) => {
+                    let text = st
+                        .model
+                        .tokenizer
+                        .decode(ids, false)
+                        .map_err(|e| ApiError::invalid_value("prompt", e.to_string()))?;
+                    (text, ids.clone())
+                }
+                TokenizeInput::Chat { messages, render } => {
+                    let text = st.model.render_chat(messages, render)?;
+                    let ids = st.model.encode(&text, req.add_special_tokens, "messages")?;
+                    (text, ids)
+                }
+            };
+            let token_strs = req.return_token_strs.then(|| {
+                tokens
+                    .iter()
+                    .map(|&id| st.model.tokenizer.id_to_token(id).unwrap_or_default())
+                    .collect()
+            });
+            Ok(TokenizeResponse {
+                count: tokens.len(),
+                max_model_len: st.engine.info().max_context_len,
+                tokens,
+                token_strs,
+                prompt,
+            })
+        })
+        .await
+    }
+    .await;
+    match result {
+        Ok(body) => json_response(StatusCode::OK, to_json(&body)),
+        Err(e) => state.reject(e),
+    }
+}
+
+async fn detokenize(
+    State(state): State<Arc<AppState>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let result = async {
+        let body = body_bytes(body)?;
+        let req = request::parse_detokenize(&body)?;
+        state.check_model(req.model.as_deref())?;
+        let vocab = state.model.tokenizer.vocab_size();
+        if let Some((i, id)) = req
+            .tokens
+            .iter()
+            .enumerate()
+            .find(|(_, &id)| id as usize >= vocab)
+        {
+            return Err(ApiError::invalid_value(
+                format!("tokens.{i}"),
+                format!("{id} is outside the vocabulary of {vocab} tokens"),
+            ));
+        }
+        let st = state.clone();
+        blocking(move || {
+            st.model
+                .tokenizer
+                .decode(&req.tokens, false)
+                .map(|prompt| DetokenizeResponse { prompt })
+                .map_err(|e| ApiError::invalid_value("tokens", e.to_string()))
+        })
+        .await
+    }
+    .await;
+    match result {
+        Ok(body) => json_response(StatusCode::OK, to_json(&body)),
+        Err(e) => state.reject(e),
+    }
+}
+
+async fn health(State(state): State<Arc<AppState>>) -> Response {
+    if state.engine.is_alive() {
+        StatusCode::OK.into_response()
+    } else {
+        ApiError::Internal("the engine thread is not running".into()).into_response()
+    }
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let mut response = state.metrics.render().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    response
+}
+
+async fn flush_cache(State(state): State<Arc<AppState>>) -> Response {
+    if state.engine.flush_cache().await {
+        json_response(StatusCode::OK, r#"{"success":true}"#.to_owned())
+    } else {
+        ApiError::ShuttingDown.into_response()
+    }
+}
+
+async fn version() -> Response {
+    json_response(
+        StatusCode::OK,
+        format!(r#"{{"version":"{}"}}"#, env!("CARGO_PKG_VERSION")),
+    )
+}

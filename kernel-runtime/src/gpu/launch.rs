@@ -1,0 +1,69 @@
+//! What every CUDA launcher of `gpu` shares: the device of a tensor, the
+//! dispatch of one kernel instance (AOT library or loaded cubin), and the checks
+//! and sizes the launchers compute. Kept apart from `gpu/mod.rs` so that the
+//! launchers do not import the module that re-exports them.
+
+use std::sync::Arc;
+
+use crate::cuda::CudaDevice;
+use crate::error::{Error, Result};
+use crate::kernels::{self, LoadedFunction, Resolved};
+use crate::sys::kernels::{msgl_stream, KernelLibrary};
+use crate::tensor::Tensor;
+
+/// The CUDA device of `t` (ops have already checked that every tensor is on it).
+pub(super) fn device_of<'a>(op: &'static str, t: &'a Tensor) -> Result<&'a Arc<CudaDevice>> {
+    t.cuda_device().ok_or_else(|| Error::arg(op, format!("expected a CUDA tensor, got one on {}", t.device())))
+}
+
+/// Resolves `family[values]` on `dev` and runs it: through the AOT library's C
+/// launcher (`library`, given the launchers and the compute stream, returning the
+/// status), or through the loaded cubin (`function`).
+pub(super) fn dispatch(
+    op: &'static str,
+    dev: &CudaDevice,
+    family: &str,
+    values: &[(&str, i64)],
+    library: impl FnOnce(&KernelLibrary, msgl_stream) -> i32,
+    function: impl FnOnce(&LoadedFunction) -> Result<()>,
+) -> Result<()> {
+    let instance = kernels::Registry::get()?.family(family)?.instance(values)?;
+    match kernels::resolve(dev, family, &instance)? {
+        Resolved::Library(lib) => {
+            dev.bind()?;
+            let status = library(lib.launchers(), dev.cu_stream().cast());
+            kernels::check_status(lib, op, status)
+        }
+        Resolved::Function(f) => function(&f),
+    }
+}
+
+/// Whether `t`'s first element and every stride of a non-trivial dimension are
+/// multiples of `align` bytes, with a unit (or irrelevant) innermost stride: what a
+/// kernel reading rows with `align`-byte vectors needs.
+pub(super) fn rows_aligned(t: &Tensor, align: usize) -> bool {
+    let elem = t.dtype().size_in_bytes();
+    let last = t.rank().saturating_sub(1);
+    let inner_ok = t.rank() == 0 || t.dim(last) <= 1 || t.strides()[last] == 1;
+    inner_ok
+        && (t.device_ptr() as usize).is_multiple_of(align)
+        && t.shape().iter().zip(t.strides()).take(last).all(|(&d, &s)| d <= 1 || (s * elem).is_multiple_of(align))
+}
+
+/// The msgl_dtype code of a float dtype, as an instance parameter value.
+pub(super) fn dtype_code(t: &Tensor) -> i64 {
+    i64::from(t.dtype().abi_code())
+}
+
+/// Elements in one 16-byte vector of `t`'s dtype.
+pub(super) fn vec_elems(t: &Tensor) -> usize {
+    16 / t.dtype().size_in_bytes()
+}
+
+/// A u32 grid dimension, or an error naming the op when the work is too large.
+pub(super) fn grid_u32(op: &'static str, blocks: usize) -> Result<u32> {
+    u32::try_from(blocks)
+        .ok()
+        .filter(|&b| b <= i32::MAX as u32)
+        .ok_or_else(|| Error::arg(op, format!("{blocks} blocks exceed the grid limit")))
+}
