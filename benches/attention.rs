@@ -86,10 +86,8 @@ fn attention_case(name: String, shape: Shape, kernel: AttnKernel, seed: u64) -> 
     let bytes = (2 * kv_total * hkv * d * 2 + 2 * t * hq * d * 2) as u64;
     // Causal FLOPs of the new rows: each attends to its prefix (half the square for
     // a prefill without cached prefix).
-    let flops: u64 = seqs
-        .iter()
-        .map(|&(ql, kl)| (0..ql).map(|j| (kl - ql + j + 1) as u64).sum::<u64>() * 4 * (hq * d) as u64)
-        .sum();
+    let flops: u64 =
+        seqs.iter().map(|&(ql, kl)| (0..ql).map(|j| (kl - ql + j + 1) as u64).sum::<u64>() * 4 * (hq * d) as u64).sum();
     let scale = 1.0 / (d as f32).sqrt();
     Ok(Case {
         name,
@@ -121,7 +119,8 @@ fn uniform_contexts(n: usize, lo: usize, hi: usize, seed: u64) -> Vec<(usize, us
 
 fn run() -> kernel_runtime::Result<()> {
     let mut cases = Vec::new();
-    let decode = |hq: usize, page_size: usize, seqs: Vec<(usize, usize)>| Shape { hq, hkv: 8, head_dim: 128, page_size, seqs };
+    let decode =
+        |hq: usize, page_size: usize, seqs: Vec<(usize, usize)>| Shape { hq, hkv: 8, head_dim: 128, page_size, seqs };
     let decode_shapes: Vec<(String, Shape)> = vec![
         ("32/8 page=16 b=64 ctx=2048".into(), decode(32, 16, vec![(1, 2048); 64])),
         ("32/8 page=1 b=64 ctx=2048".into(), decode(32, 1, vec![(1, 2048); 64])),
@@ -136,7 +135,8 @@ fn run() -> kernel_runtime::Result<()> {
         cases.push(attention_case(format!("decode {name}"), shape, AttnKernel::Decode, 100 + i as u64)?);
         cases.push(attention_case(format!("decode-tile {name}"), twin, AttnKernel::Tile, 200 + i as u64)?);
     }
-    let prefill = |hq: usize, b: usize, l: usize| Shape { hq, hkv: 8, head_dim: 128, page_size: 16, seqs: vec![(l, l); b] };
+    let prefill =
+        |hq: usize, b: usize, l: usize| Shape { hq, hkv: 8, head_dim: 128, page_size: 16, seqs: vec![(l, l); b] };
     for (i, (name, shape)) in [
         ("32/8 b=1 L=4096", prefill(32, 1, 4096)),
         ("32/8 b=8 L=1024", prefill(32, 8, 1024)),

@@ -92,11 +92,18 @@ fn random_bf16(n: usize, seed: u64, scale: f32) -> Vec<half::bf16> {
 fn weights(n: usize, k: usize) -> kernel_runtime::Result<Rc<Vec<Tensor>>> {
     let copies = ROTATE_BYTES.div_ceil(n * k * 2).clamp(2, 64);
     let host = random_bf16(n * k, 7, 0.05);
-    let ws = (0..copies).map(|_| Tensor::from_slice(&host, &[n, k], GPU)).collect::<kernel_runtime::Result<Vec<_>>>()?;
+    let ws =
+        (0..copies).map(|_| Tensor::from_slice(&host, &[n, k], GPU)).collect::<kernel_runtime::Result<Vec<_>>>()?;
     Ok(Rc::new(ws))
 }
 
-fn case(label: &str, ws: &Rc<Vec<Tensor>>, m: usize, variant: Variant, criterion: bool) -> kernel_runtime::Result<Case> {
+fn case(
+    label: &str,
+    ws: &Rc<Vec<Tensor>>,
+    m: usize,
+    variant: Variant,
+    criterion: bool,
+) -> kernel_runtime::Result<Case> {
     let [n, k] = [ws[0].dim(0), ws[0].dim(1)];
     let x = Tensor::from_slice(&random_bf16(m * k, 11, 1.0), &[m, k], GPU)?;
     let ws = Rc::clone(ws);
@@ -116,7 +123,12 @@ fn case(label: &str, ws: &Rc<Vec<Tensor>>, m: usize, variant: Variant, criterion
             Variant::Skinny(t) => ops::skinny_gemm(&x, w, None, Some(t)).map(drop),
         }
     });
-    Ok(Case { name: format!("gemm {label} m={m} {}", variant.label()), criterion, weight_bytes: (n * k * 2) as u64, run })
+    Ok(Case {
+        name: format!("gemm {label} m={m} {}", variant.label()),
+        criterion,
+        weight_bytes: (n * k * 2) as u64,
+        run,
+    })
 }
 
 fn time_launches(timer: &EventTimer, case: &Case, launches: u64) -> kernel_runtime::Result<f64> {
@@ -174,7 +186,9 @@ fn run() -> kernel_runtime::Result<()> {
             // The tile width the dispatch rule picks (gpu::skinny::plan: 2 from n >= 64 x SMs).
             let rule_tiles = if n >= 64 * dev.sm_count().max(1) as usize { 2 } else { 1 };
             for v in variants {
-                let headline = model == "llama3-8b" && matches!(m, 1 | 16) && (v == Variant::Cublaslt || v == Variant::Skinny(rule_tiles));
+                let headline = model == "llama3-8b"
+                    && matches!(m, 1 | 16)
+                    && (v == Variant::Cublaslt || v == Variant::Skinny(rule_tiles));
                 cases.push(case(&label, &ws, m, v, headline)?);
             }
         }
@@ -210,7 +224,10 @@ fn run() -> kernel_runtime::Result<()> {
         for case in &cases {
             let us = median_us(&timer, case, 30)?;
             let tbs = case.weight_bytes as f64 / (us * 1e-6) / 1e12;
-            summary.push(format!("SUMMARY {}: median {us:.2} us, {tbs:.3} TB/s ({} weight bytes)", case.name, case.weight_bytes));
+            summary.push(format!(
+                "SUMMARY {}: median {us:.2} us, {tbs:.3} TB/s ({} weight bytes)",
+                case.name, case.weight_bytes
+            ));
         }
         drop(cases);
         drop(ws);

@@ -73,7 +73,11 @@ fn norm_cases(hidden: usize, label: &str) -> kernel_runtime::Result<Vec<Case>> {
     let row_bytes = (ROWS * hidden * 2) as u64;
     let (x2, w2) = (x.clone(), w.clone());
     Ok(vec![
-        Case { name: format!("rms_norm {label} {ROWS}x{hidden}"), bytes: 2 * row_bytes, run: Box::new(move || ops::rms_norm(&x, &w, 1e-6).map(drop)) },
+        Case {
+            name: format!("rms_norm {label} {ROWS}x{hidden}"),
+            bytes: 2 * row_bytes,
+            run: Box::new(move || ops::rms_norm(&x, &w, 1e-6).map(drop)),
+        },
         Case {
             name: format!("fused_add_rms_norm {label} {ROWS}x{hidden}"),
             bytes: 4 * row_bytes,
@@ -96,11 +100,30 @@ fn prologue_cases(label: &str, hq: usize, hkv: usize, d: usize, qk_norm: bool) -
     // Read q, k, v (and positions, slots, cos/sin rows); write q, k and v rows.
     let bytes = (ROWS * (hq + 2 * hkv) * d * 2 * 2 + ROWS * (8 + d * 4)) as u64;
     let fused = {
-        let (qkv, kc, vc, qw, kw, positions, out_loc, cs) = (qkv.clone(), kc.clone(), vc.clone(), qw.clone(), kw.clone(), positions.clone(), out_loc.clone(), cs.clone());
+        let (qkv, kc, vc, qw, kw, positions, out_loc, cs) = (
+            qkv.clone(),
+            kc.clone(),
+            vc.clone(),
+            qw.clone(),
+            kw.clone(),
+            positions.clone(),
+            out_loc.clone(),
+            cs.clone(),
+        );
         move || -> kernel_runtime::Result<()> {
             let (q, k, v) = (qkv.narrow(1, 0, hq)?, qkv.narrow(1, hq, hkv)?, qkv.narrow(1, hq + hkv, hkv)?);
             let norm = qk_norm.then_some(QkNorm { q_weight: &qw, k_weight: &kw, eps: 1e-6 });
-            ops::rope_store(&RopeStore { q: &q, k: &k, v: &v, k_cache: &kc, v_cache: &vc, positions: &positions, out_loc: &out_loc, cos_sin: &cs, qk_norm: norm })
+            ops::rope_store(&RopeStore {
+                q: &q,
+                k: &k,
+                v: &v,
+                k_cache: &kc,
+                v_cache: &vc,
+                positions: &positions,
+                out_loc: &out_loc,
+                cos_sin: &cs,
+                qk_norm: norm,
+            })
         }
     };
     let unfused = move || -> kernel_runtime::Result<()> {

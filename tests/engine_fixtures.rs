@@ -4,9 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use engine::frontend::cli::common::{load_model, EngineArgs, LoadedModel, ModelArgs};
-use engine::core::req::SamplingParams;
 use engine::core::engine::GenerateRequest;
+use engine::core::req::SamplingParams;
+use engine::frontend::cli::common::{load_model, EngineArgs, LoadedModel, ModelArgs};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
@@ -79,7 +79,8 @@ fn batched_chunked_and_cached_generation_equal_one_at_a_time() {
         // Reference: each prompt alone, naive cache, no chunking.
         let mut alone = load(name, engine_args(512, 4, 8192, "naive"));
         let ps = prompts(&alone);
-        let expected: Vec<Vec<u32>> = ps.iter().map(|p| alone.engine.generate(vec![greedy(p, 12)]).unwrap()[0].output_ids.clone()).collect();
+        let expected: Vec<Vec<u32>> =
+            ps.iter().map(|p| alone.engine.generate(vec![greedy(p, 12)]).unwrap()[0].output_ids.clone()).collect();
         assert_all_pages_free(&mut alone);
 
         // All 16 together, radix cache, prefill chunks of 8 tokens.
@@ -103,7 +104,8 @@ fn batched_chunked_and_cached_generation_equal_one_at_a_time() {
 #[test]
 fn a_shared_prefix_is_served_from_the_radix_cache() {
     let mut m = load("qwen2-tiny", engine_args(256, 4, 8192, "radix"));
-    let base = m.tokenizer.encode("import os\nimport sys\n\nclass Reader:\n    def __init__(self, path):\n", false).unwrap();
+    let base =
+        m.tokenizer.encode("import os\nimport sys\n\nclass Reader:\n    def __init__(self, path):\n", false).unwrap();
     let mut longer = base.clone();
     longer.extend(m.tokenizer.encode("        self.path = path\n", false).unwrap());
     let first = m.engine.generate(vec![greedy(&base, 8)]).unwrap().remove(0);
@@ -134,7 +136,12 @@ fn sampling_is_reproducible_and_top_k_1_is_greedy() {
         p
     };
     let run = |m: &mut LoadedModel, params: &dyn Fn(usize) -> SamplingParams| -> Vec<Vec<u32>> {
-        let reqs = ps.iter().take(6).enumerate().map(|(i, p)| GenerateRequest { prompt_ids: p.clone(), params: params(i) }).collect();
+        let reqs = ps
+            .iter()
+            .take(6)
+            .enumerate()
+            .map(|(i, p)| GenerateRequest { prompt_ids: p.clone(), params: params(i) })
+            .collect();
         m.engine.generate(reqs).unwrap().into_iter().map(|o| o.output_ids).collect()
     };
     let a = run(&mut m, &|i| seeded(7 + i as u64, None));

@@ -81,7 +81,10 @@ fn code_only(text: &str) -> String {
                     i += 1;
                 }
             }
-        } else if b[i] == b'r' && (b.get(i + 1) == Some(&b'"') || b.get(i + 1) == Some(&b'#')) && (i == 0 || !is_ident(b[i - 1])) {
+        } else if b[i] == b'r'
+            && (b.get(i + 1) == Some(&b'"') || b.get(i + 1) == Some(&b'#'))
+            && (i == 0 || !is_ident(b[i - 1]))
+        {
             // Raw string r"..." / r#"..."#.
             let mut j = i + 1;
             let mut hashes = 0;
@@ -338,7 +341,14 @@ fn circles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
             }
         }
     }
-    let mut s = State { graph, index: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), on_stack: BTreeSet::new(), found: Vec::new() };
+    let mut s = State {
+        graph,
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        found: Vec::new(),
+    };
     for v in graph.keys() {
         if !s.index.contains_key(v.as_str()) {
             visit(&mut s, v);
@@ -374,7 +384,9 @@ fn the_checker_sees_a_circle() {
     assert_eq!(paths, [("a::X".to_owned(), 0)]);
     assert_eq!(resolve("a::X", &vec![], &mods), Some(vec!["a".to_owned()]));
     assert_eq!(resolve("crate::X", &vec!["a".to_owned()], &mods), Some(vec![]));
-    let graph: BTreeMap<String, BTreeSet<String>> =
-        [("lib.rs", "a.rs"), ("a.rs", "lib.rs")].into_iter().map(|(a, b)| (a.to_owned(), BTreeSet::from([b.to_owned()]))).collect();
+    let graph: BTreeMap<String, BTreeSet<String>> = [("lib.rs", "a.rs"), ("a.rs", "lib.rs")]
+        .into_iter()
+        .map(|(a, b)| (a.to_owned(), BTreeSet::from([b.to_owned()])))
+        .collect();
     assert_eq!(circles(&graph), [vec!["a.rs".to_owned(), "lib.rs".to_owned()]]);
 }

@@ -60,7 +60,14 @@ fn no_test_is_ignored_or_expects_a_panic() {
 #[test]
 fn only_kernel_runtime_may_use_unsafe() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for lib in ["src/lib.rs", "kernel-build/src/lib.rs", "models/src/lib.rs", "engine/src/lib.rs", "engine/src/main.rs", "xtask/src/main.rs"] {
+    for lib in [
+        "src/lib.rs",
+        "kernel-build/src/lib.rs",
+        "models/src/lib.rs",
+        "engine/src/lib.rs",
+        "engine/src/main.rs",
+        "xtask/src/main.rs",
+    ] {
         let text = std::fs::read_to_string(root.join(lib)).unwrap();
         assert!(text.contains("#![forbid(unsafe_code)]"), "{lib} must forbid unsafe code");
     }

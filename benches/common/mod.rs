@@ -63,7 +63,8 @@ pub fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
 pub fn random_bf16(shape: &[usize], seed: u64, device: Device) -> kernel_runtime::Result<Tensor> {
     let n: usize = shape.iter().product();
     let bytes = random_bytes(2 * n, seed);
-    let values: Vec<f32> = bytes.chunks_exact(2).map(|b| (f32::from(u16::from_le_bytes([b[0], b[1]])) / 32768.0) - 1.0).collect();
+    let values: Vec<f32> =
+        bytes.chunks_exact(2).map(|b| (f32::from(u16::from_le_bytes([b[0], b[1]])) / 32768.0) - 1.0).collect();
     Tensor::from_slice(&values, shape, Device::Cpu)?.to_dtype(DType::BF16)?.to_device(device)
 }
 
@@ -159,7 +160,11 @@ pub fn bench_cases(group_name: &str, cases: &[Case]) -> kernel_runtime::Result<(
     for case in cases {
         let us = median_us(&timer, &backlog, case, 30)?;
         let tbs = case.bytes as f64 / (us * 1e-6) / 1e12;
-        let flops = if case.flops > 0 { format!(", {:.1} TFLOP/s", case.flops as f64 / (us * 1e-6) / 1e12) } else { String::new() };
+        let flops = if case.flops > 0 {
+            format!(", {:.1} TFLOP/s", case.flops as f64 / (us * 1e-6) / 1e12)
+        } else {
+            String::new()
+        };
         println!("SUMMARY {}: median {us:.2} us, {tbs:.3} TB/s{flops} ({} bytes per launch)", case.name, case.bytes);
     }
     Ok(())

@@ -9,17 +9,12 @@ use std::process::Command;
 
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_minisgl"));
-    c.env(
-        "MINISGL_CACHE_DIR",
-        std::env::temp_dir().join("minisgl-cli-test-cache"),
-    );
+    c.env("MINISGL_CACHE_DIR", std::env::temp_dir().join("minisgl-cli-test-cache"));
     c
 }
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(name)
 }
 
 /// The reference greedy ids of case 0, read from reference.safetensors.
@@ -27,40 +22,20 @@ fn reference(name: &str) -> (Vec<u32>, Vec<u32>, String) {
     let bytes = std::fs::read(fixture(name).join("reference.safetensors")).unwrap();
     let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
     let ids = |n: &str| -> Vec<u32> {
-        st.tensor(n)
-            .unwrap()
-            .data()
-            .chunks_exact(8)
-            .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as u32)
-            .collect()
+        st.tensor(n).unwrap().data().chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap()) as u32).collect()
     };
-    let meta: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(fixture(name).join("reference.json")).unwrap(),
-    )
-    .unwrap();
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture(name).join("reference.json")).unwrap()).unwrap();
     let text = meta["cases"][0]["text"].as_str().unwrap().to_owned();
     (ids("case0.input_ids"), ids("case0.greedy_ids"), text)
 }
 
 #[test]
 fn generate_json_reproduces_the_reference_greedy_ids() {
-    for name in [
-        "llama-tiny",
-        "qwen2-tiny",
-        "qwen3-tiny",
-        "mistral-tiny",
-        "qwen3-moe-tiny",
-    ] {
+    for name in ["llama-tiny", "qwen2-tiny", "qwen3-tiny", "mistral-tiny", "qwen3-moe-tiny"] {
         let (prompt_ids, greedy_ids, text) = reference(name);
         let out = bin()
-            .args([
-                "generate",
-                "--device",
-                "cpu",
-                "--json",
-                "--ignore-eos",
-                "--max-tokens",
-            ])
+            .args(["generate", "--device", "cpu", "--json", "--ignore-eos", "--max-tokens"])
             .arg(greedy_ids.len().to_string())
             .arg("--model")
             .arg(fixture(name))
@@ -68,19 +43,10 @@ fn generate_json_reproduces_the_reference_greedy_ids() {
             .arg(&text)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let got = |k: &str| -> Vec<u32> {
-            v[k].as_array()
-                .unwrap()
-                .iter()
-                .map(|x| x.as_u64().unwrap() as u32)
-                .collect()
-        };
+        let got =
+            |k: &str| -> Vec<u32> { v[k].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect() };
         assert_eq!(got("prompt_ids"), prompt_ids, "{name}: prompt ids");
         assert_eq!(got("output_ids"), greedy_ids, "{name}: greedy ids");
         assert!(v["text"].is_string());
@@ -108,11 +74,7 @@ fn bench_runs_with_dummy_weights_and_reports_throughput() {
         .arg(fixture("qwen2-tiny"))
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
     assert_eq!(json["requests"], 6);
@@ -137,44 +99,17 @@ fn bad_input_is_a_clear_error() {
     let model = model.to_str().unwrap();
     // A GPU asked for on a machine without one.
     if !kernel_runtime::cuda::driver_present() {
-        let err = run(&[
-            "generate", "--model", model, "--device", "cuda", "--prompt", "x",
-        ]);
-        assert!(
-            err.contains("no CUDA driver") && err.contains("--device cpu"),
-            "{err}"
-        );
+        let err = run(&["generate", "--model", model, "--device", "cuda", "--prompt", "x"]);
+        assert!(err.contains("no CUDA driver") && err.contains("--device cpu"), "{err}");
     }
-    let err = run(&[
-        "generate", "--model", model, "--device", "tpu", "--prompt", "x",
-    ]);
+    let err = run(&["generate", "--model", model, "--device", "tpu", "--prompt", "x"]);
     assert!(err.contains("unknown device `tpu`"), "{err}");
-    let err = run(&[
-        "generate",
-        "--model",
-        tmp.path().join("missing").to_str().unwrap(),
-        "--device",
-        "cpu",
-        "--prompt",
-        "x",
-    ]);
+    let err =
+        run(&["generate", "--model", tmp.path().join("missing").to_str().unwrap(), "--device", "cpu", "--prompt", "x"]);
     assert!(err.contains("missing"), "{err}");
     // A context longer than the model's, or a prompt longer than the one asked for.
-    let err = run(&[
-        "generate",
-        "--model",
-        model,
-        "--device",
-        "cpu",
-        "--max-model-len",
-        "1000000",
-        "--prompt",
-        "x",
-    ]);
-    assert!(
-        err.contains("--max-model-len 1000000 exceeds the model's context"),
-        "{err}"
-    );
+    let err = run(&["generate", "--model", model, "--device", "cpu", "--max-model-len", "1000000", "--prompt", "x"]);
+    assert!(err.contains("--max-model-len 1000000 exceeds the model's context"), "{err}");
     let err = run(&[
         "generate",
         "--model",
@@ -200,35 +135,17 @@ fn bad_input_is_a_clear_error() {
     ]);
     assert!(err.contains("none.jinja"), "{err}");
     let err = run(&["pull", "gpt-5"]);
-    assert!(
-        err.contains("unknown model `gpt-5`") && err.contains("smollm2"),
-        "{err}"
-    );
+    assert!(err.contains("unknown model `gpt-5`") && err.contains("smollm2"), "{err}");
     // A folder whose config names an architecture nobody registered.
     let broken = tmp.path().join("broken");
     std::fs::create_dir_all(&broken).unwrap();
-    for f in [
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "model.safetensors",
-    ] {
+    for f in ["tokenizer.json", "tokenizer_config.json", "model.safetensors"] {
         std::fs::copy(fixture("qwen3-tiny").join(f), broken.join(f)).unwrap();
     }
     let config = std::fs::read_to_string(fixture("qwen3-tiny").join("config.json"))
         .unwrap()
         .replace("Qwen3ForCausalLM", "MambaForCausalLM");
     std::fs::write(broken.join("config.json"), config).unwrap();
-    let err = run(&[
-        "generate",
-        "--model",
-        broken.to_str().unwrap(),
-        "--device",
-        "cpu",
-        "--prompt",
-        "x",
-    ]);
-    assert!(
-        err.contains("MambaForCausalLM") && err.contains("LlamaForCausalLM"),
-        "{err}"
-    );
+    let err = run(&["generate", "--model", broken.to_str().unwrap(), "--device", "cpu", "--prompt", "x"]);
+    assert!(err.contains("MambaForCausalLM") && err.contains("LlamaForCausalLM"), "{err}");
 }

@@ -8,9 +8,7 @@ use std::process::Command;
 use serde_json::{json, Value as Json};
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(name)
 }
 
 struct Output {
@@ -39,22 +37,13 @@ fn os(s: &str) -> &std::ffi::OsStr {
 fn reference_chat(model: &str) -> (Json, String) {
     let text = std::fs::read_to_string(fixture(model).join("reference.json")).unwrap();
     let reference: Json = serde_json::from_str(&text).unwrap();
-    (
-        reference["chat"]["messages"].clone(),
-        reference["chat"]["rendered"].as_str().unwrap().to_owned(),
-    )
+    (reference["chat"]["messages"].clone(), reference["chat"]["rendered"].as_str().unwrap().to_owned())
 }
 
 #[test]
 fn fixture_templates_match_transformers() {
     let dir = tempfile::tempdir().unwrap();
-    for model in [
-        "qwen3-tiny",
-        "qwen2-tiny",
-        "llama-tiny",
-        "mistral-tiny",
-        "qwen3-moe-tiny",
-    ] {
+    for model in ["qwen3-tiny", "qwen2-tiny", "llama-tiny", "mistral-tiny", "qwen3-moe-tiny"] {
         let (messages, want) = reference_chat(model);
         let list = dir.path().join(format!("{model}.json"));
         std::fs::write(&list, messages.to_string()).unwrap();
@@ -85,18 +74,9 @@ fn fixture_templates_match_transformers() {
             }
         }
         // Without the generation prompt, the assistant header is absent.
-        let out = render(&[
-            os("--template"),
-            fixture(model).as_os_str(),
-            os("--messages"),
-            list.as_os_str(),
-        ]);
+        let out = render(&[os("--template"), fixture(model).as_os_str(), os("--messages"), list.as_os_str()]);
         assert_eq!(out.code, Some(0), "{}", out.stderr);
-        assert!(
-            want.starts_with(&out.stdout) && out.stdout.len() < want.len(),
-            "{model}: {:?}",
-            out.stdout
-        );
+        assert!(want.starts_with(&out.stdout) && out.stdout.len() < want.len(), "{model}: {:?}", out.stdout);
     }
 }
 
@@ -110,11 +90,7 @@ fn variables_are_json_or_strings() {
     )
     .unwrap();
     let messages = dir.path().join("m.json");
-    std::fs::write(
-        &messages,
-        r#"{"messages": [{"role": "user", "content": "hi"}], "greeting": "hey "}"#,
-    )
-    .unwrap();
+    std::fs::write(&messages, r#"{"messages": [{"role": "user", "content": "hi"}], "greeting": "hey "}"#).unwrap();
     let out = render(&[
         os("--template"),
         template.as_os_str(),
@@ -158,70 +134,37 @@ fn variables_are_json_or_strings() {
 fn template_errors_exit_with_status_1() {
     let dir = tempfile::tempdir().unwrap();
     let messages = dir.path().join("m.json");
-    std::fs::write(
-        &messages,
-        r#"[{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]"#,
-    )
-    .unwrap();
+    std::fs::write(&messages, r#"[{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]"#).unwrap();
     let raises = dir.path().join("raises.jinja");
     std::fs::write(
         &raises,
         "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{{ m.content }}{% endfor %}",
     )
     .unwrap();
-    let out = render(&[
-        os("--template"),
-        raises.as_os_str(),
-        os("--messages"),
-        messages.as_os_str(),
-    ]);
+    let out = render(&[os("--template"), raises.as_os_str(), os("--messages"), messages.as_os_str()]);
     assert_eq!(out.code, Some(1));
     assert_eq!(out.stdout, "");
-    assert!(
-        out.stderr.contains("System role not supported"),
-        "{}",
-        out.stderr
-    );
+    assert!(out.stderr.contains("System role not supported"), "{}", out.stderr);
 
     let broken = dir.path().join("broken.jinja");
     std::fs::write(&broken, "{% for m in messages %}{{ m.content }}").unwrap();
-    let out = render(&[
-        os("--template"),
-        broken.as_os_str(),
-        os("--messages"),
-        messages.as_os_str(),
-    ]);
+    let out = render(&[os("--template"), broken.as_os_str(), os("--messages"), messages.as_os_str()]);
     assert_eq!(out.code, Some(1));
     assert!(out.stderr.contains("does not compile"), "{}", out.stderr);
 
     // Missing and malformed files name the file.
     let missing = dir.path().join("missing.json");
-    let out = render(&[
-        os("--template"),
-        raises.as_os_str(),
-        os("--messages"),
-        missing.as_os_str(),
-    ]);
+    let out = render(&[os("--template"), raises.as_os_str(), os("--messages"), missing.as_os_str()]);
     assert_eq!(out.code, Some(1));
     assert!(out.stderr.contains("missing.json"), "{}", out.stderr);
     let bad = dir.path().join("bad.json");
     std::fs::write(&bad, "{\"messages\": [").unwrap();
-    let out = render(&[
-        os("--template"),
-        raises.as_os_str(),
-        os("--messages"),
-        bad.as_os_str(),
-    ]);
+    let out = render(&[os("--template"), raises.as_os_str(), os("--messages"), bad.as_os_str()]);
     assert_eq!(out.code, Some(1));
     assert!(out.stderr.contains("bad.json"), "{}", out.stderr);
     // A folder without a template.
     let empty = tempfile::tempdir().unwrap();
-    let out = render(&[
-        os("--template"),
-        empty.path().as_os_str(),
-        os("--messages"),
-        messages.as_os_str(),
-    ]);
+    let out = render(&[os("--template"), empty.path().as_os_str(), os("--messages"), messages.as_os_str()]);
     assert_eq!(out.code, Some(1));
     assert!(out.stderr.contains("no chat template"), "{}", out.stderr);
 }

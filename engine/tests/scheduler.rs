@@ -12,12 +12,11 @@
 
 use std::collections::HashMap;
 
-use engine::core::req::{FinishReason, PreparedBatch, ReqId, SamplingParams};
 use engine::core::engine::{
-    Engine, EngineConfig, EngineError, GenerateOutput, GenerateRequest, LengthLimit, ModelRunner,
-    RunnerError,
+    Engine, EngineConfig, EngineError, GenerateOutput, GenerateRequest, LengthLimit, ModelRunner, RunnerError,
 };
 use engine::core::kvcache::CacheKind;
+use engine::core::req::{FinishReason, PreparedBatch, ReqId, SamplingParams};
 use engine::core::sampling::logprobs::{token_logprobs, TokenLogprobs};
 use engine::core::sampling::penalties::Penalties;
 use engine::core::sampling::{self, Logits, SamplingRow};
@@ -44,11 +43,7 @@ fn chain(prev: u64, token: u32) -> u64 {
 fn logits_for(last: u64, digest: u64) -> Vec<f32> {
     let key = mix(last ^ digest.rotate_left(17));
     (0..VOCAB as u64)
-        .map(|v| {
-            (mix(key ^ v.wrapping_mul(0xA24B_AED4_963E_E407)) >> 40) as f32 / (1u64 << 24) as f32
-                * 8.0
-                - 4.0
-        })
+        .map(|v| (mix(key ^ v.wrapping_mul(0xA24B_AED4_963E_E407)) >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0)
         .collect()
 }
 
@@ -116,11 +111,7 @@ impl ModelRunner for FakeLm {
                 }
                 let slot = slot_of(r, pos)?;
                 if b.out_loc()[i] as usize != slot {
-                    return Err(format!(
-                        "row {r}: out_loc {} but page table says {slot}",
-                        b.out_loc()[i]
-                    )
-                    .into());
+                    return Err(format!("row {r}: out_loc {} but page table says {slot}", b.out_loc()[i]).into());
                 }
                 let prev = if pos == 0 {
                     CHAIN_SEED
@@ -139,8 +130,7 @@ impl ModelRunner for FakeLm {
             let mut digest = 0;
             let mut last = 0;
             for pos in 0..kv_len {
-                last = self.kv[slot_of(r, pos)?]
-                    .ok_or_else(|| format!("row {r}: read of unwritten KV at {pos}"))?;
+                last = self.kv[slot_of(r, pos)?].ok_or_else(|| format!("row {r}: read of unwritten KV at {pos}"))?;
                 digest = digest_step(digest, pos, last);
             }
             data.extend(logits_for(last, digest));
@@ -254,15 +244,8 @@ fn sixteen_requests() -> Vec<GenerateRequest> {
             let mut params = match i % 4 {
                 0 => SamplingParams::greedy(40),
                 1 => SamplingParams::random(25, 0.8, 1000 + u64::from(i)),
-                2 => SamplingParams {
-                    top_k: Some(5),
-                    top_p: 0.9,
-                    ..SamplingParams::random(30, 1.3, 77)
-                },
-                _ => SamplingParams {
-                    min_p: 0.2,
-                    ..SamplingParams::random(1 + i as usize, 1.0, u64::from(i))
-                },
+                2 => SamplingParams { top_k: Some(5), top_p: 0.9, ..SamplingParams::random(30, 1.3, 77) },
+                _ => SamplingParams { min_p: 0.2, ..SamplingParams::random(1 + i as usize, 1.0, u64::from(i)) },
             };
             params.seed.get_or_insert(9);
             if i == 5 {
@@ -287,10 +270,7 @@ fn sixteen_requests() -> Vec<GenerateRequest> {
                 }
                 _ => {}
             }
-            GenerateRequest {
-                prompt_ids: prompt(i % 3, shared, own, i),
-                params,
-            }
+            GenerateRequest { prompt_ids: prompt(i % 3, shared, own, i), params }
         })
         .collect()
 }
@@ -302,11 +282,7 @@ fn sixteen_requests() -> Vec<GenerateRequest> {
 fn drive(
     engine: &mut Engine<FakeLm>,
     max_running: usize,
-) -> (
-    HashMap<ReqId, Vec<u32>>,
-    HashMap<ReqId, GenerateOutput>,
-    HashMap<ReqId, Vec<TokenLogprobs>>,
-) {
+) -> (HashMap<ReqId, Vec<u32>>, HashMap<ReqId, GenerateOutput>, HashMap<ReqId, Vec<TokenLogprobs>>) {
     let mut streamed: HashMap<ReqId, Vec<u32>> = HashMap::new();
     let mut finished = HashMap::new();
     let mut logprobs: HashMap<ReqId, Vec<TokenLogprobs>> = HashMap::new();
@@ -335,11 +311,7 @@ fn assert_pool_whole(engine: &mut Engine<FakeLm>) {
     engine.check_integrity();
     let stats = engine.stats();
     assert_eq!(stats.used_pages, 0, "{stats:?}");
-    assert_eq!(
-        stats.free_pages + stats.evictable_pages,
-        stats.num_pages,
-        "{stats:?}"
-    );
+    assert_eq!(stats.free_pages + stats.evictable_pages, stats.num_pages, "{stats:?}");
     engine.flush_cache();
     let stats = engine.stats();
     assert_eq!(stats.free_pages, stats.num_pages, "{stats:?}");
@@ -372,21 +344,14 @@ fn check_together_on(config: EngineConfig, device_sampling: bool) -> Engine<Fake
     let max_running = config.scheduler.max_running_requests;
     let mut engine = new_engine(config);
     engine.runner_mut().device_sampling = device_sampling;
-    let ids: Vec<ReqId> = requests
-        .iter()
-        .map(|r| engine.add_request(r.clone()).expect("valid request"))
-        .collect();
+    let ids: Vec<ReqId> = requests.iter().map(|r| engine.add_request(r.clone()).expect("valid request")).collect();
     let (streamed, finished, logprobs) = drive(&mut engine, max_running);
     let outputs: Vec<GenerateOutput> = ids.iter().map(|id| finished[id].clone()).collect();
     assert_matches_oracle(&requests, &outputs);
     for (i, (id, out)) in ids.iter().zip(&outputs).enumerate() {
         assert_eq!(streamed[id], out.output_ids, "streamed tokens of {id}");
         let want = oracle_with_logprobs(&requests[i]).2;
-        assert_eq!(
-            logprobs.get(id).cloned().unwrap_or_default(),
-            want,
-            "log probabilities of request {i}"
-        );
+        assert_eq!(logprobs.get(id).cloned().unwrap_or_default(), want, "log probabilities of request {i}");
         assert_eq!(want.is_empty(), requests[i].params.logprobs.is_none());
     }
     assert_pool_whole(&mut engine);
@@ -421,19 +386,13 @@ fn sixteen_together_equal_each_alone() {
     let cfg = config(4, 512, 256, CacheKind::Radix, SchedulePolicy::PrefillFirst);
     let mut engine = new_engine(cfg.clone());
     let together = engine.generate(requests.clone()).expect("generate");
-    assert!(
-        engine.runner().max_batch_rows > 1,
-        "requests were actually batched"
-    );
+    assert!(engine.runner().max_batch_rows > 1, "requests were actually batched");
     assert_pool_whole(&mut engine);
     for (i, req) in requests.into_iter().enumerate() {
         let mut alone = new_engine(cfg.clone());
         let out = alone.generate(vec![req]).expect("generate");
         assert_eq!(out[0].output_ids, together[i].output_ids, "request {i}");
-        assert_eq!(
-            out[0].finish_reason, together[i].finish_reason,
-            "request {i}"
-        );
+        assert_eq!(out[0].finish_reason, together[i].finish_reason, "request {i}");
         assert_pool_whole(&mut alone);
     }
 }
@@ -442,13 +401,8 @@ fn sixteen_together_equal_each_alone() {
 fn chunked_prefill_equals_unchunked() {
     let requests = sixteen_requests();
     let run = |max_prefill_length| {
-        let mut engine = new_engine(config(
-            16,
-            128,
-            max_prefill_length,
-            CacheKind::Radix,
-            SchedulePolicy::PrefillFirst,
-        ));
+        let mut engine =
+            new_engine(config(16, 128, max_prefill_length, CacheKind::Radix, SchedulePolicy::PrefillFirst));
         let out = engine.generate(requests.clone()).expect("generate");
         assert_pool_whole(&mut engine);
         (out, engine.stats().num_steps)
@@ -457,30 +411,15 @@ fn chunked_prefill_equals_unchunked() {
     let (chunked, steps_chunked) = run(8);
     assert!(steps_chunked > steps_unchunked, "chunking takes more steps");
     for (a, b) in unchunked.iter().zip(&chunked) {
-        assert_eq!(
-            (&a.output_ids, a.finish_reason),
-            (&b.output_ids, b.finish_reason)
-        );
+        assert_eq!((&a.output_ids, a.finish_reason), (&b.output_ids, b.finish_reason));
     }
 }
 
 #[test]
 fn radix_reuses_a_shared_prefix() {
-    let first = GenerateRequest {
-        prompt_ids: prompt(1, 40, 6, 1),
-        params: SamplingParams::random(12, 0.7, 5),
-    };
-    let second = GenerateRequest {
-        prompt_ids: prompt(1, 40, 9, 2),
-        params: SamplingParams::random(12, 0.7, 6),
-    };
-    let mut engine = new_engine(config(
-        4,
-        256,
-        64,
-        CacheKind::Radix,
-        SchedulePolicy::PrefillFirst,
-    ));
+    let first = GenerateRequest { prompt_ids: prompt(1, 40, 6, 1), params: SamplingParams::random(12, 0.7, 5) };
+    let second = GenerateRequest { prompt_ids: prompt(1, 40, 9, 2), params: SamplingParams::random(12, 0.7, 6) };
+    let mut engine = new_engine(config(4, 256, 64, CacheKind::Radix, SchedulePolicy::PrefillFirst));
     let a = engine.generate(vec![first.clone()]).expect("generate");
     assert_eq!(engine.stats().cache_hit_tokens, 0);
     assert_eq!(a[0].cached_tokens, 0);
@@ -488,28 +427,16 @@ fn radix_reuses_a_shared_prefix() {
     // 40 shared tokens: 10 whole pages are reused.
     assert_eq!(b[0].cached_tokens, 40);
     assert_eq!(engine.stats().cache_hit_tokens, 40);
-    assert_matches_oracle(
-        &[first.clone(), second.clone()],
-        &[a[0].clone(), b[0].clone()],
-    );
+    assert_matches_oracle(&[first.clone(), second.clone()], &[a[0].clone(), b[0].clone()]);
 
     // The same request again reuses its whole prompt but its last token.
     let again = engine.generate(vec![second.clone()]).expect("generate");
     assert_eq!(again[0].output_ids, b[0].output_ids);
-    assert_eq!(
-        again[0].cached_tokens,
-        (second.prompt_ids.len() - 1) / 4 * 4
-    );
+    assert_eq!(again[0].cached_tokens, (second.prompt_ids.len() - 1) / 4 * 4);
     assert_pool_whole(&mut engine);
 
     // The naive cache gives the same tokens without reuse.
-    let mut naive = new_engine(config(
-        4,
-        256,
-        64,
-        CacheKind::Naive,
-        SchedulePolicy::PrefillFirst,
-    ));
+    let mut naive = new_engine(config(4, 256, 64, CacheKind::Naive, SchedulePolicy::PrefillFirst));
     let n = naive.generate(vec![first, second]).expect("generate");
     assert_eq!(n[1].output_ids, b[0].output_ids);
     assert_eq!(n[1].cached_tokens, 0);
@@ -553,11 +480,7 @@ fn small_pool_queues_requests() {
         engine.check_integrity();
     }
     assert!(max_waiting_while_running > 8, "requests queued for memory");
-    assert_eq!(
-        engine.stats().num_preempted,
-        0,
-        "full reservation never preempts"
-    );
+    assert_eq!(engine.stats().num_preempted, 0, "full reservation never preempts");
     let mut outputs: Vec<GenerateOutput> = finished.into_values().collect();
     outputs.sort_by_key(|o| o.id);
     assert_matches_oracle(&requests, &outputs);
@@ -604,19 +527,10 @@ fn max_running_requests_is_respected() {
 
 #[test]
 fn abort_frees_pages() {
-    let mut engine = new_engine(config(
-        4,
-        128,
-        16,
-        CacheKind::Radix,
-        SchedulePolicy::PrefillFirst,
-    ));
+    let mut engine = new_engine(config(4, 128, 16, CacheKind::Radix, SchedulePolicy::PrefillFirst));
     let long = |salt| GenerateRequest {
         prompt_ids: prompt(2, 0, 30, salt),
-        params: SamplingParams {
-            ignore_eos: true,
-            ..SamplingParams::greedy(60)
-        },
+        params: SamplingParams { ignore_eos: true, ..SamplingParams::greedy(60) },
     };
     let a = engine.add_request(long(1)).expect("valid");
     let b = engine.add_request(long(2)).expect("valid");
@@ -645,20 +559,11 @@ fn abort_frees_pages() {
 #[test]
 fn finish_from_outside_reports_its_reason() {
     // A stop string matched by the detokenizer ends a request with `Stop`.
-    let mut engine = new_engine(config(
-        4,
-        128,
-        64,
-        CacheKind::Radix,
-        SchedulePolicy::PrefillFirst,
-    ));
+    let mut engine = new_engine(config(4, 128, 64, CacheKind::Radix, SchedulePolicy::PrefillFirst));
     let id = engine
         .add_request(GenerateRequest {
             prompt_ids: prompt(0, 3, 3, 0),
-            params: SamplingParams {
-                ignore_eos: true,
-                ..SamplingParams::greedy(50)
-            },
+            params: SamplingParams { ignore_eos: true, ..SamplingParams::greedy(50) },
         })
         .expect("valid");
     let mut streamed = Vec::new();
@@ -673,13 +578,7 @@ fn finish_from_outside_reports_its_reason() {
 
 #[test]
 fn invalid_requests_are_rejected_at_submission() {
-    let mut engine = new_engine(config(
-        4,
-        16,
-        64,
-        CacheKind::Radix,
-        SchedulePolicy::PrefillFirst,
-    ));
+    let mut engine = new_engine(config(4, 16, 64, CacheKind::Radix, SchedulePolicy::PrefillFirst));
     let req = |prompt_ids: Vec<u32>, params| GenerateRequest { prompt_ids, params };
     let err = |r: Result<ReqId, EngineError>| r.expect_err("must be rejected");
 
@@ -696,85 +595,28 @@ fn invalid_requests_are_rejected_at_submission() {
     }
     let bad_params = [
         ("max_tokens", SamplingParams::greedy(0)),
-        (
-            "temperature",
-            SamplingParams {
-                temperature: -1.0,
-                ..SamplingParams::greedy(4)
-            },
-        ),
-        (
-            "temperature",
-            SamplingParams {
-                temperature: f32::NAN,
-                ..SamplingParams::greedy(4)
-            },
-        ),
-        (
-            "top_k",
-            SamplingParams {
-                top_k: Some(0),
-                ..SamplingParams::greedy(4)
-            },
-        ),
-        (
-            "top_p",
-            SamplingParams {
-                top_p: 0.0,
-                ..SamplingParams::greedy(4)
-            },
-        ),
-        (
-            "top_p",
-            SamplingParams {
-                top_p: 1.5,
-                ..SamplingParams::greedy(4)
-            },
-        ),
-        (
-            "min_p",
-            SamplingParams {
-                min_p: -0.1,
-                ..SamplingParams::greedy(4)
-            },
-        ),
+        ("temperature", SamplingParams { temperature: -1.0, ..SamplingParams::greedy(4) }),
+        ("temperature", SamplingParams { temperature: f32::NAN, ..SamplingParams::greedy(4) }),
+        ("top_k", SamplingParams { top_k: Some(0), ..SamplingParams::greedy(4) }),
+        ("top_p", SamplingParams { top_p: 0.0, ..SamplingParams::greedy(4) }),
+        ("top_p", SamplingParams { top_p: 1.5, ..SamplingParams::greedy(4) }),
+        ("min_p", SamplingParams { min_p: -0.1, ..SamplingParams::greedy(4) }),
         (
             "repetition_penalty",
-            SamplingParams {
-                penalties: Penalties {
-                    repetition: 0.0,
-                    ..Penalties::NONE
-                },
-                ..SamplingParams::greedy(4)
-            },
+            SamplingParams { penalties: Penalties { repetition: 0.0, ..Penalties::NONE }, ..SamplingParams::greedy(4) },
         ),
         (
             "frequency_penalty",
-            SamplingParams {
-                penalties: Penalties {
-                    frequency: 2.5,
-                    ..Penalties::NONE
-                },
-                ..SamplingParams::greedy(4)
-            },
+            SamplingParams { penalties: Penalties { frequency: 2.5, ..Penalties::NONE }, ..SamplingParams::greedy(4) },
         ),
         (
             "presence_penalty",
             SamplingParams {
-                penalties: Penalties {
-                    presence: f32::NAN,
-                    ..Penalties::NONE
-                },
+                penalties: Penalties { presence: f32::NAN, ..Penalties::NONE },
                 ..SamplingParams::greedy(4)
             },
         ),
-        (
-            "top_logprobs",
-            SamplingParams {
-                logprobs: Some(21),
-                ..SamplingParams::greedy(4)
-            },
-        ),
+        ("top_logprobs", SamplingParams { logprobs: Some(21), ..SamplingParams::greedy(4) }),
     ];
     for (expected, params) in bad_params {
         match err(engine.add_request(req(vec![1, 2], params))) {
@@ -785,40 +627,24 @@ fn invalid_requests_are_rejected_at_submission() {
 
     // 64 KV slots: 60 + 5 tokens need 64 slots (the last output is never
     // fed) and fit; 60 + 6 do not.
-    engine
-        .add_request(req(vec![1; 60], SamplingParams::greedy(5)))
-        .expect("fits the pool exactly");
+    engine.add_request(req(vec![1; 60], SamplingParams::greedy(5))).expect("fits the pool exactly");
     match err(engine.add_request(req(vec![1; 60], SamplingParams::greedy(6)))) {
-        e @ EngineError::TooLong {
-            limit: LengthLimit::KvPool,
-            ..
-        } => {
+        e @ EngineError::TooLong { limit: LengthLimit::KvPool, .. } => {
             assert!(e.to_string().contains("KV cache pool"), "{e}");
         }
         e => panic!("unexpected {e}"),
     }
-    let mut big = new_engine(config(
-        4,
-        4096,
-        64,
-        CacheKind::Radix,
-        SchedulePolicy::PrefillFirst,
-    ));
+    let mut big = new_engine(config(4, 4096, 64, CacheKind::Radix, SchedulePolicy::PrefillFirst));
     match err(big.add_request(req(vec![1; MAX_CONTEXT], SamplingParams::greedy(1)))) {
-        e @ EngineError::TooLong {
-            limit: LengthLimit::Context,
-            ..
-        } => {
+        e @ EngineError::TooLong { limit: LengthLimit::Context, .. } => {
             assert!(e.to_string().contains("model context of 4096"), "{e}");
         }
         e => panic!("unexpected {e}"),
     }
 
     // A batch with one bad request queues none of them.
-    let outcome = big.generate(vec![
-        req(vec![1, 2], SamplingParams::greedy(3)),
-        req(vec![], SamplingParams::greedy(3)),
-    ]);
+    let outcome =
+        big.generate(vec![req(vec![1, 2], SamplingParams::greedy(3)), req(vec![], SamplingParams::greedy(3))]);
     assert!(outcome.is_err());
     assert!(!big.has_work());
 
@@ -859,10 +685,7 @@ struct BrokenLm {
 impl ModelRunner for BrokenLm {
     fn forward(&mut self, b: &PreparedBatch) -> Result<Logits, RunnerError> {
         if self.wrong_shape {
-            Ok(Logits::new(
-                vec![0.0; (b.logits_rows().len() + 1) * VOCAB],
-                VOCAB,
-            ))
+            Ok(Logits::new(vec![0.0; (b.logits_rows().len() + 1) * VOCAB], VOCAB))
         } else {
             Err("device lost".into())
         }
@@ -882,23 +705,11 @@ fn runner_errors_surface_and_leave_a_consistent_engine() {
     for wrong_shape in [false, true] {
         let cfg = config(4, 64, 64, CacheKind::Radix, SchedulePolicy::PrefillFirst);
         let mut engine = Engine::new(BrokenLm { wrong_shape }, cfg).expect("valid config");
-        let req = GenerateRequest {
-            prompt_ids: vec![1, 2, 3, 4, 5],
-            params: SamplingParams::greedy(3),
-        };
-        let err = engine
-            .generate(vec![req.clone()])
-            .expect_err("runner is broken");
+        let req = GenerateRequest { prompt_ids: vec![1, 2, 3, 4, 5], params: SamplingParams::greedy(3) };
+        let err = engine.generate(vec![req.clone()]).expect_err("runner is broken");
         match (wrong_shape, &err) {
             (false, EngineError::Runner(source)) => assert_eq!(source.to_string(), "device lost"),
-            (
-                true,
-                EngineError::LogitsShape {
-                    rows: 1,
-                    got_rows: 2,
-                    ..
-                },
-            ) => {}
+            (true, EngineError::LogitsShape { rows: 1, got_rows: 2, .. }) => {}
             _ => panic!("unexpected {err}"),
         }
         // generate aborted its requests: nothing is left holding pages.
@@ -918,31 +729,16 @@ fn runner_errors_surface_and_leave_a_consistent_engine() {
 
 #[test]
 fn generate_needs_an_idle_engine() {
-    let mut engine = new_engine(config(
-        4,
-        64,
-        64,
-        CacheKind::Radix,
-        SchedulePolicy::PrefillFirst,
-    ));
-    let req = GenerateRequest {
-        prompt_ids: vec![1, 2, 3],
-        params: SamplingParams::greedy(3),
-    };
+    let mut engine = new_engine(config(4, 64, 64, CacheKind::Radix, SchedulePolicy::PrefillFirst));
+    let req = GenerateRequest { prompt_ids: vec![1, 2, 3], params: SamplingParams::greedy(3) };
     let id = engine.add_request(req.clone()).expect("valid");
-    assert!(matches!(
-        engine.generate(vec![req]),
-        Err(EngineError::Busy { num_requests: 1 })
-    ));
+    assert!(matches!(engine.generate(vec![req]), Err(EngineError::Busy { num_requests: 1 })));
     assert!(engine.abort(id));
 }
 
 #[test]
 fn penalties_and_logprobs_take_the_host_path_next_to_device_sampling() {
-    check_together_on(
-        config(4, 512, 256, CacheKind::Radix, SchedulePolicy::Mixed),
-        true,
-    );
+    check_together_on(config(4, 512, 256, CacheKind::Radix, SchedulePolicy::Mixed), true);
 }
 
 #[test]
@@ -952,22 +748,12 @@ fn penalties_change_what_is_sampled() {
     // checks that the penalty is applied at all.
     let plain = GenerateRequest {
         prompt_ids: prompt(1, 0, 6, 3),
-        params: SamplingParams {
-            ignore_eos: true,
-            seed: Some(1),
-            ..SamplingParams::greedy(30)
-        },
+        params: SamplingParams { ignore_eos: true, seed: Some(1), ..SamplingParams::greedy(30) },
     };
     let mut penalised = plain.clone();
-    penalised.params.penalties = Penalties {
-        frequency: 2.0,
-        presence: 2.0,
-        ..Penalties::NONE
-    };
+    penalised.params.penalties = Penalties { frequency: 2.0, presence: 2.0, ..Penalties::NONE };
     let mut engine = new_engine(config(4, 512, 256, CacheKind::Radix, SchedulePolicy::Mixed));
-    let out = engine
-        .generate(vec![plain.clone(), penalised.clone()])
-        .expect("generate");
+    let out = engine.generate(vec![plain.clone(), penalised.clone()]).expect("generate");
     assert_matches_oracle(&[plain, penalised], &out);
     let distinct = |ids: &[u32]| ids.iter().collect::<std::collections::HashSet<_>>().len();
     assert!(
@@ -980,23 +766,9 @@ fn penalties_change_what_is_sampled() {
 
 #[test]
 fn unseeded_requests_still_run() {
-    let mut engine = new_engine(config(
-        4,
-        64,
-        64,
-        CacheKind::Radix,
-        SchedulePolicy::PrefillFirst,
-    ));
-    let params = SamplingParams {
-        temperature: 1.0,
-        ..SamplingParams::greedy(5)
-    };
-    let out = engine
-        .generate(vec![GenerateRequest {
-            prompt_ids: vec![1, 2, 3],
-            params,
-        }])
-        .expect("generate");
+    let mut engine = new_engine(config(4, 64, 64, CacheKind::Radix, SchedulePolicy::PrefillFirst));
+    let params = SamplingParams { temperature: 1.0, ..SamplingParams::greedy(5) };
+    let out = engine.generate(vec![GenerateRequest { prompt_ids: vec![1, 2, 3], params }]).expect("generate");
     assert!(!out[0].output_ids.is_empty() && out[0].output_ids.len() <= 5);
     assert_pool_whole(&mut engine);
 }
@@ -1006,10 +778,7 @@ fn boxed_runner_chosen_at_run_time() {
     let cfg = config(4, 64, 64, CacheKind::Radix, SchedulePolicy::PrefillFirst);
     let runner: Box<dyn ModelRunner> = Box::new(FakeLm::new(&cfg));
     let mut engine = Engine::new(runner, cfg).expect("valid config");
-    let req = GenerateRequest {
-        prompt_ids: vec![1, 2, 3],
-        params: SamplingParams::random(6, 0.9, 4),
-    };
+    let req = GenerateRequest { prompt_ids: vec![1, 2, 3], params: SamplingParams::random(6, 0.9, 4) };
     let out = engine.generate(vec![req.clone()]).expect("generate");
     assert_matches_oracle(&[req], &out);
 }

@@ -11,19 +11,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use engine::text::chat_template::{ChatTemplate, RenderOptions};
-use engine::frontend::cli::common::{load_model, EngineArgs, LoadedModel, ModelArgs};
-use engine::core::req::SamplingParams;
 use engine::core::engine::GenerateRequest;
+use engine::core::req::SamplingParams;
+use engine::frontend::cli::common::{load_model, EngineArgs, LoadedModel, ModelArgs};
+use engine::text::chat_template::{ChatTemplate, RenderOptions};
 use serde_json::{json, Value as Json};
 
 const MODEL: &str = "qwen3-tiny";
 const MAX_TOKENS: usize = 24;
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(name)
 }
 
 fn load(name: &str) -> LoadedModel {
@@ -54,11 +52,7 @@ fn load(name: &str) -> LoadedModel {
 fn chat_template_and_max_model_len_options_apply() {
     let dir = tempfile::tempdir().unwrap();
     let template = dir.path().join("plain.jinja");
-    std::fs::write(
-        &template,
-        "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant:",
-    )
-    .unwrap();
+    std::fs::write(&template, "{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}assistant:").unwrap();
     let m = load_model(
         &ModelArgs {
             model: fixture(MODEL),
@@ -80,33 +74,20 @@ fn chat_template_and_max_model_len_options_apply() {
         },
     )
     .unwrap();
-    assert_eq!(
-        m.chat.chat_template.as_deref(),
-        Some(std::fs::read_to_string(&template).unwrap().as_str())
-    );
+    assert_eq!(m.chat.chat_template.as_deref(), Some(std::fs::read_to_string(&template).unwrap().as_str()));
     assert_eq!(m.engine.runner().max_context_len(), 48);
 }
 
 /// The greedy reply to a conversation, as the shell renders and decodes it.
 fn reply(m: &mut LoadedModel, conversation: &[(&str, &str)]) -> String {
-    let messages: Vec<Json> = conversation
-        .iter()
-        .map(|(role, content)| json!({"role": role, "content": content}))
-        .collect();
+    let messages: Vec<Json> =
+        conversation.iter().map(|(role, content)| json!({"role": role, "content": content})).collect();
     let template = ChatTemplate::new(m.chat.chat_template.as_deref().unwrap()).unwrap();
-    let prompt = template
-        .render(
-            &messages,
-            &RenderOptions::new(true, m.chat.special_tokens.clone()),
-        )
-        .unwrap();
+    let prompt = template.render(&messages, &RenderOptions::new(true, m.chat.special_tokens.clone())).unwrap();
     let prompt_ids = m.tokenizer.encode(&prompt, false).unwrap();
     let out = m
         .engine
-        .generate(vec![GenerateRequest {
-            prompt_ids,
-            params: SamplingParams::greedy(MAX_TOKENS),
-        }])
+        .generate(vec![GenerateRequest { prompt_ids, params: SamplingParams::greedy(MAX_TOKENS) }])
         .unwrap()
         .remove(0);
     m.tokenizer.decode(&out.output_ids, true).unwrap()
@@ -137,11 +118,7 @@ fn run_shell(input: &str) -> (std::process::ExitStatus, String, String) {
         std::thread::sleep(Duration::from_millis(50));
     }
     let out = child.wait_with_output().expect("shell output");
-    (
-        out.status,
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    (out.status, String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 #[test]
@@ -150,25 +127,12 @@ fn piped_shell_keeps_the_conversation_and_reset_clears_it() {
     let mut m = load(MODEL);
     let a1 = reply(&mut m, &[("user", q)]);
     let a2 = reply(&mut m, &[("user", q), ("assistant", &a1), ("user", q)]);
-    let without_reset = reply(
-        &mut m,
-        &[
-            ("user", q),
-            ("assistant", &a1),
-            ("user", q),
-            ("assistant", &a2),
-            ("user", q),
-        ],
-    );
+    let without_reset = reply(&mut m, &[("user", q), ("assistant", &a1), ("user", q), ("assistant", &a2), ("user", q)]);
     assert!(!a1.is_empty());
     assert_ne!(a2, a1, "the question must have a history-dependent answer");
-    assert_ne!(
-        without_reset, a1,
-        "the question must have a history-dependent answer"
-    );
+    assert_ne!(without_reset, a1, "the question must have a history-dependent answer");
 
-    let (status, stdout, stderr) =
-        run_shell(&format!("{q}\n{q}\n/reset\n{q}\n/exit\nnever read\n"));
+    let (status, stdout, stderr) = run_shell(&format!("{q}\n{q}\n/reset\n{q}\n/exit\nnever read\n"));
     assert!(status.success(), "{status}: {stderr}");
     assert_eq!(stdout, format!("{a1}\n{a2}\n{a1}\n"), "stderr: {stderr}");
     assert!(stderr.contains("(conversation cleared)"), "{stderr}");

@@ -18,11 +18,8 @@ fn smollm2_names_paris_through_the_openai_client() {
         return;
     };
     require_openai_package();
-    let mut server = ServeProcess::start(
-        std::path::Path::new(&gguf),
-        &["--num-pages", "256"],
-        Duration::from_secs(120),
-    );
+    let mut server =
+        ServeProcess::start(std::path::Path::new(&gguf), &["--num-pages", "256"], Duration::from_secs(120));
     let script = r#"
 import sys, openai
 c = openai.OpenAI(base_url=sys.argv[1], api_key="none")
@@ -32,22 +29,11 @@ r = c.chat.completions.create(model=model, temperature=0, max_tokens=48,
 print(r.choices[0].message.content)
 print("finish:", r.choices[0].finish_reason, "completion_tokens:", r.usage.completion_tokens)
 "#;
-    let out = python()
-        .args(["-c", script, &format!("http://{}/v1", server.addr)])
-        .output()
-        .unwrap();
+    let out = python().args(["-c", script, &format!("http://{}/v1", server.addr)]).output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "client failed: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        server.stderr_text()
-    );
+    assert!(out.status.success(), "client failed: {}\n{}", String::from_utf8_lossy(&out.stderr), server.stderr_text());
     eprintln!("SmolLM2 answered: {stdout}");
-    assert!(
-        stdout.contains("Paris"),
-        "the answer does not name Paris: {stdout}"
-    );
+    assert!(stdout.contains("Paris"), "the answer does not name Paris: {stdout}");
     server.terminate(Duration::from_secs(30));
     server.assert_no_panic();
 }

@@ -9,18 +9,10 @@ use engine::text::tokenizer::{SpecialTokens, StopMatcher, StopOutcome, Tokenizer
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
-const FIXTURES: [&str; 5] = [
-    "llama-tiny",
-    "qwen2-tiny",
-    "qwen3-tiny",
-    "qwen3-moe-tiny",
-    "mistral-tiny",
-];
+const FIXTURES: [&str; 5] = ["llama-tiny", "qwen2-tiny", "qwen3-tiny", "qwen3-moe-tiny", "mistral-tiny"];
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures").join(name)
 }
 
 fn reference_json(dir: &Path) -> Value {
@@ -32,24 +24,16 @@ fn reference_json(dir: &Path) -> Value {
 fn reference_ids(dir: &Path, name: &str) -> Vec<u32> {
     let bytes = std::fs::read(dir.join("reference.safetensors")).unwrap();
     let tensors = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let view = tensors
-        .tensor(name)
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
+    let view = tensors.tensor(name).unwrap_or_else(|e| panic!("{name}: {e}"));
     assert_eq!(view.dtype(), safetensors::Dtype::I64, "{name}");
-    view.data()
-        .chunks_exact(8)
-        .map(|c| u32::try_from(i64::from_le_bytes(c.try_into().unwrap())).unwrap())
-        .collect()
+    view.data().chunks_exact(8).map(|c| u32::try_from(i64::from_le_bytes(c.try_into().unwrap())).unwrap()).collect()
 }
 
 /// Streams `ids` through a fresh [`DecodeStream`](engine::text::tokenizer::stream::DecodeStream),
 /// returning the pieces (the final flush last).
 fn stream_pieces(tok: &Tokenizer, ids: &[u32], skip_special_tokens: bool) -> Vec<String> {
     let mut stream = tok.decode_stream(skip_special_tokens);
-    let mut pieces: Vec<String> = ids
-        .iter()
-        .map(|&id| stream.step(tok, id).unwrap())
-        .collect();
+    let mut pieces: Vec<String> = ids.iter().map(|&id| stream.step(tok, id).unwrap()).collect();
     pieces.push(stream.finish(tok).unwrap());
     pieces
 }
@@ -63,35 +47,15 @@ fn encode_matches_reference_ids() {
         for (i, case) in reference["cases"].as_array().unwrap().iter().enumerate() {
             let text = case["text"].as_str().unwrap();
             let ids = tok.encode(text, false).unwrap();
-            assert_eq!(
-                ids,
-                reference_ids(&dir, &format!("case{i}.input_ids")),
-                "{name} case {i}"
-            );
-            assert_eq!(
-                tok.decode(&ids, false).unwrap(),
-                text,
-                "{name} case {i} round trip"
-            );
+            assert_eq!(ids, reference_ids(&dir, &format!("case{i}.input_ids")), "{name} case {i}");
+            assert_eq!(tok.decode(&ids, false).unwrap(), text, "{name} case {i} round trip");
         }
         let chat = &reference["chat"];
-        let expected: Vec<u32> = chat["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| u32::try_from(v.as_u64().unwrap()).unwrap())
-            .collect();
+        let expected: Vec<u32> =
+            chat["ids"].as_array().unwrap().iter().map(|v| u32::try_from(v.as_u64().unwrap()).unwrap()).collect();
         let rendered = chat["rendered"].as_str().unwrap();
-        assert_eq!(
-            tok.encode(rendered, false).unwrap(),
-            expected,
-            "{name} chat"
-        );
-        assert_eq!(
-            tok.decode(&expected, false).unwrap(),
-            rendered,
-            "{name} chat round trip"
-        );
+        assert_eq!(tok.encode(rendered, false).unwrap(), expected, "{name} chat");
+        assert_eq!(tok.decode(&expected, false).unwrap(), rendered, "{name} chat round trip");
     }
 }
 
@@ -104,16 +68,8 @@ fn decode_and_stream_match_reference_greedy_text() {
         for (i, case) in reference["cases"].as_array().unwrap().iter().enumerate() {
             let ids = reference_ids(&dir, &format!("case{i}.greedy_ids"));
             let expected = case["greedy_text"].as_str().unwrap();
-            assert_eq!(
-                tok.decode(&ids, false).unwrap(),
-                expected,
-                "{name} case {i}"
-            );
-            assert_eq!(
-                stream_pieces(&tok, &ids, false).concat(),
-                expected,
-                "{name} case {i} streamed"
-            );
+            assert_eq!(tok.decode(&ids, false).unwrap(), expected, "{name} case {i}");
+            assert_eq!(stream_pieces(&tok, &ids, false).concat(), expected, "{name} case {i} streamed");
         }
     }
 }
@@ -134,58 +90,38 @@ fn special_tokens_and_eos_ids_come_from_the_configs() {
     assert_eq!(qwen.bos_token(), None);
     assert_eq!(qwen.bos_token_id(), None);
     assert_eq!(qwen.eos_token_ids(), [2]);
-    assert_eq!(
-        qwen.special_tokens().pad_token.as_deref(),
-        Some("<|endoftext|>")
-    );
+    assert_eq!(qwen.special_tokens().pad_token.as_deref(), Some("<|endoftext|>"));
 }
 
 #[test]
 fn config_overrides_and_bad_folders() {
     let src = fixture("llama-tiny");
     let dir = tempfile::tempdir().unwrap();
-    std::fs::copy(
-        src.join("tokenizer.json"),
-        dir.path().join("tokenizer.json"),
-    )
-    .unwrap();
-    let config = r#"{"bos_token": "<|begin_of_text|>", "eos_token": {"content": "<|end_of_text|>"}, "add_bos_token": true}"#;
+    std::fs::copy(src.join("tokenizer.json"), dir.path().join("tokenizer.json")).unwrap();
+    let config =
+        r#"{"bos_token": "<|begin_of_text|>", "eos_token": {"content": "<|end_of_text|>"}, "add_bos_token": true}"#;
     std::fs::write(dir.path().join("tokenizer_config.json"), config).unwrap();
-    std::fs::write(
-        dir.path().join("generation_config.json"),
-        r#"{"eos_token_id": [4, 1, 3]}"#,
-    )
-    .unwrap();
+    std::fs::write(dir.path().join("generation_config.json"), r#"{"eos_token_id": [4, 1, 3]}"#).unwrap();
     let tok = Tokenizer::from_dir(dir.path()).unwrap();
     assert_eq!(tok.eos_token_ids(), [1, 4, 3]);
     let with_bos = tok.encode("hi", true).unwrap();
     assert_eq!(with_bos[0], 0);
     assert_eq!(&with_bos[1..], tok.encode("hi", false).unwrap());
 
-    std::fs::write(
-        dir.path().join("generation_config.json"),
-        r#"{"eos_token_id": "x"}"#,
-    )
-    .unwrap();
+    std::fs::write(dir.path().join("generation_config.json"), r#"{"eos_token_id": "x"}"#).unwrap();
     let err = Tokenizer::from_dir(dir.path()).unwrap_err().to_string();
     assert!(err.contains("generation_config.json"), "{err}");
     std::fs::write(dir.path().join("tokenizer.json"), "{}").unwrap();
     let err = Tokenizer::from_dir(dir.path()).unwrap_err().to_string();
     assert!(err.contains("tokenizer.json"), "{err}");
-    let err = Tokenizer::from_dir(&dir.path().join("missing"))
-        .unwrap_err()
-        .to_string();
+    let err = Tokenizer::from_dir(&dir.path().join("missing")).unwrap_err().to_string();
     assert!(err.contains("tokenizer.json"), "{err}");
 }
 
 #[test]
 fn in_memory_tokenizer_with_special_tokens() {
-    let inner =
-        tokenizers::Tokenizer::from_file(fixture("qwen2-tiny").join("tokenizer.json")).unwrap();
-    let special = SpecialTokens {
-        eos_token: Some("<|im_end|>".into()),
-        ..SpecialTokens::default()
-    };
+    let inner = tokenizers::Tokenizer::from_file(fixture("qwen2-tiny").join("tokenizer.json")).unwrap();
+    let special = SpecialTokens { eos_token: Some("<|im_end|>".into()), ..SpecialTokens::default() };
     let tok = Tokenizer::new(inner, special, vec![0, 2]);
     assert_eq!(tok.eos_token_ids(), [2, 0]);
     assert_eq!(tok.encode("<|im_start|>user", false).unwrap()[0], 1);
@@ -210,10 +146,7 @@ fn stream_concatenation_equals_decode_on_random_ids() {
                 token.chars().count() == 1 && !tok.decode(&[id], false).unwrap().is_ascii()
             })
             .collect();
-        assert!(
-            high_bytes.len() >= 100,
-            "{name}: byte-level vocabulary expected"
-        );
+        assert!(high_bytes.len() >= 100, "{name}: byte-level vocabulary expected");
         for trial in 0..400 {
             let len = rng.gen_range(0..48);
             let byte_heavy = trial % 4 >= 2;
@@ -249,19 +182,13 @@ fn stream_never_splits_a_character() {
     for name in FIXTURES {
         let tok = Tokenizer::from_dir(&fixture(name)).unwrap();
         let ids = tok.encode(text, false).unwrap();
-        assert!(
-            ids.len() > text.chars().count() / 2,
-            "{name}: expected byte-level splits"
-        );
+        assert!(ids.len() > text.chars().count() / 2, "{name}: expected byte-level splits");
         let pieces = stream_pieces(&tok, &ids, true);
         for piece in &pieces {
             assert!(!piece.contains('\u{FFFD}'), "{name}: piece {piece:?}");
         }
         assert_eq!(pieces.concat(), text, "{name}");
-        assert!(
-            pieces.iter().filter(|p| p.is_empty()).count() > 0,
-            "{name}: some token should be held back"
-        );
+        assert!(pieces.iter().filter(|p| p.is_empty()).count() > 0, "{name}: some token should be held back");
     }
 }
 
@@ -279,11 +206,7 @@ fn stream_releases_invalid_bytes() {
     for &id in &ids {
         out.push_str(&stream.step(&tok, id).unwrap());
     }
-    assert!(
-        out.chars().count() >= 30,
-        "released {} of 40",
-        out.chars().count()
-    );
+    assert!(out.chars().count() >= 30, "released {} of 40", out.chars().count());
     out.push_str(&stream.finish(&tok).unwrap());
     assert_eq!(out, tok.decode(&ids, false).unwrap());
 }

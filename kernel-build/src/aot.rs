@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
+use crate::error::{Error, Result};
+use crate::files::write_atomic;
 use crate::manifest::{Artifact, Cubin, KernelEntry, Manifest, MANIFEST_FORMAT};
 use crate::sources::{family_hash, sha256_hex, KernelSources};
 use crate::spec::{Family, Instance, Spec};
-use crate::error::{Error, Result};
-use crate::files::write_atomic;
 
 /// The architecture built when none is given.
 pub const DEFAULT_ARCH: &str = "sm_90";
@@ -110,19 +110,15 @@ pub fn find_nvcc() -> Result<PathBuf> {
 
 /// The release of an nvcc (`13.0.88`), from `nvcc --version`.
 pub fn nvcc_version(nvcc: &Path) -> Result<String> {
-    let out = Command::new(nvcc)
-        .arg("--version")
-        .output()
-        .map_err(|source| Error::Io { path: nvcc.to_owned(), source })?;
+    let out =
+        Command::new(nvcc).arg("--version").output().map_err(|source| Error::Io { path: nvcc.to_owned(), source })?;
     let text = String::from_utf8_lossy(&out.stdout);
     // "Cuda compilation tools, release 13.0, V13.0.88"
-    text.lines()
-        .find_map(|l| l.split(", V").nth(1).map(|v| v.trim().to_owned()))
-        .ok_or_else(|| Error::Compile {
-            what: "nvcc --version".into(),
-            command: format!("{} --version", nvcc.display()),
-            output: format!("{text}{}", String::from_utf8_lossy(&out.stderr)),
-        })
+    text.lines().find_map(|l| l.split(", V").nth(1).map(|v| v.trim().to_owned())).ok_or_else(|| Error::Compile {
+        what: "nvcc --version".into(),
+        command: format!("{} --version", nvcc.display()),
+        output: format!("{text}{}", String::from_utf8_lossy(&out.stderr)),
+    })
 }
 
 /// One compile step.
@@ -243,14 +239,8 @@ pub fn build(opts: &AotOptions) -> Result<AotReport> {
             cubins: cubin_entries,
         });
     }
-    let manifest = Manifest {
-        format_version: MANIFEST_FORMAT,
-        nvcc_version,
-        archs: opts.archs.clone(),
-        flags,
-        library,
-        kernels,
-    };
+    let manifest =
+        Manifest { format_version: MANIFEST_FORMAT, nvcc_version, archs: opts.archs.clone(), flags, library, kernels };
     if Manifest::read(out).ok().as_ref() != Some(&manifest) {
         manifest.write(out)?;
     }
@@ -373,12 +363,18 @@ pub fn spec_mismatches(csrc_dir: &Path, spec: &Spec) -> Result<Vec<String>> {
         };
         for symbol in &family.symbols {
             if !defines_extern_c(&text, symbol) {
-                problems.push(format!("family `{}`: symbol `{symbol}` is not defined as extern \"C\" in csrc/{}", family.name, family.source));
+                problems.push(format!(
+                    "family `{}`: symbol `{symbol}` is not defined as extern \"C\" in csrc/{}",
+                    family.name, family.source
+                ));
             }
         }
         if let Some(entry) = &family.jit_entry {
             if !defines_extern_c(&text, entry) || !text.contains("__global__") {
-                problems.push(format!("family `{}`: jit_entry `{entry}` is not an extern \"C\" __global__ in csrc/{}", family.name, family.source));
+                problems.push(format!(
+                    "family `{}`: jit_entry `{entry}` is not an extern \"C\" __global__ in csrc/{}",
+                    family.name, family.source
+                ));
             }
         }
         problems.extend(undeclared_symbols(&text, family));
@@ -418,7 +414,10 @@ fn undeclared_symbols(text: &str, family: &Family) -> Vec<String> {
         for name in called_names(&decl) {
             let listed = family.symbols.iter().any(|s| s == name) || family.jit_entry.as_deref() == Some(name);
             if name.starts_with("msgl_") && !listed {
-                out.push(format!("family `{}`: csrc/{} defines `{name}`, which kernels.toml does not list", family.name, family.source));
+                out.push(format!(
+                    "family `{}`: csrc/{} defines `{name}`, which kernels.toml does not list",
+                    family.name, family.source
+                ));
             }
         }
     }
@@ -452,7 +451,8 @@ mod tests {
 
     #[test]
     fn extern_c_declarations_may_span_lines() {
-        let text = "extern \"C\" __global__ void __launch_bounds__(256, 1)\n    msgl_k(const P p) {\n  msgl_other(p);\n}\n\
+        let text =
+            "extern \"C\" __global__ void __launch_bounds__(256, 1)\n    msgl_k(const P p) {\n  msgl_other(p);\n}\n\
                     extern \"C\" int32_t msgl_launch(int a,\n                             int b);\n";
         assert!(defines_extern_c(text, "msgl_k"));
         assert!(defines_extern_c(text, "msgl_launch"));

@@ -93,7 +93,8 @@ impl Manifest {
 
     /// Writes `dir/manifest.json` atomically (temporary file + rename).
     pub fn write(&self, dir: &Path) -> Result<()> {
-        let text = serde_json::to_string_pretty(self).map_err(|e| Error::Manifest { path: dir.join(MANIFEST_FILE), message: e.to_string() })?;
+        let text = serde_json::to_string_pretty(self)
+            .map_err(|e| Error::Manifest { path: dir.join(MANIFEST_FILE), message: e.to_string() })?;
         crate::files::write_atomic(&dir.join(MANIFEST_FILE), format!("{text}\n").as_bytes())
     }
 

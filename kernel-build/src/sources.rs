@@ -11,8 +11,8 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
-use crate::spec::{Family, Spec};
 use crate::error::{Error, Result};
+use crate::spec::{Family, Spec};
 
 /// Headers live under this folder of `csrc/`; every kernel may include any of them.
 pub const INCLUDE_DIR: &str = "include";
@@ -56,9 +56,7 @@ impl KernelSources {
     /// `csrc/include/` (`minisgl/tensor.h`), as a kernel writes it in `#include`.
     pub fn headers(&self) -> impl Iterator<Item = (&str, &str)> {
         let prefix = format!("{INCLUDE_DIR}/");
-        self.files
-            .iter()
-            .filter_map(move |(p, t)| p.strip_prefix(prefix.as_str()).map(|name| (name, t.as_str())))
+        self.files.iter().filter_map(move |(p, t)| p.strip_prefix(prefix.as_str()).map(|name| (name, t.as_str())))
     }
 }
 
@@ -90,9 +88,10 @@ pub fn header_paths(csrc_dir: &Path) -> Result<Vec<String>> {
 /// Every part is length-prefixed so that moving text between parts changes the
 /// hash.
 pub fn family_hash(sources: &KernelSources, family: &Family, flags: &[String]) -> Result<String> {
-    let source = sources
-        .get(&family.source)
-        .ok_or_else(|| Error::Spec { path: family.source.clone().into(), message: format!("family `{}`: source is missing", family.name) })?;
+    let source = sources.get(&family.source).ok_or_else(|| Error::Spec {
+        path: family.source.clone().into(),
+        message: format!("family `{}`: source is missing", family.name),
+    })?;
     let mut h = Sha256::new();
     let mut part = |tag: &str, bytes: &[u8]| {
         h.update(tag.as_bytes());

@@ -69,7 +69,8 @@ impl Spec {
 
     /// Parses the text of a `kernels.toml` (`path` is only used in messages).
     pub fn parse(text: &str, path: &Path) -> Result<Spec> {
-        let raw: RawSpec = toml::from_str(text).map_err(|e| Error::Spec { path: path.to_owned(), message: e.to_string() })?;
+        let raw: RawSpec =
+            toml::from_str(text).map_err(|e| Error::Spec { path: path.to_owned(), message: e.to_string() })?;
         if raw.format != SPEC_FORMAT {
             return Err(Error::Spec {
                 path: path.to_owned(),
@@ -165,7 +166,10 @@ impl Family {
         let names: Vec<&str> = values.iter().map(|(n, _)| *n).collect();
         let expected: Vec<&str> = self.params.iter().map(String::as_str).collect();
         if names != expected {
-            return Err(Error::Instance { family: self.name.clone(), message: format!("expected parameters {expected:?}, got {names:?}") });
+            return Err(Error::Instance {
+                family: self.name.clone(),
+                message: format!("expected parameters {expected:?}, got {names:?}"),
+            });
         }
         Ok(Instance { values: values.iter().map(|(n, v)| ((*n).to_owned(), *v)).collect() })
     }

@@ -100,7 +100,8 @@ fn every_family_builds_and_the_manifest_names_each_kernel() {
     assert!(out.join(&manifest.library.path).is_file());
     assert_eq!(manifest.kernels.len(), spec.families.len());
     for family in &spec.families {
-        let entry = manifest.kernel(&family.name).unwrap_or_else(|| panic!("{} missing from the manifest", family.name));
+        let entry =
+            manifest.kernel(&family.name).unwrap_or_else(|| panic!("{} missing from the manifest", family.name));
         assert_eq!(entry.hash.len(), 64, "{}: hash {:?}", family.name, entry.hash);
         assert_eq!(entry.symbols, family.symbols);
         assert_eq!(entry.instances.len(), family.instances().len());
@@ -136,7 +137,12 @@ fn builds_then_rebuilds_only_what_changed() {
     let first = aot::build(&options(&csrc, &out, &nvcc)).unwrap();
     assert!(first.linked);
     for family in &spec.families {
-        assert!(first.compiled.contains(&format!("{}.o", family.name)), "{} not compiled: {:?}", family.name, first.compiled);
+        assert!(
+            first.compiled.contains(&format!("{}.o", family.name)),
+            "{} not compiled: {:?}",
+            family.name,
+            first.compiled
+        );
     }
     let manifest = Manifest::read(&out).unwrap();
     assert_eq!(manifest.kernels.len(), spec.families.len());
@@ -182,7 +188,8 @@ fn compile_errors_carry_nvccs_output() {
         "format = 1\n[[family]]\nname = \"broken\"\nsource = \"kernels/broken.cu\"\nsymbols = [\"msgl_broken\"]\n",
     )
     .unwrap();
-    std::fs::write(csrc.join("kernels/broken.cu"), "extern \"C\" int msgl_broken() { return this_is_not_declared; }\n").unwrap();
+    std::fs::write(csrc.join("kernels/broken.cu"), "extern \"C\" int msgl_broken() { return this_is_not_declared; }\n")
+        .unwrap();
     let err = aot::build(&options(&csrc, &tmp.path().join("out"), &nvcc)).unwrap_err().to_string();
     assert!(err.contains("compiling broken.o failed"), "{err}");
     assert!(err.contains("this_is_not_declared"), "nvcc's message is missing: {err}");

@@ -23,9 +23,8 @@ pub fn library() -> Result<&'static sys::NcclLibrary> {
             let name = std::env::var("MINISGL_NCCL_LIB").unwrap_or_else(|_| "libnccl.so.2".into());
             // SAFETY: loads NCCL, whose initialisers have no preconditions; every
             // function of nccl227.h must resolve (from_library checks them all).
-            unsafe { sys::NcclLibrary::new(&name) }.map_err(|e| {
-                format!("cannot load {name} ({e}): install NCCL or set MINISGL_NCCL_LIB to its path")
-            })
+            unsafe { sys::NcclLibrary::new(&name) }
+                .map_err(|e| format!("cannot load {name} ({e}): install NCCL or set MINISGL_NCCL_LIB to its path"))
         })
         .as_ref()
         .map_err(|e| Error::Nccl { what: "loading".into(), message: e.clone() })
@@ -72,7 +71,10 @@ impl UniqueId {
     pub fn from_bytes(bytes: &[u8]) -> Result<UniqueId> {
         let mut id = sys::ncclUniqueId::default();
         if bytes.len() != id.internal.len() {
-            return Err(Error::Nccl { what: "unique id".into(), message: format!("{} bytes, expected {}", bytes.len(), id.internal.len()) });
+            return Err(Error::Nccl {
+                what: "unique id".into(),
+                message: format!("{} bytes, expected {}", bytes.len(), id.internal.len()),
+            });
         }
         for (d, s) in id.internal.iter_mut().zip(bytes) {
             *d = *s as std::ffi::c_char;
@@ -109,14 +111,21 @@ impl Communicator {
     /// (every rank calls this, concurrently, from its own thread or process).
     pub fn init_rank(ordinal: usize, world_size: usize, rank: usize, id: &UniqueId) -> Result<Communicator> {
         if rank >= world_size {
-            return Err(Error::Nccl { what: "init".into(), message: format!("rank {rank} is not below the world size {world_size}") });
+            return Err(Error::Nccl {
+                what: "init".into(),
+                message: format!("rank {rank} is not below the world size {world_size}"),
+            });
         }
         let lib = library()?;
         let device = cuda::device(ordinal)?;
         device.bind()?;
         let mut comm = std::ptr::null_mut();
         // SAFETY: the out-pointer is valid; the device's context is current.
-        check(lib, unsafe { lib.ncclCommInitRank(&mut comm, world_size as i32, id.0, rank as i32) }, "ncclCommInitRank")?;
+        check(
+            lib,
+            unsafe { lib.ncclCommInitRank(&mut comm, world_size as i32, id.0, rank as i32) },
+            "ncclCommInitRank",
+        )?;
         Ok(Communicator { comm, rank, world_size, device })
     }
 
@@ -128,7 +137,11 @@ impl Communicator {
         let mut comms = vec![std::ptr::null_mut(); ordinals.len()];
         let list: Vec<i32> = ordinals.iter().map(|&o| o as i32).collect();
         // SAFETY: `comms` and `list` have ordinals.len() entries.
-        check(lib, unsafe { lib.ncclCommInitAll(comms.as_mut_ptr(), list.len() as i32, list.as_ptr()) }, "ncclCommInitAll")?;
+        check(
+            lib,
+            unsafe { lib.ncclCommInitAll(comms.as_mut_ptr(), list.len() as i32, list.as_ptr()) },
+            "ncclCommInitAll",
+        )?;
         Ok(comms
             .into_iter()
             .zip(devices)
@@ -162,7 +175,15 @@ impl Communicator {
         // SAFETY: `t` is a contiguous device tensor on this rank's device; NCCL reads
         // and writes numel elements in stream order.
         let rc = unsafe {
-            lib.ncclAllReduce(ptr, ptr, t.numel(), nccl_dtype(t.dtype()), sys::ncclSum, self.comm, self.device.cu_stream().cast())
+            lib.ncclAllReduce(
+                ptr,
+                ptr,
+                t.numel(),
+                nccl_dtype(t.dtype()),
+                sys::ncclSum,
+                self.comm,
+                self.device.cu_stream().cast(),
+            )
         };
         check(lib, rc, "ncclAllReduce")
     }
@@ -173,7 +194,10 @@ impl Communicator {
         self.check_tensor("all_gather", "out", out)?;
         self.check_tensor("all_gather", "input", input)?;
         if out.numel() != input.numel() * self.world_size || out.dtype() != input.dtype() {
-            return Err(Error::arg("all_gather", format!("`out` must hold {} x {} {} elements", self.world_size, input.numel(), input.dtype())));
+            return Err(Error::arg(
+                "all_gather",
+                format!("`out` must hold {} x {} {} elements", self.world_size, input.numel(), input.dtype()),
+            ));
         }
         let lib = library()?;
         self.device.bind()?;
@@ -199,7 +223,15 @@ impl Communicator {
         let ptr = t.device_ptr() as *mut std::ffi::c_void;
         // SAFETY: as in all_reduce_sum.
         let rc = unsafe {
-            lib.ncclBroadcast(ptr, ptr, t.numel(), nccl_dtype(t.dtype()), root as i32, self.comm, self.device.cu_stream().cast())
+            lib.ncclBroadcast(
+                ptr,
+                ptr,
+                t.numel(),
+                nccl_dtype(t.dtype()),
+                root as i32,
+                self.comm,
+                self.device.cu_stream().cast(),
+            )
         };
         check(lib, rc, "ncclBroadcast")
     }

@@ -43,7 +43,8 @@ impl HostBuffer {
             .map_err(|_| Error::arg("alloc", format!("{bytes} bytes is too large a host allocation")))?;
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(ptr).ok_or_else(|| Error::arg("alloc", format!("out of host memory allocating {bytes} bytes")))?;
+        let ptr = NonNull::new(ptr)
+            .ok_or_else(|| Error::arg("alloc", format!("out of host memory allocating {bytes} bytes")))?;
         Ok(HostBuffer { ptr, bytes })
     }
 }
@@ -124,7 +125,10 @@ impl Tensor {
     /// A new tensor; host memory is zeroed, device memory is uninitialised.
     pub fn empty(shape: &[usize], dtype: DType, device: Device) -> Result<Tensor> {
         if shape.len() > MSGL_MAX_DIMS as usize {
-            return Err(Error::arg("tensor", format!("{} dimensions exceed the maximum of {MSGL_MAX_DIMS}", shape.len())));
+            return Err(Error::arg(
+                "tensor",
+                format!("{} dimensions exceed the maximum of {MSGL_MAX_DIMS}", shape.len()),
+            ));
         }
         let bytes = numel_of(shape)?
             .checked_mul(dtype.size_in_bytes())
@@ -137,7 +141,13 @@ impl Tensor {
                 Buffer::Device(DeviceBuffer { ptr, size, device: dev })
             }
         };
-        Ok(Tensor { buffer: Arc::new(buffer), offset: 0, shape: shape.to_vec(), strides: contiguous_strides(shape), dtype })
+        Ok(Tensor {
+            buffer: Arc::new(buffer),
+            offset: 0,
+            shape: shape.to_vec(),
+            strides: contiguous_strides(shape),
+            dtype,
+        })
     }
 
     /// A new tensor of zeros.
@@ -160,7 +170,11 @@ impl Tensor {
         if bytes.len() != n * dtype.size_in_bytes() {
             return Err(Error::arg(
                 "from_bytes",
-                format!("{} bytes do not hold a {dtype} tensor of shape {shape:?} ({} bytes)", bytes.len(), n * dtype.size_in_bytes()),
+                format!(
+                    "{} bytes do not hold a {dtype} tensor of shape {shape:?} ({} bytes)",
+                    bytes.len(),
+                    n * dtype.size_in_bytes()
+                ),
             ));
         }
         let t = Tensor::empty(shape, dtype, device)?;
@@ -235,8 +249,9 @@ impl Tensor {
 
     /// The shape as an array, or an error naming `what` when the rank differs.
     pub fn dims<const N: usize>(&self, op: &'static str, what: &str) -> Result<[usize; N]> {
-        <[usize; N]>::try_from(self.shape.as_slice())
-            .map_err(|_| Error::arg(op, format!("argument `{what}` must have {N} dimensions, got shape {:?}", self.shape)))
+        <[usize; N]>::try_from(self.shape.as_slice()).map_err(|_| {
+            Error::arg(op, format!("argument `{what}` must have {N} dimensions, got shape {:?}", self.shape))
+        })
     }
 
     /// Checks the dtype, naming the argument in the error.
@@ -272,15 +287,27 @@ impl Tensor {
         if self.is_contiguous() {
             Ok(self)
         } else {
-            Err(Error::arg(op, format!("argument `{what}` must be contiguous (shape {:?}, strides {:?})", self.shape, self.strides)))
+            Err(Error::arg(
+                op,
+                format!("argument `{what}` must be contiguous (shape {:?}, strides {:?})", self.shape, self.strides),
+            ))
         }
     }
 
     /// A view of `len` entries of dimension `dim` starting at `start`.
     pub fn narrow(&self, dim: usize, start: usize, len: usize) -> Result<Tensor> {
-        let size = *self.shape.get(dim).ok_or_else(|| Error::arg("narrow", format!("dimension {dim} out of range for shape {:?}", self.shape)))?;
+        let size = *self
+            .shape
+            .get(dim)
+            .ok_or_else(|| Error::arg("narrow", format!("dimension {dim} out of range for shape {:?}", self.shape)))?;
         if start.checked_add(len).is_none_or(|end| end > size) {
-            return Err(Error::arg("narrow", format!("range {start}..{} out of bounds for dimension {dim} of size {size}", start.saturating_add(len))));
+            return Err(Error::arg(
+                "narrow",
+                format!(
+                    "range {start}..{} out of bounds for dimension {dim} of size {size}",
+                    start.saturating_add(len)
+                ),
+            ));
         }
         let mut t = self.clone();
         if len > 0 {
@@ -296,10 +323,16 @@ impl Tensor {
             return Err(Error::arg("reshape", format!("cannot reshape {:?} into {shape:?}", self.shape)));
         }
         if !self.is_contiguous() {
-            return Err(Error::arg("reshape", format!("shape {:?} with strides {:?} is not contiguous", self.shape, self.strides)));
+            return Err(Error::arg(
+                "reshape",
+                format!("shape {:?} with strides {:?} is not contiguous", self.shape, self.strides),
+            ));
         }
         if shape.len() > MSGL_MAX_DIMS as usize {
-            return Err(Error::arg("reshape", format!("{} dimensions exceed the maximum of {MSGL_MAX_DIMS}", shape.len())));
+            return Err(Error::arg(
+                "reshape",
+                format!("{} dimensions exceed the maximum of {MSGL_MAX_DIMS}", shape.len()),
+            ));
         }
         Ok(Tensor { shape: shape.to_vec(), strides: contiguous_strides(shape), ..self.clone() })
     }
@@ -307,7 +340,9 @@ impl Tensor {
     /// A view whose dimensions are permuted (no copy).
     pub fn permute(&self, order: &[usize]) -> Result<Tensor> {
         let mut seen = vec![false; self.rank()];
-        if order.len() != self.rank() || order.iter().any(|&o| o >= self.rank() || std::mem::replace(&mut seen[o], true)) {
+        if order.len() != self.rank()
+            || order.iter().any(|&o| o >= self.rank() || std::mem::replace(&mut seen[o], true))
+        {
             return Err(Error::arg("permute", format!("{order:?} is not a permutation of {} dimensions", self.rank())));
         }
         Ok(Tensor {
@@ -469,11 +504,21 @@ impl Tensor {
             Buffer::Host(h) => h.bytes / self.dtype.size_in_bytes(),
             Buffer::Device(d) => d.size / self.dtype.size_in_bytes(),
         };
-        let span = if shape.contains(&0) { 0 } else { shape.iter().zip(strides).map(|(d, s)| (d - 1) * s).sum::<usize>() + 1 };
+        let span =
+            if shape.contains(&0) { 0 } else { shape.iter().zip(strides).map(|(d, s)| (d - 1) * s).sum::<usize>() + 1 };
         if offset + span > total {
-            return Err(Error::arg("as_strided", format!("view of shape {shape:?} strides {strides:?} at {offset} exceeds the buffer")));
+            return Err(Error::arg(
+                "as_strided",
+                format!("view of shape {shape:?} strides {strides:?} at {offset} exceeds the buffer"),
+            ));
         }
-        Ok(Tensor { buffer: self.buffer.clone(), offset, shape: shape.to_vec(), strides: strides.to_vec(), dtype: self.dtype })
+        Ok(Tensor {
+            buffer: self.buffer.clone(),
+            offset,
+            shape: shape.to_vec(),
+            strides: strides.to_vec(),
+            dtype: self.dtype,
+        })
     }
 }
 

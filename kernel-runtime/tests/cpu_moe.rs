@@ -67,7 +67,11 @@ fn routing_matches_f64_with_ties_and_both_normalisations() -> Result<()> {
                 for (row, l) in values(&lt)?.chunks(e).enumerate() {
                     let (want_ids, want_w) = route_f64(l, k, renormalize);
                     let what = format!("{dtype} t={t} e={e} k={k} renormalize={renormalize} token {row}");
-                    ensure!(ids[row * k..(row + 1) * k] == want_ids[..], "{what}: ids {:?}, want {want_ids:?}", &ids[row * k..(row + 1) * k]);
+                    ensure!(
+                        ids[row * k..(row + 1) * k] == want_ids[..],
+                        "{what}: ids {:?}, want {want_ids:?}",
+                        &ids[row * k..(row + 1) * k]
+                    );
                     for (g, w) in w[row * k..(row + 1) * k].iter().zip(&want_w) {
                         ensure!((f64::from(*g) - w).abs() <= 1e-6 * w.abs().max(1e-30), "{what}: weight {g}, want {w}");
                     }
@@ -131,7 +135,14 @@ fn align_is_a_stable_padded_sort_with_tiles() -> Result<()> {
 }
 
 /// out[t] = sum_s w[t, s] down(silu(gate x) * up x) in f64, dropped ids skipped.
-fn experts_f64(x: &[f64], w13: &[f64], w2: &[f64], ids: &[i32], w: &[f32], dims: (usize, usize, usize, usize, usize)) -> Vec<f64> {
+fn experts_f64(
+    x: &[f64],
+    w13: &[f64],
+    w2: &[f64],
+    ids: &[i32],
+    w: &[f32],
+    dims: (usize, usize, usize, usize, usize),
+) -> Vec<f64> {
     let (t, h, i, e, k) = dims;
     let mut out = vec![0f64; t * h];
     for token in 0..t {
@@ -214,7 +225,10 @@ fn moe_sum_weights_and_skips_dropped_pairs() -> Result<()> {
     let part = randv(&mut r, t * k * h, 1.0);
     let ids: Vec<i32> = (0..t * k).map(|p| if p % 4 == 0 { e as i32 } else { (p % e) as i32 }).collect();
     let w: Vec<f32> = (0..t * k).map(|_| r.gen_range(0.0..1.0)).collect();
-    let routing = MoeRouting { topk_ids: Tensor::from_slice(&ids, &[t, k], CPU)?, topk_weights: Tensor::from_slice(&w, &[t, k], CPU)? };
+    let routing = MoeRouting {
+        topk_ids: Tensor::from_slice(&ids, &[t, k], CPU)?,
+        topk_weights: Tensor::from_slice(&w, &[t, k], CPU)?,
+    };
     for weighted in [false, true] {
         let out = Tensor::empty(&[t, h], DType::F32, CPU)?;
         ops::moe_sum(&out, &Tensor::from_slice(&part, &[t * k, h], CPU)?, &routing, e, weighted)?;
@@ -223,9 +237,15 @@ fn moe_sum_weights_and_skips_dropped_pairs() -> Result<()> {
             for c in 0..h {
                 let want: f64 = (0..k)
                     .filter(|s| (ids[token * k + s] as usize) < e)
-                    .map(|s| f64::from(if weighted { w[token * k + s] } else { 1.0 }) * f64::from(part[(token * k + s) * h + c]))
+                    .map(|s| {
+                        f64::from(if weighted { w[token * k + s] } else { 1.0 })
+                            * f64::from(part[(token * k + s) * h + c])
+                    })
                     .sum();
-                ensure!((f64::from(got[token * h + c]) - want).abs() <= 1e-5 * (1.0 + want.abs()), "weighted={weighted}");
+                ensure!(
+                    (f64::from(got[token * h + c]) - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                    "weighted={weighted}"
+                );
             }
         }
     }

@@ -84,7 +84,9 @@ fn linear_matches_f64() -> Result<()> {
     for dtype in FLOATS {
         // Decode-sized (split over columns), prefill-sized (gemm's own threads),
         // odd sizes, a single column, and an empty inner dimension.
-        for (i, &(m, k, n)) in [(1, 64, 1000), (3, 100, 513), (40, 96, 130), (17, 33, 1), (2, 0, 8), (200, 64, 64)].iter().enumerate() {
+        for (i, &(m, k, n)) in
+            [(1, 64, 1000), (3, 100, 513), (40, 96, 130), (17, 33, 1), (2, 0, 8), (200, 64, 64)].iter().enumerate()
+        {
             for bias in [false, true] {
                 check_linear(dtype, m, k, n, bias, 10 + i as u64)?;
             }
@@ -138,7 +140,15 @@ fn fused_add_rms_norm_matches_f64() -> Result<()> {
 }
 
 /// A fused QKV output `[t, (hq + 2 hkv) d]` and its q, k, v views `[t, heads, d]`.
-fn qkv_views(r: &mut StdRng, t: usize, hq: usize, hkv: usize, d: usize, dtype: DType, scale: f32) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
+fn qkv_views(
+    r: &mut StdRng,
+    t: usize,
+    hq: usize,
+    hkv: usize,
+    d: usize,
+    dtype: DType,
+    scale: f32,
+) -> Result<(Tensor, Tensor, Tensor, Tensor)> {
     let width = (hq + 2 * hkv) * d;
     let qkv = tensor(&randv(r, t * width, scale), &[t, width], dtype)?;
     // The fresh qkv tensor starts at offset 0 of its buffer.
@@ -169,7 +179,13 @@ fn head_rms_norm_on_qkv_views_matches_f64() -> Result<()> {
                 }
             }
             // v is untouched (exactly).
-            assert_close(&format!("head_rms_norm {dtype} t={t} hq={hq} d={d}"), &values(&qkv)?, &want, rel_tol(dtype), 1e-6);
+            assert_close(
+                &format!("head_rms_norm {dtype} t={t} hq={hq} d={d}"),
+                &values(&qkv)?,
+                &want,
+                rel_tol(dtype),
+                1e-6,
+            );
         }
     }
     Ok(())
@@ -196,7 +212,9 @@ fn rope_on_qkv_views_matches_f64() -> Result<()> {
     let mut r = rng(4);
     let max_pos = 300;
     for dtype in FLOATS {
-        for &(t, hq, hkv, d, rotary_dim, pos64) in &[(1, 4, 2, 64, 64, false), (13, 8, 2, 128, 128, true), (20, 3, 1, 64, 32, false)] {
+        for &(t, hq, hkv, d, rotary_dim, pos64) in
+            &[(1, 4, 2, 64, 64, false), (13, 8, 2, 128, 128, true), (20, 3, 1, 64, 32, false)]
+        {
             let (qkv, q, k, _v) = qkv_views(&mut r, t, hq, hkv, d, dtype, 2.0)?;
             let before = values(&qkv)?;
             let pos: Vec<usize> = (0..t).map(|_| r.gen_range(0..max_pos)).collect();
@@ -222,7 +240,13 @@ fn rope_on_qkv_views_matches_f64() -> Result<()> {
                     }
                 }
             }
-            assert_close(&format!("rope {dtype} t={t} d={d} rotary={rotary_dim}"), &values(&qkv)?, &want, rel_tol(dtype), 2e-6);
+            assert_close(
+                &format!("rope {dtype} t={t} d={d} rotary={rotary_dim}"),
+                &values(&qkv)?,
+                &want,
+                rel_tol(dtype),
+                2e-6,
+            );
         }
     }
     // A position past the table is an error, not a wild read.
@@ -326,13 +350,20 @@ fn check_attention(dtype: DType, c: &AttnCase, seed: u64) -> Result<()> {
     let q_indptr = Tensor::from_slice(&indptr, &[b + 1], CPU)?;
     let kv_lens_t = Tensor::from_slice(&kv_lens.iter().map(|&l| l as i32).collect::<Vec<_>>(), &[b], CPU)?;
     let block_table = Tensor::from_slice(&table, &[b, max_pages], CPU)?;
-    let meta = PagedAttnMeta { q_indptr: &q_indptr, kv_lens: &kv_lens_t, block_table: &block_table, q_lens_host: &q_lens, kv_lens_host: &kv_lens };
+    let meta = PagedAttnMeta {
+        q_indptr: &q_indptr,
+        kv_lens: &kv_lens_t,
+        block_table: &block_table,
+        q_lens_host: &q_lens,
+        kv_lens_host: &kv_lens,
+    };
     let scale = 1.0 / (d as f32).sqrt();
     ops::paged_attention(&out, &q, &k_cache, &v_cache, &meta, scale)?;
 
     // Naive f64: per sequence, token and head, walk positions through the pages.
     let (qv, kv, vv) = (values(&q.contiguous()?)?, values(&k_cache)?, values(&v_cache)?);
-    let slot_row = |s: usize, p: usize, g: usize| ((pages_of[s][p / page_size] * page_size + p % page_size) * hkv + g) * d;
+    let slot_row =
+        |s: usize, p: usize, g: usize| ((pages_of[s][p / page_size] * page_size + p % page_size) * hkv + g) * d;
     let mut want = vec![0f64; t * hq * d];
     for s in 0..b {
         let prefix = kv_lens[s] - q_lens[s];
@@ -342,13 +373,16 @@ fn check_attention(dtype: DType, c: &AttnCase, seed: u64) -> Result<()> {
                 let g = h / (hq / hkv);
                 let qr = &qv[(row * hq + h) * d..][..d];
                 let scores: Vec<f64> = (0..=prefix + j)
-                    .map(|p| qr.iter().zip(&kv[slot_row(s, p, g)..][..d]).map(|(a, b)| a * b).sum::<f64>() * f64::from(scale))
+                    .map(|p| {
+                        qr.iter().zip(&kv[slot_row(s, p, g)..][..d]).map(|(a, b)| a * b).sum::<f64>() * f64::from(scale)
+                    })
                     .collect();
                 let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let e: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
                 let sum: f64 = e.iter().sum();
                 for (p, w) in e.iter().enumerate() {
-                    for (o, v) in want[(row * hq + h) * d..][..d].iter_mut().zip(&vv[slot_row(s, p, 0) + g * d..][..d]) {
+                    for (o, v) in want[(row * hq + h) * d..][..d].iter_mut().zip(&vv[slot_row(s, p, 0) + g * d..][..d])
+                    {
                         *o += w / sum * v;
                     }
                 }
@@ -389,7 +423,13 @@ fn paged_attention_rejects_bad_metadata() -> Result<()> {
     let kv_lens = Tensor::from_slice(&[6i32], &[1], CPU)?;
     let run = |table: &[i32], kv_lens: &Tensor| {
         let block_table = Tensor::from_slice(table, &[1, 2], CPU).expect("table");
-        let meta = PagedAttnMeta { q_indptr: &q_indptr, kv_lens, block_table: &block_table, q_lens_host: &[2], kv_lens_host: &[6] };
+        let meta = PagedAttnMeta {
+            q_indptr: &q_indptr,
+            kv_lens,
+            block_table: &block_table,
+            q_lens_host: &[2],
+            kv_lens_host: &[6],
+        };
         ops::paged_attention(&out, &q, &cache, &cache, &meta, 0.125).map_err(|e| e.to_string())
     };
     assert!(run(&[1, 0], &kv_lens).is_ok());

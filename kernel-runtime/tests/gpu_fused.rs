@@ -106,7 +106,8 @@ fn assert_close_elementwise(what: &str, got: &Tensor, want: &Tensor, dtype: DTyp
         _ => 1.0 / 256.0,
     };
     let bound = 16.0 * ulp * rms.max(1e-3);
-    if let Some(i) = g.iter().zip(&w).position(|(a, b)| !a.is_finite() || (f64::from(*a) - f64::from(*b)).abs() > bound) {
+    if let Some(i) = g.iter().zip(&w).position(|(a, b)| !a.is_finite() || (f64::from(*a) - f64::from(*b)).abs() > bound)
+    {
         anyhow::bail!("{what}: element {i} is {}, expected {} (bound {bound:.2e})", g[i], w[i]);
     }
     Ok(())
@@ -133,8 +134,19 @@ struct RopeStoreCase {
     rotary_dim: usize,
 }
 
-fn check_rope_store(r: &mut StdRng, dtype: DType, c: &RopeStoreCase, t: usize, page_size: usize, norm: bool, index: DType) -> Result<()> {
-    let what = format!("rope_store {dtype} t={t} heads={}/{} d={} rotary={} page={page_size} norm={norm} index={index}", c.hq, c.hkv, c.d, c.rotary_dim);
+fn check_rope_store(
+    r: &mut StdRng,
+    dtype: DType,
+    c: &RopeStoreCase,
+    t: usize,
+    page_size: usize,
+    norm: bool,
+    index: DType,
+) -> Result<()> {
+    let what = format!(
+        "rope_store {dtype} t={t} heads={}/{} d={} rotary={} page={page_size} norm={norm} index={index}",
+        c.hq, c.hkv, c.d, c.rotary_dim
+    );
     let (hq, hkv, d) = (c.hq, c.hkv, c.d);
     let max_pos = 4096;
     let cs = cos_sin_cache(max_pos, c.rotary_dim, 10000.0)?;
@@ -156,17 +168,36 @@ fn check_rope_store(r: &mut StdRng, dtype: DType, c: &RopeStoreCase, t: usize, p
     let positions = Tensor::from_slice(&pos, &[t], CPU)?.to_dtype(index)?;
     let out_loc = Tensor::from_slice(&slots, &[t], CPU)?.to_dtype(index)?;
 
-    let run = |qkv: &Tensor, kc: &Tensor, vc: &Tensor, positions: &Tensor, out_loc: &Tensor, cs: &Tensor, qw: &Tensor, kw: &Tensor| -> Result<()> {
+    let run = |qkv: &Tensor,
+               kc: &Tensor,
+               vc: &Tensor,
+               positions: &Tensor,
+               out_loc: &Tensor,
+               cs: &Tensor,
+               qw: &Tensor,
+               kw: &Tensor|
+     -> Result<()> {
         let q = qkv.narrow(1, 0, hq)?;
         let k = qkv.narrow(1, hq, hkv)?;
         let v = qkv.narrow(1, hq + hkv, hkv)?;
         let qk_norm = norm.then_some(QkNorm { q_weight: qw, k_weight: kw, eps: EPS });
-        ops::rope_store(&RopeStore { q: &q, k: &k, v: &v, k_cache: kc, v_cache: vc, positions, out_loc, cos_sin: cs, qk_norm })?;
+        ops::rope_store(&RopeStore {
+            q: &q,
+            k: &k,
+            v: &v,
+            k_cache: kc,
+            v_cache: vc,
+            positions,
+            out_loc,
+            cos_sin: cs,
+            qk_norm,
+        })?;
         Ok(())
     };
     let (gqkv, gkc, gvc) = (gpu(&qkv)?, gpu(&kc)?, gpu(&vc)?);
     let qkv_before = qkv.to_host_bytes()?;
-    run(&gqkv, &gkc, &gvc, &gpu(&positions)?, &gpu(&out_loc)?, &gpu(&cs)?, &gpu(&qw)?, &gpu(&kw)?).with_context(|| what.clone())?;
+    run(&gqkv, &gkc, &gvc, &gpu(&positions)?, &gpu(&out_loc)?, &gpu(&cs)?, &gpu(&qw)?, &gpu(&kw)?)
+        .with_context(|| what.clone())?;
     let (cqkv, ckc, cvc) = (host_copy(&qkv)?, host_copy(&kc)?, host_copy(&vc)?);
     run(&cqkv, &ckc, &cvc, &positions, &out_loc, &cs, &qw, &kw).with_context(|| what.clone())?;
 
@@ -276,17 +307,21 @@ fn skinny_gemm_matches_cpu_linear() -> Result<()> {
             for m in [1, 2, 3, 7, 8, 9, 15, 16] {
                 for m_tiles in [1, 2] {
                     for (bias, strided) in [(false, false), (true, false), (false, true), (true, true)] {
-                        let what = format!("skinny_gemm {dtype} m={m} n={n} k={k} m_tiles={m_tiles} bias={bias} strided={strided}");
+                        let what = format!(
+                            "skinny_gemm {dtype} m={m} n={n} k={k} m_tiles={m_tiles} bias={bias} strided={strided}"
+                        );
                         // A strided x is a column slice of a wider matrix (row stride k + 40).
                         let wide = random(&mut r, &[m, k + 40], dtype, 0.0, 1.0)?;
-                        let x = if strided { wide.narrow(1, 16, k)? } else { random(&mut r, &[m, k], dtype, 0.0, 1.0)? };
+                        let x =
+                            if strided { wide.narrow(1, 16, k)? } else { random(&mut r, &[m, k], dtype, 0.0, 1.0)? };
                         let w = random(&mut r, &[n, k], dtype, 0.0, 0.05)?;
                         let b = bias.then(|| random(&mut r, &[n], dtype, 0.0, 1.0)).transpose()?;
                         let want = ops::linear(&x, &w, b.as_ref())?;
                         let gx = if strided { view_like(&gpu(&wide)?, &x, 16)? } else { gpu(&x)? };
                         let gb = b.as_ref().map(gpu).transpose()?;
                         poison_next_alloc(m * n * dtype.size_in_bytes())?;
-                        let got = ops::skinny_gemm(&gx, &gpu(&w)?, gb.as_ref(), Some(m_tiles)).with_context(|| what.clone())?;
+                        let got = ops::skinny_gemm(&gx, &gpu(&w)?, gb.as_ref(), Some(m_tiles))
+                            .with_context(|| what.clone())?;
                         assert_close(&what, &got, &want, tol(dtype))?;
                     }
                 }
@@ -315,7 +350,12 @@ fn linear_with_and_without_the_skinny_path_matches_cpu() -> Result<()> {
                     poison_next_alloc(m * n * dtype.size_in_bytes())?;
                     let got = ops::linear(&gx, &gw, gb.as_ref());
                     ops::set_skinny_gemm(None);
-                    assert_close(&format!("linear {dtype} m={m} n={n} k={k} bias={bias} skinny={on}"), &got?, &want, tol(dtype))?;
+                    assert_close(
+                        &format!("linear {dtype} m={m} n={n} k={k} bias={bias} skinny={on}"),
+                        &got?,
+                        &want,
+                        tol(dtype),
+                    )?;
                 }
             }
         }

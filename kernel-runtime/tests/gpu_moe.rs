@@ -18,8 +18,8 @@
 
 mod common;
 
-use common::enabled;
 use anyhow::{ensure, Context, Result};
+use common::enabled;
 use kernel_runtime::ops::{self, moe::MOE_BLOCK_M, MoePlan, MoeRouting};
 use kernel_runtime::{DType, Device, Tensor};
 use rand::rngs::StdRng;
@@ -28,7 +28,6 @@ use rand::{Rng, SeedableRng};
 const CPU: Device = Device::Cpu;
 const GPU: Device = Device::Cuda(0);
 const MS: [usize; 8] = [1, 2, 7, 16, 64, 255, 1024, 8192];
-
 
 /// A tensor of `dtype` on `device` with values uniform in [-scale, scale): random
 /// 16-bit indices into a table of 65536 values (fast enough for a gigabyte of
@@ -139,9 +138,15 @@ fn align_matches_the_cpu_reference_exactly() -> Result<()> {
                 let offsets = want.expert_offsets.to_vec::<i32>()?;
                 ensure!(got.expert_offsets.to_vec::<i32>()? == offsets, "{what}: offsets");
                 let total = offsets[e] as usize;
-                ensure!(got.sorted_ids.to_vec::<i32>()?[..total] == want.sorted_ids.to_vec::<i32>()?[..total], "{what}: sorted ids");
+                ensure!(
+                    got.sorted_ids.to_vec::<i32>()?[..total] == want.sorted_ids.to_vec::<i32>()?[..total],
+                    "{what}: sorted ids"
+                );
                 let blocks = total / MOE_BLOCK_M;
-                ensure!(got.block_experts.to_vec::<i32>()?[..blocks] == want.block_experts.to_vec::<i32>()?[..blocks], "{what}: blocks");
+                ensure!(
+                    got.block_experts.to_vec::<i32>()?[..blocks] == want.block_experts.to_vec::<i32>()?[..blocks],
+                    "{what}: blocks"
+                );
                 let tiles = want.tiles.to_vec::<i32>()?;
                 let used = 2 + tiles[0] as usize;
                 ensure!(got.tiles.to_vec::<i32>()?[..used] == tiles[..used], "{what}: tiles");
@@ -250,7 +255,10 @@ fn fused_moe_routes_and_sorts_in_one_kernel_for_small_batches() -> Result<()> {
         let l = logits(m as u64, m, e, false, DType::BF16)?.to_device(GPU)?;
         let fused = ops::fused_moe(&x, &l, &w.w13, &w.w2, k, true)?;
         let separate = ops::fused_experts(&x, &w.w13, &w.w2, &ops::moe_route(&l, k, true)?)?;
-        ensure!(fused.to_host_bytes()? == separate.to_host_bytes()?, "m={m}: fused_moe differs from route + fused_experts");
+        ensure!(
+            fused.to_host_bytes()? == separate.to_host_bytes()?,
+            "m={m}: fused_moe differs from route + fused_experts"
+        );
     }
     Ok(())
 }

@@ -19,8 +19,8 @@
 
 mod common;
 
-use common::{enabled_or_dry_run, target};
 use anyhow::{bail, ensure, Context, Result};
+use common::{enabled_or_dry_run, target};
 use kernel_runtime::ops::{self, AttnKernel, PagedAttnMeta};
 use kernel_runtime::{DType, Device, Tensor};
 use rand::rngs::StdRng;
@@ -29,8 +29,6 @@ use rand::{Rng, SeedableRng};
 
 const CPU: Device = Device::Cpu;
 const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
-
-
 
 fn rng(seed: u64) -> StdRng {
     StdRng::seed_from_u64(seed)
@@ -355,11 +353,14 @@ fn cast_matches_cpu_bit_for_bit() -> Result<()> {
     let mut r = rng(8);
     for from in FLOATS {
         for to in FLOATS {
-            for (shape, transposed) in [(vec![37, 129], false), (vec![129, 37], true), (vec![1], false), (vec![3, 5, 7, 9], false)] {
+            for (shape, transposed) in
+                [(vec![37, 129], false), (vec![129, 37], true), (vec![1], false), (vec![3, 5, 7, 9], false)]
+            {
                 let what = format!("cast {from} -> {to} {shape:?} transposed={transposed}");
                 // Values over a wide range, with subnormal-sized ones for f16.
                 let n: usize = shape.iter().product();
-                let vals: Vec<f32> = (0..n).map(|i| r.gen_range(-1.0f32..1.0) * 10f32.powi((i % 12) as i32 - 8)).collect();
+                let vals: Vec<f32> =
+                    (0..n).map(|i| r.gen_range(-1.0f32..1.0) * 10f32.powi((i % 12) as i32 - 8)).collect();
                 let base = Tensor::from_slice(&vals, &shape, CPU)?.to_dtype(from)?;
                 let (src, gsrc) = if transposed {
                     (base.permute(&[1, 0])?, gpu(&base)?.permute(&[1, 0])?)
@@ -474,16 +475,19 @@ fn check_attention(
     let scale = 1.0 / (d as f32).sqrt();
 
     let want = Tensor::zeros(&[t, hq, d], dtype, CPU)?;
-    let meta = PagedAttnMeta { q_indptr: &ti, kv_lens: &tk, block_table: &tt, q_lens_host: &q_lens, kv_lens_host: &kv_lens };
+    let meta =
+        PagedAttnMeta { q_indptr: &ti, kv_lens: &tk, block_table: &tt, q_lens_host: &q_lens, kv_lens_host: &kv_lens };
     ops::paged_attention(&want, &q, &k_cache, &v_cache, &meta, scale)?;
 
     let (gi, gk, gt) = (gpu(&ti)?, gpu(&tk)?, gpu(&tt)?);
     let gq = view_like(&gpu(&qkv)?, &q, 0)?;
     let (gkc, gvc) = (gpu(&k_cache)?, gpu(&v_cache)?);
-    let gmeta = PagedAttnMeta { q_indptr: &gi, kv_lens: &gk, block_table: &gt, q_lens_host: &q_lens, kv_lens_host: &kv_lens };
+    let gmeta =
+        PagedAttnMeta { q_indptr: &gi, kv_lens: &gk, block_table: &gt, q_lens_host: &q_lens, kv_lens_host: &kv_lens };
     let tol = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
     for &kernel in kernels {
-        let what = format!("paged_attention[{kernel:?}] {dtype} page={page_size} d={d} heads={hq}/{hkv} batch={batch_name}");
+        let what =
+            format!("paged_attention[{kernel:?}] {dtype} page={page_size} d={d} heads={hq}/{hkv} batch={batch_name}");
         let got = poisoned(&[t, hq, d], dtype)?;
         ops::paged_attention_with(&got, &gq, &gkc, &gvc, &gmeta, scale, kernel).with_context(|| what.clone())?;
         assert_close(&what, &got, &want, tol)?;
@@ -506,7 +510,9 @@ fn paged_attention_matches_cpu() -> Result<()> {
                     for (name, batch) in attention_batches() {
                         let case = AttnCase { dtype, page_size, head_dim, heads };
                         cases += 1;
-                        if let Err(e) = check_attention(&mut r, &case, name, &batch, &[AttnKernel::Auto, AttnKernel::Tile]) {
+                        if let Err(e) =
+                            check_attention(&mut r, &case, name, &batch, &[AttnKernel::Auto, AttnKernel::Tile])
+                        {
                             failures.push(format!("{e:#}"));
                         }
                     }
@@ -580,12 +586,22 @@ fn decode_attention_matches_cpu() -> Result<()> {
         for head_dim in [64, 128, 256] {
             for group in [1, 2, 4, 8] {
                 for (name, batch) in decode_batches(&mut r, group, max_rows(DType::BF16)) {
-                    run(&mut r, AttnCase { dtype: DType::BF16, page_size, head_dim, heads: (2 * group, 2) }, &name, &batch);
+                    run(
+                        &mut r,
+                        AttnCase { dtype: DType::BF16, page_size, head_dim, heads: (2 * group, 2) },
+                        &name,
+                        &batch,
+                    );
                 }
             }
         }
         // The longest context, once per page size.
-        run(&mut r, AttnCase { dtype: DType::BF16, page_size, head_dim: 128, heads: (8, 2) }, "32k", &[(1, 32768), (1, 3)]);
+        run(
+            &mut r,
+            AttnCase { dtype: DType::BF16, page_size, head_dim: 128, heads: (8, 2) },
+            "32k",
+            &[(1, 32768), (1, 3)],
+        );
     }
     for dtype in [DType::F16, DType::F32] {
         for head_dim in [64, 128, 256] {
@@ -597,7 +613,12 @@ fn decode_attention_matches_cpu() -> Result<()> {
         }
     }
     println!("decode attention: {cases} cases");
-    ensure!(failures.is_empty(), "{} of {cases} decode attention cases failed:\n{}", failures.len(), failures.join("\n"));
+    ensure!(
+        failures.is_empty(),
+        "{} of {cases} decode attention cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
     Ok(())
 }
 
@@ -626,8 +647,14 @@ fn decode_attention_refuses_batches_it_cannot_hold() -> Result<()> {
         return Ok(()); // the CPU reference serves every batch
     }
     let mut r = rng(12);
-    let e = check_attention(&mut r, &AttnCase { dtype: DType::BF16, page_size: 16, head_dim: 128, heads: (8, 2) }, "prefill", &[(5, 10)], &[AttnKernel::Decode])
-        .expect_err("20 rows per kv head must be refused");
+    let e = check_attention(
+        &mut r,
+        &AttnCase { dtype: DType::BF16, page_size: 16, head_dim: 128, heads: (8, 2) },
+        "prefill",
+        &[(5, 10)],
+        &[AttnKernel::Decode],
+    )
+    .expect_err("20 rows per kv head must be refused");
     ensure!(format!("{e:#}").contains("at most 8 rows"), "{e:#}");
     Ok(())
 }

@@ -13,7 +13,6 @@ use kernel_runtime::ops::{sample, SampleRow};
 use kernel_runtime::{DType, Device, Tensor};
 use rand::{Rng, SeedableRng};
 
-
 #[test]
 fn gpu_sampling_matches_the_cpu_reference() {
     if !enabled() {
@@ -58,8 +57,9 @@ fn gpu_stratified_draws_follow_the_tempered_softmax() {
     let logits: Vec<f32> = (0..vocab).map(|i| ((i * 29 % 13) as f32) * 0.25 - 1.5).collect();
     let all: Vec<f32> = (0..rows).flat_map(|_| logits.iter().copied()).collect();
     let x = Tensor::from_slice(&all, &[rows, vocab], Device::Cuda(0)).unwrap();
-    let params: Vec<SampleRow> =
-        (0..rows).map(|i| SampleRow { temperature: t, top_k: 0, top_p: 1.0, min_p: 0.0, u: (i as f32 + 0.5) / rows as f32 }).collect();
+    let params: Vec<SampleRow> = (0..rows)
+        .map(|i| SampleRow { temperature: t, top_k: 0, top_p: 1.0, min_p: 0.0, u: (i as f32 + 0.5) / rows as f32 })
+        .collect();
     let tokens = sample(&x, &params).unwrap();
     let mut counts = vec![0usize; vocab];
     for tok in tokens {

@@ -23,8 +23,8 @@
 
 mod common;
 
-use common::{enabled_or_dry_run, target};
 use anyhow::{bail, ensure, Context, Result};
+use common::{enabled_or_dry_run, target};
 use kernel_runtime::kernels::{KernelMode, Plan, Registry};
 use kernel_runtime::{cuda, nccl, ops, DType, Device, Tensor};
 
@@ -33,8 +33,6 @@ const ROW_BYTES: [usize; 9] = [64, 128, 384, 640, 1152, 1280, 2048, 4096, 8192];
 const TOKENS: [usize; 5] = [1, 7, 64, 8192, 65536];
 /// Set in the child process of `store_index_through_nvrtc`.
 const CHILD_ENV: &str = "MINISGL_TEST_STORE_INDEX_CHILD";
-
-
 
 /// xorshift64*: random bytes fast enough for gigabytes of test data.
 struct Bytes(u64);
@@ -165,7 +163,9 @@ fn matrix() -> Result<usize> {
                         } else {
                             check_index(&mut rng, dtype, row_bytes, tokens, index_dtype)
                         };
-                        result.with_context(|| format!("{family} row={row_bytes}B {dtype} tokens={tokens} {index_dtype}"))?;
+                        result.with_context(|| {
+                            format!("{family} row={row_bytes}B {dtype} tokens={tokens} {index_dtype}")
+                        })?;
                         cases += 1;
                     }
                 }
@@ -199,7 +199,10 @@ fn store_index_through_nvrtc() -> Result<()> {
         return Ok(());
     }
     if std::env::var_os(CHILD_ENV).is_some() {
-        ensure!(target() == CPU || Registry::get()?.mode == KernelMode::Jit, "the child must run with MINISGL_KERNEL_MODE=jit");
+        ensure!(
+            target() == CPU || Registry::get()?.mode == KernelMode::Jit,
+            "the child must run with MINISGL_KERNEL_MODE=jit"
+        );
         let cases = matrix()?;
         println!("store/index: {cases} cases through NVRTC");
         return Ok(());
@@ -234,7 +237,8 @@ fn nccl_all_reduce_sums_on_one_gpu_and_on_every_gpu() -> Result<()> {
         let comms = nccl::Communicator::init_all(&ordinals)?;
         for dtype in [DType::F32, DType::BF16] {
             // Small integers: every partial sum is exact in bf16 too.
-            let values = |rank: usize| -> Vec<f32> { (0..n).map(|i| ((i * 7 + rank * 13) % 17) as f32 - 8.0).collect() };
+            let values =
+                |rank: usize| -> Vec<f32> { (0..n).map(|i| ((i * 7 + rank * 13) % 17) as f32 - 8.0).collect() };
             let tensors = ordinals
                 .iter()
                 .map(|&o| Ok(Tensor::from_slice(&values(o), &[n], Device::Cuda(o))?.to_dtype(dtype)?))
@@ -250,7 +254,11 @@ fn nccl_all_reduce_sums_on_one_gpu_and_on_every_gpu() -> Result<()> {
                 cuda::device(rank)?.synchronize()?;
                 let got = t.to_f32_vec()?;
                 if let Some(i) = got.iter().zip(&expected).position(|(a, b)| a != b) {
-                    bail!("all_reduce {dtype} over {world} GPU(s): rank {rank} element {i} is {}, expected {}", got[i], expected[i]);
+                    bail!(
+                        "all_reduce {dtype} over {world} GPU(s): rank {rank} element {i} is {}, expected {}",
+                        got[i],
+                        expected[i]
+                    );
                 }
             }
         }

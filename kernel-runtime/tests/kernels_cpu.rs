@@ -69,7 +69,8 @@ fn nvrtc_compiles_store_for_sm90_then_hits_the_cache_and_rebuilds_a_corrupt_entr
     assert_ne!(cache.entry_path(&sources, family, &other, "sm_90").unwrap(), entry);
     assert_ne!(cache.entry_path(&sources, family, &instance, "sm_80").unwrap(), entry);
     // No temporary files are left behind.
-    let names: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let names: Vec<String> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert!(names.iter().all(|n| n.ends_with(".cubin")), "{names:?}");
 }
 
@@ -93,7 +94,10 @@ fn concurrent_compiles_of_one_entry_do_not_clash() {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     assert!(results.windows(2).all(|w| w[0] == w[1]));
-    assert_eq!(JitCache::new(dir.path()).get_or_compile(&sources, family, &instance, "sm_90").unwrap().1, CacheOutcome::Hit);
+    assert_eq!(
+        JitCache::new(dir.path()).get_or_compile(&sources, family, &instance, "sm_90").unwrap().1,
+        CacheOutcome::Hit
+    );
 }
 
 #[test]
@@ -103,7 +107,10 @@ fn an_nvrtc_compile_error_carries_the_log() {
     }
     let (spec, _) = kernels::embedded().unwrap();
     let family = spec.family("store").unwrap();
-    let broken = kernel_build::KernelSources::from_pairs([(family.source.as_str(), "extern \"C\" __global__ void k() { undeclared_thing; }")]);
+    let broken = kernel_build::KernelSources::from_pairs([(
+        family.source.as_str(),
+        "extern \"C\" __global__ void k() { undeclared_thing; }",
+    )]);
     let instance = family.instance(&[("ROW_BYTES", 64)]).unwrap();
     let err = jit::compile(&broken, family, &instance, "sm_90").unwrap_err().to_string();
     assert!(err.contains("undeclared_thing"), "{err}");
@@ -179,7 +186,13 @@ fn a_stale_or_tampered_build_is_detected() {
 
 /// A fake device view: the launchers validate before touching memory or CUDA.
 fn view(dtype: DType, shape: &[i64], device: i32) -> msgl_tensor {
-    let mut t = msgl_tensor { data: 0x1000_0000 as *mut _, dtype: dtype.abi_code(), ndim: shape.len() as i32, device, ..Default::default() };
+    let mut t = msgl_tensor {
+        data: 0x1000_0000 as *mut _,
+        dtype: dtype.abi_code(),
+        ndim: shape.len() as i32,
+        device,
+        ..Default::default()
+    };
     let mut stride = 1;
     for i in (0..shape.len()).rev() {
         t.shape[i] = shape[i];
@@ -194,7 +207,15 @@ fn library_launchers_reject_bad_arguments_naming_them() {
     let Some(reg) = aot_registry(KernelMode::Aot) else { return };
     let lib = reg.aot().unwrap();
     let l = lib.launchers();
-    let good = || (view(DType::BF16, &[64, 1024], 0), view(DType::BF16, &[64, 1024], 0), view(DType::I64, &[8], 0), view(DType::BF16, &[8, 1024], 0), view(DType::BF16, &[8, 1024], 0));
+    let good = || {
+        (
+            view(DType::BF16, &[64, 1024], 0),
+            view(DType::BF16, &[64, 1024], 0),
+            view(DType::I64, &[8], 0),
+            view(DType::BF16, &[8, 1024], 0),
+            view(DType::BF16, &[8, 1024], 0),
+        )
+    };
     let call = |kc: msgl_tensor, vc: msgl_tensor, idx: msgl_tensor, k: msgl_tensor, v: msgl_tensor| {
         // SAFETY: validation fails before any memory is touched or any CUDA call.
         let status = unsafe { l.msgl_store_kv(&kc, &vc, &idx, &k, &v, std::ptr::null_mut()) };
@@ -203,7 +224,10 @@ fn library_launchers_reject_bad_arguments_naming_them() {
     type Edit = Box<dyn Fn(&mut [msgl_tensor; 5])>;
     let cases: Vec<(&str, Edit)> = vec![
         ("argument `k` has dtype f16 but `k_cache` has dtype bf16", Box::new(|t| t[3].dtype = DType::F16.abi_code())),
-        ("argument `v_cache` has dtype f32 but `k_cache` has dtype bf16", Box::new(|t| t[1].dtype = DType::F32.abi_code())),
+        (
+            "argument `v_cache` has dtype f32 but `k_cache` has dtype bf16",
+            Box::new(|t| t[1].dtype = DType::F32.abi_code()),
+        ),
         ("argument `k` has dtype unknown, expected f32|f16|bf16|i32|i64|u8", Box::new(|t| t[3].dtype = 9)),
         ("argument `indices` has dtype f32, expected i32|i64", Box::new(|t| t[2].dtype = DType::F32.abi_code())),
         ("argument `v` has size 7 in dimension 0, expected 8", Box::new(|t| t[4].shape[0] = 7)),
@@ -228,7 +252,8 @@ fn library_launchers_reject_bad_arguments_naming_them() {
     }
     assert!(fixed);
     // index: a bad ids dtype and a shape mismatch.
-    let (out, weight, mut ids) = (view(DType::BF16, &[4, 4096], 0), view(DType::BF16, &[100, 4096], 0), view(DType::I32, &[4], 0));
+    let (out, weight, mut ids) =
+        (view(DType::BF16, &[4, 4096], 0), view(DType::BF16, &[100, 4096], 0), view(DType::I32, &[4], 0));
     ids.dtype = DType::F16.abi_code();
     // SAFETY: as above.
     let status = unsafe { l.msgl_index(&out, &weight, &ids, 0, std::ptr::null_mut()) };
@@ -239,7 +264,11 @@ fn library_launchers_reject_bad_arguments_naming_them() {
     // SAFETY: as above.
     let status = unsafe { l.msgl_index(&out, &weight, &ids, 0, std::ptr::null_mut()) };
     assert_eq!(status, MSGL_ERR_INVALID_ARGUMENT as i32);
-    assert!(lib.last_error().contains("argument `out` has size 2048 in dimension 1, expected 4096"), "{}", lib.last_error());
+    assert!(
+        lib.last_error().contains("argument `out` has size 2048 in dimension 1, expected 4096"),
+        "{}",
+        lib.last_error()
+    );
     // A well-formed call with zero tokens returns OK without touching the GPU.
     let (kc, vc, _, _, _) = good();
     let (idx, k, v) = (view(DType::I32, &[0], 0), view(DType::BF16, &[0, 1024], 0), view(DType::BF16, &[0, 1024], 0));
@@ -256,9 +285,18 @@ fn rust_launchers_reject_bad_arguments_naming_them() {
     kernel_runtime::ops::store_kv(&cache, &cache.clone(), &idx, &k, &k).unwrap();
     let f16 = Tensor::zeros(&[3, 2, 8], DType::F16, cpu).unwrap();
     let cases = [
-        (kernel_runtime::ops::store_kv(&cache, &cache, &idx, &f16, &k), "argument `k_cache` has dtype bf16, `k` has f16"),
         (
-            kernel_runtime::ops::store_kv(&cache, &cache, &idx.to_dtype(DType::I64).unwrap().narrow(0, 0, 2).unwrap(), &k, &k),
+            kernel_runtime::ops::store_kv(&cache, &cache, &idx, &f16, &k),
+            "argument `k_cache` has dtype bf16, `k` has f16",
+        ),
+        (
+            kernel_runtime::ops::store_kv(
+                &cache,
+                &cache,
+                &idx.to_dtype(DType::I64).unwrap().narrow(0, 0, 2).unwrap(),
+                &k,
+                &k,
+            ),
             "argument `indices` has shape [2], expected [3]",
         ),
         (
@@ -266,7 +304,13 @@ fn rust_launchers_reject_bad_arguments_naming_them() {
             "argument `indices` has dtype f32, expected i32|i64",
         ),
         (
-            kernel_runtime::ops::store_kv(&cache, &cache, &idx, &Tensor::zeros(&[3, 2, 16], DType::BF16, cpu).unwrap().narrow(2, 0, 8).unwrap(), &k),
+            kernel_runtime::ops::store_kv(
+                &cache,
+                &cache,
+                &idx,
+                &Tensor::zeros(&[3, 2, 16], DType::BF16, cpu).unwrap().narrow(2, 0, 8).unwrap(),
+                &k,
+            ),
             "argument `k` must have dense rows",
         ),
         (
@@ -279,7 +323,8 @@ fn rust_launchers_reject_bad_arguments_naming_them() {
         assert!(err.starts_with("store_kv: ") && err.contains(needle), "expected {needle:?} in {err:?}");
     }
     let w = Tensor::zeros(&[10, 8], DType::F32, cpu).unwrap();
-    let err = kernel_runtime::ops::embedding(&w, &Tensor::zeros(&[2], DType::F32, cpu).unwrap(), 0).unwrap_err().to_string();
+    let err =
+        kernel_runtime::ops::embedding(&w, &Tensor::zeros(&[2], DType::F32, cpu).unwrap(), 0).unwrap_err().to_string();
     assert!(err.contains("argument `ids` has dtype f32"), "{err}");
 }
 

@@ -59,7 +59,8 @@ fn every_dense_and_attention_family_compiles_with_nvrtc_for_sm90() {
                     loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some((name, values)) = work.get(i) else { return failed };
-                        let family = spec.family(name).unwrap_or_else(|| panic!("family `{name}` is not in kernels.toml"));
+                        let family =
+                            spec.family(name).unwrap_or_else(|| panic!("family `{name}` is not in kernels.toml"));
                         let instance = family.instance(values).unwrap();
                         match jit::compile(sources, family, &instance, "sm_90") {
                             Ok(cubin) if cubin.starts_with(b"\x7fELF") => {}

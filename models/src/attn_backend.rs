@@ -39,7 +39,9 @@ pub type AttnBackendCtor = fn() -> Result<Box<dyn AttnBackend>>;
 pub const ATTN_BACKENDS: &[(AttnBackendKind, &str, AttnBackendCtor)] = &[
     (AttnBackendKind::Paged, "paged", || Ok(Box::new(PagedAttnBackend { kernel: AttnKernel::Auto, name: "paged" }))),
     (AttnBackendKind::Tile, "tile", || Ok(Box::new(PagedAttnBackend { kernel: AttnKernel::Tile, name: "tile" }))),
-    (AttnBackendKind::Decode, "decode", || Ok(Box::new(PagedAttnBackend { kernel: AttnKernel::Decode, name: "decode" }))),
+    (AttnBackendKind::Decode, "decode", || {
+        Ok(Box::new(PagedAttnBackend { kernel: AttnKernel::Decode, name: "decode" }))
+    }),
 ];
 
 fn supported() -> String {
@@ -54,10 +56,10 @@ impl AttnBackendKind {
 
     /// Builds the backend.
     pub fn create(self) -> Result<Box<dyn AttnBackend>> {
-        let ctor = ATTN_BACKENDS.iter().find(|b| b.0 == self).map(|b| b.2).ok_or_else(|| ModelError::UnsupportedAttnBackend {
-            name: format!("{self:?}"),
-            supported: supported(),
-        })?;
+        let ctor =
+            ATTN_BACKENDS.iter().find(|b| b.0 == self).map(|b| b.2).ok_or_else(|| {
+                ModelError::UnsupportedAttnBackend { name: format!("{self:?}"), supported: supported() }
+            })?;
         ctor()
     }
 }

@@ -65,7 +65,13 @@ pub trait CausalLm: Send + Sync + std::fmt::Debug {
 
     /// The shape of a KV cache of `num_pages` pages of `page_size` tokens for this model.
     fn kv_cache_shape(&self, num_pages: usize, page_size: usize) -> KvCacheShape {
-        KvCacheShape { num_layers: self.num_layers(), num_pages, page_size, num_kv_heads: self.num_kv_heads(), head_dim: self.head_dim() }
+        KvCacheShape {
+            num_layers: self.num_layers(),
+            num_pages,
+            page_size,
+            num_kv_heads: self.num_kv_heads(),
+            head_dim: self.head_dim(),
+        }
     }
 
     /// A zeroed KV cache for this model, in its dtype, on its device.
@@ -95,7 +101,11 @@ macro_rules! delegate_causal_lm {
             fn attn_backend(&self) -> &dyn $crate::ctx::AttnBackend {
                 $crate::causal_lm::CausalLm::attn_backend(&self.$field)
             }
-            fn forward(&self, batch: &$crate::ctx::ForwardBatch, kv: &$crate::ctx::KvCache) -> $crate::error::Result<kernel_runtime::Tensor> {
+            fn forward(
+                &self,
+                batch: &$crate::ctx::ForwardBatch,
+                kv: &$crate::ctx::KvCache,
+            ) -> $crate::error::Result<kernel_runtime::Tensor> {
                 $crate::causal_lm::CausalLm::forward(&self.$field, batch, kv)
             }
         }

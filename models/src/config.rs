@@ -102,7 +102,9 @@ impl MoeConfig {
     // `is_multiple_of` needs Rust 1.87; the workspace's rust-version is 1.85.
     #[allow(clippy::manual_is_multiple_of)]
     pub fn is_sparse_layer(&self, layer_idx: usize) -> bool {
-        !self.mlp_only_layers.contains(&layer_idx) && self.num_experts > 0 && (layer_idx + 1) % self.decoder_sparse_step.max(1) == 0
+        !self.mlp_only_layers.contains(&layer_idx)
+            && self.num_experts > 0
+            && (layer_idx + 1) % self.decoder_sparse_step.max(1) == 0
     }
 }
 
@@ -201,7 +203,9 @@ impl<'a> Keys<'a> {
     }
 
     fn opt_f64(&self, key: &str) -> Result<Option<f64>> {
-        self.get(key).map(|v| v.as_f64().ok_or_else(|| self.invalid(key, format!("expected a number, got {v}")))).transpose()
+        self.get(key)
+            .map(|v| v.as_f64().ok_or_else(|| self.invalid(key, format!("expected a number, got {v}"))))
+            .transpose()
     }
 
     fn f64(&self, key: &str) -> Result<f64> {
@@ -209,11 +213,15 @@ impl<'a> Keys<'a> {
     }
 
     fn opt_bool(&self, key: &str) -> Result<Option<bool>> {
-        self.get(key).map(|v| v.as_bool().ok_or_else(|| self.invalid(key, format!("expected true or false, got {v}")))).transpose()
+        self.get(key)
+            .map(|v| v.as_bool().ok_or_else(|| self.invalid(key, format!("expected true or false, got {v}"))))
+            .transpose()
     }
 
     fn opt_str(&self, key: &str) -> Result<Option<&'a str>> {
-        self.get(key).map(|v| v.as_str().ok_or_else(|| self.invalid(key, format!("expected a string, got {v}")))).transpose()
+        self.get(key)
+            .map(|v| v.as_str().ok_or_else(|| self.invalid(key, format!("expected a string, got {v}"))))
+            .transpose()
     }
 
     /// A token id or a list of them (`eos_token_id`).
@@ -221,16 +229,21 @@ impl<'a> Keys<'a> {
         let one = |v: &Value| v.as_u64().and_then(|n| u32::try_from(n).ok());
         match self.get(key) {
             None => Ok(Vec::new()),
-            Some(Value::Array(items)) => {
-                items.iter().map(|v| one(v).ok_or_else(|| self.invalid(key, format!("expected token ids, got {v}")))).collect()
-            }
-            Some(v) => one(v).map(|id| vec![id]).ok_or_else(|| self.invalid(key, format!("expected a token id or a list, got {v}"))),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| one(v).ok_or_else(|| self.invalid(key, format!("expected token ids, got {v}"))))
+                .collect(),
+            Some(v) => one(v)
+                .map(|id| vec![id])
+                .ok_or_else(|| self.invalid(key, format!("expected a token id or a list, got {v}"))),
         }
     }
 
     /// A nested object (`rope_scaling`), `None` when absent or null.
     fn object(&self, key: &str) -> Result<Option<&'a Map<String, Value>>> {
-        self.get(key).map(|v| v.as_object().ok_or_else(|| self.invalid(key, format!("expected an object, got {v}")))).transpose()
+        self.get(key)
+            .map(|v| v.as_object().ok_or_else(|| self.invalid(key, format!("expected an object, got {v}"))))
+            .transpose()
     }
 }
 
@@ -261,9 +274,11 @@ impl ModelConfig {
 
     /// Parses a `config.json` value; `path` is named in errors.
     pub fn from_value(value: &Value, path: &Path) -> Result<ModelConfig> {
-        let obj = value
-            .as_object()
-            .ok_or_else(|| ModelError::InvalidKey { path: path.to_path_buf(), key: "(top level)".into(), message: "expected a JSON object".into() })?;
+        let obj = value.as_object().ok_or_else(|| ModelError::InvalidKey {
+            path: path.to_path_buf(),
+            key: "(top level)".into(),
+            message: "expected a JSON object".into(),
+        })?;
         let keys = Keys { obj, path, prefix: "" };
 
         let architecture = match keys.get("architectures") {
@@ -408,14 +423,18 @@ fn parse_rope(keys: &Keys<'_>) -> Result<RopeConfig> {
             // DeepSeek-style `mscale`/`mscale_all_dim` give the attention factor as
             // a ratio; otherwise YaRN's 0.1 ln(s) + 1.
             let mscale = |m: f64| if factor <= 1.0 { 1.0 } else { 0.1 * m * factor.ln() + 1.0 };
-            let attention_factor = match (p.opt_f64("attention_factor")?, p.opt_f64("mscale")?, p.opt_f64("mscale_all_dim")?) {
-                (Some(a), _, _) => a,
-                (None, Some(m), Some(all)) if m != 0.0 && all != 0.0 => mscale(m) / mscale(all),
-                _ => mscale(1.0),
-            };
-            let (beta_fast, beta_slow) = (p.opt_f64("beta_fast")?.unwrap_or(32.0), p.opt_f64("beta_slow")?.unwrap_or(1.0));
+            let attention_factor =
+                match (p.opt_f64("attention_factor")?, p.opt_f64("mscale")?, p.opt_f64("mscale_all_dim")?) {
+                    (Some(a), _, _) => a,
+                    (None, Some(m), Some(all)) if m != 0.0 && all != 0.0 => mscale(m) / mscale(all),
+                    _ => mscale(1.0),
+                };
+            let (beta_fast, beta_slow) =
+                (p.opt_f64("beta_fast")?.unwrap_or(32.0), p.opt_f64("beta_slow")?.unwrap_or(1.0));
             if !(beta_fast > beta_slow && beta_slow > 0.0) {
-                return Err(p.invalid("beta_fast", format!("beta_fast = {beta_fast} must exceed beta_slow = {beta_slow} > 0")));
+                return Err(
+                    p.invalid("beta_fast", format!("beta_fast = {beta_fast} must exceed beta_slow = {beta_slow} > 0"))
+                );
             }
             RopeScaling::Yarn {
                 factor,
@@ -444,7 +463,10 @@ fn parse_rope(keys: &Keys<'_>) -> Result<RopeConfig> {
     };
     if let RopeScaling::Llama3 { low_freq_factor, high_freq_factor, .. } = scaling {
         if high_freq_factor <= low_freq_factor {
-            return Err(p.invalid("high_freq_factor", format!("{high_freq_factor} must exceed low_freq_factor = {low_freq_factor}")));
+            return Err(p.invalid(
+                "high_freq_factor",
+                format!("{high_freq_factor} must exceed low_freq_factor = {low_freq_factor}"),
+            ));
         }
     }
     Ok(RopeConfig { theta, scaling, partial_rotary_factor, inv_freq_dtype: DType::F32 })
@@ -463,13 +485,19 @@ fn parse_moe(keys: &Keys<'_>) -> Result<Option<MoeConfig>> {
         None => Vec::new(),
         Some(Value::Array(items)) => items
             .iter()
-            .map(|v| v.as_u64().map(|n| n as usize).ok_or_else(|| keys.invalid("mlp_only_layers", format!("expected layer indices, got {v}"))))
+            .map(|v| {
+                v.as_u64()
+                    .map(|n| n as usize)
+                    .ok_or_else(|| keys.invalid("mlp_only_layers", format!("expected layer indices, got {v}")))
+            })
             .collect::<Result<_>>()?,
         Some(v) => return Err(keys.invalid("mlp_only_layers", format!("expected a list, got {v}"))),
     };
     let num_experts_per_tok = keys.positive("num_experts_per_tok")?;
     if num_experts_per_tok > num_experts {
-        return Err(keys.invalid("num_experts_per_tok", format!("{num_experts_per_tok} exceeds the {num_experts} experts")));
+        return Err(
+            keys.invalid("num_experts_per_tok", format!("{num_experts_per_tok} exceeds the {num_experts} experts"))
+        );
     }
     Ok(Some(MoeConfig {
         num_experts,
@@ -503,7 +531,15 @@ mod tests {
     fn defaults_follow_transformers() {
         let c = parse(&base()).unwrap();
         assert_eq!((c.num_key_value_heads, c.head_dim, c.rotary_dim()), (4, 64, 64));
-        assert_eq!(c.rope, RopeConfig { theta: 10000.0, scaling: RopeScaling::Default, partial_rotary_factor: 1.0, inv_freq_dtype: DType::F32 });
+        assert_eq!(
+            c.rope,
+            RopeConfig {
+                theta: 10000.0,
+                scaling: RopeScaling::Default,
+                partial_rotary_factor: 1.0,
+                inv_freq_dtype: DType::F32
+            }
+        );
         assert!(!c.tie_word_embeddings && c.moe.is_none() && c.eos_token_ids.is_empty());
         assert_eq!(c.hidden_act, "silu");
     }
@@ -535,8 +571,14 @@ mod tests {
     #[test]
     fn moe_keys_in_both_layouts() {
         let mut classic = base();
-        for (k, v) in [("num_experts", json!(8)), ("num_experts_per_tok", json!(2)), ("moe_intermediate_size", json!(128)),
-            ("norm_topk_prob", json!(true)), ("decoder_sparse_step", json!(1)), ("mlp_only_layers", json!([1]))] {
+        for (k, v) in [
+            ("num_experts", json!(8)),
+            ("num_experts_per_tok", json!(2)),
+            ("moe_intermediate_size", json!(128)),
+            ("norm_topk_prob", json!(true)),
+            ("decoder_sparse_step", json!(1)),
+            ("mlp_only_layers", json!([1])),
+        ] {
             classic[k] = v;
         }
         let mut tf5 = classic.clone();
@@ -558,8 +600,18 @@ mod tests {
         let config = parse(&c).unwrap();
         assert_eq!(config.max_position_embeddings, 131072);
         match config.rope.scaling {
-            RopeScaling::Yarn { factor, original_max_position_embeddings, beta_fast, beta_slow, truncate, attention_factor } => {
-                assert_eq!((factor, original_max_position_embeddings, beta_fast, beta_slow, truncate), (4.0, 32768.0, 32.0, 1.0, true));
+            RopeScaling::Yarn {
+                factor,
+                original_max_position_embeddings,
+                beta_fast,
+                beta_slow,
+                truncate,
+                attention_factor,
+            } => {
+                assert_eq!(
+                    (factor, original_max_position_embeddings, beta_fast, beta_slow, truncate),
+                    (4.0, 32768.0, 32.0, 1.0, true)
+                );
                 assert!((attention_factor - (0.1 * 4f64.ln() + 1.0)).abs() < 1e-15);
             }
             other => panic!("{other:?}"),
@@ -572,7 +624,9 @@ mod tests {
         assert_eq!(config.max_position_embeddings, 1024 * 40);
         assert!(matches!(config.rope.scaling, RopeScaling::Yarn { attention_factor, .. } if attention_factor == 1.0));
         c["rope_scaling"]["attention_factor"] = json!(0.5);
-        assert!(matches!(parse(&c).unwrap().rope.scaling, RopeScaling::Yarn { attention_factor, .. } if attention_factor == 0.5));
+        assert!(
+            matches!(parse(&c).unwrap().rope.scaling, RopeScaling::Yarn { attention_factor, .. } if attention_factor == 0.5)
+        );
     }
 
     #[test]

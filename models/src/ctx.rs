@@ -112,7 +112,9 @@ impl ForwardBatch {
                     s.pages.len() * page_size
                 )));
             }
-            if kv_len > i32::MAX as usize || (s.pages.iter().max().copied().unwrap_or(0) as usize + 1) * page_size > i32::MAX as usize {
+            if kv_len > i32::MAX as usize
+                || (s.pages.iter().max().copied().unwrap_or(0) as usize + 1) * page_size > i32::MAX as usize
+            {
                 return Err(ModelError::Batch(format!("sequence {i} does not fit 32-bit positions and slots")));
             }
             for (j, &page) in s.pages.iter().enumerate() {
@@ -132,7 +134,10 @@ impl ForwardBatch {
             LogitRows::LastOfEachSequence => Some(q_indptr[1..].iter().map(|&end| end - 1).collect()),
             LogitRows::LastOf(which) => {
                 if let Some(&bad) = which.iter().find(|&&i| i >= seqs.len()) {
-                    return Err(ModelError::Batch(format!("logits asked for sequence {bad} of a batch of {}", seqs.len())));
+                    return Err(ModelError::Batch(format!(
+                        "logits asked for sequence {bad} of a batch of {}",
+                        seqs.len()
+                    )));
                 }
                 Some(which.iter().map(|&i| q_indptr[i + 1] - 1).collect())
             }
@@ -291,7 +296,10 @@ impl KvCache {
     pub fn layer(&self, layer_idx: usize) -> Result<(&Tensor, &Tensor)> {
         match (self.k.get(layer_idx), self.v.get(layer_idx)) {
             (Some(k), Some(v)) => Ok((k, v)),
-            _ => Err(ModelError::Batch(format!("layer {layer_idx} is outside a KV cache of {} layers", self.shape.num_layers))),
+            _ => Err(ModelError::Batch(format!(
+                "layer {layer_idx} is outside a KV cache of {} layers",
+                self.shape.num_layers
+            ))),
         }
     }
 
@@ -392,7 +400,13 @@ pub struct ForwardCtx<'a> {
 /// Checks that a step and a KV cache fit a model (`config`, compute `dtype`,
 /// `device`), so that a mismatch is an error naming it rather than an op failing
 /// deep inside a layer. Every model's `forward` starts with it.
-pub fn check_step(c: &crate::config::ModelConfig, dtype: DType, device: Device, batch: &ForwardBatch, kv: &KvCache) -> Result<()> {
+pub fn check_step(
+    c: &crate::config::ModelConfig,
+    dtype: DType,
+    device: Device,
+    batch: &ForwardBatch,
+    kv: &KvCache,
+) -> Result<()> {
     let s = kv.shape();
     if (s.num_layers, s.num_kv_heads, s.head_dim) != (c.num_hidden_layers, c.num_key_value_heads, c.head_dim) {
         return Err(ModelError::Batch(format!(
@@ -411,7 +425,11 @@ pub fn check_step(c: &crate::config::ModelConfig, dtype: DType, device: Device, 
         )));
     }
     if batch.page_size() != kv.page_size() {
-        return Err(ModelError::Batch(format!("batch built for pages of {} tokens, cache has {}", batch.page_size(), kv.page_size())));
+        return Err(ModelError::Batch(format!(
+            "batch built for pages of {} tokens, cache has {}",
+            batch.page_size(),
+            kv.page_size()
+        )));
     }
     if let Some(page) = batch.max_page().filter(|&p| p as usize >= kv.num_pages()) {
         return Err(ModelError::Batch(format!("page {page} is outside the KV cache of {} pages", kv.num_pages())));
@@ -420,7 +438,10 @@ pub fn check_step(c: &crate::config::ModelConfig, dtype: DType, device: Device, 
         return Err(ModelError::Batch(format!("token id {id} is outside the vocabulary of {}", c.vocab_size)));
     }
     if let Some(&len) = batch.kv_lens().iter().find(|&&l| l > c.max_position_embeddings) {
-        return Err(ModelError::Batch(format!("a sequence of {len} tokens exceeds max_position_embeddings = {}", c.max_position_embeddings)));
+        return Err(ModelError::Batch(format!(
+            "a sequence of {len} tokens exceeds max_position_embeddings = {}",
+            c.max_position_embeddings
+        )));
     }
     Ok(())
 }

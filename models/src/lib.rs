@@ -44,10 +44,10 @@ pub mod rotary;
 pub mod weights;
 
 pub use attn_backend::{AttnBackendKind, AttnBackendSpec};
+pub use causal_lm::CausalLm;
 pub use config::{ModelConfig, MoeConfig, RopeConfig, RopeScaling};
 pub use ctx::{AttnBackend, ForwardBatch, ForwardCtx, KvCache, KvCacheShape, LogitRows, SeqStep};
 pub use error::{ModelError, Result};
 pub use moe_backend::MoeBackendKind;
-pub use causal_lm::CausalLm;
 pub use registry::{load_model, supported_architectures, LoadOptions, MODEL_REGISTRY};
 pub use weights::{LoadFormat, Weights, MERGE_GROUPS};

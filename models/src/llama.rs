@@ -26,7 +26,12 @@ impl LlamaForCausalLM {
     }
 
     /// Loads the LLaMA body with the attention of a relative.
-    pub(crate) fn load_with(config: &ModelConfig, weights: &Weights, attn: Box<dyn AttnBackend>, options: AttnOptions) -> Result<Self> {
+    pub(crate) fn load_with(
+        config: &ModelConfig,
+        weights: &Weights,
+        attn: Box<dyn AttnBackend>,
+        options: AttnOptions,
+    ) -> Result<Self> {
         let load_mlp = &|vb: &VarBuilder<'_>, _layer_idx: usize| LlamaMlp::load(vb, config, config.intermediate_size);
         Ok(LlamaForCausalLM(Decoder::load(config, weights, attn, options, load_mlp)?))
     }

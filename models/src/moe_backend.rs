@@ -28,7 +28,8 @@ pub enum MoeBackendKind {
 }
 
 /// Every backend: kind and `--moe` name.
-pub const MOE_BACKENDS: &[(MoeBackendKind, &str)] = &[(MoeBackendKind::Fused, "fused"), (MoeBackendKind::Naive, "naive")];
+pub const MOE_BACKENDS: &[(MoeBackendKind, &str)] =
+    &[(MoeBackendKind::Fused, "fused"), (MoeBackendKind::Naive, "naive")];
 
 fn supported() -> String {
     MOE_BACKENDS.iter().map(|b| b.1).collect::<Vec<_>>().join(", ")
@@ -66,7 +67,9 @@ impl MoeBackendKind {
     ) -> kernel_runtime::Result<Tensor> {
         match self {
             MoeBackendKind::Fused => ops::fused_moe(x, router_logits, w13, w2, top_k, renormalize),
-            MoeBackendKind::Naive => ops::naive_experts(x, w13, w2, &ops::moe_route(router_logits, top_k, renormalize)?),
+            MoeBackendKind::Naive => {
+                ops::naive_experts(x, w13, w2, &ops::moe_route(router_logits, top_k, renormalize)?)
+            }
         }
     }
 }

@@ -20,7 +20,8 @@ pub struct Qwen2ForCausalLM(LlamaForCausalLM);
 impl Qwen2ForCausalLM {
     /// Loads Qwen2.
     pub fn load(config: &ModelConfig, weights: &Weights, attn: Box<dyn AttnBackend>) -> Result<Self> {
-        let config = &within_sliding_window(config, config.use_sliding_window.then_some(config.sliding_window).flatten());
+        let config =
+            &within_sliding_window(config, config.use_sliding_window.then_some(config.sliding_window).flatten());
         let options = AttnOptions { qkv_bias: true, o_bias: false, qk_norm: false };
         Ok(Qwen2ForCausalLM(LlamaForCausalLM::load_with(config, weights, attn, options)?))
     }

@@ -21,7 +21,8 @@ pub struct Qwen3ForCausalLM(LlamaForCausalLM);
 impl Qwen3ForCausalLM {
     /// Loads Qwen3.
     pub fn load(config: &ModelConfig, weights: &Weights, attn: Box<dyn AttnBackend>) -> Result<Self> {
-        let config = &within_sliding_window(config, config.use_sliding_window.then_some(config.sliding_window).flatten());
+        let config =
+            &within_sliding_window(config, config.use_sliding_window.then_some(config.sliding_window).flatten());
         let options = AttnOptions { qkv_bias: config.attention_bias, o_bias: config.attention_bias, qk_norm: true };
         Ok(Qwen3ForCausalLM(LlamaForCausalLM::load_with(config, weights, attn, options)?))
     }

@@ -51,11 +51,19 @@ pub struct Qwen3MoeForCausalLM {
 
 impl Qwen3MoeForCausalLM {
     /// Loads Qwen3-MoE with its sparse layers on the `moe` backend.
-    pub fn load(config: &ModelConfig, weights: &Weights, attn: Box<dyn AttnBackend>, moe: MoeBackendKind) -> Result<Self> {
+    pub fn load(
+        config: &ModelConfig,
+        weights: &Weights,
+        attn: Box<dyn AttnBackend>,
+        moe: MoeBackendKind,
+    ) -> Result<Self> {
         if config.moe.is_none() {
-            return Err(config.unsupported("Qwen3MoeForCausalLM needs num_experts (or num_local_experts) in config.json"));
+            return Err(
+                config.unsupported("Qwen3MoeForCausalLM needs num_experts (or num_local_experts) in config.json")
+            );
         }
-        let config = &within_sliding_window(config, config.use_sliding_window.then_some(config.sliding_window).flatten());
+        let config =
+            &within_sliding_window(config, config.use_sliding_window.then_some(config.sliding_window).flatten());
         let options = AttnOptions { qkv_bias: config.attention_bias, o_bias: config.attention_bias, qk_norm: true };
         let probe = RouterProbe::default();
         let load_mlp = &|vb: &VarBuilder<'_>, layer_idx: usize| {

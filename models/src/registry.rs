@@ -12,8 +12,8 @@ use std::path::Path;
 use kernel_runtime::{DType, Device};
 
 use crate::attn_backend::AttnBackendSpec;
-use crate::config::ModelConfig;
 use crate::causal_lm::CausalLm;
+use crate::config::ModelConfig;
 use crate::ctx::AttnBackend;
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufCheckpoint;
@@ -42,7 +42,10 @@ pub fn supported_architectures() -> Vec<&'static str> {
 /// The loader of `architecture`, or an error listing the supported ones.
 pub fn model_loader(architecture: &str) -> Result<ModelLoader> {
     MODEL_REGISTRY.iter().find(|(name, _)| *name == architecture).map(|(_, load)| *load).ok_or_else(|| {
-        ModelError::UnsupportedArchitecture { architecture: architecture.to_owned(), supported: supported_architectures().join(", ") }
+        ModelError::UnsupportedArchitecture {
+            architecture: architecture.to_owned(),
+            supported: supported_architectures().join(", "),
+        }
     })
 }
 
@@ -86,7 +89,10 @@ pub fn load_model(path: &Path, options: &LoadOptions) -> Result<Box<dyn CausalLm
         let checkpoint = GgufCheckpoint::open(path)?;
         (ModelConfig::from_value(checkpoint.hf_config(), path)?, Input::Gguf(Box::new(checkpoint)))
     } else if path.is_file() {
-        return Err(ModelError::NoWeights { path: path.to_path_buf(), message: "expected a model folder or a .gguf file".into() });
+        return Err(ModelError::NoWeights {
+            path: path.to_path_buf(),
+            message: "expected a model folder or a .gguf file".into(),
+        });
     } else {
         return Err(ModelError::NoWeights { path: path.to_path_buf(), message: "no such file or folder".into() });
     };
@@ -114,7 +120,10 @@ pub fn load_model(path: &Path, options: &LoadOptions) -> Result<Box<dyn CausalLm
         }
         (LoadFormat::Auto, Input::Gguf(checkpoint)) => Weights::gguf(*checkpoint, path, dtype, device)?,
         (LoadFormat::Safetensors, Input::Gguf(_)) => {
-            return Err(ModelError::NoWeights { path: path.to_path_buf(), message: "--load-format safetensors needs an HF folder, not a GGUF file".into() })
+            return Err(ModelError::NoWeights {
+                path: path.to_path_buf(),
+                message: "--load-format safetensors needs an HF folder, not a GGUF file".into(),
+            })
         }
     };
     let attn = options.attn.create()?;

@@ -30,11 +30,17 @@ use crate::error::{ModelError, Result};
 /// llama3: transformers' `_compute_llama3_parameters`, which keeps high
 /// frequencies, divides low ones by the factor and blends in between.
 pub fn inv_freq(rope: &RopeConfig, rotary_dim: usize) -> Vec<f64> {
-    let base: Vec<f64> = (0..rotary_dim / 2).map(|i| 1.0 / rope.theta.powf((2 * i) as f64 / rotary_dim as f64)).collect();
+    let base: Vec<f64> =
+        (0..rotary_dim / 2).map(|i| 1.0 / rope.theta.powf((2 * i) as f64 / rotary_dim as f64)).collect();
     match rope.scaling {
         RopeScaling::Default => base,
         RopeScaling::Linear { factor } => base.into_iter().map(|f| f / factor).collect(),
-        RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings: old_context } => {
+        RopeScaling::Llama3 {
+            factor,
+            low_freq_factor,
+            high_freq_factor,
+            original_max_position_embeddings: old_context,
+        } => {
             let low_freq_wavelen = old_context / low_freq_factor;
             let high_freq_wavelen = old_context / high_freq_factor;
             base.into_iter()
@@ -51,7 +57,14 @@ pub fn inv_freq(rope: &RopeConfig, rotary_dim: usize) -> Vec<f64> {
                 })
                 .collect()
         }
-        RopeScaling::Yarn { factor, original_max_position_embeddings: old_context, beta_fast, beta_slow, truncate, .. } => {
+        RopeScaling::Yarn {
+            factor,
+            original_max_position_embeddings: old_context,
+            beta_fast,
+            beta_slow,
+            truncate,
+            ..
+        } => {
             // The dimension whose frequency turns `rotations` times over the
             // original context (YaRN's correction dimension).
             let dim = rotary_dim as f64;
@@ -172,7 +185,12 @@ mod tests {
     fn llama3_scaling_matches_transformers() {
         // Llama-3.1-8B: theta 500000, head_dim 128, factor 8, low 1, high 4, 8192.
         let scaled = inv_freq(
-            &rope(RopeScaling::Llama3 { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position_embeddings: 8192.0 }),
+            &rope(RopeScaling::Llama3 {
+                factor: 8.0,
+                low_freq_factor: 1.0,
+                high_freq_factor: 4.0,
+                original_max_position_embeddings: 8192.0,
+            }),
             128,
         );
         let plain = inv_freq(&rope(RopeScaling::Default), 128);
@@ -181,7 +199,15 @@ mod tests {
         assert_eq!(scaled[63], plain[63] / 8.0);
         // transformers' `_compute_llama3_parameters` replayed in numpy float32 (the
         // dtype it runs in), at high, medium (blended: 29..=34) and low frequencies.
-        let want = [(0, 1.0f32), (20, 1.656044e-02), (29, 2.1665706e-03), (31, 8.5675146e-04), (34, 1.7850779e-04), (40, 3.4281024e-05), (63, 3.068926e-07)];
+        let want = [
+            (0, 1.0f32),
+            (20, 1.656044e-02),
+            (29, 2.1665706e-03),
+            (31, 8.5675146e-04),
+            (34, 1.7850779e-04),
+            (40, 3.4281024e-05),
+            (63, 3.068926e-07),
+        ];
         for (i, w) in want {
             let got = scaled[i] as f32;
             assert!((got - w).abs() <= w * 1e-6, "inv_freq[{i}] = {got}, transformers {w}");

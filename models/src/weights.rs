@@ -111,7 +111,9 @@ impl SafetensorsFile {
             return Err(bad(format!("header length {header_len} is implausibly large (corrupt file)")));
         }
         if 8 + header_len > file_len {
-            return Err(bad(format!("header length {header_len} exceeds the {file_len}-byte file (truncated or corrupt)")));
+            return Err(bad(format!(
+                "header length {header_len} exceeds the {file_len}-byte file (truncated or corrupt)"
+            )));
         }
         let mut header = vec![0u8; header_len as usize];
         file.read_exact(&mut header).map_err(ModelError::io(path))?;
@@ -120,10 +122,15 @@ impl SafetensorsFile {
         let data_len = metadata.data_len() as u64;
         let have = file_len - data_start;
         if have < data_len {
-            return Err(bad(format!("truncated: the header describes {data_len} bytes of tensor data, the file holds {have}")));
+            return Err(bad(format!(
+                "truncated: the header describes {data_len} bytes of tensor data, the file holds {have}"
+            )));
         }
         if have > data_len {
-            return Err(bad(format!("{} bytes of trailing data after the {data_len} bytes the header describes (corrupt)", have - data_len)));
+            return Err(bad(format!(
+                "{} bytes of trailing data after the {data_len} bytes the header describes (corrupt)",
+                have - data_len
+            )));
         }
         let tensors = metadata.tensors().into_iter().map(|(name, info)| (name, info.clone())).collect();
         Ok(SafetensorsFile { path: path.to_path_buf(), data_start, tensors })
@@ -197,7 +204,8 @@ impl SafetensorsFolder {
         }
         if let Some(weight_map) = weight_map {
             for (tensor, file) in &weight_map {
-                let holds = index.get(tensor).is_some_and(|&i| files[i].path.file_name().is_some_and(|f| f == file.as_str()));
+                let holds =
+                    index.get(tensor).is_some_and(|&i| files[i].path.file_name().is_some_and(|f| f == file.as_str()));
                 if !holds {
                     return Err(ModelError::Safetensors {
                         path: index_path.clone(),
@@ -243,7 +251,8 @@ fn dummy_values(seed: u64, name: &str, shape: &[usize]) -> Vec<f32> {
     let tensor_seed = seed ^ fnv1a(name.as_bytes());
     let mut values = vec![0f32; numel];
     values.par_chunks_mut(DUMMY_BLOCK).enumerate().for_each(|(block, chunk)| {
-        let mut rng = StdRng::seed_from_u64(tensor_seed.wrapping_add((block as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)));
+        let mut rng =
+            StdRng::seed_from_u64(tensor_seed.wrapping_add((block as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)));
         for v in chunk {
             *v = center + rng.gen_range(-half_width..half_width);
         }
@@ -273,7 +282,12 @@ pub struct Weights {
 impl Weights {
     /// The safetensors weights of an HF folder.
     pub fn safetensors(dir: &Path, dtype: DType, device: Device) -> Result<Weights> {
-        Ok(Weights { source: Source::Safetensors(SafetensorsFolder::open(dir)?), location: dir.to_path_buf(), dtype, device })
+        Ok(Weights {
+            source: Source::Safetensors(SafetensorsFolder::open(dir)?),
+            location: dir.to_path_buf(),
+            dtype,
+            device,
+        })
     }
 
     /// The tensors of a GGUF checkpoint (dequantised to f32, then converted).
@@ -312,7 +326,12 @@ impl Weights {
     }
 
     fn shape_error(&self, name: &str, expected: &[usize], actual: &[usize]) -> ModelError {
-        ModelError::TensorShape { location: self.location.clone(), name: name.to_owned(), expected: expected.to_vec(), actual: actual.to_vec() }
+        ModelError::TensorShape {
+            location: self.location.clone(),
+            name: name.to_owned(),
+            expected: expected.to_vec(),
+            actual: actual.to_vec(),
+        }
     }
 
     fn missing(&self, name: &str) -> ModelError {
@@ -332,7 +351,11 @@ impl Weights {
                     StDtype::F16 => DType::F16,
                     StDtype::F32 => DType::F32,
                     other => {
-                        return Err(ModelError::TensorDtype { location: file.path.clone(), name: name.to_owned(), stored: format!("{other:?}") })
+                        return Err(ModelError::TensorDtype {
+                            location: file.path.clone(),
+                            name: name.to_owned(),
+                            stored: format!("{other:?}"),
+                        })
                     }
                 };
                 Tensor::from_bytes(&file.read(info)?, dtype, shape, Device::Cpu)?
@@ -392,13 +415,19 @@ impl<'a> VarBuilder<'a> {
     /// fused tensor when it has one, else the parts [`MERGE_GROUPS`] lists for
     /// `fused`, of shapes `[rows_i, rest...]`, concatenated along dimension 0.
     pub fn get_merged(&self, fused: &str, suffix: &str, part_rows: &[usize], rest: &[usize]) -> Result<Tensor> {
-        let group = MERGE_GROUPS.iter().find(|g| g.fused == fused).ok_or_else(|| {
-            ModelError::MissingTensor { location: self.weights.location.clone(), name: format!("{} (no merge group `{fused}`)", self.name(fused)) }
+        let group = MERGE_GROUPS.iter().find(|g| g.fused == fused).ok_or_else(|| ModelError::MissingTensor {
+            location: self.weights.location.clone(),
+            name: format!("{} (no merge group `{fused}`)", self.name(fused)),
         })?;
         if group.parts.len() != part_rows.len() {
             return Err(ModelError::MissingTensor {
                 location: self.weights.location.clone(),
-                name: format!("{} (merge group `{fused}` has {} parts, {} sizes given)", self.name(fused), group.parts.len(), part_rows.len()),
+                name: format!(
+                    "{} (merge group `{fused}` has {} parts, {} sizes given)",
+                    self.name(fused),
+                    group.parts.len(),
+                    part_rows.len()
+                ),
             });
         }
         let total_rows: usize = part_rows.iter().sum();
@@ -410,7 +439,8 @@ impl<'a> VarBuilder<'a> {
         let mut bytes = Vec::with_capacity(shape.iter().product::<usize>() * self.weights.dtype.size_in_bytes());
         for (part, &rows) in group.parts.iter().zip(part_rows) {
             let part_shape: Vec<usize> = std::iter::once(rows).chain(rest.iter().copied()).collect();
-            bytes.extend(self.weights.load_host(&self.name(&format!("{part}.{suffix}")), &part_shape)?.to_host_bytes()?);
+            bytes
+                .extend(self.weights.load_host(&self.name(&format!("{part}.{suffix}")), &part_shape)?.to_host_bytes()?);
         }
         Ok(Tensor::from_bytes(&bytes, self.weights.dtype, &shape, self.weights.device)?)
     }

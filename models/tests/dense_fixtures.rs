@@ -102,15 +102,20 @@ fn check_batched(name: &str) {
             .collect()
     };
     let kv = model.new_kv_cache(tables.iter().map(Vec::len).sum(), PAGE).unwrap();
-    let seqs: Vec<SeqStep<'_>> = cases.iter().zip(&tables).map(|(c, t)| SeqStep { new_tokens: &c.input_ids, cached_len: 0, pages: t }).collect();
+    let seqs: Vec<SeqStep<'_>> =
+        cases.iter().zip(&tables).map(|(c, t)| SeqStep { new_tokens: &c.input_ids, cached_len: 0, pages: t }).collect();
     let got = forward(&*model, &kv, &seqs, LogitRows::LastOfEachSequence);
     for (i, c) in cases.iter().enumerate() {
         let err = rel_l2(&got[i * v..(i + 1) * v], &c.greedy_logits[..v]);
         assert!(err <= TOL, "{name} case {i}: batched prefill rel L2 {err:e}");
     }
     let tokens: Vec<[u32; 1]> = cases.iter().map(|c| [c.greedy_ids[0]]).collect();
-    let seqs: Vec<SeqStep<'_>> =
-        cases.iter().zip(&tables).zip(&tokens).map(|((c, t), tok)| SeqStep { new_tokens: tok, cached_len: c.input_ids.len(), pages: t }).collect();
+    let seqs: Vec<SeqStep<'_>> = cases
+        .iter()
+        .zip(&tables)
+        .zip(&tokens)
+        .map(|((c, t), tok)| SeqStep { new_tokens: tok, cached_len: c.input_ids.len(), pages: t })
+        .collect();
     let got = forward(&*model, &kv, &seqs, LogitRows::LastOfEachSequence);
     for (i, c) in cases.iter().enumerate() {
         let err = rel_l2(&got[i * v..(i + 1) * v], &c.greedy_logits[v..2 * v]);

@@ -12,8 +12,7 @@ use std::path::PathBuf;
 
 use models::gguf::quant::{self, DEQUANTIZABLE};
 use models::gguf::{
-    GgmlType, GgufCheckpoint, GgufError, GgufFile, GgufWriter, MetadataArray, MetadataValue,
-    ValueType,
+    GgmlType, GgufCheckpoint, GgufError, GgufFile, GgufWriter, MetadataArray, MetadataValue, ValueType,
 };
 use safetensors::SafeTensors;
 
@@ -25,20 +24,13 @@ fn data_dir() -> PathBuf {
 fn read_safetensors(name: &str) -> Vec<(String, Vec<usize>, Vec<u8>)> {
     let bytes = std::fs::read(data_dir().join(name)).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
-    let mut out: Vec<_> = st
-        .tensors()
-        .into_iter()
-        .map(|(n, t)| (n, t.shape().to_vec(), t.data().to_vec()))
-        .collect();
+    let mut out: Vec<_> = st.tensors().into_iter().map(|(n, t)| (n, t.shape().to_vec(), t.data().to_vec())).collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
 }
 
 fn f32s(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect()
+    bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
 }
 
 /// Bit-exact comparison with a message that locates the first difference.
@@ -63,15 +55,8 @@ fn dequantisation_is_bit_exact_with_gguf_py() {
     for (name, _, raw) in tensors.iter().filter(|t| t.0.ends_with(".raw")) {
         let case = name.trim_end_matches(".raw");
         let type_name = case.split('.').next().unwrap();
-        let ty = DEQUANTIZABLE
-            .iter()
-            .copied()
-            .find(|t| t.name() == type_name)
-            .unwrap();
-        let (_, shape, expected) = tensors
-            .iter()
-            .find(|t| t.0 == format!("{case}.expected"))
-            .unwrap();
+        let ty = DEQUANTIZABLE.iter().copied().find(|t| t.name() == type_name).unwrap();
+        let (_, shape, expected) = tensors.iter().find(|t| t.0 == format!("{case}.expected")).unwrap();
         let want = f32s(expected);
         assert_eq!(shape.iter().product::<usize>(), want.len());
         let got = quant::dequantize(ty, raw, want.len()).unwrap();
@@ -90,17 +75,10 @@ fn dequantisation_is_parallel_safe_on_large_inputs() {
     // block-by-block decoding.
     let tensors = read_safetensors("quant_cases.safetensors");
     let (_, _, raw) = tensors.iter().find(|t| t.0 == "Q4_K.random.raw").unwrap();
-    let (_, _, expected) = tensors
-        .iter()
-        .find(|t| t.0 == "Q4_K.random.expected")
-        .unwrap();
+    let (_, _, expected) = tensors.iter().find(|t| t.0 == "Q4_K.random.expected").unwrap();
     let reps = 1500;
     let big: Vec<u8> = raw.iter().copied().cycle().take(raw.len() * reps).collect();
-    let want: Vec<f32> = f32s(expected)
-        .into_iter()
-        .cycle()
-        .take(expected.len() / 4 * reps)
-        .collect();
+    let want: Vec<f32> = f32s(expected).into_iter().cycle().take(expected.len() / 4 * reps).collect();
     let got = quant::dequantize(GgmlType::Q4_K, &big, want.len()).unwrap();
     assert_bits_eq("Q4_K x1500", &got, &want);
 }
@@ -120,43 +98,23 @@ fn reader_reads_every_metadata_type() {
     assert_eq!(f.get_i64("test.i32").unwrap(), -2_000_000_000);
     assert_eq!(f.get_f32("test.f32").unwrap(), 0.1);
     assert!(f.get_bool("test.bool").unwrap());
-    assert_eq!(
-        f.get_str("test.string").unwrap(),
-        "h\u{e9}llo \u{65e5}\u{672c}"
-    );
+    assert_eq!(f.get_str("test.string").unwrap(), "h\u{e9}llo \u{65e5}\u{672c}");
     assert_eq!(f.get_str("test.empty_string").unwrap(), "");
     assert_eq!(f.get_u64("test.u64").unwrap(), (1 << 63) + 5);
     assert_eq!(f.get_i64("test.i64").unwrap(), -(1 << 62));
     assert_eq!(f.get_f64("test.f64").unwrap(), 1e300);
     assert_eq!(f.get_i64_array("test.array_i32").unwrap(), vec![1, -2, 3]);
     assert_eq!(f.get_f32_array("test.array_f32").unwrap(), vec![0.5, -1.5]);
-    assert_eq!(
-        f.get_str_array("test.array_str").unwrap(),
-        ["a", "", "\u{fc}"]
-    );
+    assert_eq!(f.get_str_array("test.array_str").unwrap(), ["a", "", "\u{fc}"]);
     let nested = f.get_array("test.nested").unwrap();
     assert_eq!(nested.elem_type(), ValueType::Array);
-    let MetadataArray::Array(inner) = nested else {
-        panic!("nested: {nested:?}")
-    };
-    assert_eq!(
-        inner
-            .iter()
-            .map(|a| a.to_i64_vec().unwrap())
-            .collect::<Vec<_>>(),
-        vec![vec![1, 2], vec![3]]
-    );
+    let MetadataArray::Array(inner) = nested else { panic!("nested: {nested:?}") };
+    assert_eq!(inner.iter().map(|a| a.to_i64_vec().unwrap()).collect::<Vec<_>>(), vec![vec![1, 2], vec![3]]);
     assert_eq!(f.get_str_array("tokenizer.ggml.tokens").unwrap().len(), 48);
     assert_eq!(f.tensors().len(), 22);
     let q = f.tensor("blk.0.attn_q.weight").unwrap();
-    assert_eq!(
-        (q.dims(), q.shape(), q.ggml_type()),
-        (&[32u64, 32][..], vec![32, 32], GgmlType::F16)
-    );
-    assert!(f
-        .tensors()
-        .iter()
-        .all(|t| (f.data_offset() + t.offset()).is_multiple_of(64)));
+    assert_eq!((q.dims(), q.shape(), q.ggml_type()), (&[32u64, 32][..], vec![32, 32], GgmlType::F16));
+    assert!(f.tensors().iter().all(|t| (f.data_offset() + t.offset()).is_multiple_of(64)));
     assert_eq!(f.get_opt::<u32>("test.absent").unwrap(), None);
 }
 
@@ -166,35 +124,15 @@ fn metadata_errors_name_the_key() {
     let err = f.get_str("test.u32").unwrap_err();
     assert!(matches!(err, GgufError::MetadataType { .. }), "{err}");
     let msg = err.to_string();
-    assert!(
-        msg.contains("tiny_llama.gguf")
-            && msg.contains("`test.u32`")
-            && msg.contains("u32 4000000000"),
-        "{msg}"
-    );
+    assert!(msg.contains("tiny_llama.gguf") && msg.contains("`test.u32`") && msg.contains("u32 4000000000"), "{msg}");
     // Lossless integer conversion only.
-    assert!(f
-        .get_u32("test.u64")
-        .unwrap_err()
-        .to_string()
-        .contains("`test.u64`"));
+    assert!(f.get_u32("test.u64").unwrap_err().to_string().contains("`test.u64`"));
     assert!(f.get_u32("test.i8").is_err());
     let err = f.get_u32("llama.no_such_key").unwrap_err();
-    assert!(
-        matches!(err, GgufError::MissingKey { .. })
-            && err.to_string().contains("`llama.no_such_key`"),
-        "{err}"
-    );
-    assert!(f
-        .get_str_array("test.array_i32")
-        .unwrap_err()
-        .to_string()
-        .contains("array of i32[3]"));
+    assert!(matches!(err, GgufError::MissingKey { .. }) && err.to_string().contains("`llama.no_such_key`"), "{err}");
+    assert!(f.get_str_array("test.array_i32").unwrap_err().to_string().contains("array of i32[3]"));
     let err = f.tensor_f32("blk.9.attn_q.weight").unwrap_err();
-    assert!(
-        matches!(err, GgufError::MissingTensor { .. })
-            && err.to_string().contains("blk.9.attn_q.weight")
-    );
+    assert!(matches!(err, GgufError::MissingTensor { .. }) && err.to_string().contains("blk.9.attn_q.weight"));
 }
 
 /// Loads every HF tensor of `gguf` and compares with `expected` (HF names).
@@ -207,11 +145,7 @@ fn check_checkpoint(gguf: &str, expected: &str) -> GgufCheckpoint {
     for (name, shape, bytes) in &want {
         let (got_shape, got) = ckpt.load_f32(name).unwrap();
         assert_eq!(&got_shape, shape, "{name}: shape");
-        assert_eq!(
-            &ckpt.tensor(name).unwrap().shape,
-            shape,
-            "{name}: listed shape"
-        );
+        assert_eq!(&ckpt.tensor(name).unwrap().shape, shape, "{name}: listed shape");
         assert_bits_eq(name, &got, &f32s(bytes));
     }
     ckpt
@@ -221,17 +155,9 @@ fn check_checkpoint(gguf: &str, expected: &str) -> GgufCheckpoint {
 fn llama_checkpoint_is_hf_layout_with_qk_unpermuted() {
     let ckpt = check_checkpoint("tiny_llama.gguf", "tiny_llama.safetensors");
     assert_eq!(ckpt.unmapped_tensors(), ["rope_freqs.weight"]);
-    let q = ckpt
-        .tensor("model.layers.0.self_attn.q_proj.weight")
-        .unwrap();
-    assert_eq!(
-        (q.ggml_type, q.gguf_name.as_str()),
-        (GgmlType::F16, "blk.0.attn_q.weight")
-    );
-    assert_eq!(
-        ckpt.tensor("lm_head.weight").unwrap().ggml_type,
-        GgmlType::Q8_0
-    );
+    let q = ckpt.tensor("model.layers.0.self_attn.q_proj.weight").unwrap();
+    assert_eq!((q.ggml_type, q.gguf_name.as_str()), (GgmlType::F16, "blk.0.attn_q.weight"));
+    assert_eq!(ckpt.tensor("lm_head.weight").unwrap().ggml_type, GgmlType::Q8_0);
     let c = ckpt.hf_config();
     let expected = serde_json::json!({
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",
@@ -243,33 +169,18 @@ fn llama_checkpoint_is_hf_layout_with_qk_unpermuted() {
         "bos_token_id": 1, "eos_token_id": 2,
     });
     assert_eq!(c, &expected);
-    assert_eq!(
-        ckpt.chat_template().unwrap(),
-        Some("{% for m in messages %}{{ m['content'] }}{% endfor %}")
-    );
-    let err = ckpt
-        .load_f32("model.layers.0.self_attn.qkv_proj.weight")
-        .unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("model.layers.0.self_attn.qkv_proj.weight"),
-        "{err}"
-    );
+    assert_eq!(ckpt.chat_template().unwrap(), Some("{% for m in messages %}{{ m['content'] }}{% endfor %}"));
+    let err = ckpt.load_f32("model.layers.0.self_attn.qkv_proj.weight").unwrap_err();
+    assert!(err.to_string().contains("model.layers.0.self_attn.qkv_proj.weight"), "{err}");
 }
 
 #[test]
 fn qwen3_moe_checkpoint_exposes_experts() {
     let ckpt = check_checkpoint("tiny_qwen3moe.gguf", "tiny_qwen3moe.safetensors");
     let c = ckpt.hf_config();
-    assert_eq!(
-        c["architectures"],
-        serde_json::json!(["Qwen3MoeForCausalLM"])
-    );
+    assert_eq!(c["architectures"], serde_json::json!(["Qwen3MoeForCausalLM"]));
     assert_eq!(c["model_type"], "qwen3_moe");
-    assert_eq!(
-        c["head_dim"], 16,
-        "from attention.key_length, not hidden / heads"
-    );
+    assert_eq!(c["head_dim"], 16, "from attention.key_length, not hidden / heads");
     assert_eq!(c["num_experts"], 4);
     assert_eq!(c["num_experts_per_tok"], 2);
     assert_eq!(c["moe_intermediate_size"], 32);
@@ -278,71 +189,35 @@ fn qwen3_moe_checkpoint_exposes_experts() {
     assert_eq!(c["tie_word_embeddings"], true);
     assert!(ckpt.tensor("lm_head.weight").is_none());
     // Packed transformers-5 names agree with the per-expert tensors.
-    let (shape, gate_up) = ckpt
-        .load_f32("model.layers.0.mlp.experts.gate_up_proj")
-        .unwrap();
+    let (shape, gate_up) = ckpt.load_f32("model.layers.0.mlp.experts.gate_up_proj").unwrap();
     assert_eq!(shape, vec![4, 64, 32]);
-    let (shape, down) = ckpt
-        .load_f32("model.layers.0.mlp.experts.down_proj")
-        .unwrap();
+    let (shape, down) = ckpt.load_f32("model.layers.0.mlp.experts.down_proj").unwrap();
     assert_eq!(shape, vec![4, 32, 32]);
     for e in 0..4 {
-        let (_, g) = ckpt
-            .load_f32(&format!("model.layers.0.mlp.experts.{e}.gate_proj.weight"))
-            .unwrap();
-        let (_, u) = ckpt
-            .load_f32(&format!("model.layers.0.mlp.experts.{e}.up_proj.weight"))
-            .unwrap();
-        let (_, d) = ckpt
-            .load_f32(&format!("model.layers.0.mlp.experts.{e}.down_proj.weight"))
-            .unwrap();
+        let (_, g) = ckpt.load_f32(&format!("model.layers.0.mlp.experts.{e}.gate_proj.weight")).unwrap();
+        let (_, u) = ckpt.load_f32(&format!("model.layers.0.mlp.experts.{e}.up_proj.weight")).unwrap();
+        let (_, d) = ckpt.load_f32(&format!("model.layers.0.mlp.experts.{e}.down_proj.weight")).unwrap();
         let per = 64 * 32;
         assert_bits_eq("gate half", &gate_up[e * per..e * per + per / 2], &g);
         assert_bits_eq("up half", &gate_up[e * per + per / 2..(e + 1) * per], &u);
         assert_bits_eq("down", &down[e * 1024..(e + 1) * 1024], &d);
     }
-    let names: Vec<_> = ckpt
-        .packed_experts()
-        .iter()
-        .map(|t| t.hf_name.as_str())
-        .collect();
-    assert_eq!(
-        names,
-        [
-            "model.layers.0.mlp.experts.gate_up_proj",
-            "model.layers.0.mlp.experts.down_proj"
-        ]
-    );
+    let names: Vec<_> = ckpt.packed_experts().iter().map(|t| t.hf_name.as_str()).collect();
+    assert_eq!(names, ["model.layers.0.mlp.experts.gate_up_proj", "model.layers.0.mlp.experts.down_proj"]);
 }
 
 /// A small valid file: metadata of a few types and three tensors.
 fn small_writer() -> GgufWriter {
     let mut w = GgufWriter::new();
-    w.metadata(
-        "general.architecture",
-        MetadataValue::String("llama".into()),
-    )
-    .metadata(
-        "test.tokens",
-        MetadataValue::Array(MetadataArray::String(vec!["a".into(), "bc".into()])),
-    )
-    .metadata("test.flag", MetadataValue::Bool(true));
-    w.tensor_f32("a.weight", &[2, 3], &[1., 2., 3., 4., 5., 6.])
-        .unwrap();
+    w.metadata("general.architecture", MetadataValue::String("llama".into()))
+        .metadata("test.tokens", MetadataValue::Array(MetadataArray::String(vec!["a".into(), "bc".into()])))
+        .metadata("test.flag", MetadataValue::Bool(true));
+    w.tensor_f32("a.weight", &[2, 3], &[1., 2., 3., 4., 5., 6.]).unwrap();
     let mut q8 = vec![0u8; 34];
     q8[1] = 0x3c; // f16 1.0
-    q8[2..]
-        .iter_mut()
-        .enumerate()
-        .for_each(|(i, b)| *b = i as u8);
+    q8[2..].iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
     w.tensor("b.weight", &[32], GgmlType::Q8_0, q8).unwrap();
-    w.tensor(
-        "c.weight",
-        &[1, 4],
-        GgmlType::F16,
-        vec![0x00, 0x3c, 0x00, 0xc0, 0x00, 0x00, 0x00, 0x38],
-    )
-    .unwrap();
+    w.tensor("c.weight", &[1, 4], GgmlType::F16, vec![0x00, 0x3c, 0x00, 0xc0, 0x00, 0x00, 0x00, 0x38]).unwrap();
     w
 }
 
@@ -352,63 +227,39 @@ fn open_bytes(bytes: Vec<u8>) -> Result<GgufFile, GgufError> {
 
 /// Byte position just after the first occurrence of `needle`.
 fn after(bytes: &[u8], needle: &[u8]) -> usize {
-    bytes
-        .windows(needle.len())
-        .position(|w| w == needle)
-        .unwrap()
-        + needle.len()
+    bytes.windows(needle.len()).position(|w| w == needle).unwrap() + needle.len()
 }
 
 #[test]
 fn writer_round_trips() {
     let f = open_bytes(small_writer().to_bytes()).unwrap();
     assert_eq!(f.get_str_array("test.tokens").unwrap(), ["a", "bc"]);
-    assert_eq!(
-        f.tensor_f32("a.weight").unwrap(),
-        vec![1., 2., 3., 4., 5., 6.]
-    );
+    assert_eq!(f.tensor_f32("a.weight").unwrap(), vec![1., 2., 3., 4., 5., 6.]);
     assert_eq!(f.tensor("a.weight").unwrap().shape(), vec![2, 3]);
-    assert_eq!(
-        f.tensor_f32("b.weight").unwrap(),
-        (0..32).map(|i| i as f32).collect::<Vec<_>>()
-    );
+    assert_eq!(f.tensor_f32("b.weight").unwrap(), (0..32).map(|i| i as f32).collect::<Vec<_>>());
     assert_eq!(f.tensor_f32("c.weight").unwrap(), vec![1., -2., 0., 0.5]);
-    assert!(GgufWriter::new()
-        .tensor("x", &[31], GgmlType::Q8_0, vec![0; 34])
-        .is_err());
+    assert!(GgufWriter::new().tensor("x", &[31], GgmlType::Q8_0, vec![0; 34]).is_err());
 }
 
 #[test]
 fn every_truncation_is_an_error_not_a_panic() {
     let bytes = small_writer().to_bytes();
     let f = open_bytes(bytes.clone()).unwrap();
-    let data_end = f
-        .tensors()
-        .iter()
-        .map(|t| f.data_offset() + t.offset() + t.size_bytes())
-        .max()
-        .unwrap() as usize;
+    let data_end = f.tensors().iter().map(|t| f.data_offset() + t.offset() + t.size_bytes()).max().unwrap() as usize;
     for len in 0..data_end {
         let err = open_bytes(bytes[..len].to_vec()).unwrap_err();
         let msg = err.to_string();
         assert!(msg.starts_with("test.gguf: "), "{msg}");
         match err {
-            GgufError::Truncated { .. }
-            | GgufError::AbsurdCount { .. }
-            | GgufError::TensorOutOfBounds { .. } => {}
+            GgufError::Truncated { .. } | GgufError::AbsurdCount { .. } | GgufError::TensorOutOfBounds { .. } => {}
             other => panic!("truncated to {len}: unexpected {other}"),
         }
     }
     // The header of the real-world-shaped file, byte by byte, and its data in strides.
     let bytes = std::fs::read(data_dir().join("tiny_llama.gguf")).unwrap();
     let f = open_bytes(bytes.clone()).unwrap();
-    for len in (0..f.data_offset() as usize)
-        .chain((f.data_offset() as usize..bytes.len() - 64).step_by(61))
-    {
-        assert!(
-            open_bytes(bytes[..len].to_vec()).is_err(),
-            "truncated to {len} opened"
-        );
+    for len in (0..f.data_offset() as usize).chain((f.data_offset() as usize..bytes.len() - 64).step_by(61)) {
+        assert!(open_bytes(bytes[..len].to_vec()).is_err(), "truncated to {len} opened");
     }
 }
 
@@ -420,19 +271,13 @@ fn truncation_messages_say_where() {
     assert!(msg.contains("`test.tokens`"), "{msg}");
     let cut = after(&bytes, b"b.weight") + 2;
     let msg = open_bytes(bytes[..cut].to_vec()).unwrap_err().to_string();
-    assert!(
-        msg.contains("truncated file") && msg.contains("`b.weight`"),
-        "{msg}"
-    );
+    assert!(msg.contains("truncated file") && msg.contains("`b.weight`"), "{msg}");
     let f = open_bytes(bytes.clone()).unwrap();
     let c = f.tensor("c.weight").unwrap();
     let cut = (f.data_offset() + c.offset() + 2) as usize;
     let err = open_bytes(bytes[..cut].to_vec()).unwrap_err();
     assert!(matches!(err, GgufError::TensorOutOfBounds { .. }), "{err}");
-    assert!(
-        err.to_string().contains("`c.weight`") && err.to_string().contains("past the end"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("`c.weight`") && err.to_string().contains("past the end"), "{err}");
 }
 
 #[test]
@@ -444,96 +289,43 @@ fn header_errors_are_typed() {
         open_bytes(b).unwrap_err()
     };
     assert!(matches!(patched(0, b"GGML"), GgufError::BadMagic { .. }));
-    assert!(matches!(
-        patched(4, &1u32.to_le_bytes()),
-        GgufError::UnsupportedVersion { version: 1, .. }
-    ));
-    assert!(matches!(
-        patched(4, &7u32.to_le_bytes()),
-        GgufError::UnsupportedVersion { version: 7, .. }
-    ));
+    assert!(matches!(patched(4, &1u32.to_le_bytes()), GgufError::UnsupportedVersion { version: 1, .. }));
+    assert!(matches!(patched(4, &7u32.to_le_bytes()), GgufError::UnsupportedVersion { version: 7, .. }));
     let be = patched(4, &3u32.to_be_bytes());
-    assert!(
-        matches!(be, GgufError::BigEndian { version: 3, .. })
-            && be.to_string().contains("big-endian"),
-        "{be}"
-    );
+    assert!(matches!(be, GgufError::BigEndian { version: 3, .. }) && be.to_string().contains("big-endian"), "{be}");
     // Absurd counts fail before any allocation is sized by them.
-    assert!(matches!(
-        patched(8, &u64::MAX.to_le_bytes()),
-        GgufError::AbsurdCount { .. }
-    ));
-    assert!(matches!(
-        patched(16, &(1u64 << 40).to_le_bytes()),
-        GgufError::AbsurdCount { .. }
-    ));
+    assert!(matches!(patched(8, &u64::MAX.to_le_bytes()), GgufError::AbsurdCount { .. }));
+    assert!(matches!(patched(16, &(1u64 << 40).to_le_bytes()), GgufError::AbsurdCount { .. }));
     let key_len = 24; // u64 length of the first key
-    assert!(matches!(
-        patched(key_len, &u64::MAX.to_le_bytes()),
-        GgufError::Truncated { .. }
-    ));
+    assert!(matches!(patched(key_len, &u64::MAX.to_le_bytes()), GgufError::Truncated { .. }));
     let tokens = after(&good, b"test.tokens");
     let err = patched(tokens + 8, &(u64::MAX / 2).to_le_bytes());
-    assert!(
-        matches!(err, GgufError::AbsurdCount { .. }) && err.to_string().contains("`test.tokens`"),
-        "{err}"
-    );
+    assert!(matches!(err, GgufError::AbsurdCount { .. }) && err.to_string().contains("`test.tokens`"), "{err}");
     let err = patched(tokens, &13u32.to_le_bytes());
-    assert!(
-        matches!(err, GgufError::UnknownValueType { type_id: 13, .. }),
-        "{err}"
-    );
+    assert!(matches!(err, GgufError::UnknownValueType { type_id: 13, .. }), "{err}");
     let err = patched(after(&good, b"test.flag") + 4, &[2]);
-    assert!(
-        matches!(err, GgufError::InvalidMetadata { .. }) && err.to_string().contains("`test.flag`"),
-        "{err}"
-    );
+    assert!(matches!(err, GgufError::InvalidMetadata { .. }) && err.to_string().contains("`test.flag`"), "{err}");
     // Tensor infos: n_dims, type id, offset.
     let b_info = after(&good, b"b.weight");
     let err = patched(b_info, &7u32.to_le_bytes());
-    assert!(
-        matches!(err, GgufError::InvalidTensor { .. }) && err.to_string().contains("7 dimensions"),
-        "{err}"
-    );
+    assert!(matches!(err, GgufError::InvalidTensor { .. }) && err.to_string().contains("7 dimensions"), "{err}");
     let err = patched(b_info + 4 + 8, &99u32.to_le_bytes());
-    assert!(
-        matches!(err, GgufError::UnknownGgmlType { type_id: 99, .. }),
-        "{err}"
-    );
-    assert_eq!(
-        err.to_string(),
-        "test.gguf: tensor `b.weight`: unknown ggml type id 99"
-    );
+    assert!(matches!(err, GgufError::UnknownGgmlType { type_id: 99, .. }), "{err}");
+    assert_eq!(err.to_string(), "test.gguf: tensor `b.weight`: unknown ggml type id 99");
     let err = patched(b_info + 4 + 8 + 4, &1u64.to_le_bytes());
-    assert!(
-        err.to_string().contains("not a multiple of the alignment"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("not a multiple of the alignment"), "{err}");
     let err = patched(b_info + 4 + 8 + 4, &(1u64 << 62).to_le_bytes());
     assert!(matches!(err, GgufError::TensorOutOfBounds { .. }), "{err}");
     let err = patched(b_info + 4 + 8 + 4, &u64::MAX.to_le_bytes());
-    assert!(
-        matches!(
-            err,
-            GgufError::InvalidTensor { .. } | GgufError::TensorOutOfBounds { .. }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, GgufError::InvalidTensor { .. } | GgufError::TensorOutOfBounds { .. }), "{err}");
     let err = patched(b_info + 4, &33u64.to_le_bytes()); // 33 elements of Q8_0
-    assert!(
-        err.to_string()
-            .contains("not a multiple of the Q8_0 block size 32"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("not a multiple of the Q8_0 block size 32"), "{err}");
     let err = patched(after(&good, b"a.weight") + 4, &u64::MAX.to_le_bytes());
     assert!(err.to_string().contains("overflow"), "{err}");
     let mut renamed = good.clone();
     let at = after(&renamed, b"c.weight") - 8;
     renamed[at] = b'b';
-    assert!(matches!(
-        open_bytes(renamed).unwrap_err(),
-        GgufError::DuplicateTensor { .. }
-    ));
+    assert!(matches!(open_bytes(renamed).unwrap_err(), GgufError::DuplicateTensor { .. }));
 }
 
 #[test]
@@ -541,11 +333,7 @@ fn metadata_level_errors() {
     let mut w = small_writer();
     w.metadata("general.alignment", MetadataValue::U32(48));
     let err = open_bytes(w.to_bytes()).unwrap_err();
-    assert!(
-        matches!(err, GgufError::InvalidMetadata { .. })
-            && err.to_string().contains("general.alignment"),
-        "{err}"
-    );
+    assert!(matches!(err, GgufError::InvalidMetadata { .. }) && err.to_string().contains("general.alignment"), "{err}");
     // Two entries with key "k".
     let mut dup = Vec::from(&b"GGUF"[..]);
     dup.extend_from_slice(&3u32.to_le_bytes());
@@ -557,10 +345,7 @@ fn metadata_level_errors() {
         dup.extend_from_slice(&0u32.to_le_bytes());
         dup.push(7);
     }
-    assert!(matches!(
-        open_bytes(dup).unwrap_err(),
-        GgufError::DuplicateKey { .. }
-    ));
+    assert!(matches!(open_bytes(dup).unwrap_err(), GgufError::DuplicateKey { .. }));
     // Nesting bomb: arrays of arrays 100 deep.
     let mut bomb = Vec::from(&b"GGUF"[..]);
     bomb.extend_from_slice(&3u32.to_le_bytes());
@@ -581,9 +366,7 @@ fn metadata_level_errors() {
 #[test]
 fn random_corruption_never_panics() {
     let good = std::fs::read(data_dir().join("tiny_llama.gguf")).unwrap();
-    let header_len = GgufFile::from_bytes("x", good.clone())
-        .unwrap()
-        .data_offset() as usize;
+    let header_len = GgufFile::from_bytes("x", good.clone()).unwrap().data_offset() as usize;
     let mut state = 0x2545_f491_4f6c_dd1du64;
     let mut next = || {
         state ^= state << 13;
@@ -609,30 +392,14 @@ fn random_corruption_never_panics() {
 #[test]
 fn unsupported_types_and_architectures_are_named() {
     let mut w = small_writer();
-    w.tensor("iq.weight", &[256], GgmlType::IQ2_XXS, vec![0; 66])
-        .unwrap();
+    w.tensor("iq.weight", &[256], GgmlType::IQ2_XXS, vec![0; 66]).unwrap();
     let f = open_bytes(w.to_bytes()).unwrap();
     let err = f.tensor_f32("iq.weight").unwrap_err();
-    assert!(
-        matches!(
-            err,
-            GgufError::UnsupportedGgmlType {
-                ggml_type: GgmlType::IQ2_XXS,
-                ..
-            }
-        ),
-        "{err}"
-    );
-    assert!(
-        err.to_string().contains("`iq.weight`") && err.to_string().contains("Q4_K"),
-        "{err}"
-    );
+    assert!(matches!(err, GgufError::UnsupportedGgmlType { ggml_type: GgmlType::IQ2_XXS, .. }), "{err}");
+    assert!(err.to_string().contains("`iq.weight`") && err.to_string().contains("Q4_K"), "{err}");
     // An unknown architecture opens as a file, and is refused as a checkpoint.
     let mut w = small_writer();
-    w.metadata(
-        "general.architecture",
-        MetadataValue::String("mamba".into()),
-    );
+    w.metadata("general.architecture", MetadataValue::String("mamba".into()));
     let f = open_bytes(w.to_bytes()).unwrap();
     let err = GgufCheckpoint::from_file(f).unwrap_err();
     assert_eq!(
@@ -640,12 +407,8 @@ fn unsupported_types_and_architectures_are_named() {
         "test.gguf: unsupported architecture `mamba` (supported: llama, qwen2, qwen3, qwen3moe)"
     );
     // A supported architecture with a missing hyper-parameter names the key.
-    let err =
-        GgufCheckpoint::from_file(open_bytes(small_writer().to_bytes()).unwrap()).unwrap_err();
-    assert!(
-        matches!(&err, GgufError::MissingKey { key, .. } if key == "llama.embedding_length"),
-        "{err}"
-    );
+    let err = GgufCheckpoint::from_file(open_bytes(small_writer().to_bytes()).unwrap()).unwrap_err();
+    assert!(matches!(&err, GgufError::MissingKey { key, .. } if key == "llama.embedding_length"), "{err}");
 }
 
 #[test]
@@ -677,31 +440,20 @@ fn real_smollm2_q4_1() {
     assert!(ckpt.unmapped_tensors().is_empty());
     // Values from gguf-py's dequantize plus transformers' reverse permutation.
     let cases: [(&str, [u32; 4], f64); 3] = [
-        (
-            "model.layers.0.self_attn.q_proj.weight",
-            [0x3e212000, 0x3ecbc000, 0x3f2cbc00, 0xbe830000],
-            59.22322082519531,
-        ),
+        ("model.layers.0.self_attn.q_proj.weight", [0x3e212000, 0x3ecbc000, 0x3f2cbc00, 0xbe830000], 59.22322082519531),
         (
             "model.layers.5.self_attn.k_proj.weight",
             [0xbde00000, 0x3bfc0000, 0x3d93c000, 0x3edce000],
             -57.14201354980469,
         ),
-        (
-            "model.embed_tokens.weight",
-            [0x3d071400, 0xbc820000, 0x3bf2e000, 0xbd2ad000],
-            -15353.04449415207,
-        ),
+        ("model.embed_tokens.weight", [0x3d071400, 0xbc820000, 0x3bf2e000, 0xbd2ad000], -15353.04449415207),
     ];
     for (name, bits, sum) in cases {
         let (_, w) = ckpt.load_f32(name).unwrap();
         let got = [w[1], w[577], w[1000], w[w.len() - 1]].map(f32::to_bits);
         assert_eq!(got, bits, "{name}");
         let s: f64 = w.iter().map(|&x| x as f64).sum();
-        assert!(
-            (s - sum).abs() <= 1e-9 * sum.abs().max(1.0),
-            "{name}: sum {s} vs {sum}"
-        );
+        assert!((s - sum).abs() <= 1e-9 * sum.abs().max(1.0), "{name}: sum {s} vs {sum}");
     }
     let start = std::time::Instant::now();
     let mut total = 0usize;
@@ -726,18 +478,10 @@ fn header_allocations_are_bounded_in_huge_files() {
     header.extend_from_slice(&8u32.to_le_bytes());
     header.extend_from_slice(&700_000_000u64.to_le_bytes());
     std::fs::write(&path, &header).unwrap();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_len(1 << 30)
-        .unwrap();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(1 << 30).unwrap();
     let err = GgufFile::open(&path).unwrap_err();
     assert!(matches!(err, GgufError::HeaderTooLarge { .. }), "{err}");
-    assert!(
-        err.to_string().contains("value of metadata key `k`"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("value of metadata key `k`"), "{err}");
     // The same with an array of 100M i32: the count is refused up front.
     let at = header.len() - 12;
     header.truncate(at);
@@ -745,21 +489,7 @@ fn header_allocations_are_bounded_in_huge_files() {
     header.extend_from_slice(&5u32.to_le_bytes());
     header.extend_from_slice(&100_000_000u64.to_le_bytes());
     std::fs::write(&path, &header).unwrap();
-    std::fs::OpenOptions::new()
-        .write(true)
-        .open(&path)
-        .unwrap()
-        .set_len(1 << 30)
-        .unwrap();
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(1 << 30).unwrap();
     let err = GgufFile::open(&path).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            GgufError::AbsurdCount {
-                count: 100_000_000,
-                ..
-            }
-        ),
-        "{err}"
-    );
+    assert!(matches!(err, GgufError::AbsurdCount { count: 100_000_000, .. }), "{err}");
 }

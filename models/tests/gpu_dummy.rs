@@ -9,7 +9,10 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use kernel_runtime::{DType, Device};
-use models::{load_model, AttnBackendKind, AttnBackendSpec, ForwardBatch, LoadFormat, LoadOptions, LogitRows, MoeBackendKind, SeqStep};
+use models::{
+    load_model, AttnBackendKind, AttnBackendSpec, ForwardBatch, LoadFormat, LoadOptions, LogitRows, MoeBackendKind,
+    SeqStep,
+};
 
 const COPY_CEILING_BYTES_PER_S: f64 = 4.25e12;
 
@@ -42,9 +45,12 @@ fn run(config: &str, batch: usize) {
     let steps: usize = 40;
     let pages_per_seq = (prompt_len + steps + 1).div_ceil(page_size);
     let kv = model.new_kv_cache(pages_per_seq * batch, page_size).unwrap();
-    let prompts: Vec<Vec<u32>> = (0..batch).map(|b| (0..prompt_len as u32).map(|i| (i * 7 + b as u32) % 1000 + 1).collect()).collect();
-    let pages: Vec<Vec<u32>> = (0..batch).map(|b| ((b * pages_per_seq) as u32..((b + 1) * pages_per_seq) as u32).collect()).collect();
-    let seqs: Vec<SeqStep<'_>> = (0..batch).map(|b| SeqStep { new_tokens: &prompts[b], cached_len: 0, pages: &pages[b] }).collect();
+    let prompts: Vec<Vec<u32>> =
+        (0..batch).map(|b| (0..prompt_len as u32).map(|i| (i * 7 + b as u32) % 1000 + 1).collect()).collect();
+    let pages: Vec<Vec<u32>> =
+        (0..batch).map(|b| ((b * pages_per_seq) as u32..((b + 1) * pages_per_seq) as u32).collect()).collect();
+    let seqs: Vec<SeqStep<'_>> =
+        (0..batch).map(|b| SeqStep { new_tokens: &prompts[b], cached_len: 0, pages: &pages[b] }).collect();
     let fb = ForwardBatch::new(&seqs, page_size, LogitRows::LastOfEachSequence, model.device()).unwrap();
     let logits = model.forward(&fb, &kv).unwrap();
     assert!(logits.to_f32_vec().unwrap().iter().all(|v| v.is_finite()), "{config}: non-finite logits");
@@ -53,8 +59,9 @@ fn run(config: &str, batch: usize) {
     let mut times = Vec::new();
     let next = vec![[7u32]; batch];
     for s in 0..steps {
-        let seqs: Vec<SeqStep<'_>> =
-            (0..batch).map(|b| SeqStep { new_tokens: &next[b], cached_len: prompt_len + s, pages: &pages[b] }).collect();
+        let seqs: Vec<SeqStep<'_>> = (0..batch)
+            .map(|b| SeqStep { new_tokens: &next[b], cached_len: prompt_len + s, pages: &pages[b] })
+            .collect();
         dev.synchronize().unwrap();
         let t = Instant::now();
         let fb = ForwardBatch::new(&seqs, page_size, LogitRows::LastOfEachSequence, model.device()).unwrap();

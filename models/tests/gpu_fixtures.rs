@@ -12,7 +12,9 @@ mod common;
 use common::{argmax, cases, fixture, rel_l2, top2_gap};
 use kernel_runtime::{DType, Device};
 use models::registry::model_loader;
-use models::{AttnBackendKind, CausalLm, ForwardBatch, KvCache, LogitRows, ModelConfig, MoeBackendKind, SeqStep, Weights};
+use models::{
+    AttnBackendKind, CausalLm, ForwardBatch, KvCache, LogitRows, ModelConfig, MoeBackendKind, SeqStep, Weights,
+};
 
 fn gpu_enabled() -> bool {
     if std::env::var("MINISGL_GPU_TESTS").as_deref() != Ok("1") {
@@ -51,7 +53,12 @@ fn check(name: &str) {
         let total = case.input_ids.len() + case.greedy_ids.len();
         let pages: Vec<u32> = (0..total.div_ceil(page_size) as u32).rev().collect();
         let kv = model.new_kv_cache(pages.len() + 1, page_size).unwrap();
-        let got = forward(&*model, &kv, SeqStep { new_tokens: &case.input_ids, cached_len: 0, pages: &pages }, LogitRows::All);
+        let got = forward(
+            &*model,
+            &kv,
+            SeqStep { new_tokens: &case.input_ids, cached_len: 0, pages: &pages },
+            LogitRows::All,
+        );
         let err = rel_l2(&got, &case.logits);
         worst_prefill = worst_prefill.max(err);
         assert!(err <= 2e-2, "{name} case {ci}: prefill rel L2 {err:e}");
@@ -63,13 +70,23 @@ fn check(name: &str) {
             let got = if j == 0 {
                 got[fed * vocab..(fed + 1) * vocab].to_vec()
             } else {
-                forward(&*model, &kv, SeqStep { new_tokens: &tokens[fed..fed + 1], cached_len: fed, pages: &pages }, LogitRows::All)
+                forward(
+                    &*model,
+                    &kv,
+                    SeqStep { new_tokens: &tokens[fed..fed + 1], cached_len: fed, pages: &pages },
+                    LogitRows::All,
+                )
             };
             let err = rel_l2(&got, want);
             worst_decode = worst_decode.max(err);
             assert!(err <= 2e-2, "{name} case {ci} step {j}: rel L2 {err:e}");
             if top2_gap(want) >= 0.05 {
-                assert_eq!(argmax(&got), next as usize, "{name} case {ci} step {j}: argmax differs (gap {})", top2_gap(want));
+                assert_eq!(
+                    argmax(&got),
+                    next as usize,
+                    "{name} case {ci} step {j}: argmax differs (gap {})",
+                    top2_gap(want)
+                );
                 checked_argmax += 1;
             }
             tokens.push(next);

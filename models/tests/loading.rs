@@ -43,7 +43,8 @@ fn edit_tensors(dir: &Path, edit: impl FnOnce(&mut Vec<(String, Dtype, Vec<usize
     let path = dir.join("model.safetensors");
     let bytes = std::fs::read(&path).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
-    let mut tensors: Vec<_> = st.tensors().into_iter().map(|(n, t)| (n, t.dtype(), t.shape().to_vec(), t.data().to_vec())).collect();
+    let mut tensors: Vec<_> =
+        st.tensors().into_iter().map(|(n, t)| (n, t.dtype(), t.shape().to_vec(), t.data().to_vec())).collect();
     edit(&mut tensors);
     write_tensors(&path, &tensors);
 }
@@ -58,7 +59,9 @@ fn write_tensors(path: &Path, tensors: &[(String, Dtype, Vec<usize>, Vec<u8>)]) 
 fn prefill_logits(model: &dyn CausalLm, ids: &[u32]) -> Vec<f32> {
     let pages: Vec<u32> = (0..ids.len().div_ceil(4) as u32).collect();
     let kv = model.new_kv_cache(pages.len(), 4).unwrap();
-    let batch = ForwardBatch::new(&[SeqStep { new_tokens: ids, cached_len: 0, pages: &pages }], 4, LogitRows::All, Device::Cpu).unwrap();
+    let batch =
+        ForwardBatch::new(&[SeqStep { new_tokens: ids, cached_len: 0, pages: &pages }], 4, LogitRows::All, Device::Cpu)
+            .unwrap();
     model.forward(&batch, &kv).unwrap().to_f32_vec().unwrap()
 }
 
@@ -70,7 +73,9 @@ fn unsupported_architecture_lists_the_supported_ones() {
     });
     let e = load_error(dir.path(), LoadFormat::Auto);
     assert!(e.contains("`GPT2LMHeadModel`"), "{e}");
-    for arch in ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MistralForCausalLM"] {
+    for arch in
+        ["LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MistralForCausalLM"]
+    {
         assert!(e.contains(arch), "{arch} is not listed: {e}");
     }
 }
@@ -211,11 +216,15 @@ fn sharded_safetensors_load_like_one_file() {
     std::fs::copy(fixture(name).join("config.json"), dir.path().join("config.json")).unwrap();
     let bytes = std::fs::read(fixture(name).join("model.safetensors")).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
-    let mut tensors: Vec<_> = st.tensors().into_iter().map(|(n, t)| (n, t.dtype(), t.shape().to_vec(), t.data().to_vec())).collect();
+    let mut tensors: Vec<_> =
+        st.tensors().into_iter().map(|(n, t)| (n, t.dtype(), t.shape().to_vec(), t.data().to_vec())).collect();
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
     // Two shards, with q/k/v of layer 0 split across them.
     let split = tensors.iter().position(|t| t.0 == "model.layers.0.self_attn.q_proj.weight").unwrap() + 1;
-    let shards = [("model-00001-of-00002.safetensors", &tensors[..split]), ("model-00002-of-00002.safetensors", &tensors[split..])];
+    let shards = [
+        ("model-00001-of-00002.safetensors", &tensors[..split]),
+        ("model-00002-of-00002.safetensors", &tensors[split..]),
+    ];
     let mut weight_map = HashMap::new();
     for (file, part) in shards {
         write_tensors(&dir.path().join(file), part);
@@ -237,7 +246,11 @@ fn sharded_safetensors_load_like_one_file() {
     let index = serde_json::json!({"weight_map": wrong});
     std::fs::write(dir.path().join("model.safetensors.index.json"), index.to_string()).unwrap();
     let e = load_error(dir.path(), LoadFormat::Auto);
-    assert!(e.contains("model.safetensors.index.json") && e.contains("`model.norm.weight` in model-00001-of-00002.safetensors"), "{e}");
+    assert!(
+        e.contains("model.safetensors.index.json")
+            && e.contains("`model.norm.weight` in model-00001-of-00002.safetensors"),
+        "{e}"
+    );
 }
 
 fn gguf_data(file: &str) -> PathBuf {

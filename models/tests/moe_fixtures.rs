@@ -19,10 +19,13 @@ mod common;
 use common::{argmax, cases, fixture, rel_l2, top2_gap};
 use kernel_runtime::{DType, Device};
 use models::generate::{greedy, GreedyOptions};
-use models::registry::model_loader;
 use models::layers::RouterProbe;
 use models::qwen3_moe::Qwen3MoeForCausalLM;
-use models::{AttnBackendKind, CausalLm, ForwardBatch, KvCache, LoadFormat, LogitRows, ModelConfig, MoeBackendKind, SeqStep, Weights};
+use models::registry::model_loader;
+use models::{
+    AttnBackendKind, CausalLm, ForwardBatch, KvCache, LoadFormat, LogitRows, ModelConfig, MoeBackendKind, SeqStep,
+    Weights,
+};
 
 const NAME: &str = "qwen3-moe-tiny";
 const TOL: f64 = 1e-4;
@@ -37,7 +40,8 @@ fn load(device: Device, dtype: DType, moe: MoeBackendKind) -> Box<dyn CausalLm> 
     config.rope.inv_freq_dtype = config.torch_dtype.expect("fixture configs state their dtype");
     let weights = Weights::safetensors(&dir, dtype, device).unwrap();
     let attn = AttnBackendKind::Paged.create().unwrap();
-    model_loader(&config.architecture).unwrap()(&config, &weights, attn, moe).unwrap_or_else(|e| panic!("loading {NAME} ({moe}): {e}"))
+    model_loader(&config.architecture).unwrap()(&config, &weights, attn, moe)
+        .unwrap_or_else(|e| panic!("loading {NAME} ({moe}): {e}"))
 }
 
 fn forward(model: &dyn CausalLm, kv: &KvCache, seqs: &[SeqStep<'_>], rows: LogitRows) -> Vec<f32> {
@@ -115,7 +119,8 @@ fn cpu_batched_prefill_matches_the_reference() {
         })
         .collect();
     let kv = model.new_kv_cache(next as usize, PAGE).unwrap();
-    let seqs: Vec<SeqStep<'_>> = cases.iter().zip(&tables).map(|(c, t)| SeqStep { new_tokens: &c.input_ids, cached_len: 0, pages: t }).collect();
+    let seqs: Vec<SeqStep<'_>> =
+        cases.iter().zip(&tables).map(|(c, t)| SeqStep { new_tokens: &c.input_ids, cached_len: 0, pages: t }).collect();
     let got = forward(&*model, &kv, &seqs, LogitRows::LastOfEachSequence);
     for (i, c) in cases.iter().enumerate() {
         let err = rel_l2(&got[i * v..(i + 1) * v], &c.greedy_logits[..v]);
@@ -131,7 +136,10 @@ fn load_model_takes_the_moe_backend_and_rejects_bad_ones() {
         let model = models::load_model(&fixture(NAME), &options).unwrap();
         assert_eq!(model.config().architecture, "Qwen3MoeForCausalLM");
         let moe_config = model.config().moe.clone().unwrap();
-        assert_eq!((moe_config.num_experts, moe_config.num_experts_per_tok, moe_config.moe_intermediate_size), (8, 2, 128));
+        assert_eq!(
+            (moe_config.num_experts, moe_config.num_experts_per_tok, moe_config.moe_intermediate_size),
+            (8, 2, 128)
+        );
         assert!(moe_config.norm_topk_prob);
     }
     let e = "fast".parse::<MoeBackendKind>().unwrap_err();
@@ -148,7 +156,9 @@ fn dense_layers_follow_mlp_only_layers_and_the_sparse_step() {
     config.moe.as_mut().unwrap().mlp_only_layers = vec![1];
     let weights = Weights::safetensors(&dir, DType::F32, Device::Cpu).unwrap();
     let attn = AttnBackendKind::Paged.create().unwrap();
-    let err = model_loader(&config.architecture).unwrap()(&config, &weights, attn, MoeBackendKind::Naive).unwrap_err().to_string();
+    let err = model_loader(&config.architecture).unwrap()(&config, &weights, attn, MoeBackendKind::Naive)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("model.layers.1.mlp.gate_proj.weight"), "{err}");
     // With random weights both kinds of layers load and run.
     let dummy = Weights::dummy(&dir, 7, DType::F32, Device::Cpu);
@@ -156,7 +166,8 @@ fn dense_layers_follow_mlp_only_layers_and_the_sparse_step() {
     config.moe.as_mut().unwrap().decoder_sparse_step = 2;
     let model = model_loader(&config.architecture).unwrap()(&config, &dummy, attn, MoeBackendKind::Fused).unwrap();
     let kv = model.new_kv_cache(2, PAGE).unwrap();
-    let logits = forward(&*model, &kv, &[SeqStep { new_tokens: &[1, 2, 3], cached_len: 0, pages: &[0] }], LogitRows::All);
+    let logits =
+        forward(&*model, &kv, &[SeqStep { new_tokens: &[1, 2, 3], cached_len: 0, pages: &[0] }], LogitRows::All);
     assert!(logits.iter().all(|v| v.is_finite()));
 }
 
@@ -194,7 +205,9 @@ fn per_expert_tensors_pack_like_the_packed_checkpoint_names() {
     }
     let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = packed
         .iter()
-        .map(|(n, d, s)| (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::BF16, s.clone(), d).unwrap()))
+        .map(|(n, d, s)| {
+            (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::BF16, s.clone(), d).unwrap())
+        })
         .collect();
     safetensors::serialize_to_file(views, None, &tmp.path().join("model.safetensors")).unwrap();
 
@@ -241,14 +254,23 @@ fn rows(model: &dyn CausalLm, probe: Option<&RouterProbe>, page: usize) -> Vec<R
         let (l, n) = (case.input_ids.len(), case.greedy_ids.len());
         let table = pages(2, (l + n).div_ceil(page));
         let kv = model.new_kv_cache(table.len() + 3, page).unwrap();
-        let (logits, margins) = run(&kv, SeqStep { new_tokens: &case.input_ids, cached_len: 0, pages: &table }, LogitRows::All);
+        let (logits, margins) =
+            run(&kv, SeqStep { new_tokens: &case.input_ids, cached_len: 0, pages: &table }, LogitRows::All);
         for p in 0..l {
             let margin = margins.get(p).copied().unwrap_or(f32::INFINITY);
-            out.push(Row { got: logits[p * v..(p + 1) * v].to_vec(), want: case.logits[p * v..(p + 1) * v].to_vec(), margin });
+            out.push(Row {
+                got: logits[p * v..(p + 1) * v].to_vec(),
+                want: case.logits[p * v..(p + 1) * v].to_vec(),
+                margin,
+            });
         }
         for step in 0..n - 1 {
             let token = [case.greedy_ids[step]];
-            let (got, margins) = run(&kv, SeqStep { new_tokens: &token, cached_len: l + step, pages: &table }, LogitRows::LastOfEachSequence);
+            let (got, margins) = run(
+                &kv,
+                SeqStep { new_tokens: &token, cached_len: l + step, pages: &table },
+                LogitRows::LastOfEachSequence,
+            );
             let margin = margins.first().copied().unwrap_or(f32::INFINITY);
             out.push(Row { got, want: case.greedy_logits[(step + 1) * v..(step + 2) * v].to_vec(), margin });
         }
@@ -266,7 +288,9 @@ fn check_bf16(device: Device, moe: MoeBackendKind) -> Vec<f32> {
     let mut config = ModelConfig::from_folder(&dir).unwrap();
     config.rope.inv_freq_dtype = config.torch_dtype.expect("fixture configs state their dtype");
     let weights = Weights::safetensors(&dir, DType::F32, Device::Cpu).unwrap();
-    let exact = Qwen3MoeForCausalLM::load(&config, &weights, AttnBackendKind::Paged.create().unwrap(), MoeBackendKind::Naive).unwrap();
+    let exact =
+        Qwen3MoeForCausalLM::load(&config, &weights, AttnBackendKind::Paged.create().unwrap(), MoeBackendKind::Naive)
+            .unwrap();
     let exact_rows = rows(&exact, Some(exact.router_probe()), PAGE);
     let model = load(device, DType::BF16, moe);
     let got_rows = rows(&*model, None, 16);
@@ -287,7 +311,12 @@ fn check_bf16(device: Device, moe: MoeBackendKind) -> Vec<f32> {
             argmax_checked += 1;
         }
     }
-    assert!(ties.len() * 10 <= got_rows.len(), "{moe}: {} of {} rows near a routing tie: {ties:?}", ties.len(), got_rows.len());
+    assert!(
+        ties.len() * 10 <= got_rows.len(),
+        "{moe}: {} of {} rows near a routing tie: {ties:?}",
+        ties.len(),
+        got_rows.len()
+    );
     println!(
         "SUMMARY bf16-fixture {NAME} on {device} moe={moe}: {} rows, rel L2 max {worst:.2e}, argmax equal at {argmax_checked} rows with gap >= 0.05; exempt near a routing tie: {ties:?}",
         got_rows.len()
@@ -348,10 +377,14 @@ fn qwen3_30b_a3b_config_has_the_real_shapes_and_fits_an_h200() {
     assert_eq!(c.architecture, "Qwen3MoeForCausalLM");
     let moe = c.moe.clone().unwrap();
     assert_eq!((moe.num_experts, moe.num_experts_per_tok, moe.moe_intermediate_size), (128, 8, 768));
-    assert_eq!((c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.head_dim), (2048, 48, 32, 4, 128));
+    assert_eq!(
+        (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.head_dim),
+        (2048, 48, 32, 4, 128)
+    );
     assert!(moe.norm_topk_prob && (0..48).all(|l| moe.is_sparse_layer(l)));
     // Parameters: 30.5B (3.3B active), 61 GB in bf16.
-    let attn = c.hidden_size * (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim + c.num_attention_heads * c.head_dim * c.hidden_size;
+    let attn = c.hidden_size * (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim
+        + c.num_attention_heads * c.head_dim * c.hidden_size;
     let experts = moe.num_experts * 3 * c.hidden_size * moe.moe_intermediate_size + moe.num_experts * c.hidden_size;
     let params = c.num_hidden_layers * (attn + experts) + 2 * c.vocab_size * c.hidden_size;
     assert!((30_000_000_000..31_000_000_000).contains(&params), "{params}");
@@ -362,7 +395,9 @@ fn qwen3_30b_a3b_config_has_the_real_shapes_and_fits_an_h200() {
 fn gpu_dummy_qwen3_30b_a3b_loads_and_decodes() {
     // About 2.5 minutes on the H200 (30.5B random values made on the host), so
     // opt-in on top of the GPU gate.
-    if std::env::var("MINISGL_GPU_TESTS").as_deref() != Ok("1") || std::env::var("MINISGL_GPU_BIG").as_deref() != Ok("1") {
+    if std::env::var("MINISGL_GPU_TESTS").as_deref() != Ok("1")
+        || std::env::var("MINISGL_GPU_BIG").as_deref() != Ok("1")
+    {
         eprintln!("skipped: set MINISGL_GPU_TESTS=1 and MINISGL_GPU_BIG=1 on a machine with a GPU");
         return;
     }
@@ -378,20 +413,33 @@ fn gpu_dummy_qwen3_30b_a3b_loads_and_decodes() {
     let table: Vec<u32> = (0..(prompt + steps).div_ceil(page) as u32).collect();
     let kv = model.new_kv_cache(table.len(), page).unwrap();
     let tokens: Vec<u32> = (0..prompt as u32).map(|i| (i * 37) % 1000 + 1).collect();
-    let logits = forward(&*model, &kv, &[SeqStep { new_tokens: &tokens, cached_len: 0, pages: &table }], LogitRows::LastOfEachSequence);
+    let logits = forward(
+        &*model,
+        &kv,
+        &[SeqStep { new_tokens: &tokens, cached_len: 0, pages: &table }],
+        LogitRows::LastOfEachSequence,
+    );
     assert!(logits.iter().all(|v| v.is_finite()), "non-finite logits");
     let dev = kernel_runtime::cuda::device(0).unwrap();
     let mut times = Vec::new();
     for s in 0..steps {
         dev.synchronize().unwrap();
         let t = std::time::Instant::now();
-        let batch = ForwardBatch::new(&[SeqStep { new_tokens: &[7], cached_len: prompt + s, pages: &table }], page, LogitRows::LastOfEachSequence, model.device()).unwrap();
+        let batch = ForwardBatch::new(
+            &[SeqStep { new_tokens: &[7], cached_len: prompt + s, pages: &table }],
+            page,
+            LogitRows::LastOfEachSequence,
+            model.device(),
+        )
+        .unwrap();
         let out = model.forward(&batch, &kv).unwrap();
         dev.synchronize().unwrap();
         times.push(t.elapsed().as_secs_f64() * 1e3);
         drop(out);
     }
     times.sort_by(f64::total_cmp);
-    println!("SUMMARY dummy qwen3-30b-a3b: loaded in {load_s:.1} s, decode step at batch 1: median {:.2} ms", times[times.len() / 2]);
+    println!(
+        "SUMMARY dummy qwen3-30b-a3b: loaded in {load_s:.1} s, decode step at batch 1: median {:.2} ms",
+        times[times.len() / 2]
+    );
 }
-

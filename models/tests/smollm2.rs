@@ -29,18 +29,34 @@ fn smollm2_gguf_matches_transformers() {
     let bytes = std::fs::read(fixture("smollm2-135m-q41").join("reference.safetensors")).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
     let ids = |name: &str| -> Vec<u32> {
-        st.tensor(name).unwrap().data().chunks_exact(8).map(|b| i64::from_le_bytes(b.try_into().unwrap()) as u32).collect()
+        st.tensor(name)
+            .unwrap()
+            .data()
+            .chunks_exact(8)
+            .map(|b| i64::from_le_bytes(b.try_into().unwrap()) as u32)
+            .collect()
     };
     let page_size = 16;
     for i in (0..).take_while(|i| st.tensor(&format!("case{i}.input_ids")).is_ok()) {
         let prompt = ids(&format!("case{i}.input_ids"));
         let want_ids = ids(&format!("case{i}.greedy_ids"));
-        let want: Vec<f32> =
-            st.tensor(&format!("case{i}.last_logits")).unwrap().data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
+        let want: Vec<f32> = st
+            .tensor(&format!("case{i}.last_logits"))
+            .unwrap()
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
 
         let pages: Vec<u32> = (0..prompt.len().div_ceil(page_size) as u32).collect();
         let kv = model.new_kv_cache(pages.len(), page_size).unwrap();
-        let batch = ForwardBatch::new(&[SeqStep { new_tokens: &prompt, cached_len: 0, pages: &pages }], page_size, LogitRows::LastOfEachSequence, model.device()).unwrap();
+        let batch = ForwardBatch::new(
+            &[SeqStep { new_tokens: &prompt, cached_len: 0, pages: &pages }],
+            page_size,
+            LogitRows::LastOfEachSequence,
+            model.device(),
+        )
+        .unwrap();
         let start = Instant::now();
         let got = model.forward(&batch, &kv).unwrap().to_f32_vec().unwrap();
         let prefill = start.elapsed();

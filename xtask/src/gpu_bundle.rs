@@ -30,7 +30,8 @@ pub fn run(out: PathBuf) -> Result<()> {
     std::fs::create_dir_all(bin_dir.join("tests"))?;
     std::fs::create_dir_all(bin_dir.join("benches"))?;
 
-    let binaries = executables(&root, &["build", "--release", "-p", "engine", "--bin", "minisgl", "--message-format=json"])?;
+    let binaries =
+        executables(&root, &["build", "--release", "-p", "engine", "--bin", "minisgl", "--message-format=json"])?;
     let (_, minisgl) = binaries.first().context("cargo built no minisgl binary")?;
     copy_stripped(minisgl, &bin_dir.join("minisgl"))?;
     for (kind, args) in [
@@ -40,7 +41,8 @@ pub fn run(out: PathBuf) -> Result<()> {
         for (name, exe) in executables(&root, &args)? {
             // Only what a GPU run uses travels: the GPU tests and the benches (unit
             // tests of libraries and binaries run in CI).
-            let wanted = if kind == "tests" { name.contains("gpu") } else { !name.ends_with("-lib") && !name.ends_with("-bin") };
+            let wanted =
+                if kind == "tests" { name.contains("gpu") } else { !name.ends_with("-lib") && !name.ends_with("-bin") };
             if wanted {
                 copy_stripped(&exe, &bin_dir.join(kind).join(name))?;
             }
@@ -96,7 +98,11 @@ fn executables(root: &Path, args: &[&str]) -> Result<Vec<(String, PathBuf)>> {
         let Some(exe) = msg.get("executable").and_then(|e| e.as_str()) else { continue };
         let target = msg.pointer("/target/name").and_then(|n| n.as_str()).unwrap_or("unknown");
         let krate = package_name(msg.pointer("/package_id").and_then(|n| n.as_str()).unwrap_or(""));
-        let kinds: Vec<&str> = msg.pointer("/target/kind").and_then(|k| k.as_array()).map(|a| a.iter().filter_map(|v| v.as_str()).collect()).unwrap_or_default();
+        let kinds: Vec<&str> = msg
+            .pointer("/target/kind")
+            .and_then(|k| k.as_array())
+            .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+            .unwrap_or_default();
         // Unit tests of a library are named after their crate.
         let name = if kinds.contains(&"lib") {
             format!("{target}-lib")

@@ -20,9 +20,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::core::req::{
-    FinishReason, FinishedReq, PendingReq, PreparedBatch, ReqId, SamplingParams, TokenEvent,
-};
+use crate::core::req::{FinishReason, FinishedReq, PendingReq, PreparedBatch, ReqId, SamplingParams, TokenEvent};
 use crate::core::sampling::logprobs::{token_logprobs, TokenLogprobs};
 use crate::core::sampling::{self, Logits};
 use crate::core::scheduler::{Scheduler, SchedulerConfig};
@@ -170,21 +168,11 @@ pub enum EngineError {
     #[error("invalid request: `{field}` {reason}")]
     InvalidRequest { field: &'static str, reason: String },
     #[error("request too long: {prompt_len} prompt tokens + max_tokens {max_tokens} exceed the {limit} of {limit_tokens} tokens")]
-    TooLong {
-        prompt_len: usize,
-        max_tokens: usize,
-        limit: LengthLimit,
-        limit_tokens: usize,
-    },
+    TooLong { prompt_len: usize, max_tokens: usize, limit: LengthLimit, limit_tokens: usize },
     #[error("generate needs an idle engine, {num_requests} requests are in flight")]
     Busy { num_requests: usize },
     #[error("model runner returned logits of shape [{got_rows}, {got_vocab}], expected [{rows}, {vocab}]")]
-    LogitsShape {
-        rows: usize,
-        vocab: usize,
-        got_rows: usize,
-        got_vocab: usize,
-    },
+    LogitsShape { rows: usize, vocab: usize, got_rows: usize, got_vocab: usize },
     #[error("model runner failed")]
     Runner(#[source] RunnerError),
 }
@@ -213,27 +201,15 @@ impl<R: ModelRunner> Engine<R> {
         let config = config.scheduler;
         let vocab_size = runner.vocab_size();
         let max_context_len = runner.max_context_len();
-        let bad = |field, reason: &str| {
-            Err(EngineError::Config {
-                field,
-                reason: reason.to_owned(),
-            })
-        };
+        let bad = |field, reason: &str| Err(EngineError::Config { field, reason: reason.to_owned() });
         if config.page_size == 0 {
             return bad("page_size", "must be at least 1");
         }
         if config.num_pages == 0 {
             return bad("num_pages", "must be at least 1");
         }
-        if config
-            .num_pages
-            .checked_mul(config.page_size)
-            .is_none_or(|slots| slots > u32::MAX as usize)
-        {
-            return bad(
-                "num_pages",
-                "times page_size must fit in 32-bit KV slot indices",
-            );
+        if config.num_pages.checked_mul(config.page_size).is_none_or(|slots| slots > u32::MAX as usize) {
+            return bad("num_pages", "times page_size must fit in 32-bit KV slot indices");
         }
         if config.max_prefill_length == 0 {
             return bad("max_prefill_length", "must be at least 1");
@@ -247,25 +223,14 @@ impl<R: ModelRunner> Engine<R> {
         if vocab_size == 0 || vocab_size > u32::MAX as usize {
             return bad("vocab_size", "of the model runner must be in 1..=u32::MAX");
         }
-        if let Some(&t) = config
-            .eos_token_ids
-            .iter()
-            .find(|&&t| t as usize >= vocab_size)
-        {
+        if let Some(&t) = config.eos_token_ids.iter().find(|&&t| t as usize >= vocab_size) {
             return Err(EngineError::Config {
                 field: "eos_token_ids",
                 reason: format!("token {t} is outside the vocabulary of {vocab_size}"),
             });
         }
         let scheduler = Scheduler::new(config);
-        Ok(Self {
-            runner,
-            scheduler,
-            vocab_size,
-            max_context_len,
-            next_id: 0,
-            num_steps: 0,
-        })
+        Ok(Self { runner, scheduler, vocab_size, max_context_len, next_id: 0, num_steps: 0 })
     }
 
     pub fn runner(&self) -> &R {
@@ -282,8 +247,7 @@ impl<R: ModelRunner> Engine<R> {
         let id = ReqId::new(self.next_id);
         self.next_id += 1;
         let seed = req.params.seed.unwrap_or_else(rand::random);
-        self.scheduler
-            .add(PendingReq::new(id, req.prompt_ids, req.params, seed));
+        self.scheduler.add(PendingReq::new(id, req.prompt_ids, req.params, seed));
         Ok(id)
     }
 
@@ -300,9 +264,7 @@ impl<R: ModelRunner> Engine<R> {
         let device_tokens = if prepared.needs_host_logits() {
             None
         } else {
-            self.runner
-                .forward_sample(&prepared)
-                .map_err(EngineError::Runner)?
+            self.runner.forward_sample(&prepared).map_err(EngineError::Runner)?
         };
         let mut logprobs = Vec::new();
         let tokens = match device_tokens {
@@ -318,10 +280,7 @@ impl<R: ModelRunner> Engine<R> {
                 tokens
             }
             None => {
-                let logits = self
-                    .runner
-                    .forward(&prepared)
-                    .map_err(EngineError::Runner)?;
+                let logits = self.runner.forward(&prepared).map_err(EngineError::Runner)?;
                 if logits.num_rows() != rows || logits.vocab_size() != self.vocab_size {
                     return Err(EngineError::LogitsShape {
                         rows,
@@ -383,15 +342,10 @@ impl<R: ModelRunner> Engine<R> {
     /// Runs `requests` to completion and returns their outputs in order.
     /// Needs an idle engine (it would otherwise swallow other requests'
     /// tokens). Either every request is valid and queued, or none is.
-    pub fn generate(
-        &mut self,
-        requests: Vec<GenerateRequest>,
-    ) -> Result<Vec<GenerateOutput>, EngineError> {
+    pub fn generate(&mut self, requests: Vec<GenerateRequest>) -> Result<Vec<GenerateOutput>, EngineError> {
         let in_flight = self.scheduler.num_waiting() + self.scheduler.num_running();
         if in_flight > 0 {
-            return Err(EngineError::Busy {
-                num_requests: in_flight,
-            });
+            return Err(EngineError::Busy { num_requests: in_flight });
         }
         for req in &requests {
             self.validate(req)?;
@@ -419,10 +373,7 @@ impl<R: ModelRunner> Engine<R> {
                 }
             }
         }
-        Ok(outputs
-            .into_iter()
-            .map(|o| o.expect("every request finished"))
-            .collect())
+        Ok(outputs.into_iter().map(|o| o.expect("every request finished")).collect())
     }
 
     /// Cancels a request and frees its pages. `false` if it is unknown
@@ -478,28 +429,17 @@ impl<R: ModelRunner> Engine<R> {
         if prompt_len == 0 {
             return invalid("prompt_ids", "must not be empty".into());
         }
-        if let Some((i, &t)) = req
-            .prompt_ids
-            .iter()
-            .enumerate()
-            .find(|(_, &t)| t as usize >= self.vocab_size)
-        {
+        if let Some((i, &t)) = req.prompt_ids.iter().enumerate().find(|(_, &t)| t as usize >= self.vocab_size) {
             return invalid(
                 "prompt_ids",
-                format!(
-                    "token {t} at index {i} is outside the vocabulary of {}",
-                    self.vocab_size
-                ),
+                format!("token {t} at index {i} is outside the vocabulary of {}", self.vocab_size),
             );
         }
         if p.max_tokens == 0 {
             return invalid("max_tokens", "must be at least 1".into());
         }
         if !(p.temperature.is_finite() && p.temperature >= 0.0) {
-            return invalid(
-                "temperature",
-                format!("must be a finite number >= 0, got {}", p.temperature),
-            );
+            return invalid("temperature", format!("must be a finite number >= 0, got {}", p.temperature));
         }
         if p.top_k == Some(0) {
             return invalid("top_k", "must be at least 1 (or unset)".into());
@@ -512,32 +452,18 @@ impl<R: ModelRunner> Engine<R> {
         }
         let pen = &p.penalties;
         if !(pen.repetition.is_finite() && pen.repetition > 0.0) {
-            return invalid(
-                "repetition_penalty",
-                format!("must be a finite number > 0, got {}", pen.repetition),
-            );
+            return invalid("repetition_penalty", format!("must be a finite number > 0, got {}", pen.repetition));
         }
-        for (field, value) in [
-            ("frequency_penalty", pen.frequency),
-            ("presence_penalty", pen.presence),
-        ] {
+        for (field, value) in [("frequency_penalty", pen.frequency), ("presence_penalty", pen.presence)] {
             if !(-2.0..=2.0).contains(&value) {
                 return invalid(field, format!("must be in [-2, 2], got {value}"));
             }
         }
         if let Some(n) = p.logprobs.filter(|&n| n > MAX_TOP_LOGPROBS) {
-            return invalid(
-                "top_logprobs",
-                format!("at most {MAX_TOP_LOGPROBS} alternatives are reported, got {n}"),
-            );
+            return invalid("top_logprobs", format!("at most {MAX_TOP_LOGPROBS} alternatives are reported, got {n}"));
         }
         let too_long = |limit, limit_tokens| {
-            Err(EngineError::TooLong {
-                prompt_len,
-                max_tokens: p.max_tokens,
-                limit,
-                limit_tokens,
-            })
+            Err(EngineError::TooLong { prompt_len, max_tokens: p.max_tokens, limit, limit_tokens })
         };
         let total = prompt_len.saturating_add(p.max_tokens);
         if total > self.max_context_len {

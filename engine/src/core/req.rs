@@ -105,11 +105,7 @@ impl SamplingParams {
 
     /// Sampling at `temperature` with a fixed seed, no truncation.
     pub fn random(max_tokens: usize, temperature: f32, seed: u64) -> Self {
-        Self {
-            temperature,
-            seed: Some(seed),
-            ..Self::greedy(max_tokens)
-        }
+        Self { temperature, seed: Some(seed), ..Self::greedy(max_tokens) }
     }
 }
 
@@ -210,21 +206,9 @@ impl PendingReq {
     /// errors.
     pub fn new(id: ReqId, prompt_ids: Vec<u32>, params: SamplingParams, seed: u64) -> Self {
         assert!(!prompt_ids.is_empty(), "{id}: empty prompt");
-        assert!(
-            params.max_tokens >= 1,
-            "{id}: max_tokens must be at least 1"
-        );
+        assert!(params.max_tokens >= 1, "{id}: max_tokens must be at least 1");
         let prompt_len = prompt_ids.len();
-        Self {
-            base: ReqBase {
-                id,
-                token_ids: prompt_ids,
-                prompt_len,
-                params,
-                seed,
-            },
-            cached_tokens: None,
-        }
+        Self { base: ReqBase { id, token_ids: prompt_ids, prompt_len, params, seed }, cached_tokens: None }
     }
 
     /// Starts running with `pages`, whose shared prefix (from the prefix
@@ -238,9 +222,7 @@ impl PendingReq {
         );
         Req {
             admitted_len: self.base.token_ids.len(),
-            cached_tokens: self
-                .cached_tokens
-                .unwrap_or(cached_len.min(self.base.prompt_len)),
+            cached_tokens: self.cached_tokens.unwrap_or(cached_len.min(self.base.prompt_len)),
             base: self.base,
             cached_len,
             pages,
@@ -251,13 +233,7 @@ impl PendingReq {
     /// Ends the request while it waits (it holds no pages).
     pub fn finish(self, reason: FinishReason) -> FinishedReq {
         let cached_tokens = self.cached_tokens.unwrap_or(0);
-        FinishedReq::new(
-            self.base.id,
-            self.base.token_ids,
-            self.base.prompt_len,
-            reason,
-            cached_tokens,
-        )
+        FinishedReq::new(self.base.id, self.base.token_ids, self.base.prompt_len, reason, cached_tokens)
     }
 }
 
@@ -366,18 +342,8 @@ impl Req {
 
     /// A step fed all remaining tokens and sampled `token`. Returns why the
     /// request ends, if it does.
-    pub fn complete_step(
-        &mut self,
-        len: usize,
-        token: u32,
-        eos_token_ids: &[u32],
-    ) -> Option<FinishReason> {
-        assert_eq!(
-            len,
-            self.extend_len(),
-            "{}: a sampling step must feed every pending token",
-            self.base.id
-        );
+    pub fn complete_step(&mut self, len: usize, token: u32, eos_token_ids: &[u32]) -> Option<FinishReason> {
+        assert_eq!(len, self.extend_len(), "{}: a sampling step must feed every pending token", self.base.id);
         self.cached_len += len;
         self.base.token_ids.push(token);
         let is_eos = !self.base.params.ignore_eos && eos_token_ids.contains(&token);
@@ -395,22 +361,13 @@ impl Req {
     /// and returns to the queue, to recompute its KV when admitted again.
     pub fn preempt(self, cache: &mut CacheManager) -> PendingReq {
         cache.release(&self.base.token_ids[..self.cached_len], self.pages);
-        PendingReq {
-            base: self.base,
-            cached_tokens: Some(self.cached_tokens),
-        }
+        PendingReq { base: self.base, cached_tokens: Some(self.cached_tokens) }
     }
 
     /// Ends the request and gives its pages back.
     pub fn finish(self, reason: FinishReason, cache: &mut CacheManager) -> FinishedReq {
         cache.release(&self.base.token_ids[..self.cached_len], self.pages);
-        FinishedReq::new(
-            self.base.id,
-            self.base.token_ids,
-            self.base.prompt_len,
-            reason,
-            self.cached_tokens,
-        )
+        FinishedReq::new(self.base.id, self.base.token_ids, self.base.prompt_len, reason, self.cached_tokens)
     }
 }
 
@@ -426,21 +383,9 @@ pub struct FinishedReq {
 }
 
 impl FinishedReq {
-    fn new(
-        id: ReqId,
-        mut token_ids: Vec<u32>,
-        prompt_len: usize,
-        reason: FinishReason,
-        cached_tokens: usize,
-    ) -> Self {
+    fn new(id: ReqId, mut token_ids: Vec<u32>, prompt_len: usize, reason: FinishReason, cached_tokens: usize) -> Self {
         let output_ids = token_ids.split_off(prompt_len);
-        Self {
-            id,
-            reason,
-            prompt_len,
-            output_ids,
-            cached_tokens,
-        }
+        Self { id, reason, prompt_len, output_ids, cached_tokens }
     }
 }
 
@@ -473,10 +418,7 @@ pub struct Batch {
 impl Batch {
     pub fn new(rows: Vec<BatchRow>) -> Self {
         assert!(!rows.is_empty(), "an empty batch is not a step");
-        assert!(
-            rows.iter().all(|r| r.extend_len > 0),
-            "every row feeds at least one token"
-        );
+        assert!(rows.iter().all(|r| r.extend_len > 0), "every row feeds at least one token");
         Self { rows }
     }
 
@@ -640,10 +582,7 @@ mod tests {
         req.complete_chunk(3);
         assert_eq!((req.cached_len(), req.extend_len()), (3, 2));
         assert_eq!(req.complete_step(2, 9, &[0]), None);
-        assert_eq!(
-            (req.cached_len(), req.extend_len(), req.num_outputs()),
-            (5, 1, 1)
-        );
+        assert_eq!((req.cached_len(), req.extend_len(), req.num_outputs()), (5, 1, 1));
         assert!(!req.is_prefilling());
         assert_eq!(req.sampling_row().step, 1);
         assert_eq!(req.complete_step(1, 8, &[0]), Some(FinishReason::Length));
@@ -695,11 +634,7 @@ mod tests {
 
     #[test]
     fn batch_phase_is_its_shape() {
-        let row = |extend_len| BatchRow {
-            id: ReqId::new(0),
-            extend_len,
-            samples: true,
-        };
+        let row = |extend_len| BatchRow { id: ReqId::new(0), extend_len, samples: true };
         assert_eq!(Batch::new(vec![row(1), row(1)]).phase(), Phase::Decode);
         assert_eq!(Batch::new(vec![row(1), row(5)]).phase(), Phase::Prefill);
         assert_eq!(Batch::new(vec![row(1), row(5)]).num_tokens(), 6);

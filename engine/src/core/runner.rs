@@ -8,8 +8,8 @@ use kernel_runtime::ops::SampleRow;
 use kernel_runtime::{Device, Tensor};
 use models::{CausalLm, ForwardBatch, KvCache, LogitRows, SeqStep};
 
-use crate::core::req::PreparedBatch;
 use crate::core::engine::{ModelRunner, RunnerError};
+use crate::core::req::PreparedBatch;
 use crate::core::sampling::{self, Logits, SamplingRow};
 
 /// A loaded model with its KV cache: the engine's [`ModelRunner`].
@@ -30,11 +30,7 @@ impl CausalLmRunner {
         max_context_len: usize,
     ) -> models::Result<Self> {
         let kv = model.new_kv_cache(num_pages, page_size)?;
-        Ok(Self {
-            model,
-            kv,
-            max_context_len,
-        })
+        Ok(Self { model, kv, max_context_len })
     }
 
     /// The model.
@@ -54,17 +50,11 @@ impl CausalLmRunner {
     fn logits(&mut self, batch: &PreparedBatch) -> Result<Tensor, RunnerError> {
         let page_size = batch.page_size();
         let width = batch.max_num_pages();
-        let (ids, indptr, q_lens, kv_lens, table) = (
-            batch.input_ids(),
-            batch.q_indptr(),
-            batch.q_lens(),
-            batch.kv_lens(),
-            batch.page_table(),
-        );
+        let (ids, indptr, q_lens, kv_lens, table) =
+            (batch.input_ids(), batch.q_indptr(), batch.q_lens(), batch.kv_lens(), batch.page_table());
         let mut seqs = Vec::with_capacity(batch.num_rows());
         for r in 0..batch.num_rows() {
-            let (start, q_len, kv_len) =
-                (indptr[r] as usize, q_lens[r] as usize, kv_lens[r] as usize);
+            let (start, q_len, kv_len) = (indptr[r] as usize, q_lens[r] as usize, kv_lens[r] as usize);
             let num_pages = kv_len.div_ceil(page_size);
             seqs.push(SeqStep {
                 new_tokens: &ids[start..start + q_len],
@@ -74,12 +64,7 @@ impl CausalLmRunner {
         }
         // Logits only for the rows that sample (not for mid-prefill chunks).
         let rows: Vec<usize> = batch.logits_rows().iter().map(|&r| r as usize).collect();
-        let forward = ForwardBatch::new(
-            &seqs,
-            page_size,
-            LogitRows::LastOf(rows),
-            self.model.device(),
-        )?;
+        let forward = ForwardBatch::new(&seqs, page_size, LogitRows::LastOf(rows), self.model.device())?;
         Ok(self.model.forward(&forward, &self.kv)?)
     }
 }

@@ -14,11 +14,9 @@ use std::io::{BufRead, Write};
 
 use serde_json::{json, Value as Json};
 
-use crate::text::chat_template::{
-    ChatTemplate, ChatTemplateError, ModelChatConfig, RenderOptions, SpecialTokens,
-};
-use crate::core::req::{FinishReason, SamplingParams};
 use crate::core::engine::{Engine, EngineError, GenerateRequest, ModelRunner};
+use crate::core::req::{FinishReason, SamplingParams};
+use crate::text::chat_template::{ChatTemplate, ChatTemplateError, ModelChatConfig, RenderOptions, SpecialTokens};
 use crate::text::text_stream::TextStream;
 use crate::text::tokenizer::{Tokenizer, TokenizerError};
 
@@ -33,10 +31,7 @@ pub enum ShellError {
     #[error(transparent)]
     Engine(#[from] EngineError),
     #[error("the conversation has {prompt_tokens} tokens and fills the model's context of {max_context_len}; /reset to start over")]
-    ContextFull {
-        prompt_tokens: usize,
-        max_context_len: usize,
-    },
+    ContextFull { prompt_tokens: usize, max_context_len: usize },
     #[error("cannot read input or write output")]
     Io(#[from] std::io::Error),
 }
@@ -48,10 +43,7 @@ impl ShellError {
         match self {
             ShellError::Template(_) | ShellError::ContextFull { .. } => true,
             ShellError::Engine(e) => {
-                matches!(
-                    e,
-                    EngineError::InvalidRequest { .. } | EngineError::TooLong { .. }
-                )
+                matches!(e, EngineError::InvalidRequest { .. } | EngineError::TooLong { .. })
             }
             _ => false,
         }
@@ -133,9 +125,7 @@ impl<R: ModelRunner> Shell<R> {
     /// The prompt ids for the next turn.
     pub fn prompt_ids(&self, user_message: &str) -> Result<Vec<u32>, ShellError> {
         let opts = RenderOptions::new(true, self.special_tokens.clone());
-        let prompt = self
-            .template
-            .render(&self.conversation(user_message), &opts)?;
+        let prompt = self.template.render(&self.conversation(user_message), &opts)?;
         Ok(self.tokenizer.encode(&prompt, false)?)
     }
 
@@ -147,16 +137,11 @@ impl<R: ModelRunner> Shell<R> {
         let max_context_len = self.engine.runner().max_context_len();
         let room = max_context_len.saturating_sub(prompt_tokens);
         if room == 0 {
-            return Err(ShellError::ContextFull {
-                prompt_tokens,
-                max_context_len,
-            });
+            return Err(ShellError::ContextFull { prompt_tokens, max_context_len });
         }
         let mut params = self.config.params.clone();
         params.max_tokens = params.max_tokens.min(room);
-        let id = self
-            .engine
-            .add_request(GenerateRequest { prompt_ids, params })?;
+        let id = self.engine.add_request(GenerateRequest { prompt_ids, params })?;
 
         let mut stream = TextStream::new(Vec::new(), true);
         let mut text = String::new();
@@ -190,16 +175,9 @@ impl<R: ModelRunner> Shell<R> {
         };
         out.write_all(b"\n")?;
         out.flush()?;
-        self.history
-            .push(json!({"role": "user", "content": user_message}));
-        self.history
-            .push(json!({"role": "assistant", "content": text}));
-        Ok(Reply {
-            text,
-            reason: finished.reason,
-            prompt_tokens,
-            completion_tokens: finished.output_ids.len(),
-        })
+        self.history.push(json!({"role": "user", "content": user_message}));
+        self.history.push(json!({"role": "assistant", "content": text}));
+        Ok(Reply { text, reason: finished.reason, prompt_tokens, completion_tokens: finished.output_ids.len() })
     }
 
     /// Runs the read-reply loop until `/exit` or the end of `input`.
@@ -212,10 +190,7 @@ impl<R: ModelRunner> Shell<R> {
         interactive: bool,
     ) -> Result<(), ShellError> {
         if interactive {
-            writeln!(
-                status,
-                "Chat with the model. /reset clears the conversation, /exit quits."
-            )?;
+            writeln!(status, "Chat with the model. /reset clears the conversation, /exit quits.")?;
         }
         let mut line = String::new();
         loop {
@@ -240,7 +215,10 @@ impl<R: ModelRunner> Shell<R> {
                     continue;
                 }
                 "/help" => {
-                    writeln!(status, "/reset clears the conversation, /exit quits; anything else is sent to the model")?;
+                    writeln!(
+                        status,
+                        "/reset clears the conversation, /exit quits; anything else is sent to the model"
+                    )?;
                     continue;
                 }
                 cmd if cmd.starts_with('/') && !cmd.contains(char::is_whitespace) => {

@@ -78,17 +78,9 @@ pub enum GgufTokenizerError {
     #[error("{}: tokenizer model `{model}` is not supported (supported: gpt2, llama)", path.display())]
     UnsupportedModel { path: PathBuf, model: String },
     #[error("{}: pre-tokenizer `{pre}` (tokenizer.ggml.pre) is not supported (supported: {})", path.display(), supported.join(", "))]
-    UnsupportedPreTokenizer {
-        path: PathBuf,
-        pre: String,
-        supported: Vec<&'static str>,
-    },
+    UnsupportedPreTokenizer { path: PathBuf, pre: String, supported: Vec<&'static str> },
     #[error("{}: metadata key `{key}`: {reason}", path.display())]
-    Invalid {
-        path: PathBuf,
-        key: String,
-        reason: String,
-    },
+    Invalid { path: PathBuf, key: String, reason: String },
     #[error("{}: building the tokenizer: {reason}", path.display())]
     Build { path: PathBuf, reason: String },
 }
@@ -120,36 +112,17 @@ const SPEC_DEFAULT: PreTokenizerSpec = PreTokenizerSpec {
     ignore_merges: false,
     add_bos: false,
 };
-const SPEC_GPT2: PreTokenizerSpec = PreTokenizerSpec {
-    regexes: &[GPT2],
-    ignore_merges: false,
-    add_bos: false,
-};
+const SPEC_GPT2: PreTokenizerSpec = PreTokenizerSpec { regexes: &[GPT2], ignore_merges: false, add_bos: false };
 /// StarCoder family (SmolLM included): digits split one by one, then GPT-2;
 /// the same as SmolLM's `tokenizer.json` (`Digits(individual) + ByteLevel`).
-const SPEC_STARCODER: PreTokenizerSpec = PreTokenizerSpec {
-    regexes: &[r"\p{N}", GPT2],
-    ignore_merges: false,
-    add_bos: false,
-};
-const SPEC_LLAMA3: PreTokenizerSpec = PreTokenizerSpec {
-    regexes: &[LLAMA3],
-    ignore_merges: true,
-    add_bos: true,
-};
+const SPEC_STARCODER: PreTokenizerSpec =
+    PreTokenizerSpec { regexes: &[r"\p{N}", GPT2], ignore_merges: false, add_bos: false };
+const SPEC_LLAMA3: PreTokenizerSpec = PreTokenizerSpec { regexes: &[LLAMA3], ignore_merges: true, add_bos: true };
 /// SentencePiece files have no pre-tokenizer; llama.cpp adds BOS by default.
-const SPEC_SENTENCEPIECE: PreTokenizerSpec = PreTokenizerSpec {
-    regexes: &[],
-    ignore_merges: false,
-    add_bos: true,
-};
+const SPEC_SENTENCEPIECE: PreTokenizerSpec = PreTokenizerSpec { regexes: &[], ignore_merges: false, add_bos: true };
 /// SentencePiece's visible space, `▁` (U+2581).
 const SPIECE_SPACE: &str = "\u{2581}";
-const SPEC_QWEN2: PreTokenizerSpec = PreTokenizerSpec {
-    regexes: &[QWEN2],
-    ignore_merges: false,
-    add_bos: false,
-};
+const SPEC_QWEN2: PreTokenizerSpec = PreTokenizerSpec { regexes: &[QWEN2], ignore_merges: false, add_bos: false };
 
 /// `tokenizer.ggml.pre` names and their pre-tokenizers, after llama.cpp's
 /// `llama_vocab::impl::load` (names) and `llm_tokenizer_bpe` (regexes). The
@@ -200,32 +173,17 @@ const EOG_TEXTS: &[&str] = &[
 /// Rebuilds the tokenizer described by `file`'s `tokenizer.*` metadata.
 pub fn tokenizer_from_gguf(file: &GgufFile) -> Result<GgufTokenizer, GgufTokenizerError> {
     let path = file.path().to_path_buf();
-    let invalid = |key: &str, reason: String| GgufTokenizerError::Invalid {
-        path: path.clone(),
-        key: key.to_owned(),
-        reason,
-    };
-    let build_err = |reason: String| GgufTokenizerError::Build {
-        path: path.clone(),
-        reason,
-    };
+    let invalid =
+        |key: &str, reason: String| GgufTokenizerError::Invalid { path: path.clone(), key: key.to_owned(), reason };
+    let build_err = |reason: String| GgufTokenizerError::Build { path: path.clone(), reason };
 
     let model = file.get_str("tokenizer.ggml.model")?;
     let sentencepiece = match model {
         "gpt2" => false,
         "llama" => true,
-        other => {
-            return Err(GgufTokenizerError::UnsupportedModel {
-                path,
-                model: other.to_owned(),
-            })
-        }
+        other => return Err(GgufTokenizerError::UnsupportedModel { path, model: other.to_owned() }),
     };
-    let spec = if sentencepiece {
-        SPEC_SENTENCEPIECE
-    } else {
-        gpt2_pre_tokenizer(file)?
-    };
+    let spec = if sentencepiece { SPEC_SENTENCEPIECE } else { gpt2_pre_tokenizer(file)? };
 
     let tokens = file.get_str_array("tokenizer.ggml.tokens")?;
     let num_tokens = tokens.len();
@@ -240,12 +198,8 @@ pub fn tokenizer_from_gguf(file: &GgufFile) -> Result<GgufTokenizer, GgufTokeniz
         ));
     }
     let id_of = |i: usize| {
-        u32::try_from(i).map_err(|_| {
-            invalid(
-                "tokenizer.ggml.tokens",
-                format!("{num_tokens} tokens exceed the u32 id range"),
-            )
-        })
+        u32::try_from(i)
+            .map_err(|_| invalid("tokenizer.ggml.tokens", format!("{num_tokens} tokens exceed the u32 id range")))
     };
 
     let mut vocab = Vocab::default();
@@ -259,10 +213,7 @@ pub fn tokenizer_from_gguf(file: &GgufFile) -> Result<GgufTokenizer, GgufTokeniz
         vocab.insert(token.clone(), id_of(i)?);
     }
     if duplicates > 0 {
-        log::warn!(
-            "{}: {duplicates} duplicate token strings; the first id of each is used",
-            path.display()
-        );
+        log::warn!("{}: {duplicates} duplicate token strings; the first id of each is used", path.display());
     }
 
     let mut tokenizer = if sentencepiece {
@@ -279,12 +230,8 @@ pub fn tokenizer_from_gguf(file: &GgufFile) -> Result<GgufTokenizer, GgufTokeniz
         }
         match ty {
             TOKEN_TYPE_CONTROL => special.push(AddedToken::from(token.clone(), true)),
-            TOKEN_TYPE_UNKNOWN if sentencepiece => {
-                special.push(AddedToken::from(token.clone(), true))
-            }
-            TOKEN_TYPE_USER_DEFINED => {
-                user_defined.push(AddedToken::from(token.clone(), false).normalized(false))
-            }
+            TOKEN_TYPE_UNKNOWN if sentencepiece => special.push(AddedToken::from(token.clone(), true)),
+            TOKEN_TYPE_USER_DEFINED => user_defined.push(AddedToken::from(token.clone(), false).normalized(false)),
             _ => {}
         }
     }
@@ -294,10 +241,7 @@ pub fn tokenizer_from_gguf(file: &GgufFile) -> Result<GgufTokenizer, GgufTokeniz
     let token_id = |key: &str| -> Result<Option<u32>, GgufTokenizerError> {
         match file.get_opt::<u32>(key)? {
             Some(id) if (id as usize) < num_tokens => Ok(Some(id)),
-            Some(id) => Err(invalid(
-                key,
-                format!("id {id} is outside the {num_tokens}-token vocabulary"),
-            )),
+            Some(id) => Err(invalid(key, format!("id {id} is outside the {num_tokens}-token vocabulary"))),
             None => Ok(None),
         }
     };
@@ -309,18 +253,11 @@ pub fn tokenizer_from_gguf(file: &GgufFile) -> Result<GgufTokenizer, GgufTokeniz
     let eom = token_id("tokenizer.ggml.eom_token_id")?;
     let text = |id: Option<u32>| id.map(|i| tokens[i as usize].clone());
 
-    let add_bos = file
-        .get_opt::<bool>("tokenizer.ggml.add_bos_token")?
-        .unwrap_or(spec.add_bos);
-    let add_eos = file
-        .get_opt::<bool>("tokenizer.ggml.add_eos_token")?
-        .unwrap_or(false);
+    let add_bos = file.get_opt::<bool>("tokenizer.ggml.add_bos_token")?.unwrap_or(spec.add_bos);
+    let add_eos = file.get_opt::<bool>("tokenizer.ggml.add_eos_token")?.unwrap_or(false);
     let bos = if add_bos {
         let id = bos_token_id.ok_or_else(|| {
-            invalid(
-                "tokenizer.ggml.add_bos_token",
-                "set, but there is no tokenizer.ggml.bos_token_id".into(),
-            )
+            invalid("tokenizer.ggml.add_bos_token", "set, but there is no tokenizer.ggml.bos_token_id".into())
         })?;
         Some((id, tokens[id as usize].clone()))
     } else {
@@ -328,10 +265,7 @@ pub fn tokenizer_from_gguf(file: &GgufFile) -> Result<GgufTokenizer, GgufTokeniz
     };
     let eos = if add_eos {
         let id = eos_token_id.ok_or_else(|| {
-            invalid(
-                "tokenizer.ggml.add_eos_token",
-                "set, but there is no tokenizer.ggml.eos_token_id".into(),
-            )
+            invalid("tokenizer.ggml.add_eos_token", "set, but there is no tokenizer.ggml.eos_token_id".into())
         })?;
         Some((id, tokens[id as usize].clone()))
     } else {
@@ -341,13 +275,9 @@ pub fn tokenizer_from_gguf(file: &GgufFile) -> Result<GgufTokenizer, GgufTokeniz
     let post = if sentencepiece {
         template.map(tokenizers::PostProcessorWrapper::from)
     } else {
-        let byte_level =
-            tokenizers::PostProcessorWrapper::ByteLevel(ByteLevel::new(false, true, false));
+        let byte_level = tokenizers::PostProcessorWrapper::ByteLevel(ByteLevel::new(false, true, false));
         Some(match template {
-            Some(t) => tokenizers::PostProcessorWrapper::Sequence(PostSequence::new(vec![
-                byte_level,
-                t.into(),
-            ])),
+            Some(t) => tokenizers::PostProcessorWrapper::Sequence(PostSequence::new(vec![byte_level, t.into()])),
             None => byte_level,
         })
     };
@@ -373,9 +303,7 @@ pub fn tokenizer_from_gguf(file: &GgufFile) -> Result<GgufTokenizer, GgufTokeniz
         unk_token_id,
         add_bos,
         add_eos,
-        chat_template: file
-            .get_opt::<&str>("tokenizer.chat_template")?
-            .map(str::to_owned),
+        chat_template: file.get_opt::<&str>("tokenizer.chat_template")?.map(str::to_owned),
     })
 }
 
@@ -387,31 +315,16 @@ fn byte_level_tokenizer(
     vocab: Vocab,
 ) -> Result<Tokenizer, GgufTokenizerError> {
     let path = file.path().to_path_buf();
-    let invalid = |key: &str, reason: String| GgufTokenizerError::Invalid {
-        path: path.clone(),
-        key: key.to_owned(),
-        reason,
-    };
-    let build_err = |reason: String| GgufTokenizerError::Build {
-        path: path.clone(),
-        reason,
-    };
+    let invalid =
+        |key: &str, reason: String| GgufTokenizerError::Invalid { path: path.clone(), key: key.to_owned(), reason };
+    let build_err = |reason: String| GgufTokenizerError::Build { path: path.clone(), reason };
     let mut merges = Vec::new();
     let mut skipped = 0usize;
     if file.contains_key("tokenizer.ggml.merges") {
-        for (i, merge) in file
-            .get_str_array("tokenizer.ggml.merges")?
-            .iter()
-            .enumerate()
-        {
+        for (i, merge) in file.get_str_array("tokenizer.ggml.merges")?.iter().enumerate() {
             // As llama.cpp: split at the first space after the first byte.
             // (A space byte is always a char boundary, so the slices below are valid.)
-            let split = merge
-                .bytes()
-                .enumerate()
-                .skip(1)
-                .find(|&(_, b)| b == b' ')
-                .map(|(p, _)| p);
+            let split = merge.bytes().enumerate().skip(1).find(|&(_, b)| b == b' ').map(|(p, _)| p);
             let Some(at) = split else {
                 return Err(invalid(
                     "tokenizer.ggml.merges",
@@ -421,10 +334,7 @@ fn byte_level_tokenizer(
             let (a, b) = (&merge[..at], &merge[at + 1..]);
             // A merge whose parts or result are not tokens can never fire;
             // llama.cpp keeps it harmlessly, HF's builder would refuse it.
-            if vocab.contains_key(a)
-                && vocab.contains_key(b)
-                && vocab.contains_key(&format!("{a}{b}"))
-            {
+            if vocab.contains_key(a) && vocab.contains_key(b) && vocab.contains_key(&format!("{a}{b}")) {
                 merges.push((a.to_owned(), b.to_owned()));
             } else {
                 skipped += 1;
@@ -432,10 +342,7 @@ fn byte_level_tokenizer(
         }
     }
     if skipped > 0 {
-        log::warn!(
-            "{}: {skipped} merges refer to tokens outside the vocabulary; skipped",
-            path.display()
-        );
+        log::warn!("{}: {skipped} merges refer to tokens outside the vocabulary; skipped", path.display());
     }
 
     let bpe = BPE::builder()
@@ -447,20 +354,12 @@ fn byte_level_tokenizer(
 
     let mut pieces = Vec::with_capacity(spec.regexes.len() + 1);
     for regex in spec.regexes {
-        let split = Split::new(
-            SplitPattern::Regex((*regex).to_owned()),
-            SplitDelimiterBehavior::Isolated,
-            false,
-        )
-        .map_err(|e| build_err(format!("pre-tokenizer regex {regex:?}: {e}")))?;
+        let split = Split::new(SplitPattern::Regex((*regex).to_owned()), SplitDelimiterBehavior::Isolated, false)
+            .map_err(|e| build_err(format!("pre-tokenizer regex {regex:?}: {e}")))?;
         pieces.push(PreTokenizerWrapper::Split(split));
     }
-    pieces.push(PreTokenizerWrapper::ByteLevel(ByteLevel::new(
-        false, true, false,
-    )));
-    tokenizer.with_pre_tokenizer(Some(PreTokenizerWrapper::Sequence(PreSequence::new(
-        pieces,
-    ))));
+    pieces.push(PreTokenizerWrapper::ByteLevel(ByteLevel::new(false, true, false)));
+    tokenizer.with_pre_tokenizer(Some(PreTokenizerWrapper::Sequence(PreSequence::new(pieces))));
     tokenizer.with_decoder(Some(ByteLevel::new(false, true, false)));
     Ok(tokenizer)
 }
@@ -485,10 +384,7 @@ fn sentencepiece_tokenizer(
     vocab: Vocab,
 ) -> Result<Tokenizer, GgufTokenizerError> {
     let path = file.path().to_path_buf();
-    let build_err = |reason: String| GgufTokenizerError::Build {
-        path: path.clone(),
-        reason,
-    };
+    let build_err = |reason: String| GgufTokenizerError::Build { path: path.clone(), reason };
     let scores = file.get_f32_array("tokenizer.ggml.scores")?;
     if scores.len() != tokens.len() {
         return Err(GgufTokenizerError::Invalid {
@@ -511,48 +407,27 @@ fn sentencepiece_tokenizer(
             }
         }
     }
-    ranked.sort_by(|a, b| {
-        b.0.total_cmp(&a.0)
-            .then(a.1.cmp(&b.1))
-            .then(a.2.cmp(&b.2))
-            .then(a.3.cmp(&b.3))
-    });
+    ranked.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)).then(a.3.cmp(&b.3)));
     let merges = ranked.into_iter().map(|m| (m.4, m.5)).collect();
 
-    let unk = file
-        .get_opt::<u32>("tokenizer.ggml.unknown_token_id")?
-        .and_then(|id| tokens.get(id as usize))
-        .cloned();
-    let mut builder = BPE::builder()
-        .vocab_and_merges(vocab, merges)
-        .byte_fallback(true)
-        .fuse_unk(true);
+    let unk = file.get_opt::<u32>("tokenizer.ggml.unknown_token_id")?.and_then(|id| tokens.get(id as usize)).cloned();
+    let mut builder = BPE::builder().vocab_and_merges(vocab, merges).byte_fallback(true).fuse_unk(true);
     if let Some(unk) = unk {
         builder = builder.unk_token(unk);
     }
-    let bpe = builder
-        .build()
-        .map_err(|e| build_err(format!("SentencePiece BPE: {e}")))?;
+    let bpe = builder.build().map_err(|e| build_err(format!("SentencePiece BPE: {e}")))?;
     let mut tokenizer = Tokenizer::new(bpe);
 
-    let add_space_prefix = file
-        .get_opt::<bool>("tokenizer.ggml.add_space_prefix")?
-        .unwrap_or(true);
+    let add_space_prefix = file.get_opt::<bool>("tokenizer.ggml.add_space_prefix")?.unwrap_or(true);
     let spaces = Replace::new(" ", SPIECE_SPACE).map_err(|e| build_err(e.to_string()))?;
     let normalizer: NormalizerWrapper = if add_space_prefix {
-        NormSequence::new(vec![
-            Prepend::new(SPIECE_SPACE.into()).into(),
-            spaces.into(),
-        ])
-        .into()
+        NormSequence::new(vec![Prepend::new(SPIECE_SPACE.into()).into(), spaces.into()]).into()
     } else {
         spaces.into()
     };
     tokenizer.with_normalizer(Some(normalizer));
     let mut steps: Vec<DecoderWrapper> = vec![
-        Replace::new(SPIECE_SPACE, " ")
-            .map_err(|e| build_err(e.to_string()))?
-            .into(),
+        Replace::new(SPIECE_SPACE, " ").map_err(|e| build_err(e.to_string()))?.into(),
         ByteFallback::new().into(),
         Fuse::new().into(),
     ];
@@ -578,10 +453,7 @@ fn gpt2_pre_tokenizer(file: &GgufFile) -> Result<PreTokenizerSpec, GgufTokenizer
             }
         },
         None => {
-            log::warn!(
-                "{}: no tokenizer.ggml.pre; using llama.cpp's `default` pre-tokenizer",
-                path.display()
-            );
+            log::warn!("{}: no tokenizer.ggml.pre; using llama.cpp's `default` pre-tokenizer", path.display());
             SPEC_DEFAULT
         }
     })
@@ -597,10 +469,7 @@ fn vocab_id(tokenizer: &Tokenizer, token: &str) -> Option<u32> {
 /// `[BOS] $A [EOS]` (each part only when enabled) for single sequences, and
 /// the same around `$B` for pairs; `None` when neither is enabled. Template
 /// keys are `BOS`/`EOS`, so token texts containing `:` or spaces are fine.
-fn template(
-    bos: Option<(u32, String)>,
-    eos: Option<(u32, String)>,
-) -> Result<Option<TemplateProcessing>, String> {
+fn template(bos: Option<(u32, String)>, eos: Option<(u32, String)>) -> Result<Option<TemplateProcessing>, String> {
     if bos.is_none() && eos.is_none() {
         return Ok(None);
     }
@@ -610,18 +479,14 @@ fn template(
     if let Some((id, text)) = bos.clone() {
         single.push("BOS".to_owned());
         pair.push("BOS".to_owned());
-        specials.push(
-            SpecialToken::new("BOS".into(), vec![id], vec![text]).map_err(|e| e.to_string())?,
-        );
+        specials.push(SpecialToken::new("BOS".into(), vec![id], vec![text]).map_err(|e| e.to_string())?);
     }
     single.push("$A".into());
     pair.push("$A".into());
     if let Some((id, text)) = eos.clone() {
         single.push("EOS".into());
         pair.push("EOS".into());
-        specials.push(
-            SpecialToken::new("EOS".into(), vec![id], vec![text]).map_err(|e| e.to_string())?,
-        );
+        specials.push(SpecialToken::new("EOS".into(), vec![id], vec![text]).map_err(|e| e.to_string())?);
     }
     if bos.is_some() {
         pair.push("BOS:1".into());

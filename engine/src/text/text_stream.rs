@@ -27,10 +27,7 @@ pub struct TextStream {
 
 impl TextStream {
     pub fn new(stop: Vec<String>, skip_special_tokens: bool) -> Self {
-        Self {
-            decode: DecodeStream::new(skip_special_tokens),
-            stop: StopMatcher::new(stop),
-        }
+        Self { decode: DecodeStream::new(skip_special_tokens), stop: StopMatcher::new(stop) }
     }
 
     /// Feeds the next generated token. After a stop, returns empty deltas.
@@ -59,22 +56,13 @@ impl TextStream {
 
     fn match_stop(&mut self, piece: &str) -> TextDelta {
         match self.stop.push(piece) {
-            StopOutcome::Continue(text) => TextDelta {
-                text,
-                stopped: false,
-            },
-            StopOutcome::Stopped(m) => TextDelta {
-                text: m.text,
-                stopped: true,
-            },
+            StopOutcome::Continue(text) => TextDelta { text, stopped: false },
+            StopOutcome::Stopped(m) => TextDelta { text: m.text, stopped: true },
         }
     }
 
     fn stopped_delta(&self) -> TextDelta {
-        TextDelta {
-            text: String::new(),
-            stopped: true,
-        }
+        TextDelta { text: String::new(), stopped: true }
     }
 }
 

@@ -15,8 +15,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use engine::core::req::PreparedBatch;
 use engine::core::engine::{ModelRunner, RunnerError};
+use engine::core::req::PreparedBatch;
 use engine::core::sampling::Logits;
 use serde_json::Value as Json;
 
@@ -66,8 +66,7 @@ impl HashLm {
                 if self.banned.contains(&(v as u32)) {
                     -1e9
                 } else {
-                    (mix(key ^ v.wrapping_mul(0xA24B_AED4_963E_E407)) >> 40) as f32
-                        / (1u64 << 24) as f32
+                    (mix(key ^ v.wrapping_mul(0xA24B_AED4_963E_E407)) >> 40) as f32 / (1u64 << 24) as f32
                 }
             })
             .collect()
@@ -106,10 +105,7 @@ impl ModelRunner for HashLm {
 // A `minisgl serve` child process.
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port on 127.0.0.1")
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port on 127.0.0.1")
 }
 
 /// A server process whose stderr is collected (to check it never panicked).
@@ -149,19 +145,11 @@ impl ServeProcess {
             }
         });
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let mut server = Self {
-            child,
-            addr,
-            stderr,
-            stderr_thread: Some(stderr_thread),
-        };
+        let mut server = Self { child, addr, stderr, stderr_thread: Some(stderr_thread) };
         let deadline = Instant::now() + ready_within;
         loop {
             if let Ok(Some(status)) = server.child.try_wait() {
-                panic!(
-                    "minisgl serve exited early ({status}):\n{}",
-                    server.stderr_text()
-                );
+                panic!("minisgl serve exited early ({status}):\n{}", server.stderr_text());
             }
             if let Ok(r) = request(addr, "GET", "/health", None) {
                 if r.status == 200 {
@@ -170,10 +158,7 @@ impl ServeProcess {
             }
             if Instant::now() > deadline {
                 let _ = server.child.kill();
-                panic!(
-                    "minisgl serve not ready within {ready_within:?}:\n{}",
-                    server.stderr_text()
-                );
+                panic!("minisgl serve not ready within {ready_within:?}:\n{}", server.stderr_text());
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -185,10 +170,7 @@ impl ServeProcess {
 
     /// Sends SIGTERM (through `kill`, no unsafe) and waits for the exit.
     pub fn terminate(&mut self, within: Duration) -> std::process::ExitStatus {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("run kill");
+        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().expect("run kill");
         assert!(status.success(), "kill -TERM failed");
         self.wait(within)
     }
@@ -204,10 +186,7 @@ impl ServeProcess {
             }
             if Instant::now() > deadline {
                 let _ = self.child.kill();
-                panic!(
-                    "minisgl serve did not exit within {within:?}:\n{}",
-                    self.stderr_text()
-                );
+                panic!("minisgl serve did not exit within {within:?}:\n{}", self.stderr_text());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -241,10 +220,7 @@ pub struct HttpResponse {
 
 impl HttpResponse {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
 
     pub fn text(&self) -> String {
@@ -252,8 +228,7 @@ impl HttpResponse {
     }
 
     pub fn json(&self) -> Json {
-        serde_json::from_slice(&self.body)
-            .unwrap_or_else(|e| panic!("response is not JSON ({e}): {}", self.text()))
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("response is not JSON ({e}): {}", self.text()))
     }
 }
 
@@ -277,10 +252,7 @@ fn write_request(
         head.push_str(&format!("{name}: {value}\r\n"));
     }
     if let Some(body) = body {
-        head.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        ));
+        head.push_str(&format!("Content-Type: application/json\r\nContent-Length: {}\r\n", body.len()));
     }
     head.push_str("\r\n");
     stream.write_all(head.as_bytes())?;
@@ -316,9 +288,7 @@ fn read_head(reader: &mut impl BufRead) -> std::io::Result<(u16, Vec<(String, St
 }
 
 fn is_chunked(headers: &[(String, String)]) -> bool {
-    headers.iter().any(|(k, v)| {
-        k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked")
-    })
+    headers.iter().any(|(k, v)| k.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked"))
 }
 
 /// Reads one chunk of a chunked body; `None` at the last (empty) chunk.
@@ -339,12 +309,7 @@ fn read_chunk(reader: &mut impl BufRead) -> std::io::Result<Option<Vec<u8>>> {
 }
 
 /// One request on a fresh connection; reads the whole response.
-pub fn request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: Option<&[u8]>,
-) -> std::io::Result<HttpResponse> {
+pub fn request(addr: SocketAddr, method: &str, path: &str, body: Option<&[u8]>) -> std::io::Result<HttpResponse> {
     request_with_headers(addr, method, path, &[], body)
 }
 
@@ -375,16 +340,11 @@ pub fn request_with_headers(
     } else {
         reader.read_to_end(&mut body)?;
     }
-    Ok(HttpResponse {
-        status,
-        headers,
-        body,
-    })
+    Ok(HttpResponse { status, headers, body })
 }
 
 pub fn post_json(addr: SocketAddr, path: &str, body: &Json) -> HttpResponse {
-    request(addr, "POST", path, Some(body.to_string().as_bytes()))
-        .unwrap_or_else(|e| panic!("POST {path} failed: {e}"))
+    request(addr, "POST", path, Some(body.to_string().as_bytes())).unwrap_or_else(|e| panic!("POST {path} failed: {e}"))
 }
 
 pub fn get(addr: SocketAddr, path: &str) -> HttpResponse {
@@ -403,23 +363,10 @@ pub struct SseStream {
 impl SseStream {
     pub fn open(addr: SocketAddr, path: &str, body: &Json) -> std::io::Result<Self> {
         let mut stream = connect(addr)?;
-        write_request(
-            &mut stream,
-            addr,
-            "POST",
-            path,
-            &[],
-            Some(body.to_string().as_bytes()),
-        )?;
+        write_request(&mut stream, addr, "POST", path, &[], Some(body.to_string().as_bytes()))?;
         let mut reader = BufReader::new(stream);
         let (status, headers) = read_head(&mut reader)?;
-        Ok(Self {
-            status,
-            headers,
-            reader,
-            buf: String::new(),
-            ended: false,
-        })
+        Ok(Self { status, headers, reader, buf: String::new(), ended: false })
     }
 
     /// The next `data:` payload; `None` at the end of the body.
@@ -473,13 +420,8 @@ pub struct StreamSummary {
 }
 
 pub fn summarize(payloads: &[String]) -> StreamSummary {
-    let mut s = StreamSummary {
-        text: String::new(),
-        finish_reason: None,
-        usage: None,
-        done: false,
-        errors: Vec::new(),
-    };
+    let mut s =
+        StreamSummary { text: String::new(), finish_reason: None, usage: None, done: false, errors: Vec::new() };
     for p in payloads {
         if p == "[DONE]" {
             s.done = true;
@@ -551,9 +493,7 @@ pub fn python() -> Command {
 
 /// Fails the test with a clear message when the `openai` package is missing.
 pub fn require_openai_package() {
-    let out = python()
-        .args(["-c", "import openai; print(openai.__version__)"])
-        .output();
+    let out = python().args(["-c", "import openai; print(openai.__version__)"]).output();
     match out {
         Ok(o) if o.status.success() => {}
         Ok(o) => panic!(

@@ -86,7 +86,10 @@ pub(crate) fn paged_attention(
     for (s, (&q_len, &kv_len)) in meta.q_lens_host.iter().zip(meta.kv_lens_host).enumerate() {
         let (q0, q1) = (q_indptr[s], q_indptr[s + 1]);
         if q0 < 0 || q1 < q0 || q1 as usize > t || (q1 - q0) as usize != q_len {
-            return Err(Error::arg(OP, format!("q_indptr[{s}..={}] = {q0}..{q1} disagrees with {q_len} query tokens of {t} rows", s + 1)));
+            return Err(Error::arg(
+                OP,
+                format!("q_indptr[{s}..={}] = {q0}..{q1} disagrees with {q_len} query tokens of {t} rows", s + 1),
+            ));
         }
         if kv_lens[s] != kv_len as i64 {
             return Err(Error::arg(OP, format!("kv_lens[{s}] = {} disagrees with the host copy {kv_len}", kv_lens[s])));
@@ -97,10 +100,9 @@ pub(crate) fn paged_attention(
         let pages = block_table[s * max_pages..][..kv_len.div_ceil(page_size)]
             .iter()
             .map(|&p| {
-                usize::try_from(p)
-                    .ok()
-                    .filter(|&p| p < num_pages)
-                    .ok_or_else(|| Error::arg(OP, format!("sequence {s} refers to page {p} of a cache of {num_pages} pages")))
+                usize::try_from(p).ok().filter(|&p| p < num_pages).ok_or_else(|| {
+                    Error::arg(OP, format!("sequence {s} refers to page {p} of a cache of {num_pages} pages"))
+                })
             })
             .collect::<Result<Vec<usize>>>()?;
         let kf = gather(k_cache, &pages, kv_len)?;

@@ -76,7 +76,14 @@ struct MatRef<'a> {
 
 /// `dst[m, n] (+)= lhs[m, k] @ rhs[k, n]` for `(m, n, k) = mnk`, where `dst` is
 /// row-major with `n` columns; `accumulate` keeps what `dst` holds (the bias).
-fn gemm_f32(mnk: (usize, usize, usize), dst: &mut [f32], accumulate: bool, lhs: MatRef<'_>, rhs: MatRef<'_>, parallel: bool) {
+fn gemm_f32(
+    mnk: (usize, usize, usize),
+    dst: &mut [f32],
+    accumulate: bool,
+    lhs: MatRef<'_>,
+    rhs: MatRef<'_>,
+    parallel: bool,
+) {
     let (m, n, k) = mnk;
     debug_assert!(dst.len() >= m * n);
     let parallelism = if parallel { gemm::Parallelism::Rayon(0) } else { gemm::Parallelism::None };
@@ -322,10 +329,9 @@ pub(crate) fn rope(q: &Tensor, k: &Tensor, positions: &Tensor, cos_sin: &Tensor)
     let positions = read_indices(OP, positions)?
         .into_iter()
         .map(|p| {
-            usize::try_from(p)
-                .ok()
-                .filter(|&p| p < max_pos)
-                .ok_or_else(|| Error::arg(OP, format!("position {p} is outside the cos/sin cache of {max_pos} positions")))
+            usize::try_from(p).ok().filter(|&p| p < max_pos).ok_or_else(|| {
+                Error::arg(OP, format!("position {p} is outside the cos/sin cache of {max_pos} positions"))
+            })
         })
         .collect::<Result<Vec<usize>>>()?;
     // SAFETY: read-only access to a host tensor.

@@ -7,8 +7,8 @@
 
 pub mod attention;
 pub mod dense;
-pub mod sampling;
 pub mod moe;
+pub mod sampling;
 
 use half::{bf16, f16};
 

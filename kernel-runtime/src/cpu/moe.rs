@@ -86,7 +86,12 @@ pub(crate) fn route(routing: &MoeRouting, logits: &Tensor, renormalize: bool) ->
 
 /// The sorted layout of `ids` (see `ops::MoeAlignment`): (expert offsets, sorted
 /// ids up to the padded total, block experts, tiles).
-pub(crate) fn align_layout(ids: &[i32], num_experts: usize, block_m: usize, tile_m: usize) -> (Vec<i32>, Vec<i32>, Vec<i32>, Vec<i32>) {
+pub(crate) fn align_layout(
+    ids: &[i32],
+    num_experts: usize,
+    block_m: usize,
+    tile_m: usize,
+) -> (Vec<i32>, Vec<i32>, Vec<i32>, Vec<i32>) {
     let n = ids.len();
     let mut count = vec![0usize; num_experts];
     for &e in ids {

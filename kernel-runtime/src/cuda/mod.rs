@@ -192,7 +192,8 @@ impl CudaDevice {
         // SAFETY: `dst` points to at least `src.len()` bytes of this device's memory
         // (the caller's tensor bounds); the stream is synchronised before `src` can
         // be dropped.
-        unsafe { result::memcpy_htod_async(dst, src, self.cu_stream()) }.map_err(Error::driver("copying to the device"))?;
+        unsafe { result::memcpy_htod_async(dst, src, self.cu_stream()) }
+            .map_err(Error::driver("copying to the device"))?;
         self.synchronize()
     }
 
@@ -204,7 +205,8 @@ impl CudaDevice {
         self.bind()?;
         // SAFETY: `src` points to at least `dst.len()` readable bytes on this device;
         // the stream is synchronised before `dst` is used.
-        unsafe { result::memcpy_dtoh_async(dst, src, self.cu_stream()) }.map_err(Error::driver("copying to the host"))?;
+        unsafe { result::memcpy_dtoh_async(dst, src, self.cu_stream()) }
+            .map_err(Error::driver("copying to the host"))?;
         self.synchronize()
     }
 
@@ -216,7 +218,8 @@ impl CudaDevice {
         self.bind()?;
         // SAFETY: both ranges lie inside live allocations of this device (the
         // caller's tensor bounds).
-        unsafe { result::memcpy_dtod_async(dst, src, bytes, self.cu_stream()) }.map_err(Error::driver("copying on the device"))
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, self.cu_stream()) }
+            .map_err(Error::driver("copying on the device"))
     }
 
     /// Enqueues a byte fill of `bytes` bytes at `dst`.
@@ -226,7 +229,8 @@ impl CudaDevice {
         }
         self.bind()?;
         // SAFETY: the range lies inside a live allocation of this device.
-        unsafe { result::memset_d8_async(dst, value, bytes, self.cu_stream()) }.map_err(Error::driver("filling device memory"))
+        unsafe { result::memset_d8_async(dst, value, bytes, self.cu_stream()) }
+            .map_err(Error::driver("filling device memory"))
     }
 }
 
@@ -250,7 +254,8 @@ impl EventTimer {
     /// Records the start event on the compute stream.
     pub fn start(&self) -> Result<()> {
         // SAFETY: the event and stream belong to this device's live context.
-        unsafe { result::event::record(self.start, self.device.cu_stream()) }.map_err(Error::driver("recording an event"))
+        unsafe { result::event::record(self.start, self.device.cu_stream()) }
+            .map_err(Error::driver("recording an event"))
     }
 
     /// Records the end event, waits for it and returns the milliseconds since `start`.

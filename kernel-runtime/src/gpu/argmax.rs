@@ -36,7 +36,10 @@ pub(crate) fn argmax(out: &Tensor, x: &Tensor) -> Result<()> {
     let vectorized = rows_aligned(x, 16);
     let device = Device::Cuda(dev.ordinal());
     let (pv, pi) = if num_splits > 1 {
-        (Some(Tensor::empty(&[rows, num_splits], DType::F32, device)?), Some(Tensor::empty(&[rows, num_splits], DType::I32, device)?))
+        (
+            Some(Tensor::empty(&[rows, num_splits], DType::F32, device)?),
+            Some(Tensor::empty(&[rows, num_splits], DType::I32, device)?),
+        )
     } else {
         (None, None)
     };
@@ -92,7 +95,9 @@ mod tests {
 
     #[test]
     fn splits_cover_the_row_and_fill_the_gpu() {
-        for (rows, vocab) in [(1, 1), (1, 7), (1, 4096), (1, 128_256), (1, 262_144), (7, 151_936), (64, 32_000), (1024, 128_256)] {
+        for (rows, vocab) in
+            [(1, 1), (1, 7), (1, 4096), (1, 128_256), (1, 262_144), (7, 151_936), (64, 32_000), (1024, 128_256)]
+        {
             let (n, len) = splits(rows, vocab, 132);
             assert!(len.is_multiple_of(8) && n >= 1, "{rows} x {vocab}");
             assert!((n - 1) * len < vocab && n * len >= vocab, "{rows} x {vocab}: {n} x {len}");

@@ -73,7 +73,13 @@ fn decode_smem_bytes(elem_bytes: usize, head_dim: usize, rows: usize) -> usize {
         // MmaDecode::kSmemBytes: Q and per warp kStages tiles of 16 keys of K and V,
         // rows padded by 16 bytes; the merge reuses it.
         let row = head_dim * elem_bytes + 16;
-        let stages = if head_dim <= 64 { 4 } else if head_dim <= 128 { 3 } else { 2 };
+        let stages = if head_dim <= 64 {
+            4
+        } else if head_dim <= 128 {
+            3
+        } else {
+            2
+        };
         return (16 * row + 4 * stages * 2 * 16 * row).max(4 * 16 * head_dim * 4);
     }
     let threads = 128;
@@ -108,7 +114,14 @@ struct AttnPlan {
     max_splits: usize,
 }
 
-fn plan(q_lens: &[usize], kv_lens: &[usize], group: usize, num_kv_heads: usize, key_tile: usize, sms: usize) -> AttnPlan {
+fn plan(
+    q_lens: &[usize],
+    kv_lens: &[usize],
+    group: usize,
+    num_kv_heads: usize,
+    key_tile: usize,
+    sms: usize,
+) -> AttnPlan {
     let max_rows = q_lens.iter().map(|&q| q * group).max().unwrap_or(0);
     let num_warps = max_rows.div_ceil(16).clamp(1, MAX_WARPS);
     let rows_per_tile = 16 * num_warps;
@@ -155,7 +168,13 @@ fn decode_blocks_per_sm(smem_bytes: usize) -> usize {
 
 /// Keys per split and the split count of the longest sequence for the decode
 /// kernel (see the module header).
-fn decode_plan(q_lens: &[usize], kv_lens: &[usize], num_kv_heads: usize, sms: usize, blocks_per_sm: usize) -> (usize, usize) {
+fn decode_plan(
+    q_lens: &[usize],
+    kv_lens: &[usize],
+    num_kv_heads: usize,
+    sms: usize,
+    blocks_per_sm: usize,
+) -> (usize, usize) {
     let active = || q_lens.iter().zip(kv_lens).filter(|(&q, _)| q > 0).map(|(_, &kv)| kv);
     let max_kv = active().max().unwrap_or(0).max(1);
     let slots = blocks_per_sm.max(1) * sms.max(1);
@@ -233,7 +252,8 @@ fn decode_attention(
     let b = meta.q_lens_host.len();
     let shared = decode_smem_bytes(q.dtype().size_in_bytes(), d, rows);
     let sms = dev.sm_count().max(1) as usize;
-    let (kv_chunk, max_splits) = decode_plan(meta.q_lens_host, meta.kv_lens_host, hkv, sms, decode_blocks_per_sm(shared));
+    let (kv_chunk, max_splits) =
+        decode_plan(meta.q_lens_host, meta.kv_lens_host, hkv, sms, decode_blocks_per_sm(shared));
     let grid = grid_u32(OP, b * hkv * max_splits)?;
     let p = attention_params(out, q, k_cache, v_cache, meta, scale, kv_chunk, max_splits)?;
     let scratch = SplitScratch::new(t, hq, max_splits, d, dev.ordinal())?;
@@ -320,7 +340,9 @@ fn attention_params(
     max_splits: usize,
 ) -> Result<msgl_attention_params> {
     let [t, hq, _] = q.dims::<3>(OP, "q")?;
-    let int = |what: &str, v: usize| i32::try_from(v).map_err(|_| Error::arg(OP, format!("{what} {v} exceeds the kernel's 32-bit range")));
+    let int = |what: &str, v: usize| {
+        i32::try_from(v).map_err(|_| Error::arg(OP, format!("{what} {v} exceeds the kernel's 32-bit range")))
+    };
     Ok(msgl_attention_params {
         out: out.device_ptr() as *mut _,
         q: q.device_ptr() as *const _,

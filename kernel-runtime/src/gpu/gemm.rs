@@ -162,7 +162,11 @@ fn alignment(ptr: CUdeviceptr) -> u32 {
 ///
 /// # Safety
 /// `desc` must be a live descriptor and `T` the attribute's documented type.
-unsafe fn set_desc<T>(desc: sys::cublasLtMatmulDesc_t, attr: sys::cublasLtMatmulDescAttributes_t, value: &T) -> Result<()> {
+unsafe fn set_desc<T>(
+    desc: sys::cublasLtMatmulDesc_t,
+    attr: sys::cublasLtMatmulDescAttributes_t,
+    value: &T,
+) -> Result<()> {
     lt::set_matmul_desc_attribute(desc, attr, (value as *const T).cast(), std::mem::size_of::<T>())
         .map_err(blas_err("cublasLtMatmulDescSetAttribute"))
 }
@@ -174,7 +178,13 @@ impl Plan {
         let desc = lt::create_matmul_desc(sys::cublasComputeType_t::CUBLAS_COMPUTE_32F, sys::cudaDataType::CUDA_R_32F)
             .map_err(blas_err("cublasLtMatmulDescCreate"))?;
         // Build the plan as soon as each handle exists, so an error drops what was made.
-        let mut plan = Plan { desc, a: std::ptr::null_mut(), b: std::ptr::null_mut(), c: std::ptr::null_mut(), algo: sys::cublasLtMatmulAlgo_t { data: [0; 8] } };
+        let mut plan = Plan {
+            desc,
+            a: std::ptr::null_mut(),
+            b: std::ptr::null_mut(),
+            c: std::ptr::null_mut(),
+            algo: sys::cublasLtMatmulAlgo_t { data: [0; 8] },
+        };
         plan.a = lt::create_matrix_layout(ty, k, n, key.k as i64).map_err(blas_err("cublasLtMatrixLayoutCreate"))?;
         plan.b = lt::create_matrix_layout(ty, k, m, key.ldx as i64).map_err(blas_err("cublasLtMatrixLayoutCreate"))?;
         plan.c = lt::create_matrix_layout(ty, n, m, key.n as i64).map_err(blas_err("cublasLtMatrixLayoutCreate"))?;
@@ -194,10 +204,12 @@ impl Plan {
         let result = (|| {
             let set = |attr, value: u64, size: usize| {
                 let v32 = value as u32;
-                let ptr: *const c_void = if size == 8 { (&value as *const u64).cast() } else { (&v32 as *const u32).cast() };
+                let ptr: *const c_void =
+                    if size == 8 { (&value as *const u64).cast() } else { (&v32 as *const u32).cast() };
                 // SAFETY: `pref` is live; MAX_WORKSPACE_BYTES is a u64 and the
                 // alignment attributes are u32, as the sizes passed say.
-                unsafe { lt::set_matmul_pref_attribute(pref, attr, ptr, size) }.map_err(blas_err("cublasLtMatmulPreferenceSetAttribute"))
+                unsafe { lt::set_matmul_pref_attribute(pref, attr, ptr, size) }
+                    .map_err(blas_err("cublasLtMatmulPreferenceSetAttribute"))
             };
             use sys::cublasLtMatmulPreferenceAttributes_t as P;
             set(P::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, WORKSPACE_BYTES as u64, 8)?;
@@ -259,7 +271,10 @@ pub(crate) fn linear(out: &Tensor, x: &Tensor, w: &Tensor, bias: Option<&Tensor>
         ],
     };
     let blas = Blas::of(dev)?;
-    let mut plans = blas.plans.lock().map_err(|_| Error::Blas { what: "plan cache".into(), message: "poisoned by a panic".into() })?;
+    let mut plans = blas
+        .plans
+        .lock()
+        .map_err(|_| Error::Blas { what: "plan cache".into(), message: "poisoned by a panic".into() })?;
     dev.bind()?;
     let plan = match plans.entry(key) {
         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),

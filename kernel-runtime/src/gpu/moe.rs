@@ -106,7 +106,10 @@ fn pdl_enabled() -> bool {
 }
 
 fn tile(op: &'static str, index: usize) -> Result<MoeTile> {
-    TILES.get(index).copied().ok_or_else(|| Error::arg(op, format!("tile {index} is not in the table (0..{})", TILES.len())))
+    TILES
+        .get(index)
+        .copied()
+        .ok_or_else(|| Error::arg(op, format!("tile {index} is not in the table (0..{})", TILES.len())))
 }
 
 fn ptr(t: &Tensor) -> *mut std::ffi::c_void {
@@ -178,7 +181,8 @@ pub(crate) fn align(align: &MoeAlignment, topk_ids: &Tensor) -> Result<()> {
     let n = topk_ids.numel();
     let num_experts = align.expert_offsets.dim(0) - 1;
     let small = n <= MSGL_MOE_ALIGN_SMALL as usize;
-    let views = [&align.sorted_ids, &align.block_experts, &align.expert_offsets, &align.tiles, topk_ids].map(Tensor::abi);
+    let views =
+        [&align.sorted_ids, &align.block_experts, &align.expert_offsets, &align.tiles, topk_ids].map(Tensor::abi);
     dispatch(
         OP,
         dev,
@@ -249,7 +253,19 @@ fn route_align(routing: &MoeRouting, align: &MoeAlignment, logits: &Tensor, reno
             // allocated with the sizes the sort needs; the launcher validates them
             // again and only enqueues work on `stream`.
             unsafe {
-                lib.msgl_moe_route_align(a, b, c, d, f, g, h, i32::from(renormalize), align.block_m as i32, align.tile_m as i32, stream)
+                lib.msgl_moe_route_align(
+                    a,
+                    b,
+                    c,
+                    d,
+                    f,
+                    g,
+                    h,
+                    i32::from(renormalize),
+                    align.block_m as i32,
+                    align.tile_m as i32,
+                    stream,
+                )
             }
         },
         |f| {
@@ -263,7 +279,16 @@ fn route_align(routing: &MoeRouting, align: &MoeAlignment, logits: &Tensor, reno
 
 /// One grouped GEMM (see `ops::moe_gemm`).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn gemm(out: &Tensor, a: &Tensor, w: &Tensor, align: &MoeAlignment, routing: &MoeRouting, tile_index: usize, gate_up: bool, pdl: bool) -> Result<()> {
+pub(crate) fn gemm(
+    out: &Tensor,
+    a: &Tensor,
+    w: &Tensor,
+    align: &MoeAlignment,
+    routing: &MoeRouting,
+    tile_index: usize,
+    gate_up: bool,
+    pdl: bool,
+) -> Result<()> {
     const OP: &str = "moe_gemm";
     let dev = device_of(OP, a)?;
     let cfg = tile(OP, tile_index)?;
@@ -272,17 +297,26 @@ pub(crate) fn gemm(out: &Tensor, a: &Tensor, w: &Tensor, align: &MoeAlignment, r
     let rows = align.sorted_ids.dim(0);
     let num_pairs = if gate_up { a.dim(0) * routing.top_k() } else { out.dim(0) };
     if !matches!(a.dtype(), DType::BF16 | DType::F16) || w.dtype() != a.dtype() || out.dtype() != a.dtype() {
-        return Err(Error::arg(OP, format!("the grouped GEMM takes bf16 or f16 tensors of one dtype, got {} and {}", a.dtype(), w.dtype())));
+        return Err(Error::arg(
+            OP,
+            format!("the grouped GEMM takes bf16 or f16 tensors of one dtype, got {} and {}", a.dtype(), w.dtype()),
+        ));
     }
     if cfg.bm != align.tile_m || k % cfg.bk != 0 || k % 64 != 0 || n % 8 != 0 {
         return Err(Error::arg(
             OP,
-            format!("tile {tile_index} ({}-row tiles, k % {}) does not fit tiles of {} rows, k = {k}, n = {n}", cfg.bm, cfg.bk, align.tile_m),
+            format!(
+                "tile {tile_index} ({}-row tiles, k % {}) does not fit tiles of {} rows, k = {k}, n = {n}",
+                cfg.bm, cfg.bk, align.tile_m
+            ),
         ));
     }
     let expect_rows = if gate_up { (out, "out") } else { (a, "a") };
     if expect_rows.0.dim(0) != rows || out.dim(1) != n || a.dim(1) != k {
-        return Err(Error::arg(OP, format!("argument `{}` does not have the {rows} sorted rows, or a width differs", expect_rows.1)));
+        return Err(Error::arg(
+            OP,
+            format!("argument `{}` does not have the {rows} sorted rows, or a width differs", expect_rows.1),
+        ));
     }
     for (name, t) in [("a", a), ("out", out)] {
         if !super::launch::rows_aligned(t, 16) {
@@ -311,7 +345,8 @@ pub(crate) fn gemm(out: &Tensor, a: &Tensor, w: &Tensor, align: &MoeAlignment, r
         max_tiles: max_tiles as i32,
         block_m: align.block_m as i32,
     };
-    let views = [out, a, w, &align.sorted_ids, &align.block_experts, &align.expert_offsets, &align.tiles].map(Tensor::abi);
+    let views =
+        [out, a, w, &align.sorted_ids, &align.block_experts, &align.expert_offsets, &align.tiles].map(Tensor::abi);
     let weights_view = weights.as_ref().map(Tensor::abi);
     let values = [("DTYPE", dtype_code(a)), ("TILE", tile_index as i64), ("GATE_UP", i64::from(gate_up))];
     dispatch(
@@ -327,7 +362,21 @@ pub(crate) fn gemm(out: &Tensor, a: &Tensor, w: &Tensor, align: &MoeAlignment, r
             // tile's row count; the launcher validates them again and only enqueues
             // work on `stream`.
             unsafe {
-                lib.msgl_moe_gemm(o, a, w, s, b, e, t, wt, routing.top_k() as i32, tile_index as i32, i32::from(gate_up), i32::from(pdl), stream)
+                lib.msgl_moe_gemm(
+                    o,
+                    a,
+                    w,
+                    s,
+                    b,
+                    e,
+                    t,
+                    wt,
+                    routing.top_k() as i32,
+                    tile_index as i32,
+                    i32::from(gate_up),
+                    i32::from(pdl),
+                    stream,
+                )
             }
         },
         |f| {
@@ -342,7 +391,14 @@ pub(crate) fn gemm(out: &Tensor, a: &Tensor, w: &Tensor, align: &MoeAlignment, r
 }
 
 /// The weighted top-k sum (see `ops::moe_sum`).
-pub(crate) fn sum(out: &Tensor, part: &Tensor, routing: &MoeRouting, num_experts: usize, weighted: bool, pdl: bool) -> Result<()> {
+pub(crate) fn sum(
+    out: &Tensor,
+    part: &Tensor,
+    routing: &MoeRouting,
+    num_experts: usize,
+    weighted: bool,
+    pdl: bool,
+) -> Result<()> {
     const OP: &str = "moe_sum";
     let dev = device_of(OP, out)?;
     let [t, h] = out.dims::<2>(OP, "out")?;
@@ -385,7 +441,12 @@ pub(crate) fn sum(out: &Tensor, part: &Tensor, routing: &MoeRouting, num_experts
 
 /// The sort for a plan's gate_up tile, routed already or routing in the same
 /// kernel.
-fn plan_align(device: crate::device::Device, num_pairs: usize, num_experts: usize, tile_m: usize) -> Result<MoeAlignment> {
+fn plan_align(
+    device: crate::device::Device,
+    num_pairs: usize,
+    num_experts: usize,
+    tile_m: usize,
+) -> Result<MoeAlignment> {
     let rows = moe_sorted_rows(num_pairs, num_experts, MOE_BLOCK_M);
     Ok(MoeAlignment {
         sorted_ids: Tensor::empty(&[rows], DType::I32, device)?,
@@ -398,7 +459,15 @@ fn plan_align(device: crate::device::Device, num_pairs: usize, num_experts: usiz
 }
 
 /// The GEMMs and the sum, after routing and sorting.
-fn experts(out: &Tensor, x: &Tensor, w13: &Tensor, w2: &Tensor, routing: &MoeRouting, align: &MoeAlignment, plan: MoePlan) -> Result<()> {
+fn experts(
+    out: &Tensor,
+    x: &Tensor,
+    w13: &Tensor,
+    w2: &Tensor,
+    routing: &MoeRouting,
+    align: &MoeAlignment,
+    plan: MoePlan,
+) -> Result<()> {
     let device = x.device();
     let (num_experts, inter) = (w13.dim(0), w13.dim(1) / 2);
     let rows = align.sorted_ids.dim(0);
@@ -412,13 +481,23 @@ fn experts(out: &Tensor, x: &Tensor, w13: &Tensor, w2: &Tensor, routing: &MoeRou
 fn check_plan(plan: MoePlan) -> Result<usize> {
     let (a, b) = (tile("fused_experts", plan.gate_up_tile)?, tile("fused_experts", plan.down_tile)?);
     if a.bm != b.bm {
-        return Err(Error::arg("fused_experts", format!("tiles {} and {} have different row counts", plan.gate_up_tile, plan.down_tile)));
+        return Err(Error::arg(
+            "fused_experts",
+            format!("tiles {} and {} have different row counts", plan.gate_up_tile, plan.down_tile),
+        ));
     }
     Ok(a.bm)
 }
 
 /// The experts of a routed batch (see `ops::fused_experts`).
-pub(crate) fn fused_experts(out: &Tensor, x: &Tensor, w13: &Tensor, w2: &Tensor, routing: &MoeRouting, plan: MoePlan) -> Result<()> {
+pub(crate) fn fused_experts(
+    out: &Tensor,
+    x: &Tensor,
+    w13: &Tensor,
+    w2: &Tensor,
+    routing: &MoeRouting,
+    plan: MoePlan,
+) -> Result<()> {
     let tile_m = check_plan(plan)?;
     let align = plan_align(x.device(), routing.topk_ids.numel(), w13.dim(0), tile_m)?;
     self::align(&align, &routing.topk_ids)?;
@@ -427,7 +506,16 @@ pub(crate) fn fused_experts(out: &Tensor, x: &Tensor, w13: &Tensor, w2: &Tensor,
 
 /// The router and the experts (see `ops::fused_moe`).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn fused_moe(out: &Tensor, x: &Tensor, logits: &Tensor, w13: &Tensor, w2: &Tensor, top_k: usize, renormalize: bool, plan: MoePlan) -> Result<()> {
+pub(crate) fn fused_moe(
+    out: &Tensor,
+    x: &Tensor,
+    logits: &Tensor,
+    w13: &Tensor,
+    w2: &Tensor,
+    top_k: usize,
+    renormalize: bool,
+    plan: MoePlan,
+) -> Result<()> {
     let tile_m = check_plan(plan)?;
     let (t, num_experts) = (x.dim(0), w13.dim(0));
     let device = x.device();

@@ -109,7 +109,16 @@ pub(crate) fn rms_norm(out: &Tensor, x: &Tensor, w: &Tensor, eps: f32) -> Result
         // SAFETY: the views describe live device tensors checked by the op; the
         // launcher validates them again and only enqueues work on `stream`.
         unsafe {
-            lib.msgl_rms_norm(&a, &b, &c, eps, shape.threads_per_row as i32, shape.rows_per_block as i32, i32::from(shape.vectorized), stream)
+            lib.msgl_rms_norm(
+                &a,
+                &b,
+                &c,
+                eps,
+                shape.threads_per_row as i32,
+                shape.rows_per_block as i32,
+                i32::from(shape.vectorized),
+                stream,
+            )
         }
     })
 }
@@ -140,7 +149,16 @@ pub(crate) fn fused_add_rms_norm(x: &Tensor, residual: &Tensor, w: &Tensor, eps:
     launch(OP, x, p, shape, |lib, stream| {
         // SAFETY: as in rms_norm.
         unsafe {
-            lib.msgl_fused_add_rms_norm(&a, &b, &c, eps, shape.threads_per_row as i32, shape.rows_per_block as i32, i32::from(shape.vectorized), stream)
+            lib.msgl_fused_add_rms_norm(
+                &a,
+                &b,
+                &c,
+                eps,
+                shape.threads_per_row as i32,
+                shape.rows_per_block as i32,
+                i32::from(shape.vectorized),
+                stream,
+            )
         }
     })
 }
@@ -175,7 +193,15 @@ pub(crate) fn head_rms_norm(x: &Tensor, w: &Tensor, eps: f32) -> Result<()> {
     launch(OP, x, p, shape, |lib, stream| {
         // SAFETY: as in rms_norm.
         unsafe {
-            lib.msgl_head_rms_norm(&a, &b, eps, shape.threads_per_row as i32, shape.rows_per_block as i32, i32::from(shape.vectorized), stream)
+            lib.msgl_head_rms_norm(
+                &a,
+                &b,
+                eps,
+                shape.threads_per_row as i32,
+                shape.rows_per_block as i32,
+                i32::from(shape.vectorized),
+                stream,
+            )
         }
     })
 }
@@ -190,9 +216,15 @@ mod tests {
     #[test]
     fn many_rows_take_the_fewest_threads_that_hold_a_row() {
         // Qwen3 q/k norm: head_dim 128 bf16 = 16 vectors -> 4 threads, 64 rows a block.
-        assert_eq!(norm_shape(128, 8, true, MANY, 132), NormShape { threads_per_row: 4, rows_per_block: 64, vectorized: true });
+        assert_eq!(
+            norm_shape(128, 8, true, MANY, 132),
+            NormShape { threads_per_row: 4, rows_per_block: 64, vectorized: true }
+        );
         // Llama-3-8B hidden 4096 bf16: 512 vectors -> 128 threads, one row a block.
-        assert_eq!(norm_shape(4096, 8, true, MANY, 132), NormShape { threads_per_row: 128, rows_per_block: 1, vectorized: true });
+        assert_eq!(
+            norm_shape(4096, 8, true, MANY, 132),
+            NormShape { threads_per_row: 128, rows_per_block: 1, vectorized: true }
+        );
         // f32 8192: 2048 vectors -> the 512-thread maximum.
         assert_eq!(norm_shape(8192, 4, true, MANY, 132).threads_per_row, 512);
         // Too wide for registers, odd widths and unaligned rows take the scalar path.
@@ -205,13 +237,19 @@ mod tests {
     fn few_rows_spread_over_the_sms() {
         // Qwen3-0.6B decode at 64 rows, hidden 1024 bf16 (128 vectors): was 8 blocks
         // of 8 rows; now one vector a thread, one row a block, 64 blocks.
-        assert_eq!(norm_shape(1024, 8, true, 64, 132), NormShape { threads_per_row: 128, rows_per_block: 1, vectorized: true });
+        assert_eq!(
+            norm_shape(1024, 8, true, 64, 132),
+            NormShape { threads_per_row: 128, rows_per_block: 1, vectorized: true }
+        );
         // Its q norm, 64 tokens x 16 heads of 128: 128 blocks of 8 rows of 16 threads.
         let q = norm_shape(128, 8, true, 1024, 132);
         assert_eq!(q, NormShape { threads_per_row: 16, rows_per_block: 8, vectorized: true });
         assert_eq!(1024usize.div_ceil(q.rows_per_block), 128);
         // One row of 4096: the whole row in one 512-thread block, one vector each.
-        assert_eq!(norm_shape(4096, 8, true, 1, 132), NormShape { threads_per_row: 512, rows_per_block: 1, vectorized: true });
+        assert_eq!(
+            norm_shape(4096, 8, true, 1, 132),
+            NormShape { threads_per_row: 512, rows_per_block: 1, vectorized: true }
+        );
     }
 
     #[test]
@@ -223,7 +261,10 @@ mod tests {
                         let s = norm_shape(hidden, vec, true, rows, sms);
                         assert!(s.threads_per_row.is_power_of_two() && s.threads_per_row <= MAX_THREADS_PER_ROW);
                         let block = s.threads_per_row * s.rows_per_block;
-                        assert!(block <= MAX_THREADS_PER_ROW && (block.is_multiple_of(32) || block == s.threads_per_row), "{s:?}");
+                        assert!(
+                            block <= MAX_THREADS_PER_ROW && (block.is_multiple_of(32) || block == s.threads_per_row),
+                            "{s:?}"
+                        );
                         assert!(s.threads_per_row <= 32 || s.rows_per_block == 1);
                         if s.vectorized {
                             assert!(hidden / vec <= s.threads_per_row * VECS_PER_THREAD);

@@ -25,7 +25,8 @@ pub(crate) fn rope(q: &Tensor, k: &Tensor, positions: &Tensor, cos_sin: &Tensor)
     let [max_positions, rotary_dim] = cos_sin.dims::<2>(OP, "cos_sin")?;
     let half = rotary_dim / 2;
     let vec = vec_elems(q);
-    let vectorized = half.is_multiple_of(vec) && rows_aligned(q, 16) && rows_aligned(k, 16) && rows_aligned(cos_sin, 16);
+    let vectorized =
+        half.is_multiple_of(vec) && rows_aligned(q, 16) && rows_aligned(k, 16) && rows_aligned(cos_sin, 16);
     let chunks = if vectorized { half / vec } else { half };
     let items = t * (hq + hk) * chunks;
     if items == 0 {

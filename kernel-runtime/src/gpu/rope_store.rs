@@ -33,13 +33,18 @@ struct RopeStoreShape {
 /// holding the head at two units a thread, doubled (down to one unit a thread)
 /// while the 256-thread blocks number fewer than the SMs. Otherwise the scalar
 /// path with a full warp per head.
-fn rope_store_shape(head_dim: usize, rotary_dim: usize, vec: usize, aligned: bool, rows: usize, sm_count: usize) -> RopeStoreShape {
+fn rope_store_shape(
+    head_dim: usize,
+    rotary_dim: usize,
+    vec: usize,
+    aligned: bool,
+    rows: usize,
+    sm_count: usize,
+) -> RopeStoreShape {
     let half = rotary_dim / 2;
     let units = half / vec + (head_dim - rotary_dim) / vec;
-    let vectorized = aligned
-        && half.is_multiple_of(vec)
-        && head_dim.is_multiple_of(vec)
-        && units <= 32 * UNITS_PER_THREAD;
+    let vectorized =
+        aligned && half.is_multiple_of(vec) && head_dim.is_multiple_of(vec) && units <= 32 * UNITS_PER_THREAD;
     if !vectorized {
         return RopeStoreShape { threads_per_head: 32, vectorized: false };
     }
@@ -102,7 +107,16 @@ pub(crate) fn rope_store(a: &RopeStore<'_>) -> crate::error::Result<()> {
         eps,
         reserved: 0,
     };
-    let views = [a.q.abi(), a.k.abi(), a.v.abi(), a.k_cache.abi(), a.v_cache.abi(), a.positions.abi(), a.out_loc.abi(), a.cos_sin.abi()];
+    let views = [
+        a.q.abi(),
+        a.k.abi(),
+        a.v.abi(),
+        a.k_cache.abi(),
+        a.v_cache.abi(),
+        a.positions.abi(),
+        a.out_loc.abi(),
+        a.cos_sin.abi(),
+    ];
     let weights = a.qk_norm.as_ref().map(|n| (n.q_weight.abi(), n.k_weight.abi()));
     let (qw, kw) = match &weights {
         Some((q, k)) => (q as *const _, k as *const _),
@@ -119,7 +133,22 @@ pub(crate) fn rope_store(a: &RopeStore<'_>) -> crate::error::Result<()> {
             // weight views, when given, live in `weights` until after the call); the
             // launcher validates them again and only enqueues work on `stream`.
             unsafe {
-                lib.msgl_rope_store(q, k, v, kc, vc, pos, loc, cs, qw, kw, eps, shape.threads_per_head as i32, i32::from(shape.vectorized), stream)
+                lib.msgl_rope_store(
+                    q,
+                    k,
+                    v,
+                    kc,
+                    vc,
+                    pos,
+                    loc,
+                    cs,
+                    qw,
+                    kw,
+                    eps,
+                    shape.threads_per_head as i32,
+                    i32::from(shape.vectorized),
+                    stream,
+                )
             }
         },
         |f| {
@@ -140,11 +169,20 @@ mod tests {
     fn heads_fit_in_registers_and_spread_over_the_sms() {
         // Qwen3-0.6B decode, 64 tokens x (16 + 2 x 8) heads of 128 bf16: 8 units,
         // 4 threads would give 32 blocks; widened to 8 threads, 64 blocks.
-        assert_eq!(rope_store_shape(128, 128, 8, true, 64 * 32, 132), RopeStoreShape { threads_per_head: 8, vectorized: true });
+        assert_eq!(
+            rope_store_shape(128, 128, 8, true, 64 * 32, 132),
+            RopeStoreShape { threads_per_head: 8, vectorized: true }
+        );
         // Prefill: the fewest threads.
-        assert_eq!(rope_store_shape(128, 128, 8, true, 1 << 20, 132), RopeStoreShape { threads_per_head: 4, vectorized: true });
+        assert_eq!(
+            rope_store_shape(128, 128, 8, true, 1 << 20, 132),
+            RopeStoreShape { threads_per_head: 4, vectorized: true }
+        );
         // head_dim 256 f32 (4 per vector): 32 units -> 16 threads at two units.
-        assert_eq!(rope_store_shape(256, 256, 4, true, 1 << 20, 132), RopeStoreShape { threads_per_head: 16, vectorized: true });
+        assert_eq!(
+            rope_store_shape(256, 256, 4, true, 1 << 20, 132),
+            RopeStoreShape { threads_per_head: 16, vectorized: true }
+        );
         // Partial rotary 64 of 128 bf16: 4 pairs + 8 lone vectors = 12 units.
         assert_eq!(rope_store_shape(128, 64, 8, true, 1 << 20, 132).threads_per_head, 8);
         // Halves that are not whole vectors, unaligned views, heads too wide: scalar.

@@ -53,7 +53,11 @@ pub(crate) fn enabled() -> bool {
 /// `m_tiles` (16-row tiles of w per warp) is 2 when that still leaves two blocks
 /// per SM (n >= 64 x SMs), halving the re-reads of x, else 1 so the grid fills the GPU.
 pub(crate) fn plan(m: usize, n: usize, k: usize, dtype: DType, aligned: bool, sm_count: usize) -> Option<usize> {
-    let fits = (1..=MAX_ROWS).contains(&m) && matches!(dtype, DType::BF16 | DType::F16) && k > 0 && k.is_multiple_of(32) && aligned;
+    let fits = (1..=MAX_ROWS).contains(&m)
+        && matches!(dtype, DType::BF16 | DType::F16)
+        && k > 0
+        && k.is_multiple_of(32)
+        && aligned;
     (fits && n * k * 2 >= MIN_WEIGHT_BYTES).then(|| if n >= 64 * sm_count.max(1) { 2 } else { 1 })
 }
 

@@ -103,7 +103,13 @@ impl JitCache {
     }
 
     /// The entry path of an instance.
-    pub fn entry_path(&self, sources: &KernelSources, family: &Family, instance: &Instance, arch: &str) -> Result<PathBuf> {
+    pub fn entry_path(
+        &self,
+        sources: &KernelSources,
+        family: &Family,
+        instance: &Instance,
+        arch: &str,
+    ) -> Result<PathBuf> {
         let mut flags = nvrtc_flags();
         flags.push(format!("nvrtc={}", nvrtc_version()?));
         flags.push(format!("arch={arch}"));
@@ -167,7 +173,8 @@ pub fn compile(sources: &KernelSources, family: &Family, instance: &Instance, ar
     ensure_nvrtc()?;
     let what = format!("{}[{instance}] for {arch}", family.name);
     let nvrtc_err = |message: String| Error::Nvrtc { what: what.clone(), message };
-    let source = sources.get(&family.source).ok_or_else(|| nvrtc_err(format!("source {} is not embedded", family.source)))?;
+    let source =
+        sources.get(&family.source).ok_or_else(|| nvrtc_err(format!("source {} is not embedded", family.source)))?;
     let cstr = |s: &str| CString::new(s).map_err(|_| nvrtc_err(format!("{s:?} contains a NUL byte")));
     let src = cstr(source)?;
     let name = cstr(&family.source)?;

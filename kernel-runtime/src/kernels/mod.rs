@@ -85,7 +85,10 @@ impl AotLibrary {
         if kernel_build::sources::sha256_hex(&bytes) != manifest.library.sha256 {
             return Err(Error::Library {
                 path: lib_path,
-                message: format!("SHA-256 differs from {}; rebuild with `cargo xtask build-kernels`", dir.join("manifest.json").display()),
+                message: format!(
+                    "SHA-256 differs from {}; rebuild with `cargo xtask build-kernels`",
+                    dir.join("manifest.json").display()
+                ),
             });
         }
         // Check every symbol by name first, for a message that names the missing one.
@@ -97,7 +100,10 @@ impl AotLibrary {
             for s in &k.symbols {
                 // SAFETY: only the address is looked up; nothing is called.
                 if unsafe { raw.get::<*const c_void>(s.as_bytes()) }.is_err() {
-                    return Err(Error::Library { path: lib_path, message: format!("symbol `{s}` (family `{}`) is missing", k.family) });
+                    return Err(Error::Library {
+                        path: lib_path,
+                        message: format!("symbol `{s}` (family `{}`) is missing", k.family),
+                    });
                 }
             }
         }
@@ -162,7 +168,10 @@ impl AotLibrary {
         entry
             .cubins
             .iter()
-            .find(|c| c.arch.trim_end_matches(['a', 'f']) == arch && Instance::from_map(family, &c.instance).as_ref() == Some(instance))
+            .find(|c| {
+                c.arch.trim_end_matches(['a', 'f']) == arch
+                    && Instance::from_map(family, &c.instance).as_ref() == Some(instance)
+            })
             .map(|c| self.dir.join(&c.artifact.path))
     }
 
@@ -235,7 +244,11 @@ impl Registry {
                                 "minisgl: the AOT kernels in {} are stale for: {} ({})",
                                 dir.display(),
                                 lib.stale.join(", "),
-                                if mode == KernelMode::Aot { "they will fail in aot mode" } else { "they will be compiled at run time" }
+                                if mode == KernelMode::Aot {
+                                    "they will fail in aot mode"
+                                } else {
+                                    "they will be compiled at run time"
+                                }
                             );
                         }
                         aot = Some(lib);
@@ -295,8 +308,12 @@ impl Registry {
         }
         if self.mode == KernelMode::Aot {
             let detail = match (&self.aot, &self.aot_problem) {
-                (Some(a), _) if !a.supports_arch(arch) => format!(" for {arch} (built for {})", a.manifest.archs.join(",")),
-                (Some(a), _) if a.stale.iter().any(|s| s.starts_with(family_name)) => " (the build is stale for this family)".into(),
+                (Some(a), _) if !a.supports_arch(arch) => {
+                    format!(" for {arch} (built for {})", a.manifest.archs.join(","))
+                }
+                (Some(a), _) if a.stale.iter().any(|s| s.starts_with(family_name)) => {
+                    " (the build is stale for this family)".into()
+                }
                 (None, Some(p)) => format!(" ({p})"),
                 _ => String::new(),
             };
@@ -355,11 +372,25 @@ impl LoadedFunction {
     /// # Safety
     /// `P` must be the exact parameter type of the kernel entry, and every pointer in
     /// it must refer to live device memory the kernel may access as it does.
-    pub unsafe fn launch<P>(&self, device: &CudaDevice, grid: u32, block: u32, shared_bytes: u32, params: &P) -> Result<()> {
+    pub unsafe fn launch<P>(
+        &self,
+        device: &CudaDevice,
+        grid: u32,
+        block: u32,
+        shared_bytes: u32,
+        params: &P,
+    ) -> Result<()> {
         device.bind()?;
         let mut args = [params as *const P as *mut c_void];
-        result::launch_kernel(self.function, (grid.max(1), 1, 1), (block, 1, 1), shared_bytes, device.cu_stream(), &mut args)
-            .map_err(Error::driver("launching a kernel"))
+        result::launch_kernel(
+            self.function,
+            (grid.max(1), 1, 1),
+            (block, 1, 1),
+            shared_bytes,
+            device.cu_stream(),
+            &mut args,
+        )
+        .map_err(Error::driver("launching a kernel"))
     }
 }
 

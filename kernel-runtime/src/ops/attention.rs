@@ -76,7 +76,15 @@ pub fn paged_attention_with(
     const OP: &str = "paged_attention";
     let device = common_device(
         OP,
-        &[("out", out), ("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("q_indptr", meta.q_indptr), ("kv_lens", meta.kv_lens), ("block_table", meta.block_table)],
+        &[
+            ("out", out),
+            ("q", q),
+            ("k_cache", k_cache),
+            ("v_cache", v_cache),
+            ("q_indptr", meta.q_indptr),
+            ("kv_lens", meta.kv_lens),
+            ("block_table", meta.block_table),
+        ],
     )?;
     let [t, hq, d] = q.dims::<3>(OP, "q")?;
     let [_pages, _page_size, hkv, dk] = k_cache.dims::<4>(OP, "k_cache")?;
@@ -114,11 +122,17 @@ pub fn paged_attention_with(
             return Err(Error::arg(OP, format!("sequence {i} has {ql} new tokens but only {kl} cached tokens")));
         }
         if kl > max_pages * page_size {
-            return Err(Error::arg(OP, format!("sequence {i} has {kl} tokens but its block table row holds {max_pages} pages of {page_size}")));
+            return Err(Error::arg(
+                OP,
+                format!("sequence {i} has {kl} tokens but its block table row holds {max_pages} pages of {page_size}"),
+            ));
         }
     }
     if meta.q_lens_host.iter().sum::<usize>() != t {
-        return Err(Error::arg(OP, format!("query lengths sum to {}, `q` has {t} rows", meta.q_lens_host.iter().sum::<usize>())));
+        return Err(Error::arg(
+            OP,
+            format!("query lengths sum to {}, `q` has {t} rows", meta.q_lens_host.iter().sum::<usize>()),
+        ));
     }
     if t == 0 {
         return Ok(());

@@ -12,7 +12,10 @@ pub(crate) fn common_device(op: &'static str, tensors: &[(&str, &Tensor)]) -> Re
     };
     for (name, t) in &tensors[1..] {
         if t.device() != first.device() {
-            return Err(Error::arg(op, format!("argument `{name}` is on {} but `{first_name}` is on {}", t.device(), first.device())));
+            return Err(Error::arg(
+                op,
+                format!("argument `{name}` is on {} but `{first_name}` is on {}", t.device(), first.device()),
+            ));
         }
     }
     Ok(first.device())
@@ -22,7 +25,10 @@ pub(crate) fn common_device(op: &'static str, tensors: &[(&str, &Tensor)]) -> Re
 /// other dimensions must be contiguous among themselves (one dense row each).
 pub(crate) fn rows_view(op: &'static str, what: &str, t: &Tensor) -> Result<Tensor> {
     if t.rank() < 2 {
-        return Err(Error::arg(op, format!("argument `{what}` must have at least 2 dimensions, got shape {:?}", t.shape())));
+        return Err(Error::arg(
+            op,
+            format!("argument `{what}` must have at least 2 dimensions, got shape {:?}", t.shape()),
+        ));
     }
     let inner = &t.shape()[1..];
     let inner_strides = &t.strides()[1..];

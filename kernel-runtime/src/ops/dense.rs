@@ -24,7 +24,10 @@ pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     let [m, k] = x.dims::<2>(OP, "x")?;
     let [n, wk] = w.dims::<2>(OP, "w")?;
     if wk != k {
-        return Err(Error::arg(OP, format!("argument `w` has shape {:?}, expected [_, {k}] to match `x` {:?}", w.shape(), x.shape())));
+        return Err(Error::arg(
+            OP,
+            format!("argument `w` has shape {:?}, expected [_, {k}] to match `x` {:?}", w.shape(), x.shape()),
+        ));
     }
     x.expect_dtype(OP, "x", FLOATS)?;
     if w.dtype() != x.dtype() {
@@ -129,7 +132,10 @@ pub fn rope(q: &Tensor, k: &Tensor, positions: &Tensor, cos_sin: &Tensor) -> Res
     let [_max_pos, rotary_dim] = cos_sin.dims::<2>(OP, "cos_sin")?;
     cos_sin.expect_dtype(OP, "cos_sin", &[DType::F32])?.expect_contiguous(OP, "cos_sin")?;
     if rotary_dim == 0 || rotary_dim % 2 != 0 || rotary_dim > d {
-        return Err(Error::arg(OP, format!("rotary dimension {rotary_dim} must be even and at most the head dimension {d}")));
+        return Err(Error::arg(
+            OP,
+            format!("rotary dimension {rotary_dim} must be even and at most the head dimension {d}"),
+        ));
     }
     if q.strides()[2] != 1 || k.strides()[2] != 1 {
         return Err(Error::arg(OP, "arguments `q` and `k` must have unit stride in their last dimension"));

@@ -63,7 +63,16 @@ pub struct RopeStore<'a> {
 /// cos/sin table are an error on the CPU and leave the head unrotated on CUDA.
 pub fn rope_store(args: &RopeStore<'_>) -> Result<()> {
     let RopeStore { q, k, v, k_cache, v_cache, positions, out_loc, cos_sin, qk_norm } = *args;
-    let mut named = vec![("q", q), ("k", k), ("v", v), ("k_cache", k_cache), ("v_cache", v_cache), ("positions", positions), ("out_loc", out_loc), ("cos_sin", cos_sin)];
+    let mut named = vec![
+        ("q", q),
+        ("k", k),
+        ("v", v),
+        ("k_cache", k_cache),
+        ("v_cache", v_cache),
+        ("positions", positions),
+        ("out_loc", out_loc),
+        ("cos_sin", cos_sin),
+    ];
     if let Some(n) = &qk_norm {
         named.extend([("q_weight", n.q_weight), ("k_weight", n.k_weight)]);
     }
@@ -84,20 +93,31 @@ pub fn rope_store(args: &RopeStore<'_>) -> Result<()> {
     k_cache.expect_contiguous(OP, "k_cache")?;
     v_cache.expect_contiguous(OP, "v_cache")?;
     if k_cache.shape() != v_cache.shape() {
-        return Err(Error::arg(OP, format!("argument `v_cache` has shape {:?}, `k_cache` has {:?}", v_cache.shape(), k_cache.shape())));
+        return Err(Error::arg(
+            OP,
+            format!("argument `v_cache` has shape {:?}, `k_cache` has {:?}", v_cache.shape(), k_cache.shape()),
+        ));
     }
     let cache_rank = k_cache.rank();
     if cache_rank < 3 || k_cache.shape()[cache_rank - 2..] != [hkv, d] {
-        return Err(Error::arg(OP, format!("argument `k_cache` has shape {:?}, expected [..., {hkv}, {d}]", k_cache.shape())));
+        return Err(Error::arg(
+            OP,
+            format!("argument `k_cache` has shape {:?}, expected [..., {hkv}, {d}]", k_cache.shape()),
+        ));
     }
     let num_slots = k_cache.numel() / (hkv * d).max(1);
     for (name, x) in [("positions", positions), ("out_loc", out_loc)] {
-        x.expect_dtype(OP, name, &[DType::I32, DType::I64])?.expect_shape(OP, name, &[t])?.expect_contiguous(OP, name)?;
+        x.expect_dtype(OP, name, &[DType::I32, DType::I64])?
+            .expect_shape(OP, name, &[t])?
+            .expect_contiguous(OP, name)?;
     }
     let [_max_pos, rotary_dim] = cos_sin.dims::<2>(OP, "cos_sin")?;
     cos_sin.expect_dtype(OP, "cos_sin", &[DType::F32])?.expect_contiguous(OP, "cos_sin")?;
     if rotary_dim == 0 || rotary_dim % 2 != 0 || rotary_dim > d {
-        return Err(Error::arg(OP, format!("rotary dimension {rotary_dim} must be even and at most the head dimension {d}")));
+        return Err(Error::arg(
+            OP,
+            format!("rotary dimension {rotary_dim} must be even and at most the head dimension {d}"),
+        ));
     }
     if let Some(n) = &qk_norm {
         for (name, w) in [("q_weight", n.q_weight), ("k_weight", n.k_weight)] {
@@ -179,7 +199,10 @@ mod tests {
             let (t, hq, hkv, d, pages) = (3, 4, 2, 8, 8);
             let qkv = Tensor::from_slice(&values(t * (hq + 2 * hkv) * d, 7), &[t, hq + 2 * hkv, d], CPU).unwrap();
             let qkv2 = deep_copy(&qkv);
-            let cache = |seed| Tensor::from_slice(&values(pages * page_size * hkv * d, seed), &[pages, page_size, hkv, d], CPU).unwrap();
+            let cache = |seed| {
+                Tensor::from_slice(&values(pages * page_size * hkv * d, seed), &[pages, page_size, hkv, d], CPU)
+                    .unwrap()
+            };
             let (kc, vc) = (cache(1), cache(2));
             let (kc2, vc2) = (deep_copy(&kc), deep_copy(&vc));
             let positions = Tensor::from_slice(&[5i32, 0, 9], &[t], CPU).unwrap();
@@ -188,10 +211,23 @@ mod tests {
             let qw = Tensor::from_slice(&values(d, 3), &[d], CPU).unwrap();
             let kw = Tensor::from_slice(&values(d, 4), &[d], CPU).unwrap();
             let qk_norm = norm.then_some(QkNorm { q_weight: &qw, k_weight: &kw, eps: 1e-6 });
-            let views = |x: &Tensor| (x.narrow(1, 0, hq).unwrap(), x.narrow(1, hq, hkv).unwrap(), x.narrow(1, hq + hkv, hkv).unwrap());
+            let views = |x: &Tensor| {
+                (x.narrow(1, 0, hq).unwrap(), x.narrow(1, hq, hkv).unwrap(), x.narrow(1, hq + hkv, hkv).unwrap())
+            };
             let (q, k, v) = views(&qkv);
             let k_before = k.contiguous().unwrap().to_f32_vec().unwrap();
-            rope_store(&RopeStore { q: &q, k: &k, v: &v, k_cache: &kc, v_cache: &vc, positions: &positions, out_loc: &out_loc, cos_sin: &cos_sin, qk_norm }).unwrap();
+            rope_store(&RopeStore {
+                q: &q,
+                k: &k,
+                v: &v,
+                k_cache: &kc,
+                v_cache: &vc,
+                positions: &positions,
+                out_loc: &out_loc,
+                cos_sin: &cos_sin,
+                qk_norm,
+            })
+            .unwrap();
             let (q2, k2, v2) = views(&qkv2);
             if let Some(n) = &qk_norm {
                 crate::ops::head_rms_norm(&q2, n.q_weight, n.eps).unwrap();
@@ -223,7 +259,17 @@ mod tests {
         let vc = Tensor::zeros(&[4, 1, hkv, d], DType::F32, CPU).unwrap();
         let pos = Tensor::from_slice(&[0i32, 1], &[t], CPU).unwrap();
         let cs = table(4, 8);
-        let base = RopeStore { q: &q, k: &k, v: &v, k_cache: &kc, v_cache: &vc, positions: &pos, out_loc: &pos, cos_sin: &cs, qk_norm: None };
+        let base = RopeStore {
+            q: &q,
+            k: &k,
+            v: &v,
+            k_cache: &kc,
+            v_cache: &vc,
+            positions: &pos,
+            out_loc: &pos,
+            cos_sin: &cs,
+            qk_norm: None,
+        };
         rope_store(&base).unwrap();
         let wide = Tensor::zeros(&[4, 1, 2, d], DType::F32, CPU).unwrap();
         let e = rope_store(&RopeStore { k_cache: &wide, v_cache: &wide, ..base }).unwrap_err().to_string();
@@ -235,7 +281,9 @@ mod tests {
         let e = rope_store(&RopeStore { out_loc: &short, ..base }).unwrap_err().to_string();
         assert!(e.contains("out_loc"), "{e}");
         let w = Tensor::zeros(&[4], DType::F32, CPU).unwrap();
-        let e = rope_store(&RopeStore { qk_norm: Some(QkNorm { q_weight: &w, k_weight: &w, eps: 1e-6 }), ..base }).unwrap_err().to_string();
+        let e = rope_store(&RopeStore { qk_norm: Some(QkNorm { q_weight: &w, k_weight: &w, eps: 1e-6 }), ..base })
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("q_weight"), "{e}");
     }
 }

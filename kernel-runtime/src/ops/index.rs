@@ -17,7 +17,15 @@ const THREADS: usize = 256;
 
 /// Warps sharing one row: index.cu's `index_warps_per_row`.
 fn warps_per_row(row_bytes: usize) -> usize {
-    let mut w = if row_bytes >= 16384 { 8 } else if row_bytes >= 8192 { 4 } else if row_bytes >= 4096 { 2 } else { 1 };
+    let mut w = if row_bytes >= 16384 {
+        8
+    } else if row_bytes >= 8192 {
+        4
+    } else if row_bytes >= 4096 {
+        2
+    } else {
+        1
+    };
     while w > 1 && !row_bytes.is_multiple_of(w * vec_bytes_for(row_bytes)) {
         w /= 2;
     }
@@ -36,7 +44,10 @@ pub fn index(out: &Tensor, weight: &Tensor, ids: &Tensor, vocab_start: i64) -> R
     let [num_tokens] = ids.dims::<1>(OP, "ids")?;
     out.expect_shape(OP, "out", &[num_tokens, hidden])?;
     if out.dtype() != weight.dtype() {
-        return Err(Error::arg(OP, format!("argument `out` has dtype {}, `weight` has {}", out.dtype(), weight.dtype())));
+        return Err(Error::arg(
+            OP,
+            format!("argument `out` has dtype {}, `weight` has {}", out.dtype(), weight.dtype()),
+        ));
     }
     for (name, t) in [("out", out), ("weight", weight), ("ids", ids)] {
         t.expect_contiguous(OP, name)?;

@@ -23,20 +23,20 @@ mod convert;
 mod dense;
 mod fused;
 mod index;
-mod sampling;
 pub mod moe;
+mod sampling;
 mod skinny;
 mod store;
 
 pub use attention::{paged_attention, paged_attention_with, AttnKernel, PagedAttnMeta};
 pub use convert::{cast, copy};
 pub use dense::{argmax, fused_add_rms_norm, head_rms_norm, linear, rms_norm, rope, silu_mul};
-pub use index::{embedding, index};
-pub use sampling::{sample, SampleRow};
-pub use moe::{
-    fused_experts, fused_experts_with, fused_moe, moe_align, moe_gemm, moe_route, moe_sum, naive_experts, MoeAlignment, MoePlan,
-    MoeRouting,
-};
 pub use fused::{rope_store, QkNorm, RopeStore};
+pub use index::{embedding, index};
+pub use moe::{
+    fused_experts, fused_experts_with, fused_moe, moe_align, moe_gemm, moe_route, moe_sum, naive_experts, MoeAlignment,
+    MoePlan, MoeRouting,
+};
+pub use sampling::{sample, SampleRow};
 pub use skinny::{set_skinny_gemm, skinny_gemm};
 pub use store::store_kv;

@@ -170,7 +170,13 @@ pub fn fused_experts(x: &Tensor, w13: &Tensor, w2: &Tensor, routing: &MoeRouting
 
 /// [`fused_experts`] with an explicit CUDA plan (tests and benchmarks sweep the
 /// tile table with it); `None` takes the heuristic's.
-pub fn fused_experts_with(x: &Tensor, w13: &Tensor, w2: &Tensor, routing: &MoeRouting, plan: Option<MoePlan>) -> Result<Tensor> {
+pub fn fused_experts_with(
+    x: &Tensor,
+    w13: &Tensor,
+    w2: &Tensor,
+    routing: &MoeRouting,
+    plan: Option<MoePlan>,
+) -> Result<Tensor> {
     const OP: &str = "fused_experts";
     let device = common_device(
         OP,
@@ -187,7 +193,9 @@ pub fn fused_experts_with(x: &Tensor, w13: &Tensor, w2: &Tensor, routing: &MoeRo
         Device::Cpu => crate::cpu::moe::fused_experts(&out, x, w13, w2, routing)?,
         Device::Cuda(_) => {
             fused_experts_support(x.dtype(), s.hidden, s.inter).map_err(|m| Error::arg(OP, m))?;
-            let plan = plan.unwrap_or_else(|| crate::gpu::moe::plan(s.num_tokens, routing.top_k(), s.num_experts, s.hidden, s.inter));
+            let plan = plan.unwrap_or_else(|| {
+                crate::gpu::moe::plan(s.num_tokens, routing.top_k(), s.num_experts, s.hidden, s.inter)
+            });
             crate::gpu::moe::fused_experts(&out, x, w13, w2, routing, plan)?
         }
     }
@@ -197,7 +205,14 @@ pub fn fused_experts_with(x: &Tensor, w13: &Tensor, w2: &Tensor, routing: &MoeRo
 /// The router and the experts in one call: [`moe_route`] of `router_logits`
 /// `[t, E]`, then [`fused_experts`]. On CUDA, decode-sized batches route and sort
 /// in one kernel.
-pub fn fused_moe(x: &Tensor, router_logits: &Tensor, w13: &Tensor, w2: &Tensor, top_k: usize, renormalize: bool) -> Result<Tensor> {
+pub fn fused_moe(
+    x: &Tensor,
+    router_logits: &Tensor,
+    w13: &Tensor,
+    w2: &Tensor,
+    top_k: usize,
+    renormalize: bool,
+) -> Result<Tensor> {
     const OP: &str = "fused_moe";
     let device = common_device(OP, &[("x", x), ("router_logits", router_logits), ("w13", w13), ("w2", w2)])?;
     let s = check_experts(OP, x, w13, w2)?;
@@ -279,9 +294,20 @@ pub fn naive_experts(x: &Tensor, w13: &Tensor, w2: &Tensor, routing: &MoeRouting
 /// `tile` picks the kernel configuration (its rows must equal `align.tile_m`).
 /// CUDA, bf16/f16 only; `out` is written (padding rows of the activation get
 /// zeros, rows of dropped pairs are left as they are).
-pub fn moe_gemm(out: &Tensor, a: &Tensor, w: &Tensor, align: &MoeAlignment, routing: &MoeRouting, tile: usize, gate_up: bool) -> Result<()> {
+pub fn moe_gemm(
+    out: &Tensor,
+    a: &Tensor,
+    w: &Tensor,
+    align: &MoeAlignment,
+    routing: &MoeRouting,
+    tile: usize,
+    gate_up: bool,
+) -> Result<()> {
     const OP: &str = "moe_gemm";
-    let device = common_device(OP, &[("out", out), ("a", a), ("w", w), ("sorted_ids", &align.sorted_ids), ("topk_ids", &routing.topk_ids)])?;
+    let device = common_device(
+        OP,
+        &[("out", out), ("a", a), ("w", w), ("sorted_ids", &align.sorted_ids), ("topk_ids", &routing.topk_ids)],
+    )?;
     let Device::Cuda(_) = device else {
         return Err(Error::arg(OP, "the grouped GEMM kernel runs on CUDA only (the CPU path is fused_experts)"));
     };
@@ -297,7 +323,9 @@ pub fn moe_sum(out: &Tensor, part: &Tensor, routing: &MoeRouting, num_experts: u
     let [t, h] = out.dims::<2>(OP, "out")?;
     check_routing(OP, routing, t)?;
     let k = routing.top_k();
-    part.expect_shape(OP, "part", &[t * k, h])?.expect_dtype(OP, "part", &[out.dtype()])?.expect_contiguous(OP, "part")?;
+    part.expect_shape(OP, "part", &[t * k, h])?
+        .expect_dtype(OP, "part", &[out.dtype()])?
+        .expect_contiguous(OP, "part")?;
     out.expect_dtype(OP, "out", FLOATS)?.expect_contiguous(OP, "out")?;
     if t == 0 || h == 0 {
         return Ok(());

@@ -28,7 +28,10 @@ pub fn skinny_gemm(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, m_tiles: Optio
     let [m, k] = x.dims::<2>(OP, "x")?;
     let [n, wk] = w.dims::<2>(OP, "w")?;
     if wk != k {
-        return Err(Error::arg(OP, format!("argument `w` has shape {:?}, expected [_, {k}] to match `x` {:?}", w.shape(), x.shape())));
+        return Err(Error::arg(
+            OP,
+            format!("argument `w` has shape {:?}, expected [_, {k}] to match `x` {:?}", w.shape(), x.shape()),
+        ));
     }
     x.expect_dtype(OP, "x", &[DType::BF16, DType::F16])?;
     w.expect_dtype(OP, "w", &[x.dtype()])?.expect_contiguous(OP, "w")?;
@@ -37,7 +40,10 @@ pub fn skinny_gemm(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, m_tiles: Optio
         b.expect_contiguous(OP, "bias")?;
     }
     if !(1..=crate::gpu::skinny::MAX_ROWS).contains(&m) || k == 0 || !k.is_multiple_of(32) {
-        return Err(Error::arg(OP, format!("needs 1..=16 rows and k a positive multiple of 32, got x {:?}", x.shape())));
+        return Err(Error::arg(
+            OP,
+            format!("needs 1..=16 rows and k a positive multiple of 32, got x {:?}", x.shape()),
+        ));
     }
     if let Some(t) = m_tiles.filter(|t| !matches!(t, 1 | 2)) {
         return Err(Error::arg(OP, format!("m_tiles {t} must be 1 or 2")));

@@ -21,7 +21,10 @@ const WARPS_PER_BLOCK: usize = 4;
 /// `[num_tokens]` int32 or int64 slot numbers. Indices outside the cache are
 /// skipped. Writes the caches.
 pub fn store_kv(k_cache: &Tensor, v_cache: &Tensor, indices: &Tensor, k: &Tensor, v: &Tensor) -> Result<()> {
-    let device = super::check::common_device(OP, &[("k_cache", k_cache), ("v_cache", v_cache), ("indices", indices), ("k", k), ("v", v)])?;
+    let device = super::check::common_device(
+        OP,
+        &[("k_cache", k_cache), ("v_cache", v_cache), ("indices", indices), ("k", k), ("v", v)],
+    )?;
     let k2 = super::check::rows_view(OP, "k", k)?;
     let v2 = super::check::rows_view(OP, "v", v)?;
     let [num_tokens, row] = k2.dims::<2>(OP, "k")?;
@@ -36,10 +39,19 @@ pub fn store_kv(k_cache: &Tensor, v_cache: &Tensor, indices: &Tensor, k: &Tensor
     k_cache.expect_contiguous(OP, "k_cache")?;
     v_cache.expect_contiguous(OP, "v_cache")?;
     if k_cache.shape() != v_cache.shape() {
-        return Err(Error::arg(OP, format!("argument `v_cache` has shape {:?}, `k_cache` has {:?}", v_cache.shape(), k_cache.shape())));
+        return Err(Error::arg(
+            OP,
+            format!("argument `v_cache` has shape {:?}, `k_cache` has {:?}", v_cache.shape(), k_cache.shape()),
+        ));
     }
-    if row == 0 || !k_cache.numel().is_multiple_of(row) || k_cache.shape().last() .is_none_or(|&last| !row.is_multiple_of(last)) {
-        return Err(Error::arg(OP, format!("argument `k_cache` of shape {:?} does not hold rows of {row} elements", k_cache.shape())));
+    if row == 0
+        || !k_cache.numel().is_multiple_of(row)
+        || k_cache.shape().last().is_none_or(|&last| !row.is_multiple_of(last))
+    {
+        return Err(Error::arg(
+            OP,
+            format!("argument `k_cache` of shape {:?} does not hold rows of {row} elements", k_cache.shape()),
+        ));
     }
     let num_slots = k_cache.numel() / row;
     let kc = k_cache.reshape(&[num_slots, row])?;
@@ -53,7 +65,9 @@ pub fn store_kv(k_cache: &Tensor, v_cache: &Tensor, indices: &Tensor, k: &Tensor
             let row_bytes = row * k.dtype().size_in_bytes();
             let align = vec_bytes_for(row_bytes);
             for (name, t) in [("k", &k2), ("v", &v2), ("k_cache", &kc), ("v_cache", &vc)] {
-                if !(t.device_ptr() as usize).is_multiple_of(align) || !(t.strides()[0] * t.dtype().size_in_bytes()).is_multiple_of(align) {
+                if !(t.device_ptr() as usize).is_multiple_of(align)
+                    || !(t.strides()[0] * t.dtype().size_in_bytes()).is_multiple_of(align)
+                {
                     return Err(Error::arg(OP, format!("argument `{name}` rows are not {align}-byte aligned")));
                 }
             }

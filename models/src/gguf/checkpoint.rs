@@ -77,8 +77,7 @@ impl GgufCheckpoint {
         let arch = GgufArchitecture::of(&file)?;
         let config = hf_config(&file)?;
         let count = |k: &str| config.get(k).and_then(Value::as_u64).unwrap_or(0) as usize;
-        let (num_heads, num_kv_heads) =
-            (count("num_attention_heads"), count("num_key_value_heads"));
+        let (num_heads, num_kv_heads) = (count("num_attention_heads"), count("num_key_value_heads"));
 
         let mut tensors = Vec::new();
         let mut packed = Vec::new();
@@ -95,9 +94,7 @@ impl GgufCheckpoint {
                 }
                 Some(MappedName::Single(hf_name)) => {
                     let qk_heads = match permuted_qk(&gguf_name) {
-                        Some(is_q) if arch.permutes_qk() => {
-                            Some(if is_q { num_heads } else { num_kv_heads })
-                        }
+                        Some(is_q) if arch.permutes_qk() => Some(if is_q { num_heads } else { num_kv_heads }),
                         _ => None,
                     };
                     tensors.push(CheckpointTensor {
@@ -114,9 +111,7 @@ impl GgufCheckpoint {
                         return Err(GgufError::InvalidTensor {
                             path: file.path().to_path_buf(),
                             tensor: gguf_name,
-                            reason: format!(
-                                "packed experts need 3 dimensions, found shape {shape:?}"
-                            ),
+                            reason: format!("packed experts need 3 dimensions, found shape {shape:?}"),
                         });
                     };
                     for expert in 0..num_experts {
@@ -125,10 +120,7 @@ impl GgufCheckpoint {
                             shape: vec![rows, cols],
                             ggml_type: info.ggml_type(),
                             gguf_name: gguf_name.clone(),
-                            layout: Layout::Expert {
-                                expert,
-                                num_experts,
-                            },
+                            layout: Layout::Expert { expert, num_experts },
                         });
                     }
                     let prefix = format!("model.layers.{layer}.mlp.experts");
@@ -160,24 +152,13 @@ impl GgufCheckpoint {
         let mut index = HashMap::with_capacity(tensors.len() + packed.len());
         for (i, t) in tensors.iter().enumerate() {
             if index.insert(t.hf_name.clone(), Entry::Listed(i)).is_some() {
-                return Err(GgufError::DuplicateTensor {
-                    path: file.path().to_path_buf(),
-                    tensor: t.hf_name.clone(),
-                });
+                return Err(GgufError::DuplicateTensor { path: file.path().to_path_buf(), tensor: t.hf_name.clone() });
             }
         }
         for (i, t) in packed.iter().enumerate() {
             index.insert(t.hf_name.clone(), Entry::Packed(i));
         }
-        Ok(Self {
-            file,
-            arch,
-            config,
-            tensors,
-            packed,
-            index,
-            unmapped,
-        })
+        Ok(Self { file, arch, config, tensors, packed, index, unmapped })
     }
 
     /// The underlying file (metadata for the tokenizer, raw tensors).
@@ -235,12 +216,10 @@ impl GgufCheckpoint {
 
     /// Tensor `hf_name` dequantised to f32: its HF shape and row-major data.
     pub fn load_f32(&self, hf_name: &str) -> Result<(Vec<usize>, Vec<f32>)> {
-        let t = self
-            .tensor(hf_name)
-            .ok_or_else(|| GgufError::MissingTensor {
-                path: self.file.path().to_path_buf(),
-                tensor: hf_name.to_owned(),
-            })?;
+        let t = self.tensor(hf_name).ok_or_else(|| GgufError::MissingTensor {
+            path: self.file.path().to_path_buf(),
+            tensor: hf_name.to_owned(),
+        })?;
         let invalid = |reason: String| GgufError::InvalidTensor {
             path: self.file.path().to_path_buf(),
             tensor: t.gguf_name.clone(),
@@ -248,22 +227,16 @@ impl GgufCheckpoint {
         };
         let data = match &t.layout {
             Layout::Whole { qk_heads: None } => self.file.tensor_f32(&t.gguf_name)?,
-            Layout::Whole {
-                qk_heads: Some(heads),
-            } => {
+            Layout::Whole { qk_heads: Some(heads) } => {
                 let data = self.file.tensor_f32(&t.gguf_name)?;
                 let rows = t.shape.first().copied().unwrap_or(0);
                 unpermute_qk_rows(&data, rows, *heads)
                     .map_err(|e| invalid(format!("undoing llama.cpp's rope permutation: {e}")))?
             }
-            Layout::Expert {
-                expert,
-                num_experts,
-            } => {
+            Layout::Expert { expert, num_experts } => {
                 let info = self.file.require_tensor(&t.gguf_name)?;
                 let per_expert = info.num_elements() / *num_experts as u64;
-                self.file
-                    .dequantize_elements(info, *expert as u64 * per_expert, per_expert)?
+                self.file.dequantize_elements(info, *expert as u64 * per_expert, per_expert)?
             }
             Layout::GateUp { up } => {
                 let gate = self.file.tensor_f32(&t.gguf_name)?;
@@ -272,10 +245,7 @@ impl GgufCheckpoint {
                 let per_expert = gate.len() / num_experts;
                 let mut out = Vec::with_capacity(gate.len() * 2);
                 if per_expert > 0 {
-                    for (g, u) in gate
-                        .chunks_exact(per_expert)
-                        .zip(up.chunks_exact(per_expert))
-                    {
+                    for (g, u) in gate.chunks_exact(per_expert).zip(up.chunks_exact(per_expert)) {
                         out.extend_from_slice(g);
                         out.extend_from_slice(u);
                     }

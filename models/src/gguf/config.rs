@@ -25,30 +25,10 @@ pub enum GgufArchitecture {
 
 /// (variant, GGUF name, HF `architectures[0]`, HF `model_type`).
 const ARCHITECTURES: &[(GgufArchitecture, &str, &str, &str)] = &[
-    (
-        GgufArchitecture::Llama,
-        "llama",
-        "LlamaForCausalLM",
-        "llama",
-    ),
-    (
-        GgufArchitecture::Qwen2,
-        "qwen2",
-        "Qwen2ForCausalLM",
-        "qwen2",
-    ),
-    (
-        GgufArchitecture::Qwen3,
-        "qwen3",
-        "Qwen3ForCausalLM",
-        "qwen3",
-    ),
-    (
-        GgufArchitecture::Qwen3Moe,
-        "qwen3moe",
-        "Qwen3MoeForCausalLM",
-        "qwen3_moe",
-    ),
+    (GgufArchitecture::Llama, "llama", "LlamaForCausalLM", "llama"),
+    (GgufArchitecture::Qwen2, "qwen2", "Qwen2ForCausalLM", "qwen2"),
+    (GgufArchitecture::Qwen3, "qwen3", "Qwen3ForCausalLM", "qwen3"),
+    (GgufArchitecture::Qwen3Moe, "qwen3moe", "Qwen3MoeForCausalLM", "qwen3_moe"),
 ];
 
 impl GgufArchitecture {
@@ -74,10 +54,7 @@ impl GgufArchitecture {
 
     fn row(self) -> &'static (GgufArchitecture, &'static str, &'static str, &'static str) {
         // Every variant has a row; the fallback keeps this panic-free.
-        ARCHITECTURES
-            .iter()
-            .find(|a| a.0 == self)
-            .unwrap_or(&ARCHITECTURES[0])
+        ARCHITECTURES.iter().find(|a| a.0 == self).unwrap_or(&ARCHITECTURES[0])
     }
 
     /// The metadata key prefix (`"llama"` for `llama.block_count`).
@@ -122,10 +99,7 @@ pub fn hf_config(file: &GgufFile) -> Result<Value> {
     let arch = GgufArchitecture::of(file)?;
     let p = arch.gguf_name();
     let key = |k: &str| format!("{p}.{k}");
-    let invalid = |reason: String| GgufError::InvalidConfig {
-        path: file.path().to_path_buf(),
-        reason,
-    };
+    let invalid = |reason: String| GgufError::InvalidConfig { path: file.path().to_path_buf(), reason };
 
     let hidden_size: u64 = file.get_as(&key("embedding_length"))?;
     let num_layers: u64 = file.get_as(&key("block_count"))?;
@@ -137,9 +111,7 @@ pub fn hf_config(file: &GgufFile) -> Result<Value> {
         Some(_) => file.get_as(&kv_key)?,
     };
     if num_heads == 0 || num_kv_heads == 0 || !num_heads.is_multiple_of(num_kv_heads) {
-        return Err(invalid(format!(
-            "{num_heads} attention heads cannot be shared by {num_kv_heads} key/value heads"
-        )));
+        return Err(invalid(format!("{num_heads} attention heads cannot be shared by {num_kv_heads} key/value heads")));
     }
     // head_dim: attention.key_length when present (Qwen3 sets it), else
     // the rotary dimension llama.cpp uses, else hidden / heads.
@@ -152,9 +124,7 @@ pub fn hf_config(file: &GgufFile) -> Result<Value> {
     };
     if let Some(v) = file.get_opt::<u64>(&key("attention.value_length"))? {
         if v != head_dim {
-            return Err(invalid(format!(
-                "key length {head_dim} differs from value length {v}"
-            )));
+            return Err(invalid(format!("key length {head_dim} differs from value length {v}")));
         }
     }
 
@@ -166,21 +136,10 @@ pub fn hf_config(file: &GgufFile) -> Result<Value> {
     c.insert("num_attention_heads".into(), json!(num_heads));
     c.insert("num_key_value_heads".into(), json!(num_kv_heads));
     c.insert("head_dim".into(), json!(head_dim));
-    c.insert(
-        "max_position_embeddings".into(),
-        json!(file.get_as::<u64>(&key("context_length"))?),
-    );
-    c.insert(
-        "rms_norm_eps".into(),
-        json!(file.get_as::<f32>(&key("attention.layer_norm_rms_epsilon"))?),
-    );
+    c.insert("max_position_embeddings".into(), json!(file.get_as::<u64>(&key("context_length"))?));
+    c.insert("rms_norm_eps".into(), json!(file.get_as::<f32>(&key("attention.layer_norm_rms_epsilon"))?));
     // llama.cpp's default when the key is absent.
-    c.insert(
-        "rope_theta".into(),
-        json!(file
-            .get_opt::<f32>(&key("rope.freq_base"))?
-            .unwrap_or(10_000.0)),
-    );
+    c.insert("rope_theta".into(), json!(file.get_opt::<f32>(&key("rope.freq_base"))?.unwrap_or(10_000.0)));
     if let Some(scaling) = rope_scaling(file, p)? {
         c.insert("rope_scaling".into(), scaling);
     }
@@ -189,14 +148,8 @@ pub fn hf_config(file: &GgufFile) -> Result<Value> {
 
     let ffn: Option<u64> = file.get_opt(&key("feed_forward_length"))?;
     if arch.is_moe() {
-        c.insert(
-            "num_experts".into(),
-            json!(file.get_as::<u64>(&key("expert_count"))?),
-        );
-        c.insert(
-            "num_experts_per_tok".into(),
-            json!(file.get_as::<u64>(&key("expert_used_count"))?),
-        );
+        c.insert("num_experts".into(), json!(file.get_as::<u64>(&key("expert_count"))?));
+        c.insert("num_experts_per_tok".into(), json!(file.get_as::<u64>(&key("expert_used_count"))?));
         let moe_ffn: u64 = match file.get_opt(&key("expert_feed_forward_length"))? {
             Some(n) => n,
             // Older files: read it off the packed gate tensor ([E, I, H]).
@@ -213,12 +166,7 @@ pub fn hf_config(file: &GgufFile) -> Result<Value> {
         c.insert("moe_intermediate_size".into(), json!(moe_ffn));
         c.insert("intermediate_size".into(), json!(ffn.unwrap_or(moe_ffn)));
         // llama.cpp's qwen3moe graph always renormalises the top-k weights.
-        c.insert(
-            "norm_topk_prob".into(),
-            json!(file
-                .get_opt::<bool>(&key("expert_weights_norm"))?
-                .unwrap_or(true)),
-        );
+        c.insert("norm_topk_prob".into(), json!(file.get_opt::<bool>(&key("expert_weights_norm"))?.unwrap_or(true)));
         c.insert("decoder_sparse_step".into(), json!(1));
         c.insert("mlp_only_layers".into(), json!([]));
     } else {
@@ -238,10 +186,7 @@ pub fn hf_config(file: &GgufFile) -> Result<Value> {
             c.insert("use_sliding_window".into(), json!(false));
         }
         _ => {
-            c.insert(
-                "attention_bias".into(),
-                json!(file.tensor("blk.0.attn_q.bias").is_some()),
-            );
+            c.insert("attention_bias".into(), json!(file.tensor("blk.0.attn_q.bias").is_some()));
         }
     }
     for (gguf_key, hf_key) in [
@@ -290,8 +235,7 @@ fn rope_scaling(file: &GgufFile, p: &str) -> Result<Option<Value>> {
     match kind {
         "linear" => {}
         "yarn" => {
-            let orig: Option<u64> =
-                file.get_opt(&format!("{p}.rope.scaling.original_context_length"))?;
+            let orig: Option<u64> = file.get_opt(&format!("{p}.rope.scaling.original_context_length"))?;
             if let Some(orig) = orig {
                 s.insert("original_max_position_embeddings".into(), json!(orig));
             }
@@ -300,9 +244,7 @@ fn rope_scaling(file: &GgufFile, p: &str) -> Result<Option<Value>> {
             return Err(GgufError::InvalidMetadata {
                 path: file.path().to_path_buf(),
                 key: format!("{p}.rope.scaling.type"),
-                reason: format!(
-                    "unsupported rope scaling `{other}` (supported: none, linear, yarn)"
-                ),
+                reason: format!("unsupported rope scaling `{other}` (supported: none, linear, yarn)"),
             })
         }
     }
@@ -322,19 +264,15 @@ fn vocab_size(file: &GgufFile) -> Result<u64> {
     if let Some(embd) = file.tensor("token_embd.weight") {
         let rows = embd.dims().get(1).copied().unwrap_or(1);
         if let Some(n) = from_tokens.filter(|&n| n != rows) {
-            log::warn!(
-                "{}: {n} tokens but token_embd.weight has {rows} rows; using {rows}",
-                file.path().display()
-            );
+            log::warn!("{}: {n} tokens but token_embd.weight has {rows} rows; using {rows}", file.path().display());
         }
         return Ok(rows);
     }
     let arch_key = format!("{}.vocab_size", file.architecture()?);
     match (file.get_opt::<u64>(&arch_key)?, from_tokens) {
         (Some(n), _) | (None, Some(n)) => Ok(n),
-        (None, None) => Err(GgufError::MissingKey {
-            path: file.path().to_path_buf(),
-            key: "tokenizer.ggml.tokens".into(),
-        }),
+        (None, None) => {
+            Err(GgufError::MissingKey { path: file.path().to_path_buf(), key: "tokenizer.ggml.tokens".into() })
+        }
     }
 }

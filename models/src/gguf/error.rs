@@ -15,10 +15,7 @@ pub type Result<T> = std::result::Result<T, GgufError>;
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
     #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
 
     #[error("{}: not a GGUF file (magic bytes {found:02x?}, expected \"GGUF\")", path.display())]
     BadMagic { path: PathBuf, found: [u8; 4] },
@@ -30,45 +27,22 @@ pub enum GgufError {
     UnsupportedVersion { path: PathBuf, version: u32 },
 
     #[error("{}: truncated file: {what} needs {needed} bytes at offset {offset}, but the file has {file_len}", path.display())]
-    Truncated {
-        path: PathBuf,
-        what: String,
-        offset: u64,
-        needed: u64,
-        file_len: u64,
-    },
+    Truncated { path: PathBuf, what: String, offset: u64, needed: u64, file_len: u64 },
 
     #[error("{}: {what}: the header would exceed {limit} bytes (corrupt length or count)", path.display())]
-    HeaderTooLarge {
-        path: PathBuf,
-        what: String,
-        limit: u64,
-    },
+    HeaderTooLarge { path: PathBuf, what: String, limit: u64 },
 
     #[error("{}: {what}: count {count} cannot fit in the file ({reason}; truncated or corrupt)", path.display())]
-    AbsurdCount {
-        path: PathBuf,
-        what: String,
-        count: u64,
-        reason: String,
-    },
+    AbsurdCount { path: PathBuf, what: String, count: u64, reason: String },
 
     #[error("{}: {what} is not valid UTF-8", path.display())]
     InvalidUtf8 { path: PathBuf, what: String },
 
     #[error("{}: {what}: unknown metadata value type {type_id}", path.display())]
-    UnknownValueType {
-        path: PathBuf,
-        what: String,
-        type_id: u32,
-    },
+    UnknownValueType { path: PathBuf, what: String, type_id: u32 },
 
     #[error("{}: metadata key `{key}`: {reason}", path.display())]
-    InvalidMetadata {
-        path: PathBuf,
-        key: String,
-        reason: String,
-    },
+    InvalidMetadata { path: PathBuf, key: String, reason: String },
 
     #[error("{}: duplicate metadata key `{key}`", path.display())]
     DuplicateKey { path: PathBuf, key: String },
@@ -77,56 +51,28 @@ pub enum GgufError {
     MissingKey { path: PathBuf, key: String },
 
     #[error("{}: metadata key `{key}`: expected {expected}, found {found}", path.display())]
-    MetadataType {
-        path: PathBuf,
-        key: String,
-        expected: &'static str,
-        found: String,
-    },
+    MetadataType { path: PathBuf, key: String, expected: &'static str, found: String },
 
     #[error("{}: duplicate tensor `{tensor}`", path.display())]
     DuplicateTensor { path: PathBuf, tensor: String },
 
     #[error("{}: tensor `{tensor}`: unknown ggml type id {type_id}", path.display())]
-    UnknownGgmlType {
-        path: PathBuf,
-        tensor: String,
-        type_id: u32,
-    },
+    UnknownGgmlType { path: PathBuf, tensor: String, type_id: u32 },
 
     #[error("{}: tensor `{tensor}`: dequantising {ggml_type} is not supported (supported: {supported})", path.display())]
-    UnsupportedGgmlType {
-        path: PathBuf,
-        tensor: String,
-        ggml_type: GgmlType,
-        supported: String,
-    },
+    UnsupportedGgmlType { path: PathBuf, tensor: String, ggml_type: GgmlType, supported: String },
 
     #[error("{}: tensor `{tensor}`: {reason}", path.display())]
-    InvalidTensor {
-        path: PathBuf,
-        tensor: String,
-        reason: String,
-    },
+    InvalidTensor { path: PathBuf, tensor: String, reason: String },
 
     #[error("{}: tensor `{tensor}`: data [{start}, {end}) extends past the end of the file ({file_len} bytes)", path.display())]
-    TensorOutOfBounds {
-        path: PathBuf,
-        tensor: String,
-        start: u64,
-        end: u64,
-        file_len: u64,
-    },
+    TensorOutOfBounds { path: PathBuf, tensor: String, start: u64, end: u64, file_len: u64 },
 
     #[error("{}: no tensor named `{tensor}`", path.display())]
     MissingTensor { path: PathBuf, tensor: String },
 
     #[error("{}: unsupported architecture `{arch}` (supported: {})", path.display(), supported.join(", "))]
-    UnsupportedArchitecture {
-        path: PathBuf,
-        arch: String,
-        supported: Vec<&'static str>,
-    },
+    UnsupportedArchitecture { path: PathBuf, arch: String, supported: Vec<&'static str> },
 
     #[error("{}: {reason}", path.display())]
     InvalidConfig { path: PathBuf, reason: String },

@@ -13,11 +13,8 @@
 //! bytes of one expert are contiguous, so each expert is read on its own.
 
 /// Global (non-layer) tensors: llama.cpp base name, HF base name.
-const GLOBAL: &[(&str, &str)] = &[
-    ("token_embd", "model.embed_tokens"),
-    ("output_norm", "model.norm"),
-    ("output", "lm_head"),
-];
+const GLOBAL: &[(&str, &str)] =
+    &[("token_embd", "model.embed_tokens"), ("output_norm", "model.norm"), ("output", "lm_head")];
 
 /// Per-layer tensors: llama.cpp base name after `blk.N.`, HF name after
 /// `model.layers.N.`.
@@ -37,11 +34,8 @@ const BLOCK: &[(&str, &str)] = &[
 ];
 
 /// Packed expert tensors: llama.cpp base name after `blk.N.`, HF projection.
-const EXPERTS: &[(&str, &str)] = &[
-    ("ffn_gate_exps", "gate_proj"),
-    ("ffn_up_exps", "up_proj"),
-    ("ffn_down_exps", "down_proj"),
-];
+const EXPERTS: &[(&str, &str)] =
+    &[("ffn_gate_exps", "gate_proj"), ("ffn_up_exps", "up_proj"), ("ffn_down_exps", "down_proj")];
 
 /// What a llama.cpp tensor becomes on the HF side.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,19 +59,14 @@ pub fn map_name(gguf_name: &str) -> Option<MappedName> {
         let (layer, part) = rest.split_once('.')?;
         let layer: usize = layer.parse().ok()?;
         if let Some((_, hf)) = BLOCK.iter().find(|(g, _)| *g == part) {
-            return Some(MappedName::Single(format!(
-                "model.layers.{layer}.{hf}.{suffix}"
-            )));
+            return Some(MappedName::Single(format!("model.layers.{layer}.{hf}.{suffix}")));
         }
         return EXPERTS
             .iter()
             .find(|(g, _)| *g == part && suffix == "weight")
             .map(|&(_, proj)| MappedName::Experts { layer, proj });
     }
-    GLOBAL
-        .iter()
-        .find(|(g, _)| *g == base)
-        .map(|(_, hf)| MappedName::Single(format!("{hf}.{suffix}")))
+    GLOBAL.iter().find(|(g, _)| *g == base).map(|(_, hf)| MappedName::Single(format!("{hf}.{suffix}")))
 }
 
 /// HF name of expert `expert`'s `proj` (`gate_proj`, `up_proj`, `down_proj`)
@@ -113,16 +102,8 @@ pub struct PermuteError {
 
 /// Checks the geometry and returns (rows per half-head, values per row).
 fn geometry(data: &[f32], rows: usize, num_heads: usize) -> Result<(usize, usize), PermuteError> {
-    let err = PermuteError {
-        rows,
-        len: data.len(),
-        num_heads,
-    };
-    if rows == 0
-        || num_heads == 0
-        || !rows.is_multiple_of(2 * num_heads)
-        || !data.len().is_multiple_of(rows)
-    {
+    let err = PermuteError { rows, len: data.len(), num_heads };
+    if rows == 0 || num_heads == 0 || !rows.is_multiple_of(2 * num_heads) || !data.len().is_multiple_of(rows) {
         return Err(err);
     }
     Ok((rows / num_heads / 2, data.len() / rows))
@@ -130,12 +111,7 @@ fn geometry(data: &[f32], rows: usize, num_heads: usize) -> Result<(usize, usize
 
 /// Moves row blocks: `out[dst(h, a, b)] = data[src(h, a, b)]` over every head
 /// `h`, rotary half `s` and pair index `i`.
-fn shuffle(
-    data: &[f32],
-    rows: usize,
-    num_heads: usize,
-    to_hf: bool,
-) -> Result<Vec<f32>, PermuteError> {
+fn shuffle(data: &[f32], rows: usize, num_heads: usize, to_hf: bool) -> Result<Vec<f32>, PermuteError> {
     let (half, row_len) = geometry(data, rows, num_heads)?;
     let mut out = vec![0f32; data.len()];
     for h in 0..num_heads {
@@ -145,8 +121,7 @@ fn shuffle(
                 let hf = h * 2 * half + s * half + i;
                 let gg = h * 2 * half + i * 2 + s;
                 let (src, dst) = if to_hf { (gg, hf) } else { (hf, gg) };
-                out[dst * row_len..(dst + 1) * row_len]
-                    .copy_from_slice(&data[src * row_len..(src + 1) * row_len]);
+                out[dst * row_len..(dst + 1) * row_len].copy_from_slice(&data[src * row_len..(src + 1) * row_len]);
             }
         }
     }
@@ -157,22 +132,14 @@ fn shuffle(
 /// `w.reshape(n_head, 2, rows / n_head / 2, ...).swapaxes(1, 2)`. `data` is
 /// row-major with `rows` rows (a weight `[rows, in]` or a bias `[rows]`).
 /// Only needed to test [`unpermute_qk_rows`] and to write GGUF files.
-pub fn permute_qk_rows(
-    data: &[f32],
-    rows: usize,
-    num_heads: usize,
-) -> Result<Vec<f32>, PermuteError> {
+pub fn permute_qk_rows(data: &[f32], rows: usize, num_heads: usize) -> Result<Vec<f32>, PermuteError> {
     shuffle(data, rows, num_heads, false)
 }
 
 /// Inverse of [`permute_qk_rows`]: llama.cpp Q/K rows back to HF order. Use
 /// `num_attention_heads` for Q and `num_key_value_heads` for K, as the
 /// converter did.
-pub fn unpermute_qk_rows(
-    data: &[f32],
-    rows: usize,
-    num_heads: usize,
-) -> Result<Vec<f32>, PermuteError> {
+pub fn unpermute_qk_rows(data: &[f32], rows: usize, num_heads: usize) -> Result<Vec<f32>, PermuteError> {
     shuffle(data, rows, num_heads, true)
 }
 
@@ -183,58 +150,22 @@ mod tests {
     #[test]
     fn names_map_like_transformers() {
         let single = |s: &str| Some(MappedName::Single(s.to_owned()));
-        assert_eq!(
-            map_name("token_embd.weight"),
-            single("model.embed_tokens.weight")
-        );
+        assert_eq!(map_name("token_embd.weight"), single("model.embed_tokens.weight"));
         assert_eq!(map_name("output.weight"), single("lm_head.weight"));
         assert_eq!(map_name("output_norm.weight"), single("model.norm.weight"));
-        assert_eq!(
-            map_name("blk.12.attn_q.weight"),
-            single("model.layers.12.self_attn.q_proj.weight")
-        );
-        assert_eq!(
-            map_name("blk.0.attn_k.bias"),
-            single("model.layers.0.self_attn.k_proj.bias")
-        );
-        assert_eq!(
-            map_name("blk.3.attn_output.weight"),
-            single("model.layers.3.self_attn.o_proj.weight")
-        );
-        assert_eq!(
-            map_name("blk.3.attn_k_norm.weight"),
-            single("model.layers.3.self_attn.k_norm.weight")
-        );
-        assert_eq!(
-            map_name("blk.1.ffn_norm.weight"),
-            single("model.layers.1.post_attention_layernorm.weight")
-        );
-        assert_eq!(
-            map_name("blk.1.attn_norm.weight"),
-            single("model.layers.1.input_layernorm.weight")
-        );
-        assert_eq!(
-            map_name("blk.1.ffn_down.weight"),
-            single("model.layers.1.mlp.down_proj.weight")
-        );
-        assert_eq!(
-            map_name("blk.1.ffn_gate_inp.weight"),
-            single("model.layers.1.mlp.gate.weight")
-        );
-        assert_eq!(
-            map_name("blk.7.ffn_up_exps.weight"),
-            Some(MappedName::Experts {
-                layer: 7,
-                proj: "up_proj"
-            })
-        );
+        assert_eq!(map_name("blk.12.attn_q.weight"), single("model.layers.12.self_attn.q_proj.weight"));
+        assert_eq!(map_name("blk.0.attn_k.bias"), single("model.layers.0.self_attn.k_proj.bias"));
+        assert_eq!(map_name("blk.3.attn_output.weight"), single("model.layers.3.self_attn.o_proj.weight"));
+        assert_eq!(map_name("blk.3.attn_k_norm.weight"), single("model.layers.3.self_attn.k_norm.weight"));
+        assert_eq!(map_name("blk.1.ffn_norm.weight"), single("model.layers.1.post_attention_layernorm.weight"));
+        assert_eq!(map_name("blk.1.attn_norm.weight"), single("model.layers.1.input_layernorm.weight"));
+        assert_eq!(map_name("blk.1.ffn_down.weight"), single("model.layers.1.mlp.down_proj.weight"));
+        assert_eq!(map_name("blk.1.ffn_gate_inp.weight"), single("model.layers.1.mlp.gate.weight"));
+        assert_eq!(map_name("blk.7.ffn_up_exps.weight"), Some(MappedName::Experts { layer: 7, proj: "up_proj" }));
         assert_eq!(map_name("rope_freqs.weight"), None);
         assert_eq!(map_name("blk.x.attn_q.weight"), None);
         assert_eq!(map_name("blk.0.attn_q.scale"), None);
-        assert_eq!(
-            expert_hf_name(7, 3, "up_proj"),
-            "model.layers.7.mlp.experts.3.up_proj.weight"
-        );
+        assert_eq!(expert_hf_name(7, 3, "up_proj"), "model.layers.7.mlp.experts.3.up_proj.weight");
         assert_eq!(permuted_qk("blk.2.attn_q.weight"), Some(true));
         assert_eq!(permuted_qk("blk.2.attn_k.bias"), Some(false));
         assert_eq!(permuted_qk("blk.2.attn_k_norm.weight"), None);
@@ -247,10 +178,7 @@ mod tests {
             let w: Vec<f32> = (0..rows * cols).map(|x| x as f32).collect();
             let p = permute_qk_rows(&w, rows, heads).unwrap();
             if head_dim > 2 {
-                assert_ne!(
-                    p, w,
-                    "permutation of {heads}x{head_dim} is not the identity"
-                );
+                assert_ne!(p, w, "permutation of {heads}x{head_dim} is not the identity");
             }
             assert_eq!(unpermute_qk_rows(&p, rows, heads).unwrap(), w);
         }
@@ -259,10 +187,7 @@ mod tests {
     #[test]
     fn permute_matches_the_numpy_reshape() {
         // One head of dim 4: rows [0, 1, 2, 3] -> reshape(1, 2, 2).swapaxes(1, 2) -> [0, 2, 1, 3].
-        assert_eq!(
-            permute_qk_rows(&[0., 1., 2., 3.], 4, 1).unwrap(),
-            vec![0., 2., 1., 3.]
-        );
+        assert_eq!(permute_qk_rows(&[0., 1., 2., 3.], 4, 1).unwrap(), vec![0., 2., 1., 3.]);
     }
 
     #[test]

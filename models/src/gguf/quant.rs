@@ -74,80 +74,26 @@ const TYPES: &[(GgmlType, u32, &str, usize, usize)] = &[
     (GgmlType::Q5_1, 7, "Q5_1", 32, 2 + 2 + 4 + 16),
     (GgmlType::Q8_0, 8, "Q8_0", 32, 2 + 32),
     (GgmlType::Q8_1, 9, "Q8_1", 32, 4 + 4 + 32),
-    (
-        GgmlType::Q2_K,
-        10,
-        "Q2_K",
-        QK_K,
-        2 + 2 + QK_K / 16 + QK_K / 4,
-    ),
-    (
-        GgmlType::Q3_K,
-        11,
-        "Q3_K",
-        QK_K,
-        2 + QK_K / 4 + QK_K / 8 + 12,
-    ),
+    (GgmlType::Q2_K, 10, "Q2_K", QK_K, 2 + 2 + QK_K / 16 + QK_K / 4),
+    (GgmlType::Q3_K, 11, "Q3_K", QK_K, 2 + QK_K / 4 + QK_K / 8 + 12),
     (GgmlType::Q4_K, 12, "Q4_K", QK_K, 2 + 2 + QK_K / 2 + 12),
-    (
-        GgmlType::Q5_K,
-        13,
-        "Q5_K",
-        QK_K,
-        2 + 2 + QK_K / 2 + QK_K / 8 + 12,
-    ),
-    (
-        GgmlType::Q6_K,
-        14,
-        "Q6_K",
-        QK_K,
-        2 + QK_K / 2 + QK_K / 4 + QK_K / 16,
-    ),
+    (GgmlType::Q5_K, 13, "Q5_K", QK_K, 2 + 2 + QK_K / 2 + QK_K / 8 + 12),
+    (GgmlType::Q6_K, 14, "Q6_K", QK_K, 2 + QK_K / 2 + QK_K / 4 + QK_K / 16),
     (GgmlType::Q8_K, 15, "Q8_K", QK_K, 4 + QK_K + QK_K / 8),
     (GgmlType::IQ2_XXS, 16, "IQ2_XXS", QK_K, 2 + QK_K / 4),
-    (
-        GgmlType::IQ2_XS,
-        17,
-        "IQ2_XS",
-        QK_K,
-        2 + QK_K / 4 + QK_K / 32,
-    ),
-    (
-        GgmlType::IQ3_XXS,
-        18,
-        "IQ3_XXS",
-        QK_K,
-        2 + QK_K / 4 + QK_K / 8,
-    ),
+    (GgmlType::IQ2_XS, 17, "IQ2_XS", QK_K, 2 + QK_K / 4 + QK_K / 32),
+    (GgmlType::IQ3_XXS, 18, "IQ3_XXS", QK_K, 2 + QK_K / 4 + QK_K / 8),
     (GgmlType::IQ1_S, 19, "IQ1_S", QK_K, 2 + QK_K / 8 + QK_K / 16),
     (GgmlType::IQ4_NL, 20, "IQ4_NL", 32, 2 + 16),
-    (
-        GgmlType::IQ3_S,
-        21,
-        "IQ3_S",
-        QK_K,
-        2 + QK_K / 4 + QK_K / 8 + QK_K / 32 + 4,
-    ),
+    (GgmlType::IQ3_S, 21, "IQ3_S", QK_K, 2 + QK_K / 4 + QK_K / 8 + QK_K / 32 + 4),
     (GgmlType::IQ2_S, 22, "IQ2_S", QK_K, 2 + QK_K / 4 + QK_K / 16),
-    (
-        GgmlType::IQ4_XS,
-        23,
-        "IQ4_XS",
-        QK_K,
-        2 + 2 + QK_K / 2 + QK_K / 64,
-    ),
+    (GgmlType::IQ4_XS, 23, "IQ4_XS", QK_K, 2 + 2 + QK_K / 2 + QK_K / 64),
     (GgmlType::I8, 24, "I8", 1, 1),
     (GgmlType::I16, 25, "I16", 1, 2),
     (GgmlType::I32, 26, "I32", 1, 4),
     (GgmlType::I64, 27, "I64", 1, 8),
     (GgmlType::F64, 28, "F64", 1, 8),
-    (
-        GgmlType::IQ1_M,
-        29,
-        "IQ1_M",
-        QK_K,
-        QK_K / 8 + QK_K / 16 + QK_K / 32,
-    ),
+    (GgmlType::IQ1_M, 29, "IQ1_M", QK_K, QK_K / 8 + QK_K / 16 + QK_K / 32),
     (GgmlType::BF16, 30, "BF16", 1, 2),
     (GgmlType::TQ1_0, 34, "TQ1_0", QK_K, 2 + 4 * 13),
     (GgmlType::TQ2_0, 35, "TQ2_0", QK_K, 2 + 64),
@@ -232,15 +178,8 @@ impl fmt::Display for GgmlType {
 pub enum DequantError {
     #[error("dequantising {0} is not supported")]
     Unsupported(GgmlType),
-    #[error(
-        "{ggml_type}: {src_bytes} bytes do not hold {dst_len} elements ({expected} bytes expected)"
-    )]
-    SizeMismatch {
-        ggml_type: GgmlType,
-        src_bytes: usize,
-        dst_len: usize,
-        expected: usize,
-    },
+    #[error("{ggml_type}: {src_bytes} bytes do not hold {dst_len} elements ({expected} bytes expected)")]
+    SizeMismatch { ggml_type: GgmlType, src_bytes: usize, dst_len: usize, expected: usize },
 }
 
 /// Blocks per rayon task: large enough to amortise scheduling, small enough
@@ -253,23 +192,16 @@ pub fn dequantize_into(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), 
     let (bs, ts) = (ty.block_size(), ty.type_size());
     let expected = dst.len() / bs * ts;
     if !dst.len().is_multiple_of(bs) || src.len() != expected {
-        return Err(DequantError::SizeMismatch {
-            ggml_type: ty,
-            src_bytes: src.len(),
-            dst_len: dst.len(),
-            expected,
-        });
+        return Err(DequantError::SizeMismatch { ggml_type: ty, src_bytes: src.len(), dst_len: dst.len(), expected });
     }
     match ty {
-        GgmlType::F32 => run(src, dst, 4, 1, |b, o| {
-            o[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]])
-        }),
+        GgmlType::F32 => run(src, dst, 4, 1, |b, o| o[0] = f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
         GgmlType::F16 => run(src, dst, 2, 1, |b, o| o[0] = le_f16(b, 0)),
         // gguf-py: (int16 << 16).view(float32), i.e. the bits in the top half.
         // NaN payloads are kept as they are, like numpy (half's `to_f32` would quieten them).
-        GgmlType::BF16 => run(src, dst, 2, 1, |b, o| {
-            o[0] = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16)
-        }),
+        GgmlType::BF16 => {
+            run(src, dst, 2, 1, |b, o| o[0] = f32::from_bits((u16::from_le_bytes([b[0], b[1]]) as u32) << 16))
+        }
         GgmlType::Q8_0 => run(src, dst, ts, bs, block_q8_0),
         GgmlType::Q4_0 => run(src, dst, ts, bs, block_q4_0),
         GgmlType::Q4_1 => run(src, dst, ts, bs, block_q4_1),
@@ -294,26 +226,14 @@ pub fn dequantize(ty: GgmlType, src: &[u8], num_elements: usize) -> Result<Vec<f
 
 /// Applies `block` to every (`ts`-byte block, `bs`-element output) pair, in
 /// parallel over groups of blocks. Lengths were checked by the caller.
-fn run(
-    src: &[u8],
-    dst: &mut [f32],
-    ts: usize,
-    bs: usize,
-    block: impl Fn(&[u8], &mut [f32]) + Sync,
-) {
+fn run(src: &[u8], dst: &mut [f32], ts: usize, bs: usize, block: impl Fn(&[u8], &mut [f32]) + Sync) {
     // Plain types have 1-element "blocks": group more of them per task.
-    let per_task = if bs == 1 {
-        BLOCKS_PER_TASK * 64
-    } else {
-        BLOCKS_PER_TASK
-    };
-    src.par_chunks(ts * per_task)
-        .zip(dst.par_chunks_mut(bs * per_task))
-        .for_each(|(s, d)| {
-            for (b, o) in s.chunks_exact(ts).zip(d.chunks_exact_mut(bs)) {
-                block(b, o);
-            }
-        });
+    let per_task = if bs == 1 { BLOCKS_PER_TASK * 64 } else { BLOCKS_PER_TASK };
+    src.par_chunks(ts * per_task).zip(dst.par_chunks_mut(bs * per_task)).for_each(|(s, d)| {
+        for (b, o) in s.chunks_exact(ts).zip(d.chunks_exact_mut(bs)) {
+            block(b, o);
+        }
+    });
 }
 
 /// The little-endian f16 at `b[at..at + 2]`, widened (exactly) to f32.
@@ -353,11 +273,7 @@ fn block_q4_1(b: &[u8], o: &mut [f32]) {
 /// bit `j` of the little-endian u32 `qh`.
 #[inline]
 fn q5(qh: u32, qs: &[u8], j: usize) -> u32 {
-    let low = if j < 16 {
-        qs[j] & 0x0F
-    } else {
-        qs[j - 16] >> 4
-    };
+    let low = if j < 16 { qs[j] & 0x0F } else { qs[j - 16] >> 4 };
     low as u32 | (((qh >> j) & 1) << 4)
 }
 
@@ -496,10 +412,7 @@ mod tests {
         for &(ty, id, name, bs, ts) in TYPES {
             assert_eq!(TYPES.iter().filter(|t| t.0 == ty).count(), 1, "{name}");
             assert_eq!(GgmlType::from_id(id), Some(ty));
-            assert_eq!(
-                (ty.id(), ty.name(), ty.block_size(), ty.type_size()),
-                (id, name, bs, ts)
-            );
+            assert_eq!((ty.id(), ty.name(), ty.block_size(), ty.type_size()), (id, name, bs, ts));
         }
         assert_eq!(GgmlType::from_id(99), None);
         assert_eq!(GgmlType::from_id(4), None);
@@ -524,17 +437,8 @@ mod tests {
 
     #[test]
     fn size_mismatch_and_unsupported_are_errors() {
-        assert!(matches!(
-            dequantize(GgmlType::Q4_0, &[0; 17], 32),
-            Err(DequantError::SizeMismatch { .. })
-        ));
-        assert!(matches!(
-            dequantize(GgmlType::Q4_0, &[0; 18], 31),
-            Err(DequantError::SizeMismatch { .. })
-        ));
-        assert_eq!(
-            dequantize(GgmlType::IQ2_XXS, &[0; 66], 256),
-            Err(DequantError::Unsupported(GgmlType::IQ2_XXS))
-        );
+        assert!(matches!(dequantize(GgmlType::Q4_0, &[0; 17], 32), Err(DequantError::SizeMismatch { .. })));
+        assert!(matches!(dequantize(GgmlType::Q4_0, &[0; 18], 31), Err(DequantError::SizeMismatch { .. })));
+        assert_eq!(dequantize(GgmlType::IQ2_XXS, &[0; 66], 256), Err(DequantError::Unsupported(GgmlType::IQ2_XXS)));
     }
 }

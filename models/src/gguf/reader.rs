@@ -228,11 +228,7 @@ impl MetadataValue {
             MetadataValue::F32(v) => format!("f32 {v}"),
             MetadataValue::F64(v) => format!("f64 {v}"),
             MetadataValue::Bool(v) => format!("bool {v}"),
-            other => format!(
-                "{} {}",
-                other.value_type().name(),
-                other.as_i128().unwrap_or_default()
-            ),
+            other => format!("{} {}", other.value_type().name(), other.as_i128().unwrap_or_default()),
         }
     }
 }
@@ -481,10 +477,7 @@ impl GgufFile {
     /// every tensor lies inside the file. Tensor data is not read.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let io_err = |source| GgufError::Io {
-            path: path.clone(),
-            source,
-        };
+        let io_err = |source| GgufError::Io { path: path.clone(), source };
         let file = File::open(&path).map_err(io_err)?;
         let file_len = file.metadata().map_err(io_err)?.len();
         let header = {
@@ -500,27 +493,12 @@ impl GgufFile {
         let path = name.into();
         let file_len = bytes.len() as u64;
         let header = Parser::new(bytes.as_slice(), &path, file_len).parse()?;
-        Ok(Self::assemble(
-            path,
-            header,
-            file_len,
-            Source::Memory(bytes),
-        ))
+        Ok(Self::assemble(path, header, file_len, Source::Memory(bytes)))
     }
 
     fn assemble(path: PathBuf, h: Header, file_len: u64, source: Source) -> Self {
-        let key_index = h
-            .metadata
-            .iter()
-            .enumerate()
-            .map(|(i, (k, _))| (k.clone(), i))
-            .collect();
-        let tensor_index = h
-            .tensors
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name.clone(), i))
-            .collect();
+        let key_index = h.metadata.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect();
+        let tensor_index = h.tensors.iter().enumerate().map(|(i, t)| (t.name.clone(), i)).collect();
         Self {
             path,
             version: h.version,
@@ -578,10 +556,7 @@ impl GgufFile {
     /// The value of `key` converted to `T`; an error names the key when it is
     /// missing or of another type.
     pub fn get_as<'a, T: FromMetadata<'a>>(&'a self, key: &str) -> Result<T> {
-        self.get_opt(key)?.ok_or_else(|| GgufError::MissingKey {
-            path: self.path.clone(),
-            key: key.to_owned(),
-        })
+        self.get_opt(key)?.ok_or_else(|| GgufError::MissingKey { path: self.path.clone(), key: key.to_owned() })
     }
 
     /// Like [`get_as`](Self::get_as), but a missing key is `Ok(None)`; a key
@@ -590,14 +565,12 @@ impl GgufFile {
         let Some(value) = self.get(key) else {
             return Ok(None);
         };
-        T::from_metadata(value)
-            .map(Some)
-            .ok_or_else(|| GgufError::MetadataType {
-                path: self.path.clone(),
-                key: key.to_owned(),
-                expected: T::EXPECTED,
-                found: value.describe(),
-            })
+        T::from_metadata(value).map(Some).ok_or_else(|| GgufError::MetadataType {
+            path: self.path.clone(),
+            key: key.to_owned(),
+            expected: T::EXPECTED,
+            found: value.describe(),
+        })
     }
 
     /// `key` as a u32 (from any integer type that fits).
@@ -684,10 +657,7 @@ impl GgufFile {
 
     /// The tensor named `name`, or an error naming it.
     pub fn require_tensor(&self, name: &str) -> Result<&TensorInfo> {
-        self.tensor(name).ok_or_else(|| GgufError::MissingTensor {
-            path: self.path.clone(),
-            tensor: name.to_owned(),
-        })
+        self.tensor(name).ok_or_else(|| GgufError::MissingTensor { path: self.path.clone(), tensor: name.to_owned() })
     }
 
     /// The raw (still quantised) bytes of tensor `name`.
@@ -707,52 +677,33 @@ impl GgufFile {
     /// Elements `[start, start + count)` (flat, row-major) of `info`
     /// dequantised; both must be whole blocks. Reads only those bytes, which
     /// is how one expert of a packed expert tensor is loaded.
-    pub fn dequantize_elements(
-        &self,
-        info: &TensorInfo,
-        start: u64,
-        count: u64,
-    ) -> Result<Vec<f32>> {
+    pub fn dequantize_elements(&self, info: &TensorInfo, start: u64, count: u64) -> Result<Vec<f32>> {
         let ty = info.ggml_type;
-        let invalid = |reason: String| GgufError::InvalidTensor {
-            path: self.path.clone(),
-            tensor: info.name.clone(),
-            reason,
-        };
+        let invalid =
+            |reason: String| GgufError::InvalidTensor { path: self.path.clone(), tensor: info.name.clone(), reason };
         if !ty.can_dequantize() {
             return Err(GgufError::UnsupportedGgmlType {
                 path: self.path.clone(),
                 tensor: info.name.clone(),
                 ggml_type: ty,
-                supported: DEQUANTIZABLE
-                    .iter()
-                    .map(|t| t.name())
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                supported: DEQUANTIZABLE.iter().map(|t| t.name()).collect::<Vec<_>>().join(", "),
             });
         }
         let end = start.checked_add(count).filter(|&e| e <= info.num_elements);
-        let (Some(byte_start), Some(byte_len), Some(_)) =
-            (ty.size_of(start), ty.size_of(count), end)
-        else {
+        let (Some(byte_start), Some(byte_len), Some(_)) = (ty.size_of(start), ty.size_of(count), end) else {
             return Err(invalid(format!(
                 "element range [{start}, {start}+{count}) is not whole {ty} blocks inside {} elements",
                 info.num_elements
             )));
         };
-        let num = usize::try_from(count)
-            .map_err(|_| invalid(format!("{count} elements do not fit in memory")))?;
+        let num = usize::try_from(count).map_err(|_| invalid(format!("{count} elements do not fit in memory")))?;
         let bytes = self.read_range(info, byte_start, byte_len)?;
         quant::dequantize(ty, &bytes, num).map_err(|e| match e {
             DequantError::Unsupported(t) => GgufError::UnsupportedGgmlType {
                 path: self.path.clone(),
                 tensor: info.name.clone(),
                 ggml_type: t,
-                supported: DEQUANTIZABLE
-                    .iter()
-                    .map(|t| t.name())
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                supported: DEQUANTIZABLE.iter().map(|t| t.name()).collect::<Vec<_>>().join(", "),
             },
             other => invalid(other.to_string()),
         })
@@ -761,23 +712,13 @@ impl GgufFile {
     /// Bytes `[start, start + len)` of the tensor's data (checked against the
     /// tensor's extent, which was checked against the file at open).
     fn read_range(&self, info: &TensorInfo, start: u64, len: u64) -> Result<Vec<u8>> {
-        let invalid = |reason: String| GgufError::InvalidTensor {
-            path: self.path.clone(),
-            tensor: info.name.clone(),
-            reason,
-        };
-        if start
-            .checked_add(len)
-            .is_none_or(|end| end > info.size_bytes)
-        {
-            return Err(invalid(format!(
-                "byte range [{start}, {start}+{len}) outside its {} bytes",
-                info.size_bytes
-            )));
+        let invalid =
+            |reason: String| GgufError::InvalidTensor { path: self.path.clone(), tensor: info.name.clone(), reason };
+        if start.checked_add(len).is_none_or(|end| end > info.size_bytes) {
+            return Err(invalid(format!("byte range [{start}, {start}+{len}) outside its {} bytes", info.size_bytes)));
         }
         let abs = self.data_offset + info.offset + start;
-        let n = usize::try_from(len)
-            .map_err(|_| invalid(format!("{len} bytes do not fit in memory")))?;
+        let n = usize::try_from(len).map_err(|_| invalid(format!("{len} bytes do not fit in memory")))?;
         let truncated = || GgufError::Truncated {
             path: self.path.clone(),
             what: format!("data of tensor `{}`", info.name),
@@ -788,10 +729,7 @@ impl GgufFile {
         match &self.source {
             Source::Memory(bytes) => {
                 let s = usize::try_from(abs).map_err(|_| truncated())?;
-                bytes
-                    .get(s..s.saturating_add(n))
-                    .map(<[u8]>::to_vec)
-                    .ok_or_else(truncated)
+                bytes.get(s..s.saturating_add(n)).map(<[u8]>::to_vec).ok_or_else(truncated)
             }
             Source::File(file) => {
                 let mut buf = vec![0u8; n];
@@ -800,10 +738,7 @@ impl GgufFile {
                     if e.kind() == io::ErrorKind::UnexpectedEof {
                         truncated()
                     } else {
-                        GgufError::Io {
-                            path: self.path.clone(),
-                            source: e,
-                        }
+                        GgufError::Io { path: self.path.clone(), source: e }
                     }
                 })?;
                 Ok(buf)
@@ -834,14 +769,7 @@ struct Parser<'p, R> {
 
 impl<'p, R: Read> Parser<'p, R> {
     fn new(r: R, path: &'p Path, len: u64) -> Self {
-        Self {
-            r,
-            pos: 0,
-            len,
-            path,
-            what: String::new(),
-            key: String::new(),
-        }
+        Self { r, pos: 0, len, path, what: String::new(), key: String::new() }
     }
 
     fn path(&self) -> PathBuf {
@@ -856,11 +784,7 @@ impl<'p, R: Read> Parser<'p, R> {
 
     fn truncated(&self, needed: u64) -> GgufError {
         if self.pos.saturating_add(needed) <= self.len {
-            return GgufError::HeaderTooLarge {
-                path: self.path(),
-                what: self.what.clone(),
-                limit: MAX_HEADER_BYTES,
-            };
+            return GgufError::HeaderTooLarge { path: self.path(), what: self.what.clone(), limit: MAX_HEADER_BYTES };
         }
         GgufError::Truncated {
             path: self.path(),
@@ -880,10 +804,7 @@ impl<'p, R: Read> Parser<'p, R> {
             if e.kind() == io::ErrorKind::UnexpectedEof {
                 self.truncated(n)
             } else {
-                GgufError::Io {
-                    path: self.path(),
-                    source: e,
-                }
+                GgufError::Io { path: self.path(), source: e }
             }
         })?;
         self.pos += n;
@@ -908,18 +829,13 @@ impl<'p, R: Read> Parser<'p, R> {
     /// remain in the file (so no allocation is ever sized by a bogus count).
     fn count(&mut self, min_size: u64) -> Result<u64> {
         let count = self.u64()?;
-        let fits = count
-            .checked_mul(min_size)
-            .is_some_and(|b| b <= self.remaining());
+        let fits = count.checked_mul(min_size).is_some_and(|b| b <= self.remaining());
         if !fits {
             return Err(GgufError::AbsurdCount {
                 path: self.path(),
                 what: self.what.clone(),
                 count,
-                reason: format!(
-                    "{min_size}+ bytes each, {} bytes left for the header",
-                    self.remaining()
-                ),
+                reason: format!("{min_size}+ bytes each, {} bytes left for the header", self.remaining()),
             });
         }
         Ok(count)
@@ -937,34 +853,22 @@ impl<'p, R: Read> Parser<'p, R> {
     fn string(&mut self) -> Result<String> {
         let len = self.u64()?;
         let bytes = self.bytes(len)?;
-        String::from_utf8(bytes).map_err(|_| GgufError::InvalidUtf8 {
-            path: self.path(),
-            what: self.what.clone(),
-        })
+        String::from_utf8(bytes).map_err(|_| GgufError::InvalidUtf8 { path: self.path(), what: self.what.clone() })
     }
 
     fn parse(mut self) -> Result<Header> {
         self.what = "magic".into();
         let magic: [u8; 4] = self.array()?;
         if magic != MAGIC {
-            return Err(GgufError::BadMagic {
-                path: self.path(),
-                found: magic,
-            });
+            return Err(GgufError::BadMagic { path: self.path(), found: magic });
         }
         self.what = "version".into();
         let version = self.u32()?;
         if version & 0xFFFF == 0 && (1..=3).contains(&version.swap_bytes()) {
-            return Err(GgufError::BigEndian {
-                path: self.path(),
-                version: version.swap_bytes(),
-            });
+            return Err(GgufError::BigEndian { path: self.path(), version: version.swap_bytes() });
         }
         if !(2..=3).contains(&version) {
-            return Err(GgufError::UnsupportedVersion {
-                path: self.path(),
-                version,
-            });
+            return Err(GgufError::UnsupportedVersion { path: self.path(), version });
         }
         self.what = "tensor count".into();
         // Smallest tensor info: name length, num_dims, type, offset.
@@ -979,10 +883,7 @@ impl<'p, R: Read> Parser<'p, R> {
             self.what = format!("metadata key #{i}");
             let key = self.string()?;
             if seen.insert(key.clone(), ()).is_some() {
-                return Err(GgufError::DuplicateKey {
-                    path: self.path(),
-                    key,
-                });
+                return Err(GgufError::DuplicateKey { path: self.path(), key });
             }
             self.what = format!("value of metadata key `{key}`");
             self.key = key;
@@ -994,9 +895,7 @@ impl<'p, R: Read> Parser<'p, R> {
         let alignment = match metadata.iter().find(|(k, _)| k == "general.alignment") {
             None => DEFAULT_ALIGNMENT,
             Some((key, v)) => match v.as_i128() {
-                Some(a) if a > 0 && (a as u64).is_power_of_two() && a <= u32::MAX as i128 => {
-                    a as u64
-                }
+                Some(a) if a > 0 && (a as u64).is_power_of_two() && a <= u32::MAX as i128 => a as u64,
                 _ => {
                     return Err(GgufError::InvalidMetadata {
                         path: self.path(),
@@ -1007,23 +906,18 @@ impl<'p, R: Read> Parser<'p, R> {
             },
         };
 
-        let mut tensors: Vec<TensorInfo> =
-            Vec::with_capacity(tensor_count.min(MAX_PREALLOC) as usize);
+        let mut tensors: Vec<TensorInfo> = Vec::with_capacity(tensor_count.min(MAX_PREALLOC) as usize);
         let mut names = HashMap::with_capacity(tensor_count.min(MAX_PREALLOC) as usize);
         for i in 0..tensor_count {
             self.what = format!("tensor info #{i}");
             let name = self.string()?;
             if names.insert(name.clone(), ()).is_some() {
-                return Err(GgufError::DuplicateTensor {
-                    path: self.path(),
-                    tensor: name,
-                });
+                return Err(GgufError::DuplicateTensor { path: self.path(), tensor: name });
             }
             self.what = format!("tensor info #{i} (`{name}`)");
             let num_dims = self.u32()?;
             if num_dims > MAX_DIMS {
-                return Err(self
-                    .invalid_tensor(&name, format!("{num_dims} dimensions (at most {MAX_DIMS})")));
+                return Err(self.invalid_tensor(&name, format!("{num_dims} dimensions (at most {MAX_DIMS})")));
             }
             let mut dims = Vec::with_capacity(num_dims as usize);
             for _ in 0..num_dims {
@@ -1032,19 +926,13 @@ impl<'p, R: Read> Parser<'p, R> {
             let type_id = self.u32()?;
             let offset = self.u64()?;
             let Some(ggml_type) = GgmlType::from_id(type_id) else {
-                return Err(GgufError::UnknownGgmlType {
-                    path: self.path(),
-                    tensor: name,
-                    type_id,
-                });
+                return Err(GgufError::UnknownGgmlType { path: self.path(), tensor: name, type_id });
             };
             let num_elements = dims
                 .iter()
                 .try_fold(1u64, |acc, &d| acc.checked_mul(d))
                 .filter(|&n| n <= i64::MAX as u64)
-                .ok_or_else(|| {
-                    self.invalid_tensor(&name, format!("dimensions {dims:?} overflow"))
-                })?;
+                .ok_or_else(|| self.invalid_tensor(&name, format!("dimensions {dims:?} overflow")))?;
             let row = dims.first().copied().unwrap_or(1);
             if row % ggml_type.block_size() as u64 != 0 {
                 return Err(self.invalid_tensor(
@@ -1056,32 +944,18 @@ impl<'p, R: Read> Parser<'p, R> {
                 ));
             }
             let size_bytes = ggml_type.size_of(num_elements).ok_or_else(|| {
-                self.invalid_tensor(
-                    &name,
-                    format!("size of {num_elements} {ggml_type} elements overflows"),
-                )
+                self.invalid_tensor(&name, format!("size of {num_elements} {ggml_type} elements overflows"))
             })?;
             if offset % alignment != 0 {
-                return Err(self.invalid_tensor(
-                    &name,
-                    format!("offset {offset} is not a multiple of the alignment {alignment}"),
-                ));
+                return Err(self
+                    .invalid_tensor(&name, format!("offset {offset} is not a multiple of the alignment {alignment}")));
             }
-            tensors.push(TensorInfo {
-                name,
-                dims,
-                ggml_type,
-                offset,
-                num_elements,
-                size_bytes,
-            });
+            tensors.push(TensorInfo { name, dims, ggml_type, offset, num_elements, size_bytes });
         }
 
         self.what = "data section".into();
         let header_end = self.pos;
-        let data_offset = header_end
-            .checked_next_multiple_of(alignment)
-            .ok_or_else(|| self.truncated(alignment))?;
+        let data_offset = header_end.checked_next_multiple_of(alignment).ok_or_else(|| self.truncated(alignment))?;
         for t in &tensors {
             let start = data_offset.checked_add(t.offset);
             let end = start.and_then(|s| s.checked_add(t.size_bytes));
@@ -1098,21 +972,11 @@ impl<'p, R: Read> Parser<'p, R> {
                 }
             }
         }
-        Ok(Header {
-            version,
-            metadata,
-            tensors,
-            alignment,
-            data_offset,
-        })
+        Ok(Header { version, metadata, tensors, alignment, data_offset })
     }
 
     fn invalid_tensor(&self, name: &str, reason: String) -> GgufError {
-        GgufError::InvalidTensor {
-            path: self.path(),
-            tensor: name.to_owned(),
-            reason,
-        }
+        GgufError::InvalidTensor { path: self.path(), tensor: name.to_owned(), reason }
     }
 
     fn value_type(&self, type_id: u32) -> Result<ValueType> {
@@ -1156,11 +1020,7 @@ impl<'p, R: Read> Parser<'p, R> {
 
     /// Reads `count` elements with `read`, growing the vector as data
     /// arrives rather than trusting `count` for one big allocation.
-    fn elems<T>(
-        &mut self,
-        count: u64,
-        mut read: impl FnMut(&mut Self) -> Result<T>,
-    ) -> Result<Vec<T>> {
+    fn elems<T>(&mut self, count: u64, mut read: impl FnMut(&mut Self) -> Result<T>) -> Result<Vec<T>> {
         let mut v = Vec::with_capacity(count.min(MAX_PREALLOC) as usize);
         for _ in 0..count {
             v.push(read(self)?);

@@ -45,18 +45,12 @@ impl GgufWriter {
         let name = name.into();
         let dims: Vec<u64> = shape.iter().rev().map(|&d| d as u64).collect();
         let numel = dims.iter().product::<u64>();
-        let expected = ty.size_of(numel).filter(|_| {
-            dims.first()
-                .is_none_or(|&d| d % ty.block_size() as u64 == 0)
-        });
+        let expected = ty.size_of(numel).filter(|_| dims.first().is_none_or(|&d| d % ty.block_size() as u64 == 0));
         if expected != Some(data.len() as u64) {
             return Err(GgufError::InvalidTensor {
                 path: "<gguf writer>".into(),
                 tensor: name,
-                reason: format!(
-                    "{} bytes do not encode shape {shape:?} as {ty} ({expected:?} expected)",
-                    data.len()
-                ),
+                reason: format!("{} bytes do not encode shape {shape:?} as {ty} ({expected:?} expected)", data.len()),
             });
         }
         self.tensors.push((name, dims, ty, data));
@@ -64,12 +58,7 @@ impl GgufWriter {
     }
 
     /// Adds an F32 tensor of HF `shape`.
-    pub fn tensor_f32(
-        &mut self,
-        name: impl Into<String>,
-        shape: &[usize],
-        data: &[f32],
-    ) -> Result<&mut Self> {
+    pub fn tensor_f32(&mut self, name: impl Into<String>, shape: &[usize], data: &[f32]) -> Result<&mut Self> {
         let bytes = data.iter().flat_map(|v| v.to_le_bytes()).collect();
         self.tensor(name, shape, GgmlType::F32, bytes)
     }
@@ -120,10 +109,7 @@ impl GgufWriter {
     /// Writes the file to `path`.
     pub fn write(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        std::fs::write(path, self.to_bytes()).map_err(|source| GgufError::Io {
-            path: path.to_path_buf(),
-            source,
-        })
+        std::fs::write(path, self.to_bytes()).map_err(|source| GgufError::Io { path: path.to_path_buf(), source })
     }
 }
 

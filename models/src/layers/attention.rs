@@ -48,12 +48,23 @@ pub struct RopeAttention {
 
 impl RopeAttention {
     /// Loads the block under `vb` (`model.layers.N.self_attn`).
-    pub fn load(vb: &VarBuilder<'_>, config: &ModelConfig, layer_idx: usize, rotary: RotaryEmbedding, options: AttnOptions) -> Result<RopeAttention> {
-        let (h, hq, hkv, d) = (config.hidden_size, config.num_attention_heads, config.num_key_value_heads, config.head_dim);
-        let qkv_proj = ColumnParallelLinear::load_merged(vb, "qkv_proj", h, &[hq * d, hkv * d, hkv * d], options.qkv_bias)?;
+    pub fn load(
+        vb: &VarBuilder<'_>,
+        config: &ModelConfig,
+        layer_idx: usize,
+        rotary: RotaryEmbedding,
+        options: AttnOptions,
+    ) -> Result<RopeAttention> {
+        let (h, hq, hkv, d) =
+            (config.hidden_size, config.num_attention_heads, config.num_key_value_heads, config.head_dim);
+        let qkv_proj =
+            ColumnParallelLinear::load_merged(vb, "qkv_proj", h, &[hq * d, hkv * d, hkv * d], options.qkv_bias)?;
         let o_proj = RowParallelLinear::load(vb, "o_proj", hq * d, h, options.o_bias)?;
         let (q_norm, k_norm) = if options.qk_norm {
-            (Some(RmsNorm::load(vb, "q_norm", d, config.rms_norm_eps)?), Some(RmsNorm::load(vb, "k_norm", d, config.rms_norm_eps)?))
+            (
+                Some(RmsNorm::load(vb, "q_norm", d, config.rms_norm_eps)?),
+                Some(RmsNorm::load(vb, "k_norm", d, config.rms_norm_eps)?),
+            )
         } else {
             (None, None)
         };

@@ -27,7 +27,13 @@ impl Linear {
     }
 
     /// Loads `name.weight` `[out, in]` (and `name.bias` `[out]`).
-    pub fn load(vb: &VarBuilder<'_>, name: &str, in_features: usize, out_features: usize, bias: bool) -> Result<Linear> {
+    pub fn load(
+        vb: &VarBuilder<'_>,
+        name: &str,
+        in_features: usize,
+        out_features: usize,
+        bias: bool,
+    ) -> Result<Linear> {
         let vb = vb.pp(name);
         let weight = vb.get("weight", &[out_features, in_features])?;
         let bias = if bias { Some(vb.get("bias", &[out_features])?) } else { None };
@@ -58,7 +64,13 @@ pub struct ColumnParallelLinear {
 impl ColumnParallelLinear {
     /// Loads the fused projection `fused` (`qkv_proj`) from its parts, which have
     /// `part_sizes` output features each.
-    pub fn load_merged(vb: &VarBuilder<'_>, fused: &str, in_features: usize, part_sizes: &[usize], bias: bool) -> Result<ColumnParallelLinear> {
+    pub fn load_merged(
+        vb: &VarBuilder<'_>,
+        fused: &str,
+        in_features: usize,
+        part_sizes: &[usize],
+        bias: bool,
+    ) -> Result<ColumnParallelLinear> {
         let weight = vb.get_merged(fused, "weight", part_sizes, &[in_features])?;
         let bias = if bias { Some(vb.get_merged(fused, "bias", part_sizes, &[])?) } else { None };
         Ok(ColumnParallelLinear { linear: Linear::new(weight, bias), part_sizes: part_sizes.to_vec() })
@@ -84,7 +96,13 @@ pub struct RowParallelLinear {
 
 impl RowParallelLinear {
     /// Loads `name.weight` `[out, in]` (and `name.bias`).
-    pub fn load(vb: &VarBuilder<'_>, name: &str, in_features: usize, out_features: usize, bias: bool) -> Result<RowParallelLinear> {
+    pub fn load(
+        vb: &VarBuilder<'_>,
+        name: &str,
+        in_features: usize,
+        out_features: usize,
+        bias: bool,
+    ) -> Result<RowParallelLinear> {
         Ok(RowParallelLinear { linear: Linear::load(vb, name, in_features, out_features, bias)? })
     }
 

@@ -20,7 +20,9 @@ impl GatedMlp {
     /// with `intermediate_size` hidden features and the config's `mlp_bias`.
     pub fn load(vb: &VarBuilder<'_>, config: &ModelConfig, intermediate_size: usize) -> Result<GatedMlp> {
         if !matches!(config.hidden_act.as_str(), "silu" | "swish") {
-            return Err(config.unsupported(format!("hidden_act `{}` is not supported (supported: silu)", config.hidden_act)));
+            return Err(
+                config.unsupported(format!("hidden_act `{}` is not supported (supported: silu)", config.hidden_act))
+            );
         }
         let (h, i, bias) = (config.hidden_size, intermediate_size, config.mlp_bias);
         Ok(GatedMlp {

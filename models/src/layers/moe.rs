@@ -92,10 +92,20 @@ impl SparseMoeBlock {
     /// Loads the router and the experts under `vb` (`...mlp`) for `config`'s MoE
     /// settings, to run with `backend` (checked here against the shapes, dtype and
     /// device).
-    pub fn load(vb: &VarBuilder<'_>, config: &ModelConfig, backend: MoeBackendKind, probe: RouterProbe) -> Result<SparseMoeBlock> {
-        let moe = config.moe.as_ref().ok_or_else(|| config.unsupported("a sparse MoE layer needs num_experts in config.json"))?;
+    pub fn load(
+        vb: &VarBuilder<'_>,
+        config: &ModelConfig,
+        backend: MoeBackendKind,
+        probe: RouterProbe,
+    ) -> Result<SparseMoeBlock> {
+        let moe = config
+            .moe
+            .as_ref()
+            .ok_or_else(|| config.unsupported("a sparse MoE layer needs num_experts in config.json"))?;
         if !matches!(config.hidden_act.as_str(), "silu" | "swish") {
-            return Err(config.unsupported(format!("hidden_act `{}` is not supported (supported: silu)", config.hidden_act)));
+            return Err(
+                config.unsupported(format!("hidden_act `{}` is not supported (supported: silu)", config.hidden_act))
+            );
         }
         let (e, h, i) = (moe.num_experts, config.hidden_size, moe.moe_intermediate_size);
         backend.check(vb.device(), vb.dtype(), h, i).map_err(|m| config.unsupported(m))?;

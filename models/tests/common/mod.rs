@@ -6,7 +6,10 @@ use std::path::PathBuf;
 
 use kernel_runtime::{DType, Device};
 use models::registry::model_loader;
-use models::{load_model, AttnBackendKind, AttnBackendSpec, CausalLm, LoadFormat, LoadOptions, ModelConfig, MoeBackendKind, Weights};
+use models::{
+    load_model, AttnBackendKind, AttnBackendSpec, CausalLm, LoadFormat, LoadOptions, ModelConfig, MoeBackendKind,
+    Weights,
+};
 use safetensors::SafeTensors;
 
 /// The dense fixtures (tests/fixtures/ at the workspace root).

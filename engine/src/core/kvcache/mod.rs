@@ -72,12 +72,7 @@ impl CacheManager {
             CacheKind::Radix => Box::new(RadixCache::new(page_size)),
             CacheKind::Naive => Box::new(NaiveCache::new()),
         };
-        Self {
-            pool: PagePool::new(page_size, num_pages),
-            prefix,
-            num_req_pages: 0,
-            hit_tokens: 0,
-        }
+        Self { pool: PagePool::new(page_size, num_pages), prefix, num_req_pages: 0, hit_tokens: 0 }
     }
 
     pub fn page_size(&self) -> usize {
@@ -127,14 +122,7 @@ impl CacheManager {
     pub fn acquire(&mut self, m: PrefixMatch) -> ReqPages {
         self.prefix.lock(m.node);
         self.hit_tokens += (m.pages.len() * self.page_size()) as u64;
-        ReqPages {
-            handle: CacheHandle {
-                node: m.node,
-                num_pages: m.pages.len(),
-            },
-            shared: m.pages,
-            owned: Vec::new(),
-        }
+        ReqPages { handle: CacheHandle { node: m.node, num_pages: m.pages.len() }, shared: m.pages, owned: Vec::new() }
     }
 
     /// Pages `pages` lacks to hold `num_tokens` tokens.
@@ -169,12 +157,7 @@ impl CacheManager {
     pub fn cache_prefix(&mut self, tokens: &[u32], pages: &mut ReqPages) {
         let page_size = self.page_size();
         let num_full = tokens.len() / page_size;
-        assert!(
-            num_full <= pages.num_pages(),
-            "{} tokens cannot live in {} pages",
-            tokens.len(),
-            pages.num_pages()
-        );
+        assert!(num_full <= pages.num_pages(), "{} tokens cannot live in {} pages", tokens.len(), pages.num_pages());
         if num_full <= pages.num_shared_pages() {
             return;
         }
@@ -191,11 +174,7 @@ impl CacheManager {
     /// pool.
     pub fn release(&mut self, tokens: &[u32], mut pages: ReqPages) {
         self.cache_prefix(tokens, &mut pages);
-        let ReqPages {
-            handle,
-            shared: _,
-            owned,
-        } = pages;
+        let ReqPages { handle, shared: _, owned } = pages;
         self.prefix.unlock(handle.node);
         self.num_req_pages -= owned.len();
         self.pool.free_all(owned);

@@ -18,11 +18,7 @@ impl NaiveCache {
 
 impl PrefixCache for NaiveCache {
     fn match_prefix(&mut self, _tokens: &[u32]) -> PrefixMatch {
-        PrefixMatch {
-            node: NodeId::ROOT,
-            pages: Vec::new(),
-            num_evictable_pages: 0,
-        }
+        PrefixMatch { node: NodeId::ROOT, pages: Vec::new(), num_evictable_pages: 0 }
     }
 
     fn lock(&mut self, node: NodeId) {

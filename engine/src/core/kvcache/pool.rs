@@ -68,18 +68,11 @@ impl PagePool {
         assert!(page_size > 0, "page_size must be positive");
         assert!(num_pages > 0, "num_pages must be positive");
         assert!(
-            num_pages
-                .checked_mul(page_size)
-                .is_some_and(|slots| slots <= u32::MAX as usize),
+            num_pages.checked_mul(page_size).is_some_and(|slots| slots <= u32::MAX as usize),
             "num_pages * page_size must fit the u32 KV slot indices"
         );
         let free = (0..num_pages as u32).rev().map(PageId).collect();
-        Self {
-            page_size,
-            num_pages,
-            free,
-            is_free: vec![true; num_pages],
-        }
+        Self { page_size, num_pages, free, is_free: vec![true; num_pages] }
     }
 
     pub fn page_size(&self) -> usize {
@@ -97,11 +90,7 @@ impl PagePool {
     /// Takes `num` free pages. The caller checks [`Self::num_free`] first:
     /// running out is a scheduling decision, never a surprise here.
     pub fn alloc(&mut self, num: usize) -> Vec<Page> {
-        assert!(
-            num <= self.free.len(),
-            "page pool exhausted: asked for {num} pages, {} free",
-            self.free.len()
-        );
+        assert!(num <= self.free.len(), "page pool exhausted: asked for {num} pages, {} free", self.free.len());
         let start = self.free.len() - num;
         let pages: Vec<Page> = self.free.drain(start..).rev().map(Page).collect();
         for page in &pages {

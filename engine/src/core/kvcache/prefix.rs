@@ -30,10 +30,7 @@ pub struct CacheHandle {
 
 impl CacheHandle {
     pub(super) fn root() -> Self {
-        Self {
-            node: NodeId::ROOT,
-            num_pages: 0,
-        }
+        Self { node: NodeId::ROOT, num_pages: 0 }
     }
 
     pub fn node(&self) -> NodeId {
@@ -94,10 +91,7 @@ impl ReqPages {
 
     /// The page table, in token order.
     pub fn page_ids(&self) -> impl Iterator<Item = PageId> + '_ {
-        self.shared
-            .iter()
-            .copied()
-            .chain(self.owned.iter().map(Page::id))
+        self.shared.iter().copied().chain(self.owned.iter().map(Page::id))
     }
 
     pub fn page_id(&self, idx: usize) -> PageId {

@@ -112,8 +112,7 @@ impl RadixCache {
             let mut k = 1;
             while k < child_pages
                 && matched + k < total
-                && child_node.key[k * ps..(k + 1) * ps]
-                    == tokens[(matched + k) * ps..(matched + k + 1) * ps]
+                && child_node.key[k * ps..(k + 1) * ps] == tokens[(matched + k) * ps..(matched + k + 1) * ps]
             {
                 k += 1;
             }
@@ -136,19 +135,10 @@ impl RadixCache {
         let ps = self.page_size;
         let (parent, head_key, head_pages, ref_count, last_access) = {
             let node = self.node_mut(id);
-            assert!(
-                0 < num_pages && num_pages < node.pages.len(),
-                "split must leave both halves non-empty"
-            );
+            assert!(0 < num_pages && num_pages < node.pages.len(), "split must leave both halves non-empty");
             let head_key: Vec<u32> = node.key.drain(..num_pages * ps).collect();
             let head_pages: Vec<Page> = node.pages.drain(..num_pages).collect();
-            (
-                node.parent.expect("the root is never split"),
-                head_key,
-                head_pages,
-                node.ref_count,
-                node.last_access,
-            )
+            (node.parent.expect("the root is never split"), head_key, head_pages, node.ref_count, node.last_access)
         };
         let first: Box<[u32]> = head_key[..ps].into();
         let tail_first: Box<[u32]> = self.node(id).key[..ps].into();
@@ -196,11 +186,7 @@ impl PrefixCache for RadixCache {
             }
             cur = node.parent;
         }
-        PrefixMatch {
-            node,
-            pages: self.path_pages(node),
-            num_evictable_pages,
-        }
+        PrefixMatch { node, pages: self.path_pages(node), num_evictable_pages }
     }
 
     fn lock(&mut self, id: NodeId) {
@@ -249,10 +235,7 @@ impl PrefixCache for RadixCache {
         let (end, num_existing) = self.walk(tokens);
         // The request's locked path is a prefix of `tokens` and cannot have
         // been evicted, so the walk gets at least that far.
-        assert!(
-            num_existing >= num_shared,
-            "locked prefix missing from the radix tree"
-        );
+        assert!(num_existing >= num_shared, "locked prefix missing from the radix tree");
 
         // Pages [num_shared, num_existing) were computed again by this
         // request while someone else cached them: they are duplicates.
@@ -280,13 +263,7 @@ impl PrefixCache for RadixCache {
 
         // Lock the new path before unlocking the old one, which it contains.
         self.lock(new_end);
-        let old = std::mem::replace(
-            &mut pages.handle,
-            CacheHandle {
-                node: new_end,
-                num_pages: num_new,
-            },
-        );
+        let old = std::mem::replace(&mut pages.handle, CacheHandle { node: new_end, num_pages: num_new });
         self.unlock(old.node);
         pages.shared = self.path_pages(new_end);
         debug_assert_eq!(pages.shared.len(), num_new);
@@ -339,16 +316,8 @@ impl PrefixCache for RadixCache {
         for (idx, slot) in self.nodes.iter().enumerate() {
             let Some(node) = slot else { continue };
             let id = NodeId(idx);
-            assert_eq!(
-                node.key.len(),
-                node.pages.len() * ps,
-                "radix node {idx}: key and pages disagree"
-            );
-            assert_eq!(
-                node.parent.is_none(),
-                id == NodeId::ROOT,
-                "radix node {idx}: only the root lacks a parent"
-            );
+            assert_eq!(node.key.len(), node.pages.len() * ps, "radix node {idx}: key and pages disagree");
+            assert_eq!(node.parent.is_none(), id == NodeId::ROOT, "radix node {idx}: only the root lacks a parent");
             if let Some(parent) = node.parent {
                 assert!(!node.pages.is_empty(), "radix node {idx} is empty");
                 assert_eq!(
@@ -358,11 +327,7 @@ impl PrefixCache for RadixCache {
                 );
                 assert!(self.node(parent).ref_count >= node.ref_count || parent == NodeId::ROOT);
             }
-            let child_refs: usize = node
-                .children
-                .values()
-                .map(|&c| self.node(c).ref_count)
-                .sum();
+            let child_refs: usize = node.children.values().map(|&c| self.node(c).ref_count).sum();
             assert!(
                 node.ref_count >= child_refs || id == NodeId::ROOT,
                 "radix node {idx}: ref count below its children's"
@@ -372,14 +337,8 @@ impl PrefixCache for RadixCache {
                 evictable += node.pages.len();
             }
         }
-        assert_eq!(
-            cached, self.num_cached_pages,
-            "radix cached page count drifted"
-        );
-        assert_eq!(
-            evictable, self.num_evictable_pages,
-            "radix evictable page count drifted"
-        );
+        assert_eq!(cached, self.num_cached_pages, "radix cached page count drifted");
+        assert_eq!(evictable, self.num_evictable_pages, "radix evictable page count drifted");
     }
 }
 
@@ -398,10 +357,7 @@ mod tests {
 
     impl Fixture {
         fn new(page_size: usize, num_pages: usize) -> Self {
-            Self {
-                pool: PagePool::new(page_size, num_pages),
-                tree: RadixCache::new(page_size),
-            }
+            Self { pool: PagePool::new(page_size, num_pages), tree: RadixCache::new(page_size) }
         }
 
         /// Matches, locks and fills a request holding `tokens`, then inserts
@@ -411,10 +367,7 @@ mod tests {
             let m = self.tree.match_prefix(tokens);
             self.tree.lock(m.node);
             let mut pages = ReqPages {
-                handle: CacheHandle {
-                    node: m.node,
-                    num_pages: m.pages.len(),
-                },
+                handle: CacheHandle { node: m.node, num_pages: m.pages.len() },
                 shared: m.pages,
                 owned: Vec::new(),
             };
@@ -439,10 +392,7 @@ mod tests {
     }
 
     fn seq(pages: &[u32], page_size: usize) -> Vec<u32> {
-        pages
-            .iter()
-            .flat_map(|&p| (0..page_size as u32).map(move |i| p * 100 + i))
-            .collect()
+        pages.iter().flat_map(|&p| (0..page_size as u32).map(move |i| p * 100 + i)).collect()
     }
 
     #[test]
@@ -493,19 +443,12 @@ mod tests {
         let mut f = Fixture::new(1, 16);
         let a = f.run(&seq(&[1, 2, 3], 1));
         // B allocates its own three pages before learning that A cached them.
-        let mut b = ReqPages {
-            handle: CacheHandle::root(),
-            shared: Vec::new(),
-            owned: f.pool.alloc(3),
-        };
+        let mut b = ReqPages { handle: CacheHandle::root(), shared: Vec::new(), owned: f.pool.alloc(3) };
         f.tree.lock(NodeId::ROOT);
         let dup = f.tree.insert(&seq(&[1, 2, 3], 1), &mut b);
         assert_eq!(dup.len(), 3);
         f.pool.free_all(dup);
-        assert_eq!(
-            b.page_ids().collect::<Vec<_>>(),
-            a.page_ids().collect::<Vec<_>>()
-        );
+        assert_eq!(b.page_ids().collect::<Vec<_>>(), a.page_ids().collect::<Vec<_>>());
         f.release(a);
         f.release(b);
         assert_eq!(f.pool.num_free() + f.tree.num_cached_pages(), 16);

@@ -21,16 +21,9 @@ pub struct TokenLogprobs {
 /// count as impossible (-inf).
 pub fn token_logprobs(logits: &[f32], token: u32, top_n: usize) -> TokenLogprobs {
     let clean = |v: f32| if v.is_nan() { f32::NEG_INFINITY } else { v };
-    let max = logits
-        .iter()
-        .copied()
-        .map(clean)
-        .fold(f32::NEG_INFINITY, f32::max);
+    let max = logits.iter().copied().map(clean).fold(f32::NEG_INFINITY, f32::max);
     let log_sum = if max.is_finite() {
-        let sum: f64 = logits
-            .iter()
-            .map(|&v| (f64::from(clean(v)) - f64::from(max)).exp())
-            .sum();
+        let sum: f64 = logits.iter().map(|&v| (f64::from(clean(v)) - f64::from(max)).exp()).sum();
         f64::from(max) + sum.ln()
     } else {
         // No finite logit: every token is as (im)possible as any other.
@@ -46,11 +39,7 @@ pub fn token_logprobs(logits: &[f32], token: u32, top_n: usize) -> TokenLogprobs
         Vec::new()
     } else {
         let mut order: Vec<usize> = (0..logits.len()).collect();
-        let by_logit = |a: &usize, b: &usize| {
-            clean(logits[*b])
-                .total_cmp(&clean(logits[*a]))
-                .then(a.cmp(b))
-        };
+        let by_logit = |a: &usize, b: &usize| clean(logits[*b]).total_cmp(&clean(logits[*a])).then(a.cmp(b));
         let n = top_n.min(order.len());
         if n < order.len() {
             order.select_nth_unstable_by(n, by_logit);
@@ -59,11 +48,7 @@ pub fn token_logprobs(logits: &[f32], token: u32, top_n: usize) -> TokenLogprobs
         order.sort_by(by_logit);
         order.into_iter().map(|i| (i as u32, logprob(i))).collect()
     };
-    TokenLogprobs {
-        token,
-        logprob: logprob(token as usize),
-        top,
-    }
+    TokenLogprobs { token, logprob: logprob(token as usize), top }
 }
 
 #[cfg(test)]
@@ -79,9 +64,7 @@ mod tests {
         let ids: Vec<u32> = lp.top.iter().map(|t| t.0).collect();
         assert_eq!(ids, [1, 3, 2]);
         assert!((f64::from(lp.top[0].1) - (3.0 - lse)).abs() < 1e-6);
-        let total: f64 = (0..4)
-            .map(|i| f64::from(token_logprobs(&logits, i, 0).logprob).exp())
-            .sum();
+        let total: f64 = (0..4).map(|i| f64::from(token_logprobs(&logits, i, 0).logprob).exp()).sum();
         assert!((total - 1.0).abs() < 1e-6);
     }
 
@@ -97,10 +80,7 @@ mod tests {
         let lp = token_logprobs(&[0.0, f32::NEG_INFINITY, f32::NAN], 1, 3);
         assert_eq!(lp.logprob, f32::NEG_INFINITY);
         assert_eq!(lp.top[0], (0, 0.0));
-        assert_eq!(
-            token_logprobs(&[0.0, f32::NAN], 1, 0).logprob,
-            f32::NEG_INFINITY
-        );
+        assert_eq!(token_logprobs(&[0.0, f32::NAN], 1, 0).logprob, f32::NEG_INFINITY);
         // An id outside the row has no probability either.
         assert_eq!(token_logprobs(&[0.0], 5, 0).logprob, f32::NEG_INFINITY);
     }

@@ -45,14 +45,7 @@ pub struct SamplingRow {
 impl SamplingRow {
     /// Greedy decoding (the random fields are irrelevant).
     pub fn greedy() -> Self {
-        Self {
-            temperature: 0.0,
-            top_k: None,
-            top_p: 1.0,
-            min_p: 0.0,
-            seed: 0,
-            step: 0,
-        }
+        Self { temperature: 0.0, top_k: None, top_p: 1.0, min_p: 0.0, seed: 0, step: 0 }
     }
 
     fn is_greedy(&self) -> bool {
@@ -102,15 +95,8 @@ impl Logits {
 
 /// Samples one token per logits row.
 pub fn sample(logits: &Logits, rows: &[SamplingRow]) -> Vec<u32> {
-    assert_eq!(
-        logits.num_rows(),
-        rows.len(),
-        "one sampling row per logits row"
-    );
-    rows.iter()
-        .enumerate()
-        .map(|(i, row)| sample_row(logits.row(i), row))
-        .collect()
+    assert_eq!(logits.num_rows(), rows.len(), "one sampling row per logits row");
+    rows.iter().enumerate().map(|(i, row)| sample_row(logits.row(i), row)).collect()
 }
 
 /// Samples one token from one row of logits.
@@ -124,17 +110,8 @@ pub fn sample_row(logits: &[f32], row: &SamplingRow) -> u32 {
         // No finite logit: nothing to draw from, fall back deterministically.
         return argmax(logits);
     }
-    let kept: Vec<bool> = if row.truncates() {
-        keep_mask(&probs, row)
-    } else {
-        vec![true; probs.len()]
-    };
-    let total: f64 = probs
-        .iter()
-        .zip(&kept)
-        .filter(|(_, &k)| k)
-        .map(|(p, _)| p)
-        .sum();
+    let kept: Vec<bool> = if row.truncates() { keep_mask(&probs, row) } else { vec![true; probs.len()] };
+    let total: f64 = probs.iter().zip(&kept).filter(|(_, &k)| k).map(|(p, _)| p).sum();
     let target = uniform(row.seed, row.step) * total;
     let mut acc = 0.0;
     let mut last = None;
@@ -162,9 +139,7 @@ pub fn support(logits: &[f32], row: &SamplingRow) -> Vec<u32> {
         return vec![argmax(logits)];
     }
     let kept = keep_mask(&probs, row);
-    (0..probs.len() as u32)
-        .filter(|&i| kept[i as usize] && probs[i as usize] > 0.0)
-        .collect()
+    (0..probs.len() as u32).filter(|&i| kept[i as usize] && probs[i as usize] > 0.0).collect()
 }
 
 /// Index of the largest logit, the lowest index on ties. NaNs never win.
@@ -197,25 +172,13 @@ fn splitmix64(x: u64) -> u64 {
 /// `softmax(logits / temperature)` in f64; empty if no logit is finite.
 fn softmax(logits: &[f32], temperature: f32) -> Vec<f64> {
     let t = f64::from(temperature);
-    let max = logits
-        .iter()
-        .copied()
-        .filter(|v| !v.is_nan())
-        .fold(f32::NEG_INFINITY, f32::max);
+    let max = logits.iter().copied().filter(|v| !v.is_nan()).fold(f32::NEG_INFINITY, f32::max);
     if !max.is_finite() {
         return Vec::new();
     }
     let max = f64::from(max);
-    let mut probs: Vec<f64> = logits
-        .iter()
-        .map(|&v| {
-            if v.is_nan() {
-                0.0
-            } else {
-                ((f64::from(v) - max) / t).exp()
-            }
-        })
-        .collect();
+    let mut probs: Vec<f64> =
+        logits.iter().map(|&v| if v.is_nan() { 0.0 } else { ((f64::from(v) - max) / t).exp() }).collect();
     let sum: f64 = probs.iter().sum();
     probs.iter_mut().for_each(|p| *p /= sum);
     probs
@@ -273,12 +236,7 @@ mod tests {
     fn masked_logits_are_never_drawn() {
         let logits = [0.0, f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY];
         for step in 0..200 {
-            let row = SamplingRow {
-                temperature: 1.0,
-                seed: 5,
-                step,
-                ..SamplingRow::greedy()
-            };
+            let row = SamplingRow { temperature: 1.0, seed: 5, step, ..SamplingRow::greedy() };
             let t = sample_row(&logits, &row);
             assert!(t == 0 || t == 2);
         }

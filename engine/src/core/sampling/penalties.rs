@@ -33,11 +33,7 @@ impl Default for Penalties {
 
 impl Penalties {
     /// No penalty at all.
-    pub const NONE: Penalties = Penalties {
-        repetition: 1.0,
-        frequency: 0.0,
-        presence: 0.0,
-    };
+    pub const NONE: Penalties = Penalties { repetition: 1.0, frequency: 0.0, presence: 0.0 };
 
     /// Whether applying these changes nothing.
     pub fn is_neutral(&self) -> bool {
@@ -56,11 +52,7 @@ impl Penalties {
                 }
             }
             for (logit, _) in logits.iter_mut().zip(&seen).filter(|(_, &s)| s) {
-                *logit = if *logit > 0.0 {
-                    *logit / self.repetition
-                } else {
-                    *logit * self.repetition
-                };
+                *logit = if *logit > 0.0 { *logit / self.repetition } else { *logit * self.repetition };
             }
         }
         if self.frequency != 0.0 || self.presence != 0.0 {
@@ -91,10 +83,7 @@ mod tests {
 
     #[test]
     fn repetition_divides_positive_and_multiplies_negative_logits_of_seen_tokens() {
-        let p = Penalties {
-            repetition: 2.0,
-            ..Penalties::NONE
-        };
+        let p = Penalties { repetition: 2.0, ..Penalties::NONE };
         let mut row = vec![4.0, -1.0, 3.0, 5.0];
         // Token 0 in the prompt, token 1 in the output (twice: still once), 9 is out of range.
         p.apply(&mut row, &[0, 9], &[1, 1]);
@@ -103,11 +92,7 @@ mod tests {
 
     #[test]
     fn frequency_counts_output_occurrences_and_presence_counts_once() {
-        let p = Penalties {
-            frequency: 0.5,
-            presence: 0.25,
-            ..Penalties::NONE
-        };
+        let p = Penalties { frequency: 0.5, presence: 0.25, ..Penalties::NONE };
         let mut row = vec![0.0; 4];
         // The prompt's token 3 is not penalised by frequency or presence.
         p.apply(&mut row, &[3], &[1, 2, 2, 2]);
@@ -116,11 +101,7 @@ mod tests {
 
     #[test]
     fn negative_frequency_and_presence_encourage_repeats() {
-        let p = Penalties {
-            frequency: -1.0,
-            presence: -1.0,
-            ..Penalties::NONE
-        };
+        let p = Penalties { frequency: -1.0, presence: -1.0, ..Penalties::NONE };
         let mut row = vec![0.0, 0.0];
         p.apply(&mut row, &[], &[1]);
         assert_eq!(row, [0.0, 2.0]);

@@ -50,10 +50,8 @@ pub use policy::{pages_to_reserve, reserve_tokens};
 
 use std::collections::VecDeque;
 
-use crate::core::req::{
-    Batch, BatchRow, FinishReason, FinishedReq, PendingReq, PreparedBatch, Req, ReqId, TokenEvent,
-};
 use crate::core::kvcache::{CacheKind, CacheManager};
+use crate::core::req::{Batch, BatchRow, FinishReason, FinishedReq, PendingReq, PreparedBatch, Req, ReqId, TokenEvent};
 
 /// How prefill and decode share steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -111,18 +109,9 @@ pub struct Scheduler {
 
 impl Scheduler {
     pub fn new(config: SchedulerConfig) -> Self {
-        assert!(
-            config.max_prefill_length > 0,
-            "max_prefill_length must be positive"
-        );
-        assert!(
-            config.max_running_requests > 0,
-            "max_running_requests must be positive"
-        );
-        assert!(
-            (0.0..=1.0).contains(&config.decode_reserve),
-            "decode_reserve must be in [0, 1]"
-        );
+        assert!(config.max_prefill_length > 0, "max_prefill_length must be positive");
+        assert!(config.max_running_requests > 0, "max_running_requests must be positive");
+        assert!((0.0..=1.0).contains(&config.decode_reserve), "decode_reserve must be in [0, 1]");
         let cache = CacheManager::new(config.page_size, config.num_pages, config.cache);
         Self {
             config,
@@ -198,12 +187,7 @@ impl Scheduler {
         }
 
         if rows.is_empty() || self.config.policy == SchedulePolicy::Mixed {
-            rows.extend(
-                self.running[..num_old]
-                    .iter()
-                    .filter(|r| !r.is_prefilling())
-                    .map(|r| row_for(r, 1)),
-            );
+            rows.extend(self.running[..num_old].iter().filter(|r| !r.is_prefilling()).map(|r| row_for(r, 1)));
         }
 
         self.fit(&mut rows);
@@ -218,13 +202,7 @@ impl Scheduler {
             .running
             .iter()
             .map(|r| {
-                pages_to_reserve(
-                    r.token_ids().len(),
-                    r.remaining_outputs(),
-                    ratio,
-                    r.pages().num_pages(),
-                    page_size,
-                )
+                pages_to_reserve(r.token_ids().len(), r.remaining_outputs(), ratio, r.pages().num_pages(), page_size)
             })
             .sum();
         while *budget > 0 && self.running.len() < self.config.max_running_requests {
@@ -232,13 +210,8 @@ impl Scheduler {
                 break;
             };
             let m = self.cache.match_prefix(next.token_ids());
-            let need = pages_to_reserve(
-                next.token_ids().len(),
-                next.remaining_outputs(),
-                ratio,
-                m.num_pages(),
-                page_size,
-            );
+            let need =
+                pages_to_reserve(next.token_ids().len(), next.remaining_outputs(), ratio, m.num_pages(), page_size);
             // Locking the match takes its evictable pages out of the
             // available ones.
             let available = self.cache.num_available_pages() - m.num_evictable_pages();
@@ -265,36 +238,19 @@ impl Scheduler {
             let needed: usize = rows
                 .iter()
                 .map(|row| {
-                    let req = self
-                        .running
-                        .iter()
-                        .find(|r| r.id() == row.id)
-                        .expect("row of a running request");
-                    self.cache
-                        .pages_to_grow(req.pages(), req.cached_len() + row.extend_len)
+                    let req = self.running.iter().find(|r| r.id() == row.id).expect("row of a running request");
+                    self.cache.pages_to_grow(req.pages(), req.cached_len() + row.extend_len)
                 })
                 .sum();
             if needed <= self.cache.num_available_pages() {
                 return;
             }
-            assert!(
-                self.running.len() > 1,
-                "a lone request must fit the pool (checked at submission)"
-            );
-            let newest = self
-                .running
-                .iter()
-                .enumerate()
-                .max_by_key(|(_, r)| r.admission())
-                .map(|(i, _)| i)
-                .expect("running");
+            assert!(self.running.len() > 1, "a lone request must fit the pool (checked at submission)");
+            let newest =
+                self.running.iter().enumerate().max_by_key(|(_, r)| r.admission()).map(|(i, _)| i).expect("running");
             let victim = self.running.remove(newest);
             rows.retain(|row| row.id != victim.id());
-            log::debug!(
-                "preempting {} ({} tokens) to free KV pages",
-                victim.id(),
-                victim.token_ids().len()
-            );
+            log::debug!("preempting {} ({} tokens) to free KV pages", victim.id(), victim.token_ids().len());
             self.counters.num_preempted += 1;
             let pending = victim.preempt(&mut self.cache);
             self.waiting.push_front(pending);
@@ -309,19 +265,11 @@ impl Scheduler {
     /// Applies a finished step: `tokens[i]` was sampled for
     /// `batch.logits_rows()[i]`. Returns one event per sampled token.
     pub fn complete(&mut self, batch: PreparedBatch, tokens: &[u32]) -> Vec<TokenEvent> {
-        assert_eq!(
-            tokens.len(),
-            batch.logits_rows.len(),
-            "one token per logits row"
-        );
+        assert_eq!(tokens.len(), batch.logits_rows.len(), "one token per logits row");
         let mut events = Vec::with_capacity(tokens.len());
         let mut sampled = tokens.iter();
         for row in &batch.rows {
-            let token = if row.samples {
-                sampled.next().copied()
-            } else {
-                None
-            };
+            let token = if row.samples { sampled.next().copied() } else { None };
             // A request finished from outside while the step ran (possible
             // with overlap scheduling) simply drops its row.
             let Some(idx) = self.running.iter().position(|r| r.id() == row.id) else {
@@ -339,22 +287,12 @@ impl Scheduler {
                         // Prompt done: share its pages with later requests.
                         req.cache_prefix(&mut self.cache);
                     }
-                    events.push(TokenEvent {
-                        id: row.id,
-                        token,
-                        logprobs: None,
-                        finished: None,
-                    });
+                    events.push(TokenEvent { id: row.id, token, logprobs: None, finished: None });
                 }
                 Some(reason) => {
                     let finished = self.running.remove(idx).finish(reason, &mut self.cache);
                     self.counters.num_finished += 1;
-                    events.push(TokenEvent {
-                        id: row.id,
-                        token,
-                        logprobs: None,
-                        finished: Some(finished),
-                    });
+                    events.push(TokenEvent { id: row.id, token, logprobs: None, finished: Some(finished) });
                 }
             }
         }
@@ -389,11 +327,7 @@ impl Scheduler {
     pub fn check_integrity(&self) {
         self.cache.check_integrity();
         if self.running.is_empty() {
-            assert_eq!(
-                self.cache.num_used_pages(),
-                0,
-                "pages in use with no request running"
-            );
+            assert_eq!(self.cache.num_used_pages(), 0, "pages in use with no request running");
         }
     }
 }
@@ -401,11 +335,7 @@ impl Scheduler {
 /// The row of a running request for a step with `budget` prefill tokens left.
 fn row_for(req: &Req, budget: usize) -> BatchRow {
     let extend_len = req.extend_len().min(budget);
-    BatchRow {
-        id: req.id(),
-        extend_len,
-        samples: extend_len == req.extend_len(),
-    }
+    BatchRow { id: req.id(), extend_len, samples: extend_len == req.extend_len() }
 }
 
 #[cfg(test)]
@@ -413,11 +343,7 @@ mod tests {
     use super::*;
     use crate::core::req::{Phase, SamplingParams};
 
-    fn config(
-        num_pages: usize,
-        max_prefill_length: usize,
-        policy: SchedulePolicy,
-    ) -> SchedulerConfig {
+    fn config(num_pages: usize, max_prefill_length: usize, policy: SchedulePolicy) -> SchedulerConfig {
         SchedulerConfig {
             page_size: 4,
             num_pages,
@@ -431,15 +357,8 @@ mod tests {
     }
 
     fn pending(id: u64, prompt_len: usize, max_tokens: usize) -> PendingReq {
-        let prompt = (0..prompt_len as u32)
-            .map(|i| i + 1000 * id as u32)
-            .collect();
-        PendingReq::new(
-            ReqId::new(id),
-            prompt,
-            SamplingParams::greedy(max_tokens),
-            0,
-        )
+        let prompt = (0..prompt_len as u32).map(|i| i + 1000 * id as u32).collect();
+        PendingReq::new(ReqId::new(id), prompt, SamplingParams::greedy(max_tokens), 0)
     }
 
     /// A step's phase, `(request, extend_len)` per row, and its events.
@@ -448,11 +367,7 @@ mod tests {
     /// Runs one step, sampling token 7 for every row.
     fn step(s: &mut Scheduler) -> Option<StepTrace> {
         let batch = s.schedule()?;
-        let shape = batch
-            .rows()
-            .iter()
-            .map(|r| (r.id.get(), r.extend_len))
-            .collect();
+        let shape = batch.rows().iter().map(|r| (r.id.get(), r.extend_len)).collect();
         let prepared = s.prepare(batch);
         let phase = prepared.phase();
         let tokens = vec![7; prepared.logits_rows().len()];
@@ -553,10 +468,7 @@ mod tests {
         s.add(pending(3, 5, 5));
         let done = s.finish(ReqId::new(1), FinishReason::Abort).unwrap();
         assert_eq!(done.output_ids, [7]);
-        assert_eq!(
-            s.finish(ReqId::new(3), FinishReason::Stop).unwrap().reason,
-            FinishReason::Stop
-        );
+        assert_eq!(s.finish(ReqId::new(3), FinishReason::Stop).unwrap().reason, FinishReason::Stop);
         assert!(s.finish(ReqId::new(3), FinishReason::Abort).is_none());
         s.finish(ReqId::new(2), FinishReason::Abort).unwrap();
         assert!(!s.has_work());

@@ -17,14 +17,8 @@ use crate::core::kvcache::pages_for;
 /// future growth. Its last output is never fed back, hence the `- 1`: with
 /// ratio 1 this is exactly the KV it can ever need.
 pub fn reserve_tokens(num_tokens: usize, remaining_outputs: usize, ratio: f64) -> usize {
-    assert!(
-        remaining_outputs >= 1,
-        "a live request can produce at least one more token"
-    );
-    assert!(
-        (0.0..=1.0).contains(&ratio),
-        "reserve ratio must be in [0, 1]"
-    );
+    assert!(remaining_outputs >= 1, "a live request can produce at least one more token");
+    assert!((0.0..=1.0).contains(&ratio), "reserve ratio must be in [0, 1]");
     let growth = remaining_outputs - 1;
     num_tokens + (growth as f64 * ratio).ceil() as usize
 }
@@ -38,11 +32,7 @@ pub fn pages_to_reserve(
     num_pages: usize,
     page_size: usize,
 ) -> usize {
-    pages_for(
-        reserve_tokens(num_tokens, remaining_outputs, ratio),
-        page_size,
-    )
-    .saturating_sub(num_pages)
+    pages_for(reserve_tokens(num_tokens, remaining_outputs, ratio), page_size).saturating_sub(num_pages)
 }
 
 #[cfg(test)]

@@ -8,16 +8,12 @@
 //! in-flight step is sampling, which a device-side token buffer will provide
 //! in place of `input_ids` (mini-sglang's `token_pool`).
 
-use crate::core::req::{Batch, PreparedBatch, Req};
 use crate::core::kvcache::{pages_for, CacheManager};
+use crate::core::req::{Batch, PreparedBatch, Req};
 
 /// Builds the step. Every row's request must be in `running` (the scheduler
 /// just picked them).
-pub(super) fn prepare(
-    batch: Batch,
-    running: &mut [Req],
-    cache: &mut CacheManager,
-) -> PreparedBatch {
+pub(super) fn prepare(batch: Batch, running: &mut [Req], cache: &mut CacheManager) -> PreparedBatch {
     let page_size = cache.page_size();
     let phase = batch.phase();
     let rows = batch.rows().to_vec();
@@ -36,10 +32,7 @@ pub(super) fn prepare(
     q_indptr.push(0);
 
     for (row_idx, row) in rows.iter().enumerate() {
-        let req = running
-            .iter_mut()
-            .find(|r| r.id() == row.id)
-            .expect("scheduled request is not running");
+        let req = running.iter_mut().find(|r| r.id() == row.id).expect("scheduled request is not running");
         req.grow(row.extend_len, cache);
         let start = req.cached_len();
         let end = start + row.extend_len;
@@ -53,22 +46,12 @@ pub(super) fn prepare(
         for pos in start..end {
             input_ids.push(req.token_ids()[pos]);
             positions.push(pos as u32);
-            out_loc.push(
-                pages
-                    .page_id(pos / page_size)
-                    .slot(page_size, pos % page_size),
-            );
+            out_loc.push(pages.page_id(pos / page_size).slot(page_size, pos % page_size));
         }
         q_indptr.push(input_ids.len() as u32);
         q_lens.push(row.extend_len as u32);
         kv_lens.push(end as u32);
-        row_pages.push(
-            pages
-                .page_ids()
-                .take(pages_for(end, page_size))
-                .map(|p| p.get())
-                .collect(),
-        );
+        row_pages.push(pages.page_ids().take(pages_for(end, page_size)).map(|p| p.get()).collect());
         if row.samples {
             logits_rows.push(row_idx as u32);
             sampling.push(req.sampling_row());

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use super::common::{build_engine, load_causal_lm, load_tokenizer, EngineArgs, ModelArgs};
-use crate::core::req::SamplingParams;
 use crate::core::engine::GenerateRequest;
+use crate::core::req::SamplingParams;
 use py_random::PyRandom;
 
 /// Arguments of `minisgl bench`.
@@ -91,13 +91,8 @@ impl Draw {
                 (0..len).map(|_| rng.randint(0, top) as u32).collect()
             })
             .collect();
-        let max_tokens = (0..spec.num_requests)
-            .map(|_| rng.randint(lo, hi) as usize)
-            .collect();
-        Self {
-            prompts,
-            max_tokens,
-        }
+        let max_tokens = (0..spec.num_requests).map(|_| rng.randint(lo, hi) as usize).collect();
+        Self { prompts, max_tokens }
     }
 
     pub fn input_tokens(&self) -> usize {
@@ -141,10 +136,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             "ids drawn below {vocab_size} ({vocab_from}) exceed the model's vocab_size of {model_vocab}; pass a smaller --vocab-size"
         );
     }
-    let eos = tokenizer
-        .as_ref()
-        .map(|t| t.eos_token_ids().to_vec())
-        .unwrap_or_default();
+    let eos = tokenizer.as_ref().map(|t| t.eos_token_ids().to_vec()).unwrap_or_default();
     let mut engine = build_engine(model, &args.engine, eos)?;
 
     let draw = Draw::new(DrawSpec {
@@ -165,11 +157,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         .zip(draw.max_tokens)
         .enumerate()
         .map(|(i, (prompt_ids, max_tokens))| {
-            let mut params = SamplingParams::random(
-                max_tokens,
-                args.temperature,
-                args.seed.wrapping_add(i as u64),
-            );
+            let mut params = SamplingParams::random(max_tokens, args.temperature, args.seed.wrapping_add(i as u64));
             params.ignore_eos = true;
             GenerateRequest { prompt_ids, params }
         })
@@ -208,19 +196,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     println!("output tokens:     {output_tokens}");
     println!("total tokens:      {total_tokens}");
     println!("time:              {elapsed:.2} s");
-    println!(
-        "output throughput: {:.1} tok/s",
-        output_tokens as f64 / elapsed
-    );
-    println!(
-        "total throughput:  {:.1} tok/s",
-        total_tokens as f64 / elapsed
-    );
-    println!(
-        "steps:             {} (preempted {})",
-        stats.num_steps - steps_before,
-        stats.num_preempted
-    );
+    println!("output throughput: {:.1} tok/s", output_tokens as f64 / elapsed);
+    println!("total throughput:  {:.1} tok/s", total_tokens as f64 / elapsed);
+    println!("steps:             {} (preempted {})", stats.num_steps - steps_before, stats.num_preempted);
     if args.json {
         let obj = serde_json::json!({
             "requests": progress.finished, "seed": args.seed, "vocab_size": vocab_size,
@@ -248,13 +226,7 @@ impl Progress {
     const EVERY: Duration = Duration::from_secs(1);
 
     fn new(num_requests: usize, started: Instant) -> Self {
-        Self {
-            num_requests,
-            finished: 0,
-            output_tokens: 0,
-            started,
-            last_line: started,
-        }
+        Self { num_requests, finished: 0, output_tokens: 0, started, last_line: started }
     }
 
     fn tick(&mut self) {
@@ -284,16 +256,7 @@ mod tests {
     /// `(s, n, V, sum(map(len, p)), sum(o), first 5 len(p[i]), p[0][:10], o[:5])`.
     /// `(seed, num_requests, V, input tokens, output tokens, first 5 prompt
     /// lengths, first 10 ids, first 5 max_tokens)`.
-    type Case = (
-        u64,
-        usize,
-        usize,
-        usize,
-        usize,
-        [usize; 5],
-        [u32; 10],
-        [usize; 5],
-    );
+    type Case = (u64, usize, usize, usize, usize, [usize; 5], [u32; 10], [usize; 5]);
 
     #[rustfmt::skip]
     const CPYTHON: &[Case] = &[
@@ -320,13 +283,7 @@ mod tests {
     #[test]
     fn draw_matches_cpython() {
         for &(seed, n, vocab_size, input, output, lens, ids, max_tokens) in CPYTHON {
-            let draw = Draw::new(DrawSpec {
-                seed,
-                num_requests: n,
-                min_len: 100,
-                max_len: 1024,
-                vocab_size,
-            });
+            let draw = Draw::new(DrawSpec { seed, num_requests: n, min_len: 100, max_len: 1024, vocab_size });
             let case = format!("seed {seed}, {n} requests, V = {vocab_size}");
             assert_eq!(draw.prompts.len(), n, "{case}");
             assert_eq!(draw.input_tokens(), input, "{case}: input tokens");
@@ -335,27 +292,14 @@ mod tests {
             assert_eq!(got_lens, lens, "{case}: prompt lengths");
             assert_eq!(draw.prompts[0][..10], ids, "{case}: first prompt ids");
             assert_eq!(draw.max_tokens[..5], max_tokens, "{case}: max_tokens");
-            assert!(draw
-                .prompts
-                .iter()
-                .flatten()
-                .all(|&t| (t as usize) < vocab_size));
+            assert!(draw.prompts.iter().flatten().all(|&t| (t as usize) < vocab_size));
         }
     }
 
     /// Issue 13: mini-sglang's default run on Qwen3 (tokenizer.vocab_size 151,643).
     #[test]
     fn qwen3_default_draw_totals() {
-        let draw = Draw::new(DrawSpec {
-            seed: 0,
-            num_requests: 256,
-            min_len: 100,
-            max_len: 1024,
-            vocab_size: 151_643,
-        });
-        assert_eq!(
-            (draw.input_tokens(), draw.output_tokens()),
-            (140_756, 148_643)
-        );
+        let draw = Draw::new(DrawSpec { seed: 0, num_requests: 256, min_len: 100, max_len: 1024, vocab_size: 151_643 });
+        assert_eq!((draw.input_tokens(), draw.output_tokens()), (140_756, 148_643));
     }
 }

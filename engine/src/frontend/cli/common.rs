@@ -7,11 +7,11 @@ use anyhow::Context;
 use clap::Args;
 use kernel_runtime::{DType, Device};
 
-use crate::text::chat_template::{ModelChatConfig, SpecialTokens};
 use crate::core::engine::{Engine, EngineConfig, ModelRunner};
 use crate::core::kvcache::CacheKind;
 use crate::core::runner::CausalLmRunner;
 use crate::core::scheduler::{SchedulePolicy, SchedulerConfig};
+use crate::text::chat_template::{ModelChatConfig, SpecialTokens};
 use crate::text::tokenizer::Tokenizer;
 
 /// Which model and how to run it.
@@ -100,9 +100,7 @@ pub fn resolve_device(spec: &str) -> anyhow::Result<Device> {
             _ => Device::Cpu,
         });
     }
-    let device: Device = spec
-        .parse()
-        .map_err(|e: String| anyhow::anyhow!("--device: {e}"))?;
+    let device: Device = spec.parse().map_err(|e: String| anyhow::anyhow!("--device: {e}"))?;
     if let Device::Cuda(i) = device {
         // Fail here, with the driver's reason, rather than at the first tensor.
         kernel_runtime::cuda::device(i).with_context(|| format!("--device {spec}"))?;
@@ -128,22 +126,13 @@ pub fn load_causal_lm(args: &ModelArgs) -> anyhow::Result<Box<dyn models::Causal
     let options = models::LoadOptions {
         device,
         dtype: resolve_dtype(&args.dtype)?,
-        load_format: args
-            .load_format
-            .parse()
-            .map_err(|e: String| anyhow::anyhow!("--load-format: {e}"))?,
-        attn: args
-            .attn
-            .parse()
-            .with_context(|| format!("--attn {}", args.attn))?,
-        moe: args
-            .moe
-            .parse()
-            .map_err(|e: String| anyhow::anyhow!("--moe: {e}"))?,
+        load_format: args.load_format.parse().map_err(|e: String| anyhow::anyhow!("--load-format: {e}"))?,
+        attn: args.attn.parse().with_context(|| format!("--attn {}", args.attn))?,
+        moe: args.moe.parse().map_err(|e: String| anyhow::anyhow!("--moe: {e}"))?,
     };
     let started = std::time::Instant::now();
-    let model = models::load_model(&args.model, &options)
-        .with_context(|| format!("loading {}", args.model.display()))?;
+    let model =
+        models::load_model(&args.model, &options).with_context(|| format!("loading {}", args.model.display()))?;
     eprintln!(
         "minisgl: loaded {} ({}) on {device} in {:.1}s",
         args.model.display(),
@@ -156,14 +145,13 @@ pub fn load_causal_lm(args: &ModelArgs) -> anyhow::Result<Box<dyn models::Causal
 /// The tokenizer and chat configuration of a model folder or GGUF file.
 pub fn load_tokenizer(path: &Path) -> anyhow::Result<(Tokenizer, ModelChatConfig)> {
     if path.is_dir() {
-        let tokenizer = Tokenizer::from_dir(path)
-            .with_context(|| format!("loading the tokenizer of {}", path.display()))?;
-        let chat = ModelChatConfig::load(path)
-            .with_context(|| format!("loading the chat template of {}", path.display()))?;
+        let tokenizer =
+            Tokenizer::from_dir(path).with_context(|| format!("loading the tokenizer of {}", path.display()))?;
+        let chat =
+            ModelChatConfig::load(path).with_context(|| format!("loading the chat template of {}", path.display()))?;
         return Ok((tokenizer, chat));
     }
-    let file = models::gguf::GgufFile::open(path)
-        .with_context(|| format!("opening {}", path.display()))?;
+    let file = models::gguf::GgufFile::open(path).with_context(|| format!("opening {}", path.display()))?;
     let g = crate::text::gguf_tokenizer::tokenizer_from_gguf(&file)
         .with_context(|| format!("building the tokenizer of {}", path.display()))?;
     let special_tokens = SpecialTokens {
@@ -172,33 +160,21 @@ pub fn load_tokenizer(path: &Path) -> anyhow::Result<(Tokenizer, ModelChatConfig
         unk_token: g.unk_token_id.and_then(|id| g.tokenizer.id_to_token(id)),
         pad_token: g.pad_token_id.and_then(|id| g.tokenizer.id_to_token(id)),
     };
-    let chat = ModelChatConfig {
-        chat_template: g.chat_template.clone(),
-        special_tokens: special_tokens.clone(),
-    };
-    Ok((
-        Tokenizer::new(g.tokenizer, special_tokens, g.eos_token_ids),
-        chat,
-    ))
+    let chat = ModelChatConfig { chat_template: g.chat_template.clone(), special_tokens: special_tokens.clone() };
+    Ok((Tokenizer::new(g.tokenizer, special_tokens, g.eos_token_ids), chat))
 }
 
 /// KV pages when `--num-pages` is not given: on the GPU, `--mem-fraction` of the
 /// memory left free after the weights; on the CPU, 1 GiB of cache (at least one
 /// full-length sequence).
 pub fn default_num_pages(model: &dyn models::CausalLm, args: &EngineArgs) -> anyhow::Result<usize> {
-    let bytes_per_page = model
-        .kv_cache_shape(1, args.page_size)
-        .bytes_per_page(model.dtype())
-        .max(1);
+    let bytes_per_page = model.kv_cache_shape(1, args.page_size).bytes_per_page(model.dtype()).max(1);
     let min_pages = args.max_model_len(model)?.div_ceil(args.page_size) + 1;
     Ok(match model.device() {
         Device::Cpu => ((1usize << 30) / bytes_per_page).max(min_pages),
         Device::Cuda(i) => {
             if !(0.0..1.0).contains(&args.mem_fraction) {
-                anyhow::bail!(
-                    "--mem-fraction must be in [0, 1), got {}",
-                    args.mem_fraction
-                );
+                anyhow::bail!("--mem-fraction must be in [0, 1), got {}", args.mem_fraction);
             }
             let (free, _total) = kernel_runtime::cuda::device(i)?.mem_info()?;
             let pages = (free as f64 * args.mem_fraction) as usize / bytes_per_page;
@@ -211,11 +187,7 @@ pub fn default_num_pages(model: &dyn models::CausalLm, args: &EngineArgs) -> any
 }
 
 /// The engine configuration from the command line, for a model.
-pub fn engine_config(
-    args: &EngineArgs,
-    num_pages: usize,
-    eos_token_ids: Vec<u32>,
-) -> anyhow::Result<EngineConfig> {
+pub fn engine_config(args: &EngineArgs, num_pages: usize, eos_token_ids: Vec<u32>) -> anyhow::Result<EngineConfig> {
     let cache = match args.cache.trim() {
         "radix" => CacheKind::Radix,
         "naive" => CacheKind::Naive,
@@ -255,10 +227,7 @@ pub fn build_engine(
     let runner = CausalLmRunner::new(model, num_pages, engine_args.page_size, max_context)
         .with_context(|| format!("allocating a KV cache of {num_pages} pages"))?;
     let config = engine_config(engine_args, num_pages, eos)?;
-    Ok(Engine::new(
-        Box::new(runner) as Box<dyn ModelRunner + Send>,
-        config,
-    )?)
+    Ok(Engine::new(Box::new(runner) as Box<dyn ModelRunner + Send>, config)?)
 }
 
 /// Loads the model, its tokenizer and chat template, sizes the KV pool and builds
@@ -266,21 +235,12 @@ pub fn build_engine(
 pub fn load_model(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::Result<LoadedModel> {
     let (tokenizer, mut chat) = load_tokenizer(&model_args.model)?;
     if let Some(path) = &model_args.chat_template {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading the chat template {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading the chat template {}", path.display()))?;
         chat.chat_template = Some(text);
     }
     let model = load_causal_lm(model_args)?;
     let engine = build_engine(model, engine_args, tokenizer.eos_token_ids().to_vec())?;
-    let name = model_args
-        .model
-        .file_stem()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "model".into());
-    Ok(LoadedModel {
-        engine,
-        tokenizer,
-        chat,
-        name,
-    })
+    let name = model_args.model.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+    Ok(LoadedModel { engine, tokenizer, chat, name })
 }

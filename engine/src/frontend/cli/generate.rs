@@ -15,8 +15,8 @@ use clap::Args;
 use rand::{Rng, SeedableRng};
 
 use super::common::{load_model, EngineArgs, ModelArgs};
-use crate::core::req::SamplingParams;
 use crate::core::engine::GenerateRequest;
+use crate::core::req::SamplingParams;
 use crate::core::sampling::penalties::Penalties;
 
 /// Sampling options shared by `generate` and `bench`.
@@ -100,16 +100,15 @@ pub struct GenerateArgs {
 }
 
 fn read_prompts_file(path: &PathBuf) -> anyhow::Result<Vec<String>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut prompts = Vec::new();
     for (n, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
         if line.trim_start().starts_with('{') {
-            let v: serde_json::Value = serde_json::from_str(line)
-                .with_context(|| format!("{}:{}: invalid JSON", path.display(), n + 1))?;
+            let v: serde_json::Value =
+                serde_json::from_str(line).with_context(|| format!("{}:{}: invalid JSON", path.display(), n + 1))?;
             let p = v
                 .get("prompt")
                 .and_then(|p| p.as_str())
@@ -141,27 +140,17 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
         prompts.push(ids);
     }
     if let Some(n) = args.random {
-        let vocab = loaded
-            .tokenizer
-            .vocab_size()
-            .min(loaded.engine.runner().vocab_size()) as u32;
+        let vocab = loaded.tokenizer.vocab_size().min(loaded.engine.runner().vocab_size()) as u32;
         let mut rng = rand::rngs::StdRng::seed_from_u64(args.sampling.seed.unwrap_or(0));
         for _ in 0..n {
-            prompts.push(
-                (0..args.input_len.max(1))
-                    .map(|_| rng.gen_range(0..vocab))
-                    .collect(),
-            );
+            prompts.push((0..args.input_len.max(1)).map(|_| rng.gen_range(0..vocab)).collect());
             texts.push(String::new());
         }
     }
     let requests: Vec<GenerateRequest> = prompts
         .iter()
         .enumerate()
-        .map(|(i, p)| GenerateRequest {
-            prompt_ids: p.clone(),
-            params: args.sampling.params(i),
-        })
+        .map(|(i, p)| GenerateRequest { prompt_ids: p.clone(), params: args.sampling.params(i) })
         .collect();
     let started = std::time::Instant::now();
     let outputs = loaded.engine.generate(requests)?;

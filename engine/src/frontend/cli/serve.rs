@@ -38,19 +38,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if !(args.shutdown_timeout.is_finite() && args.shutdown_timeout >= 0.0) {
         anyhow::bail!("--shutdown-timeout must be a number of seconds >= 0");
     }
-    let api_key = args
-        .api_key
-        .clone()
-        .or_else(|| std::env::var("MINISGL_API_KEY").ok())
-        .filter(|k| !k.is_empty());
+    let api_key = args.api_key.clone().or_else(|| std::env::var("MINISGL_API_KEY").ok()).filter(|k| !k.is_empty());
     let defaults = server::defaults_from_model_dir(&args.model.model)?;
     let loaded = super::common::load_model(&args.model, &args.engine)?;
     let addr = format!("{}:{}", args.host, args.port);
-    let listener =
-        std::net::TcpListener::bind(&addr).with_context(|| format!("cannot listen on {addr}"))?;
-    let local = listener
-        .local_addr()
-        .context("cannot read the bound address")?;
+    let listener = std::net::TcpListener::bind(&addr).with_context(|| format!("cannot listen on {addr}"))?;
+    let local = listener.local_addr().context("cannot read the bound address")?;
     // Without --served-model-name, clients may also use the path as typed
     // (vLLM's name for it).
     let model_aliases = match &args.served_model_name {

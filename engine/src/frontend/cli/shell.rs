@@ -55,22 +55,10 @@ pub fn run(args: ShellArgs) -> anyhow::Result<ExitCode> {
         seed: args.seed,
         ..SamplingParams::greedy(args.max_tokens)
     };
-    let mut shell = Shell::new(
-        loaded.engine,
-        loaded.tokenizer,
-        loaded.chat,
-        ShellConfig {
-            params,
-            system: args.system,
-        },
-    )?;
+    let mut shell =
+        Shell::new(loaded.engine, loaded.tokenizer, loaded.chat, ShellConfig { params, system: args.system })?;
     let stdin = std::io::stdin();
     let interactive = stdin.is_terminal();
-    shell.run(
-        &mut stdin.lock(),
-        &mut std::io::stdout().lock(),
-        &mut std::io::stderr().lock(),
-        interactive,
-    )?;
+    shell.run(&mut stdin.lock(), &mut std::io::stdout().lock(), &mut std::io::stderr().lock(), interactive)?;
     Ok(ExitCode::SUCCESS)
 }

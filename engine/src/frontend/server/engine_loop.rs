@@ -33,9 +33,9 @@ use tokio::sync::{oneshot, Notify};
 
 use super::error::ApiError;
 use super::metrics::Metrics;
-use crate::text::text_stream::TextStream;
-use crate::core::req::{FinishReason, FinishedReq, ReqId, SamplingParams, TokenEvent};
 use crate::core::engine::{Engine, EngineError, GenerateRequest, LengthLimit, ModelRunner};
+use crate::core::req::{FinishReason, FinishedReq, ReqId, SamplingParams, TokenEvent};
+use crate::text::text_stream::TextStream;
 use crate::text::tokenizer::Tokenizer;
 
 /// A request for the engine thread.
@@ -147,9 +147,7 @@ impl EngineHandle {
     }
 
     pub fn submit(&self, submission: Submission) -> Result<(), ApiError> {
-        self.commands
-            .send(Command::Submit(Box::new(submission)))
-            .map_err(|_| ApiError::ShuttingDown)
+        self.commands.send(Command::Submit(Box::new(submission))).map_err(|_| ApiError::ShuttingDown)
     }
 
     /// Flushes the prefix cache; `false` if the engine is gone.
@@ -180,39 +178,18 @@ pub fn spawn<R>(
 where
     R: ModelRunner + Send + 'static,
 {
-    let info = EngineInfo {
-        max_context_len: engine.runner().max_context_len(),
-    };
+    let info = EngineInfo { max_context_len: engine.runner().max_context_len() };
     let (tx, rx) = mpsc::channel();
     let alive = Arc::new(AtomicBool::new(true));
     let stopped = Arc::new(Notify::new());
     metrics.publish_engine(engine.stats());
-    let state = EngineLoop {
-        engine,
-        tokenizer,
-        metrics,
-        commands: rx,
-        active: HashMap::new(),
-    };
-    let guard = AliveGuard {
-        alive: alive.clone(),
-        stopped: stopped.clone(),
-    };
-    let thread = std::thread::Builder::new()
-        .name("minisgl-engine".to_owned())
-        .spawn(move || {
-            let _guard = guard;
-            state.run();
-        })?;
-    Ok((
-        EngineHandle {
-            commands: tx,
-            alive,
-            stopped,
-            info,
-        },
-        thread,
-    ))
+    let state = EngineLoop { engine, tokenizer, metrics, commands: rx, active: HashMap::new() };
+    let guard = AliveGuard { alive: alive.clone(), stopped: stopped.clone() };
+    let thread = std::thread::Builder::new().name("minisgl-engine".to_owned()).spawn(move || {
+        let _guard = guard;
+        state.run();
+    })?;
+    Ok((EngineHandle { commands: tx, alive, stopped, info }, thread))
 }
 
 /// Clears the alive flag and wakes the server when the thread ends, by
@@ -333,17 +310,9 @@ impl<R: ModelRunner> EngineLoop<R> {
             return; // The client left while the request was in the channel.
         }
         let prompt_tokens = sub.prompt_ids.len();
-        let mut request = GenerateRequest {
-            prompt_ids: sub.prompt_ids,
-            params: sub.params,
-        };
+        let mut request = GenerateRequest { prompt_ids: sub.prompt_ids, params: sub.params };
         let mut result = self.engine.add_request(request.clone());
-        if let Err(EngineError::TooLong {
-            limit: LengthLimit::KvPool,
-            limit_tokens,
-            ..
-        }) = result
-        {
+        if let Err(EngineError::TooLong { limit: LengthLimit::KvPool, limit_tokens, .. }) = result {
             // The default `max_tokens` fills the context; the pool may hold
             // less. The last output needs no KV slot, hence the + 1.
             let fits = (limit_tokens + 1).saturating_sub(prompt_tokens);
@@ -354,9 +323,7 @@ impl<R: ModelRunner> EngineLoop<R> {
         }
         match result {
             Ok(id) => {
-                let _ = sub.events.send(Event::Accepted {
-                    max_tokens: request.params.max_tokens,
-                });
+                let _ = sub.events.send(Event::Accepted { max_tokens: request.params.max_tokens });
                 self.active.insert(
                     id,
                     Active {
@@ -376,20 +343,11 @@ impl<R: ModelRunner> EngineLoop<R> {
 
     /// Aborts the requests whose handler is gone (client disconnected).
     fn reap_disconnected(&mut self) {
-        let gone: Vec<ReqId> = self
-            .active
-            .iter()
-            .filter(|(_, a)| a.events.is_closed())
-            .map(|(&id, _)| id)
-            .collect();
+        let gone: Vec<ReqId> = self.active.iter().filter(|(_, a)| a.events.is_closed()).map(|(&id, _)| id).collect();
         for id in gone {
             if let Some(a) = self.active.remove(&id) {
                 self.engine.abort(id);
-                self.metrics.record_finished(
-                    FinishReason::Abort,
-                    a.prompt_tokens,
-                    a.arrival.elapsed(),
-                );
+                self.metrics.record_finished(FinishReason::Abort, a.prompt_tokens, a.arrival.elapsed());
             }
         }
     }
@@ -402,10 +360,7 @@ impl<R: ModelRunner> EngineLoop<R> {
                 }
             }
             Err(err) => {
-                eprintln!(
-                    "minisgl: engine step failed, failing every request in flight: {}",
-                    error_chain(&err)
-                );
+                eprintln!("minisgl: engine step failed, failing every request in flight: {}", error_chain(&err));
                 self.fail_all(ApiError::Internal(format!("model execution failed: {err}")));
             }
         }
@@ -473,8 +428,7 @@ impl<R: ModelRunner> EngineLoop<R> {
         let Some(active) = self.active.remove(&id) else {
             return;
         };
-        self.metrics
-            .record_finished(reason, finished.prompt_len, active.arrival.elapsed());
+        self.metrics.record_finished(reason, finished.prompt_len, active.arrival.elapsed());
         let _ = active.events.send(Event::Finished(Finished {
             text,
             reason,
@@ -491,9 +445,7 @@ impl<R: ModelRunner> EngineLoop<R> {
         }
         if let Some(active) = self.active.remove(&id) {
             self.metrics.record_failed();
-            let _ = active
-                .events
-                .send(Event::Failed(ApiError::Internal(err.to_string())));
+            let _ = active.events.send(Event::Failed(ApiError::Internal(err.to_string())));
         }
     }
 
@@ -504,11 +456,7 @@ impl<R: ModelRunner> EngineLoop<R> {
         for (id, active) in self.active.drain() {
             self.engine.abort(id);
             if err == ApiError::ShuttingDown {
-                self.metrics.record_finished(
-                    FinishReason::Abort,
-                    active.prompt_tokens,
-                    active.arrival.elapsed(),
-                );
+                self.metrics.record_finished(FinishReason::Abort, active.prompt_tokens, active.arrival.elapsed());
             } else {
                 self.metrics.record_failed();
             }

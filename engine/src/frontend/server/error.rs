@@ -19,10 +19,7 @@ pub enum ApiError {
     #[error("request body is not valid JSON: {0}")]
     InvalidJson(String),
     #[error("`{param}` must be {expected}")]
-    InvalidType {
-        param: String,
-        expected: &'static str,
-    },
+    InvalidType { param: String, expected: &'static str },
     #[error("`{param}` {reason}")]
     InvalidValue { param: String, reason: String },
     #[error("`{param}` is required")]
@@ -37,13 +34,7 @@ pub enum ApiError {
     ModelNotFound { model: String, served: String },
     /// Prompt plus `max_tokens` does not fit; never truncated silently.
     #[error("this model's maximum context length is {limit} tokens ({what}), but the request needs {prompt_tokens} prompt tokens + {max_tokens} completion tokens; shorten the prompt or lower `max_tokens`")]
-    ContextLength {
-        param: String,
-        what: &'static str,
-        limit: usize,
-        prompt_tokens: usize,
-        max_tokens: usize,
-    },
+    ContextLength { param: String, what: &'static str, limit: usize, prompt_tokens: usize, max_tokens: usize },
     /// The chat template refused the conversation or failed on it.
     #[error("{0}")]
     Template(String),
@@ -90,31 +81,20 @@ struct ErrorObject<'a> {
 
 impl ApiError {
     pub fn invalid_value(param: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self::InvalidValue {
-            param: param.into(),
-            reason: reason.into(),
-        }
+        Self::InvalidValue { param: param.into(), reason: reason.into() }
     }
 
     pub fn invalid_type(param: impl Into<String>, expected: &'static str) -> Self {
-        Self::InvalidType {
-            param: param.into(),
-            expected,
-        }
+        Self::InvalidType { param: param.into(), expected }
     }
 
     pub fn unsupported(param: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self::Unsupported {
-            param: param.into(),
-            reason: reason.into(),
-        }
+        Self::Unsupported { param: param.into(), reason: reason.into() }
     }
 
     pub fn status(&self) -> StatusCode {
         match self {
-            ApiError::ModelNotFound { .. } | ApiError::RouteNotFound { .. } => {
-                StatusCode::NOT_FOUND
-            }
+            ApiError::ModelNotFound { .. } | ApiError::RouteNotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -175,29 +155,19 @@ impl ApiError {
     /// event when a stream fails after it started).
     pub fn to_json(&self) -> String {
         let body = ErrorBody {
-            error: ErrorObject {
-                message: self.to_string(),
-                kind: self.kind(),
-                param: self.param(),
-                code: self.code(),
-            },
+            error: ErrorObject { message: self.to_string(), kind: self.kind(), param: self.param(), code: self.code() },
         };
         // Serializing plain strings and options cannot fail; keep a fallback
         // anyway rather than an `expect` in the request path.
         serde_json::to_string(&body).unwrap_or_else(|_| {
-            r#"{"error":{"message":"internal error","type":"server_error","param":null,"code":null}}"#
-                .to_owned()
+            r#"{"error":{"message":"internal error","type":"server_error","param":null,"code":null}}"#.to_owned()
         })
     }
 
     /// Maps an [`EngineError`] of `add_request` to the field the client
     /// sent: `prompt_field` is `messages` or `prompt`, and `max_tokens_field`
     /// the length field the client set (if any).
-    pub fn from_engine(
-        err: &EngineError,
-        prompt_field: &str,
-        max_tokens_field: Option<&str>,
-    ) -> Self {
+    pub fn from_engine(err: &EngineError, prompt_field: &str, max_tokens_field: Option<&str>) -> Self {
         match err {
             EngineError::InvalidRequest { field, reason } => {
                 let param = match *field {
@@ -207,12 +177,7 @@ impl ApiError {
                 };
                 ApiError::invalid_value(param, reason.clone())
             }
-            EngineError::TooLong {
-                prompt_len,
-                max_tokens,
-                limit,
-                limit_tokens,
-            } => ApiError::ContextLength {
+            EngineError::TooLong { prompt_len, max_tokens, limit, limit_tokens } => ApiError::ContextLength {
                 param: max_tokens_field.unwrap_or(prompt_field).to_owned(),
                 what: match limit {
                     LengthLimit::Context => "the model's context window",
@@ -230,10 +195,7 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status(), self.to_json()).into_response();
-        response.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
+        response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
         response
     }
 }
@@ -256,17 +218,10 @@ mod tests {
 
     #[test]
     fn statuses() {
-        let nf = ApiError::ModelNotFound {
-            model: "a".into(),
-            served: "b".into(),
-        };
+        let nf = ApiError::ModelNotFound { model: "a".into(), served: "b".into() };
         assert_eq!(nf.status(), StatusCode::NOT_FOUND);
-        assert_eq!(
-            ApiError::ShuttingDown.status(),
-            StatusCode::SERVICE_UNAVAILABLE
-        );
-        let json: serde_json::Value =
-            serde_json::from_str(&ApiError::ShuttingDown.to_json()).unwrap();
+        assert_eq!(ApiError::ShuttingDown.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let json: serde_json::Value = serde_json::from_str(&ApiError::ShuttingDown.to_json()).unwrap();
         assert!(json["error"]["param"].is_null());
     }
 }

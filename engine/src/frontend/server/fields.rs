@@ -26,26 +26,16 @@ pub struct Fields {
 impl Fields {
     /// Parses a request body, which must be a JSON object.
     pub fn from_body(body: &[u8]) -> Result<Self, ApiError> {
-        let value: Json =
-            serde_json::from_slice(body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+        let value: Json = serde_json::from_slice(body).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
         match value {
-            Json::Object(map) => Ok(Self {
-                map,
-                prefix: String::new(),
-            }),
-            other => Err(ApiError::InvalidJson(format!(
-                "the body must be a JSON object, got {}",
-                type_name(&other)
-            ))),
+            Json::Object(map) => Ok(Self { map, prefix: String::new() }),
+            other => Err(ApiError::InvalidJson(format!("the body must be a JSON object, got {}", type_name(&other)))),
         }
     }
 
     /// The fields of a nested object, errors naming `prefix.field`.
     pub fn nested(map: Map<String, Json>, prefix: &str) -> Self {
-        Self {
-            map,
-            prefix: format!("{prefix}."),
-        }
+        Self { map, prefix: format!("{prefix}.") }
     }
 
     /// The dotted name of `field` for error messages.
@@ -68,10 +58,7 @@ impl Fields {
     pub fn f64(&mut self, field: &str) -> Result<Option<f64>, ApiError> {
         match self.take(field) {
             None => Ok(None),
-            Some(v) => v
-                .as_f64()
-                .map(Some)
-                .ok_or_else(|| ApiError::invalid_type(self.name(field), "a number")),
+            Some(v) => v.as_f64().map(Some).ok_or_else(|| ApiError::invalid_type(self.name(field), "a number")),
         }
     }
 
@@ -82,14 +69,8 @@ impl Fields {
             Some(v) => match as_int(&v) {
                 Some(i) => Ok(Some(i)),
                 // serde_json reads integers beyond 64 bits as floats.
-                None if v
-                    .as_f64()
-                    .is_some_and(|f| f.fract() == 0.0 && f.abs() > 1e18) =>
-                {
-                    Err(ApiError::invalid_value(
-                        self.name(field),
-                        format!("{v} is out of range"),
-                    ))
+                None if v.as_f64().is_some_and(|f| f.fract() == 0.0 && f.abs() > 1e18) => {
+                    Err(ApiError::invalid_value(self.name(field), format!("{v} is out of range")))
                 }
                 None => Err(ApiError::invalid_type(self.name(field), "an integer")),
             },
@@ -123,12 +104,7 @@ impl Fields {
     /// Accepts a field the server does not implement only at the value that
     /// means "off" (e.g. `frequency_penalty: 0`, `n: 1`), so that clients
     /// that always send defaults keep working; any other value is refused.
-    pub fn neutral(
-        &mut self,
-        field: &str,
-        is_neutral: impl Fn(&Json) -> bool,
-        reason: &str,
-    ) -> Result<(), ApiError> {
+    pub fn neutral(&mut self, field: &str, is_neutral: impl Fn(&Json) -> bool, reason: &str) -> Result<(), ApiError> {
         match self.take(field) {
             Some(v) if !is_neutral(&v) => Err(ApiError::unsupported(self.name(field), reason)),
             _ => Ok(()),
@@ -157,9 +133,7 @@ impl Fields {
 
 /// An integer value, if `v` is one.
 pub fn as_int(v: &Json) -> Option<i128> {
-    v.as_i64()
-        .map(i128::from)
-        .or_else(|| v.as_u64().map(i128::from))
+    v.as_i64().map(i128::from).or_else(|| v.as_u64().map(i128::from))
 }
 
 /// JSON's name for the type of `v`, for error messages.
@@ -180,8 +154,7 @@ mod tests {
 
     #[test]
     fn reads_and_rejects_leftovers() {
-        let mut f =
-            Fields::from_body(br#"{"a": 1, "b": null, "c": "x", "user": "u", "zz": 2}"#).unwrap();
+        let mut f = Fields::from_body(br#"{"a": 1, "b": null, "c": "x", "user": "u", "zz": 2}"#).unwrap();
         assert_eq!(f.int("a").unwrap(), Some(1));
         assert_eq!(f.f64("b").unwrap(), None);
         assert_eq!(f.string("c").unwrap().as_deref(), Some("x"));
@@ -192,14 +165,8 @@ mod tests {
     #[test]
     fn type_errors_name_the_field() {
         let mut f = Fields::from_body(br#"{"t": "hot", "n": 1.5}"#).unwrap();
-        assert_eq!(
-            f.f64("t").unwrap_err(),
-            ApiError::invalid_type("t", "a number")
-        );
-        assert_eq!(
-            f.int("n").unwrap_err(),
-            ApiError::invalid_type("n", "an integer")
-        );
+        assert_eq!(f.f64("t").unwrap_err(), ApiError::invalid_type("t", "a number"));
+        assert_eq!(f.int("n").unwrap_err(), ApiError::invalid_type("n", "an integer"));
         assert!(Fields::from_body(b"[1]").is_err());
         assert!(Fields::from_body(b"{").is_err());
     }

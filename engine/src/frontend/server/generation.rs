@@ -26,8 +26,8 @@ use super::engine_loop::{Event, EventReceiver, Finished, Submission, TokenLogpro
 use super::error::ApiError;
 use super::request::{Sampling, StreamOptions};
 use super::response::{
-    chat_logprobs, completion_logprobs, finish_reason_str, to_json, ChatChoice, ChatCompletion,
-    ChatMessage, ChunkWriter, Completion, CompletionChoice, Usage,
+    chat_logprobs, completion_logprobs, finish_reason_str, to_json, ChatChoice, ChatCompletion, ChatMessage,
+    ChunkWriter, Completion, CompletionChoice, Usage,
 };
 use super::state::{json_response, unix_now, AppState};
 
@@ -65,9 +65,7 @@ pub async fn generate(state: &Arc<AppState>, job: Job) -> Result<Response, ApiEr
     let mut choices = Vec::with_capacity(job.prompts.len() * n);
     for (p, prompt) in job.prompts.iter().enumerate() {
         for j in 0..n {
-            let mut params = job
-                .sampling
-                .to_params(&state.model.defaults, prompt.default_max_tokens);
+            let mut params = job.sampling.to_params(&state.model.defaults, prompt.default_max_tokens);
             params.seed = params.seed.map(|s| s.wrapping_add(j as u64));
             let (tx, rx) = unbounded_channel();
             state.engine.submit(Submission {
@@ -79,11 +77,7 @@ pub async fn generate(state: &Arc<AppState>, job: Job) -> Result<Response, ApiEr
                 arrival: job.arrival,
                 events: tx,
             })?;
-            choices.push(Choice {
-                index: (p * n + j) as u32,
-                prompt: p,
-                rx,
-            });
+            choices.push(Choice { index: (p * n + j) as u32, prompt: p, rx });
         }
     }
     for choice in &mut choices {
@@ -110,15 +104,11 @@ pub async fn generate(state: &Arc<AppState>, job: Job) -> Result<Response, ApiEr
 async fn await_acceptance(rx: &mut EventReceiver, job: &Job) -> Result<(), ApiError> {
     match rx.recv().await {
         Some(Event::Accepted { .. }) => Ok(()),
-        Some(Event::Rejected(err)) => Err(ApiError::from_engine(
-            &err,
-            job.prompt_field,
-            job.sampling.max_tokens.map(|(_, field)| field),
-        )),
+        Some(Event::Rejected(err)) => {
+            Err(ApiError::from_engine(&err, job.prompt_field, job.sampling.max_tokens.map(|(_, field)| field)))
+        }
         Some(Event::Failed(err)) => Err(err),
-        Some(other) => Err(ApiError::Internal(format!(
-            "unexpected engine event before acceptance: {other:?}"
-        ))),
+        Some(other) => Err(ApiError::Internal(format!("unexpected engine event before acceptance: {other:?}"))),
         None => Err(ApiError::ShuttingDown),
     }
 }
@@ -140,11 +130,7 @@ async fn collect(mut rx: EventReceiver) -> Result<Collected, ApiError> {
             Some(Event::Logprobs(lp)) => logprobs.push(lp),
             Some(Event::Finished(finished)) => {
                 text.push_str(&finished.text);
-                return Ok(Collected {
-                    text,
-                    logprobs,
-                    finished,
-                });
+                return Ok(Collected { text, logprobs, finished });
             }
             Some(Event::Failed(err)) => return Err(err),
             Some(Event::Accepted { .. } | Event::Rejected(_)) => {}
@@ -164,10 +150,7 @@ struct UsageSum {
 
 impl UsageSum {
     fn new(num_prompts: usize) -> Self {
-        Self {
-            prompt_counted: vec![false; num_prompts],
-            ..Self::default()
-        }
+        Self { prompt_counted: vec![false; num_prompts], ..Self::default() }
     }
 
     fn add(&mut self, prompt: usize, f: &Finished) {
@@ -180,37 +163,18 @@ impl UsageSum {
     }
 
     fn usage(&self) -> Usage {
-        Usage::new(
-            self.prompt_tokens,
-            self.completion_tokens,
-            self.cached_tokens,
-        )
+        Usage::new(self.prompt_tokens, self.completion_tokens, self.cached_tokens)
     }
 }
 
 /// The log probabilities of `tokens` in the API's shape for chat or
 /// completions (offsets counted from `text_offset`), or `null` when the
 /// request did not ask for them.
-fn logprobs_json(
-    wanted: bool,
-    chat: bool,
-    tokens: &[TokenLogprob],
-    text_offset: usize,
-) -> Option<Json> {
-    wanted.then(|| {
-        if chat {
-            chat_logprobs(tokens)
-        } else {
-            completion_logprobs(tokens, text_offset)
-        }
-    })
+fn logprobs_json(wanted: bool, chat: bool, tokens: &[TokenLogprob], text_offset: usize) -> Option<Json> {
+    wanted.then(|| if chat { chat_logprobs(tokens) } else { completion_logprobs(tokens, text_offset) })
 }
 
-async fn full_response(
-    choices: Vec<Choice>,
-    job: &Job,
-    writer: &ChunkWriter,
-) -> Result<Response, ApiError> {
+async fn full_response(choices: Vec<Choice>, job: &Job, writer: &ChunkWriter) -> Result<Response, ApiError> {
     let meta: Vec<(u32, usize)> = choices.iter().map(|c| (c.index, c.prompt)).collect();
     let outputs = futures::future::try_join_all(choices.into_iter().map(|c| collect(c.rx))).await?;
     let mut usage = UsageSum::new(job.prompts.len());
@@ -224,12 +188,7 @@ async fn full_response(
             .zip(&outputs)
             .map(|(&(index, _), out)| ChatChoice {
                 index,
-                message: ChatMessage {
-                    role: "assistant",
-                    content: &out.text,
-                    refusal: None,
-                    tool_calls: Vec::new(),
-                },
+                message: ChatMessage { role: "assistant", content: &out.text, refusal: None, tool_calls: Vec::new() },
                 logprobs: logprobs_json(job.sampling.logprobs.is_some(), true, &out.logprobs, 0),
                 finish_reason: finish_reason_str(out.finished.reason),
             })
@@ -257,19 +216,11 @@ async fn full_response(
             .zip(&outputs)
             .zip(&texts)
             .map(|((&(index, prompt), out), text)| {
-                let echoed = job.prompts[prompt]
-                    .echo
-                    .as_ref()
-                    .map_or(0, |e| e.chars().count());
+                let echoed = job.prompts[prompt].echo.as_ref().map_or(0, |e| e.chars().count());
                 CompletionChoice {
                     index,
                     text,
-                    logprobs: logprobs_json(
-                        job.sampling.logprobs.is_some(),
-                        false,
-                        &out.logprobs,
-                        echoed,
-                    ),
+                    logprobs: logprobs_json(job.sampling.logprobs.is_some(), false, &out.logprobs, echoed),
                     finish_reason: Some(finish_reason_str(out.finished.reason)),
                 }
             })
@@ -320,8 +271,7 @@ impl StreamState {
         let tokens = std::mem::take(&mut c.pending_logprobs);
         let logprobs = logprobs_json(self.logprobs, self.chat, &tokens, c.chars_sent);
         c.chars_sent += text.chars().count();
-        self.ready
-            .push_back(self.writer.text(index, text, logprobs));
+        self.ready.push_back(self.writer.text(index, text, logprobs));
     }
 
     fn on_event(&mut self, index: u32, event: Option<Event>) {
@@ -337,10 +287,7 @@ impl StreamState {
                 }
             }
             Some(Event::Finished(f)) => {
-                let has_logprobs = self
-                    .choices
-                    .get(index as usize)
-                    .is_some_and(|c| !c.pending_logprobs.is_empty());
+                let has_logprobs = self.choices.get(index as usize).is_some_and(|c| !c.pending_logprobs.is_empty());
                 if !f.text.is_empty() || has_logprobs {
                     self.text_chunk(index, &f.text);
                 }
@@ -363,8 +310,7 @@ impl StreamState {
             }
             Some(Event::Accepted { .. } | Event::Rejected(_)) => {}
             None => {
-                self.ready
-                    .push_back(ApiError::Internal("the engine stopped".into()).to_json());
+                self.ready.push_back(ApiError::Internal("the engine stopped".into()).to_json());
                 self.end();
             }
         }
@@ -394,11 +340,7 @@ fn stream_response(choices: Vec<Choice>, job: &Job, writer: ChunkWriter) -> Resp
         if writer.chat {
             ready.push_back(writer.role(c.index));
         }
-        if let Some(prompt) = job.prompts[c.prompt]
-            .echo
-            .as_ref()
-            .filter(|p| !p.is_empty())
-        {
+        if let Some(prompt) = job.prompts[c.prompt].echo.as_ref().filter(|p| !p.is_empty()) {
             ready.push_back(writer.text(c.index, prompt, None));
         }
     }
@@ -408,10 +350,7 @@ fn stream_response(choices: Vec<Choice>, job: &Job, writer: ChunkWriter) -> Resp
             prompt: c.prompt,
             finished: false,
             pending_logprobs: Vec::new(),
-            chars_sent: job.prompts[c.prompt]
-                .echo
-                .as_ref()
-                .map_or(0, |e| e.chars().count()),
+            chars_sent: job.prompts[c.prompt].echo.as_ref().map_or(0, |e| e.chars().count()),
         })
         .collect();
     let events = stream::select_all(choices.into_iter().map(|c| tagged(c.index, c.rx)));
@@ -438,8 +377,7 @@ fn stream_response(choices: Vec<Choice>, job: &Job, writer: ChunkWriter) -> Resp
                 Some((index, event)) => st.on_event(index, event),
                 // Every channel closed without finishing every choice.
                 None => {
-                    st.ready
-                        .push_back(ApiError::Internal("the engine stopped".into()).to_json());
+                    st.ready.push_back(ApiError::Internal("the engine stopped".into()).to_json());
                     st.end();
                 }
             }
@@ -447,7 +385,5 @@ fn stream_response(choices: Vec<Choice>, job: &Job, writer: ChunkWriter) -> Resp
     });
     // Comments every 15 s keep proxies from closing a stream whose first
     // token is slow (a long queue or prefill).
-    Sse::new(stream)
-        .keep_alive(KeepAlive::default())
-        .into_response()
+    Sse::new(stream).keep_alive(KeepAlive::default()).into_response()
 }

@@ -12,25 +12,21 @@ use std::fmt::Write as _;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::core::req::FinishReason;
 use crate::core::engine::EngineStats;
+use crate::core::req::FinishReason;
 
 /// Bucket bounds (seconds) of the time-to-first-token histogram: vLLM's,
 /// plus finer ones for small models and the CPU path.
 const TTFT_BUCKETS: &[f64] = &[
-    0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-    10.0, 20.0, 40.0, 80.0,
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+    80.0,
 ];
 /// Bucket bounds (seconds) of the inter-token-latency histogram.
-const ITL_BUCKETS: &[f64] = &[
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
-    1.0, 2.5, 5.0,
-];
+const ITL_BUCKETS: &[f64] =
+    &[0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0];
 /// Bucket bounds (seconds) of the end-to-end request latency histogram.
-const E2E_BUCKETS: &[f64] = &[
-    0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0,
-    60.0, 120.0, 240.0,
-];
+const E2E_BUCKETS: &[f64] =
+    &[0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0];
 
 #[derive(Clone, Debug)]
 struct Histogram {
@@ -43,20 +39,11 @@ struct Histogram {
 
 impl Histogram {
     fn new(bounds: &'static [f64]) -> Self {
-        Self {
-            bounds,
-            counts: vec![0; bounds.len() + 1],
-            sum: 0.0,
-            count: 0,
-        }
+        Self { bounds, counts: vec![0; bounds.len() + 1], sum: 0.0, count: 0 }
     }
 
     fn observe(&mut self, value: f64) {
-        let idx = self
-            .bounds
-            .iter()
-            .position(|&b| value <= b)
-            .unwrap_or(self.bounds.len());
+        let idx = self.bounds.iter().position(|&b| value <= b).unwrap_or(self.bounds.len());
         self.counts[idx] += 1;
         self.sum += value;
         self.count += 1;
@@ -192,12 +179,9 @@ impl Metrics {
         let name = "minisgl_requests_total";
         let _ = writeln!(out, "# HELP {name} Requests that ended, by finish reason (abort: the client went away or the server aborted it; error: the server failed it).");
         let _ = writeln!(out, "# TYPE {name} counter");
-        for (reason, value) in [
-            ("stop", s.finished_stop),
-            ("length", s.finished_length),
-            ("abort", s.finished_abort),
-            ("error", s.failed),
-        ] {
+        for (reason, value) in
+            [("stop", s.finished_stop), ("length", s.finished_length), ("abort", s.finished_abort), ("error", s.failed)]
+        {
             let _ = writeln!(out, "{name}{{finish_reason=\"{reason}\"}} {value}");
         }
         counter(
@@ -206,18 +190,8 @@ impl Metrics {
             "Requests refused with a 4xx error before reaching the engine.",
             s.rejected,
         );
-        counter(
-            &mut out,
-            "minisgl_prompt_tokens_total",
-            "Prompt tokens of the requests that ended.",
-            s.prompt_tokens,
-        );
-        counter(
-            &mut out,
-            "minisgl_generation_tokens_total",
-            "Tokens generated.",
-            s.generation_tokens,
-        );
+        counter(&mut out, "minisgl_prompt_tokens_total", "Prompt tokens of the requests that ended.", s.prompt_tokens);
+        counter(&mut out, "minisgl_generation_tokens_total", "Tokens generated.", s.generation_tokens);
 
         let e = s.engine.unwrap_or(EngineStats {
             num_waiting: 0,
@@ -232,42 +206,12 @@ impl Metrics {
             num_preempted: 0,
             num_finished: 0,
         });
-        gauge(
-            &mut out,
-            "minisgl_num_requests_waiting",
-            "Requests queued for admission.",
-            e.num_waiting as u64,
-        );
-        gauge(
-            &mut out,
-            "minisgl_num_requests_running",
-            "Requests admitted (the running batch).",
-            e.num_running as u64,
-        );
-        gauge(
-            &mut out,
-            "minisgl_kv_pages_total",
-            "KV cache pages in the pool.",
-            e.num_pages as u64,
-        );
-        gauge(
-            &mut out,
-            "minisgl_kv_pages_used",
-            "KV pages held by running requests.",
-            e.used_pages as u64,
-        );
-        gauge(
-            &mut out,
-            "minisgl_kv_pages_free",
-            "KV pages in the free list.",
-            e.free_pages as u64,
-        );
-        gauge(
-            &mut out,
-            "minisgl_kv_pages_cached",
-            "KV pages held by the prefix cache.",
-            e.cached_pages as u64,
-        );
+        gauge(&mut out, "minisgl_num_requests_waiting", "Requests queued for admission.", e.num_waiting as u64);
+        gauge(&mut out, "minisgl_num_requests_running", "Requests admitted (the running batch).", e.num_running as u64);
+        gauge(&mut out, "minisgl_kv_pages_total", "KV cache pages in the pool.", e.num_pages as u64);
+        gauge(&mut out, "minisgl_kv_pages_used", "KV pages held by running requests.", e.used_pages as u64);
+        gauge(&mut out, "minisgl_kv_pages_free", "KV pages in the free list.", e.free_pages as u64);
+        gauge(&mut out, "minisgl_kv_pages_cached", "KV pages held by the prefix cache.", e.cached_pages as u64);
         gauge(
             &mut out,
             "minisgl_kv_pages_evictable",
@@ -280,33 +224,15 @@ impl Metrics {
             "Prompt tokens served from the prefix cache.",
             e.cache_hit_tokens,
         );
-        counter(
-            &mut out,
-            "minisgl_engine_steps_total",
-            "Engine steps (forward passes).",
-            e.num_steps,
-        );
-        counter(
-            &mut out,
-            "minisgl_preemptions_total",
-            "Requests preempted to free KV pages.",
-            e.num_preempted,
-        );
+        counter(&mut out, "minisgl_engine_steps_total", "Engine steps (forward passes).", e.num_steps);
+        counter(&mut out, "minisgl_preemptions_total", "Requests preempted to free KV pages.", e.num_preempted);
         s.ttft.render(
             &mut out,
             "minisgl_time_to_first_token_seconds",
             "Time from submission to the first generated token.",
         );
-        s.itl.render(
-            &mut out,
-            "minisgl_inter_token_latency_seconds",
-            "Time between consecutive tokens of a request.",
-        );
-        s.e2e.render(
-            &mut out,
-            "minisgl_e2e_request_latency_seconds",
-            "Time from submission to the end of a request.",
-        );
+        s.itl.render(&mut out, "minisgl_inter_token_latency_seconds", "Time between consecutive tokens of a request.");
+        s.e2e.render(&mut out, "minisgl_e2e_request_latency_seconds", "Time from submission to the end of a request.");
         out
     }
 }
@@ -335,17 +261,8 @@ mod tests {
         assert!(text.contains("minisgl_time_to_first_token_seconds_bucket{le=\"0.005\"} 1"));
         assert!(text.contains("minisgl_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2"));
         assert!(text.contains("minisgl_requests_total{finish_reason=\"stop\"} 1"));
-        assert_eq!(
-            parse_sample(&text, "minisgl_prompt_tokens_total"),
-            Some(7.0)
-        );
-        assert_eq!(
-            parse_sample(&text, "minisgl_generation_tokens_total"),
-            Some(2.0)
-        );
-        assert_eq!(
-            parse_sample(&text, "minisgl_time_to_first_token_seconds_count"),
-            Some(2.0)
-        );
+        assert_eq!(parse_sample(&text, "minisgl_prompt_tokens_total"), Some(7.0));
+        assert_eq!(parse_sample(&text, "minisgl_generation_tokens_total"), Some(2.0));
+        assert_eq!(parse_sample(&text, "minisgl_time_to_first_token_seconds_count"), Some(2.0));
     }
 }

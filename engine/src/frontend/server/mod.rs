@@ -48,8 +48,8 @@ use tokio::sync::oneshot;
 pub use error::ApiError;
 pub use request::SamplingDefaults;
 
-use crate::text::chat_template::{ChatTemplate, ModelChatConfig};
 use crate::core::engine::{Engine, ModelRunner};
+use crate::text::chat_template::{ChatTemplate, ModelChatConfig};
 use crate::text::tokenizer::Tokenizer;
 use metrics::Metrics;
 use state::{AppState, ServedModel};
@@ -103,24 +103,12 @@ pub fn defaults_from_model_dir(dir: &Path) -> Result<SamplingDefaults, ServerErr
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(defaults),
         // A model given as a file (GGUF) has no folder to look in.
         Err(_) if !dir.is_dir() => return Ok(defaults),
-        Err(e) => {
-            return Err(ServerError::Config {
-                path,
-                reason: e.to_string(),
-            })
-        }
+        Err(e) => return Err(ServerError::Config { path, reason: e.to_string() }),
     };
-    let config: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| ServerError::Config {
-            path: path.clone(),
-            reason: format!("not valid JSON: {e}"),
-        })?;
+    let config: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| ServerError::Config { path: path.clone(), reason: format!("not valid JSON: {e}") })?;
     let taken = defaults.apply_generation_config(&config);
-    if let Some(r) = config
-        .get("repetition_penalty")
-        .and_then(serde_json::Value::as_f64)
-        .filter(|&r| r != 1.0)
-    {
+    if let Some(r) = config.get("repetition_penalty").and_then(serde_json::Value::as_f64).filter(|&r| r != 1.0) {
         eprintln!(
             "minisgl: {} sets repetition_penalty = {r}; it is not applied by default \
              (penalties sample on the host); requests may set it",
@@ -128,11 +116,7 @@ pub fn defaults_from_model_dir(dir: &Path) -> Result<SamplingDefaults, ServerErr
         );
     }
     if !taken.is_empty() {
-        eprintln!(
-            "minisgl: default sampling parameters from {}: {}",
-            path.display(),
-            taken.join(", ")
-        );
+        eprintln!("minisgl: default sampling parameters from {}: {}", path.display(), taken.join(", "));
     }
     Ok(defaults)
 }
@@ -256,22 +240,9 @@ where
     let (stop, stop_rx) = oneshot::channel();
     let thread = std::thread::Builder::new()
         .name("minisgl-server".to_owned())
-        .spawn(move || {
-            run(
-                engine,
-                tokenizer,
-                chat,
-                config,
-                listener,
-                Trigger::Manual(stop_rx),
-            )
-        })
+        .spawn(move || run(engine, tokenizer, chat, config, listener, Trigger::Manual(stop_rx)))
         .map_err(ServerError::Thread)?;
-    Ok(ServerHandle {
-        addr,
-        stop: Some(stop),
-        thread: Some(thread),
-    })
+    Ok(ServerHandle { addr, stop: Some(stop), thread: Some(thread) })
 }
 
 fn run<R>(
@@ -287,15 +258,12 @@ where
 {
     let tokenizer = Arc::new(tokenizer);
     let metrics = Arc::new(Metrics::new());
-    let template = chat
-        .chat_template
-        .as_deref()
-        .map(|source| ChatTemplate::new(source).map_err(|e| e.to_string()));
+    let template = chat.chat_template.as_deref().map(|source| ChatTemplate::new(source).map_err(|e| e.to_string()));
     if let Some(Err(e)) = &template {
         eprintln!("minisgl: warning: {e}; chat requests will fail (completions work)");
     }
-    let (engine, engine_thread) = engine_loop::spawn(engine, tokenizer.clone(), metrics.clone())
-        .map_err(ServerError::Thread)?;
+    let (engine, engine_thread) =
+        engine_loop::spawn(engine, tokenizer.clone(), metrics.clone()).map_err(ServerError::Thread)?;
     let state = Arc::new(AppState {
         api_key: config.api_key,
         engine: engine.clone(),
@@ -316,12 +284,7 @@ where
         .build()
         .map_err(ServerError::Runtime)
         .and_then(|runtime| {
-            let result = runtime.block_on(serve_http(
-                listener,
-                state,
-                trigger,
-                config.shutdown_timeout,
-            ));
+            let result = runtime.block_on(serve_http(listener, state, trigger, config.shutdown_timeout));
             // Blocking tasks (tokenization) are short; do not hang on one.
             runtime.shutdown_timeout(Duration::from_secs(5));
             result
@@ -338,9 +301,7 @@ async fn serve_http(
     trigger: Trigger,
     shutdown_timeout: Duration,
 ) -> Result<(), ServerError> {
-    listener
-        .set_nonblocking(true)
-        .map_err(ServerError::Listen)?;
+    listener.set_nonblocking(true).map_err(ServerError::Listen)?;
     let listener = tokio::net::TcpListener::from_std(listener).map_err(ServerError::Listen)?;
     let engine = state.engine.clone();
     let app = routes::router(state);
@@ -370,9 +331,7 @@ async fn serve_http(
             engine.abort_all();
         });
     };
-    let server = axum::serve(listener, app)
-        .with_graceful_shutdown(graceful)
-        .into_future();
+    let server = axum::serve(listener, app).with_graceful_shutdown(graceful).into_future();
     // After the drain and the abort, connections close within moments; a
     // client that stopped reading must not keep the process alive.
     let deadline = async move {

@@ -14,23 +14,16 @@ use serde_json::{Map, Value as Json};
 
 use super::error::ApiError;
 use super::fields::{as_int, Fields};
-use crate::core::req::SamplingParams;
 use crate::core::engine::MAX_TOP_LOGPROBS;
+use crate::core::req::SamplingParams;
 use crate::core::sampling::penalties::Penalties;
 
 /// Fields accepted and ignored on every generation endpoint: they carry no
 /// meaning for generation (`user` is an end-user id for abuse monitoring,
 /// `metadata`/`store` concern OpenAI's stored completions,
 /// `parallel_tool_calls` is moot without tools).
-const IGNORABLE: &[&str] = &[
-    "user",
-    "metadata",
-    "store",
-    "service_tier",
-    "parallel_tool_calls",
-    "prompt_cache_key",
-    "safety_identifier",
-];
+const IGNORABLE: &[&str] =
+    &["user", "metadata", "store", "service_tier", "parallel_tool_calls", "prompt_cache_key", "safety_identifier"];
 
 /// Fields of the OpenAI and vLLM APIs that this server does not implement
 /// (beyond their neutral values), for a precise error message.
@@ -87,13 +80,7 @@ pub struct SamplingDefaults {
 impl SamplingDefaults {
     /// OpenAI's defaults: temperature 1, no truncation.
     pub fn openai() -> Self {
-        Self {
-            temperature: 1.0,
-            top_p: 1.0,
-            top_k: None,
-            min_p: 0.0,
-            max_new_tokens: None,
-        }
+        Self { temperature: 1.0, top_p: 1.0, top_k: None, min_p: 0.0, max_new_tokens: None }
     }
 
     /// Applies the sampling fields of a `generation_config.json`; returns the
@@ -152,11 +139,7 @@ pub struct Sampling {
 impl Sampling {
     /// The engine's parameters. `default_max_tokens` applies when the
     /// request set no limit.
-    pub fn to_params(
-        &self,
-        defaults: &SamplingDefaults,
-        default_max_tokens: usize,
-    ) -> SamplingParams {
+    pub fn to_params(&self, defaults: &SamplingDefaults, default_max_tokens: usize) -> SamplingParams {
         SamplingParams {
             temperature: self.temperature.unwrap_or(defaults.temperature),
             top_k: self.top_k.unwrap_or(defaults.top_k),
@@ -232,10 +215,7 @@ pub struct CompletionRequest {
 #[derive(Clone, Debug, PartialEq)]
 pub enum TokenizeInput {
     Prompt(Prompt),
-    Chat {
-        messages: Vec<Json>,
-        render: ChatRender,
-    },
+    Chat { messages: Vec<Json>, render: ChatRender },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -257,11 +237,7 @@ pub fn parse_chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let mut f = Fields::from_body(body)?;
     let model = f.string("model")?;
     let messages = match f.take("messages") {
-        None => {
-            return Err(ApiError::Missing {
-                param: "messages".into(),
-            })
-        }
+        None => return Err(ApiError::Missing { param: "messages".into() }),
         Some(v) => parse_messages(v)?,
     };
     let render = parse_render(&mut f)?;
@@ -273,10 +249,7 @@ pub fn parse_chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let top = f.int("top_logprobs")?;
     if let Some(n) = top {
         if !logprobs {
-            return Err(ApiError::invalid_value(
-                "top_logprobs",
-                "needs `logprobs: true`",
-            ));
+            return Err(ApiError::invalid_value("top_logprobs", "needs `logprobs: true`"));
         }
         check_top_logprobs("top_logprobs", n)?;
     }
@@ -285,55 +258,29 @@ pub fn parse_chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
     }
     f.neutral("echo", |v| v == &Json::Bool(false), "")?;
     f.neutral("tools", is_empty_array, "tool calling is not implemented")?;
-    f.neutral(
-        "tool_choice",
-        |v| v == "none",
-        "tool calling is not implemented",
-    )?;
+    f.neutral("tool_choice", |v| v == "none", "tool calling is not implemented")?;
     f.neutral(
         "response_format",
-        |v| {
-            v.get("type").and_then(Json::as_str) == Some("text")
-                && v.as_object().is_some_and(|o| o.len() == 1)
-        },
+        |v| v.get("type").and_then(Json::as_str) == Some("text") && v.as_object().is_some_and(|o| o.len() == 1),
         "only {\"type\": \"text\"} is implemented",
     )?;
     f.finish(IGNORABLE, KNOWN_UNSUPPORTED)?;
-    Ok(ChatRequest {
-        model,
-        messages,
-        render,
-        add_special_tokens,
-        sampling,
-        stream,
-    })
+    Ok(ChatRequest { model, messages, render, add_special_tokens, sampling, stream })
 }
 
 pub fn parse_completion(body: &[u8]) -> Result<CompletionRequest, ApiError> {
     let mut f = Fields::from_body(body)?;
     let model = f.string("model")?;
     let prompts = match f.take("prompt") {
-        None => {
-            return Err(ApiError::Missing {
-                param: "prompt".into(),
-            })
-        }
+        None => return Err(ApiError::Missing { param: "prompt".into() }),
         Some(v) => parse_prompts(v)?,
     };
     let add_special_tokens = f.bool("add_special_tokens")?.unwrap_or(true);
     let echo = f.bool("echo")?.unwrap_or(false);
     let sampling = parse_sampling(&mut f, false)?;
     let stream = parse_stream(&mut f)?;
-    f.neutral(
-        "best_of",
-        |v| as_int(v) == Some(1),
-        "only best_of=1 is implemented",
-    )?;
-    f.neutral(
-        "suffix",
-        |v| v == "",
-        "insertion (suffix) is not implemented",
-    )?;
+    f.neutral("best_of", |v| as_int(v) == Some(1), "only best_of=1 is implemented")?;
+    f.neutral("suffix", |v| v == "", "insertion (suffix) is not implemented")?;
     let mut sampling = sampling;
     if let Some(n) = f.int("logprobs")? {
         check_top_logprobs("logprobs", n)?;
@@ -343,21 +290,10 @@ pub fn parse_completion(body: &[u8]) -> Result<CompletionRequest, ApiError> {
     if prompts.len() * sampling.n > MAX_N {
         return Err(ApiError::invalid_value(
             "n",
-            format!(
-                "{} prompts x n = {} makes more than {MAX_N} choices",
-                prompts.len(),
-                sampling.n
-            ),
+            format!("{} prompts x n = {} makes more than {MAX_N} choices", prompts.len(), sampling.n),
         ));
     }
-    Ok(CompletionRequest {
-        model,
-        prompts,
-        add_special_tokens,
-        echo,
-        sampling,
-        stream,
-    })
+    Ok(CompletionRequest { model, prompts, add_special_tokens, echo, sampling, stream })
 }
 
 pub fn parse_tokenize(body: &[u8]) -> Result<TokenizeRequest, ApiError> {
@@ -373,38 +309,22 @@ pub fn parse_tokenize(body: &[u8]) -> Result<TokenizeRequest, ApiError> {
             (TokenizeInput::Chat { messages, render }, false)
         }
         (Some(_), Some(_)) => {
-            return Err(ApiError::invalid_value(
-                "messages",
-                "give either `prompt` or `messages`, not both",
-            ))
+            return Err(ApiError::invalid_value("messages", "give either `prompt` or `messages`, not both"))
         }
-        (None, None) => {
-            return Err(ApiError::Missing {
-                param: "prompt".into(),
-            })
-        }
+        (None, None) => return Err(ApiError::Missing { param: "prompt".into() }),
     };
     let add_special_tokens = f.bool("add_special_tokens")?.unwrap_or(default_special);
     let return_token_strs = f.bool("return_token_strs")?.unwrap_or(false);
     f.neutral("tools", is_empty_array, "tool calling is not implemented")?;
     f.finish(&["user"], KNOWN_UNSUPPORTED)?;
-    Ok(TokenizeRequest {
-        model,
-        input,
-        add_special_tokens,
-        return_token_strs,
-    })
+    Ok(TokenizeRequest { model, input, add_special_tokens, return_token_strs })
 }
 
 pub fn parse_detokenize(body: &[u8]) -> Result<DetokenizeRequest, ApiError> {
     let mut f = Fields::from_body(body)?;
     let model = f.string("model")?;
     let tokens = match f.take("tokens") {
-        None => {
-            return Err(ApiError::Missing {
-                param: "tokens".into(),
-            })
-        }
+        None => return Err(ApiError::Missing { param: "tokens".into() }),
         Some(v) => token_ids(&v, "tokens")?,
     };
     f.finish(&["user"], KNOWN_UNSUPPORTED)?;
@@ -437,10 +357,7 @@ fn parse_render(f: &mut Fields) -> Result<ChatRender, ApiError> {
         "unk_token",
         "pad_token",
     ];
-    if let Some(key) = chat_template_kwargs
-        .keys()
-        .find(|k| RESERVED.contains(&k.as_str()))
-    {
+    if let Some(key) = chat_template_kwargs.keys().find(|k| RESERVED.contains(&k.as_str())) {
         return Err(ApiError::invalid_value(
             format!("chat_template_kwargs.{key}"),
             "is set by the server or by a request field of its own and cannot be passed as a template variable",
@@ -451,12 +368,7 @@ fn parse_render(f: &mut Fields) -> Result<ChatRender, ApiError> {
         Some(v @ Json::Array(_)) => Some(v),
         Some(_) => return Err(ApiError::invalid_type("documents", "an array of objects")),
     };
-    Ok(ChatRender {
-        add_generation_prompt,
-        continue_final_message,
-        chat_template_kwargs,
-        documents,
-    })
+    Ok(ChatRender { add_generation_prompt, continue_final_message, chat_template_kwargs, documents })
 }
 
 /// Chat messages: a non-empty array of objects with a string `role` and a
@@ -466,10 +378,7 @@ fn parse_render(f: &mut Fields) -> Result<ChatRender, ApiError> {
 /// template as they are.
 pub fn parse_messages(v: Json) -> Result<Vec<Json>, ApiError> {
     let Json::Array(items) = v else {
-        return Err(ApiError::invalid_type(
-            "messages",
-            "an array of message objects",
-        ));
+        return Err(ApiError::invalid_type("messages", "an array of message objects"));
     };
     if items.is_empty() {
         return Err(ApiError::invalid_value("messages", "must not be empty"));
@@ -484,29 +393,15 @@ pub fn parse_messages(v: Json) -> Result<Vec<Json>, ApiError> {
             let role = match msg.get("role") {
                 Some(Json::String(r)) if !r.is_empty() => r.clone(),
                 Some(Json::String(_)) => {
-                    return Err(ApiError::invalid_value(
-                        format!("messages.{i}.role"),
-                        "must not be empty",
-                    ))
+                    return Err(ApiError::invalid_value(format!("messages.{i}.role"), "must not be empty"))
                 }
-                None | Some(Json::Null) => {
-                    return Err(ApiError::Missing {
-                        param: format!("messages.{i}.role"),
-                    })
-                }
-                Some(_) => {
-                    return Err(ApiError::invalid_type(
-                        format!("messages.{i}.role"),
-                        "a string",
-                    ))
-                }
+                None | Some(Json::Null) => return Err(ApiError::Missing { param: format!("messages.{i}.role") }),
+                Some(_) => return Err(ApiError::invalid_type(format!("messages.{i}.role"), "a string")),
             };
             let content = match msg.remove("content") {
                 None | Some(Json::Null) => {
                     if role != "assistant" {
-                        return Err(ApiError::Missing {
-                            param: format!("messages.{i}.content"),
-                        });
+                        return Err(ApiError::Missing { param: format!("messages.{i}.content") });
                     }
                     None
                 }
@@ -542,25 +437,15 @@ fn join_text_parts(parts: Vec<Json>, msg_idx: usize) -> Result<String, ApiError>
                     format!("content parts of type `{other}` are not supported (text only)"),
                 ))
             }
-            None => {
-                return Err(ApiError::Missing {
-                    param: format!("{param}.type"),
-                })
-            }
+            None => return Err(ApiError::Missing { param: format!("{param}.type") }),
         }
         match part.get("text") {
             Some(Json::String(t)) => texts.push(t.clone()),
-            None | Some(Json::Null) => {
-                return Err(ApiError::Missing {
-                    param: format!("{param}.text"),
-                })
-            }
+            None | Some(Json::Null) => return Err(ApiError::Missing { param: format!("{param}.text") }),
             Some(_) => return Err(ApiError::invalid_type(format!("{param}.text"), "a string")),
         }
         if let Some(key) = part.keys().find(|k| !matches!(k.as_str(), "type" | "text")) {
-            return Err(ApiError::UnknownField {
-                param: format!("{param}.{key}"),
-            });
+            return Err(ApiError::UnknownField { param: format!("{param}.{key}") });
         }
     }
     Ok(texts.join("\n"))
@@ -593,10 +478,7 @@ fn parse_prompt(v: Json, param: &str) -> Result<Prompt, ApiError> {
                 )),
             }
         }
-        _ => Err(ApiError::invalid_type(
-            param,
-            "a string or an array of token ids",
-        )),
+        _ => Err(ApiError::invalid_type(param, "a string or an array of token ids")),
     }
 }
 
@@ -618,10 +500,7 @@ fn parse_prompts(v: Json) -> Result<Vec<Prompt>, ApiError> {
                         }
                         Ok(Prompt::Ids(ids))
                     }
-                    _ => Err(ApiError::invalid_type(
-                        param,
-                        "a string or an array of token ids",
-                    )),
+                    _ => Err(ApiError::invalid_type(param, "a string or an array of token ids")),
                 }
             })
             .collect(),
@@ -637,13 +516,9 @@ fn token_ids(v: &Json, param: &str) -> Result<Vec<u32>, ApiError> {
         .iter()
         .enumerate()
         .map(|(i, x)| match as_int(x) {
-            Some(id) => u32::try_from(id).map_err(|_| {
-                ApiError::invalid_value(format!("{param}.{i}"), format!("{id} is not a token id"))
-            }),
-            None => Err(ApiError::invalid_type(
-                format!("{param}.{i}"),
-                "an integer token id",
-            )),
+            Some(id) => u32::try_from(id)
+                .map_err(|_| ApiError::invalid_value(format!("{param}.{i}"), format!("{id} is not a token id"))),
+            None => Err(ApiError::invalid_type(format!("{param}.{i}"), "an integer token id")),
         })
         .collect()
 }
@@ -658,33 +533,21 @@ fn check_top_logprobs(field: &str, n: i128) -> Result<(), ApiError> {
     if (0..=MAX_TOP_LOGPROBS as i128).contains(&n) {
         Ok(())
     } else {
-        Err(ApiError::invalid_value(
-            field,
-            format!("must be in [0, {MAX_TOP_LOGPROBS}], got {n}"),
-        ))
+        Err(ApiError::invalid_value(field, format!("must be in [0, {MAX_TOP_LOGPROBS}], got {n}")))
     }
 }
 
 fn parse_sampling(f: &mut Fields, chat: bool) -> Result<Sampling, ApiError> {
-    let mut s = Sampling {
-        skip_special_tokens: true,
-        ..Sampling::default()
-    };
+    let mut s = Sampling { skip_special_tokens: true, ..Sampling::default() };
     if let Some(t) = f.f64("temperature")? {
         if !(t.is_finite() && t >= 0.0) {
-            return Err(ApiError::invalid_value(
-                "temperature",
-                format!("must be >= 0, got {t}"),
-            ));
+            return Err(ApiError::invalid_value("temperature", format!("must be >= 0, got {t}")));
         }
         s.temperature = Some(t as f32);
     }
     if let Some(p) = f.f64("top_p")? {
         if !(p > 0.0 && p <= 1.0) {
-            return Err(ApiError::invalid_value(
-                "top_p",
-                format!("must be in (0, 1], got {p}"),
-            ));
+            return Err(ApiError::invalid_value("top_p", format!("must be in (0, 1], got {p}")));
         }
         s.top_p = Some(p as f32);
     }
@@ -692,20 +555,12 @@ fn parse_sampling(f: &mut Fields, chat: bool) -> Result<Sampling, ApiError> {
         s.top_k = Some(match k {
             -1 | 0 => None,
             k if k > 0 => Some(usize::try_from(k).unwrap_or(usize::MAX)),
-            k => {
-                return Err(ApiError::invalid_value(
-                    "top_k",
-                    format!("must be >= 1, or -1 or 0 to disable, got {k}"),
-                ))
-            }
+            k => return Err(ApiError::invalid_value("top_k", format!("must be >= 1, or -1 or 0 to disable, got {k}"))),
         });
     }
     if let Some(p) = f.f64("min_p")? {
         if !(0.0..=1.0).contains(&p) {
-            return Err(ApiError::invalid_value(
-                "min_p",
-                format!("must be in [0, 1], got {p}"),
-            ));
+            return Err(ApiError::invalid_value("min_p", format!("must be in [0, 1], got {p}")));
         }
         s.min_p = Some(p as f32);
     }
@@ -721,10 +576,7 @@ fn parse_sampling(f: &mut Fields, chat: bool) -> Result<Sampling, ApiError> {
     for field in length_fields {
         if let Some(n) = f.int(field)? {
             if n < 1 {
-                return Err(ApiError::invalid_value(
-                    field,
-                    format!("must be at least 1, got {n}"),
-                ));
+                return Err(ApiError::invalid_value(field, format!("must be at least 1, got {n}")));
             }
             if max_tokens.is_none() {
                 max_tokens = Some((usize::try_from(n).unwrap_or(usize::MAX), field));
@@ -743,18 +595,10 @@ fn parse_sampling(f: &mut Fields, chat: bool) -> Result<Sampling, ApiError> {
                     _ => Err(ApiError::invalid_type(format!("stop.{i}"), "a string")),
                 })
                 .collect::<Result<_, _>>()?,
-            _ => {
-                return Err(ApiError::invalid_type(
-                    "stop",
-                    "a string or an array of strings",
-                ))
-            }
+            _ => return Err(ApiError::invalid_type("stop", "a string or an array of strings")),
         };
         if let Some(i) = s.stop.iter().position(String::is_empty) {
-            return Err(ApiError::invalid_value(
-                format!("stop.{i}"),
-                "must not be empty",
-            ));
+            return Err(ApiError::invalid_value(format!("stop.{i}"), "must not be empty"));
         }
     }
     if let Some(ids) = f.take("stop_token_ids") {
@@ -765,20 +609,14 @@ fn parse_sampling(f: &mut Fields, chat: bool) -> Result<Sampling, ApiError> {
     s.n = 1;
     if let Some(n) = f.int("n")? {
         if !(1..=MAX_N as i128).contains(&n) {
-            return Err(ApiError::invalid_value(
-                "n",
-                format!("must be in [1, {MAX_N}], got {n}"),
-            ));
+            return Err(ApiError::invalid_value("n", format!("must be in [1, {MAX_N}], got {n}")));
         }
         s.n = n as usize;
     }
     for field in ["frequency_penalty", "presence_penalty"] {
         if let Some(v) = f.f64(field)? {
             if !(-2.0..=2.0).contains(&v) {
-                return Err(ApiError::invalid_value(
-                    field,
-                    format!("must be in [-2, 2], got {v}"),
-                ));
+                return Err(ApiError::invalid_value(field, format!("must be in [-2, 2], got {v}")));
             }
             if field == "frequency_penalty" {
                 s.frequency_penalty = Some(v as f32);
@@ -789,30 +627,19 @@ fn parse_sampling(f: &mut Fields, chat: bool) -> Result<Sampling, ApiError> {
     }
     if let Some(v) = f.f64("repetition_penalty")? {
         if !(v.is_finite() && v > 0.0) {
-            return Err(ApiError::invalid_value(
-                "repetition_penalty",
-                format!("must be > 0, got {v}"),
-            ));
+            return Err(ApiError::invalid_value("repetition_penalty", format!("must be > 0, got {v}")));
         }
         s.repetition_penalty = Some(v as f32);
     }
     let zero = |v: &Json| v.as_f64() == Some(0.0);
     f.neutral("min_tokens", zero, "min_tokens is not implemented")?;
-    f.neutral(
-        "logit_bias",
-        |v| v.as_object().is_some_and(Map::is_empty),
-        "logit_bias is not implemented",
-    )?;
+    f.neutral("logit_bias", |v| v.as_object().is_some_and(Map::is_empty), "logit_bias is not implemented")?;
     f.neutral(
         "include_stop_str_in_output",
         |v| v == &Json::Bool(false),
         "stop strings are always cut from the output",
     )?;
-    f.neutral(
-        "spaces_between_special_tokens",
-        |v| v == &Json::Bool(true),
-        "",
-    )?;
+    f.neutral("spaces_between_special_tokens", |v| v == &Json::Bool(true), "")?;
     Ok(s)
 }
 
@@ -821,24 +648,14 @@ fn parse_stream(f: &mut Fields) -> Result<StreamOptions, ApiError> {
     let mut include_usage = false;
     if let Some(opts) = f.object("stream_options")? {
         if !stream {
-            return Err(ApiError::invalid_value(
-                "stream_options",
-                "is only allowed when `stream` is true",
-            ));
+            return Err(ApiError::invalid_value("stream_options", "is only allowed when `stream` is true"));
         }
         let mut o = Fields::nested(opts, "stream_options");
         include_usage = o.bool("include_usage")?.unwrap_or(false);
-        o.neutral(
-            "continuous_usage_stats",
-            |v| v == &Json::Bool(false),
-            "usage is reported once, at the end",
-        )?;
+        o.neutral("continuous_usage_stats", |v| v == &Json::Bool(false), "usage is reported once, at the end")?;
         o.finish(&[], &[])?;
     }
-    Ok(StreamOptions {
-        stream,
-        include_usage,
-    })
+    Ok(StreamOptions { stream, include_usage })
 }
 
 #[cfg(test)]
@@ -877,56 +694,23 @@ mod tests {
     fn chat_rejections_name_the_field() {
         let param = |body: &str| chat(body).unwrap_err().param().map(str::to_owned);
         let m = r#""messages":[{"role":"user","content":"hi"}]"#;
-        assert_eq!(
-            param(&format!("{{{m},\"temperature\":-1}}")).as_deref(),
-            Some("temperature")
-        );
-        assert_eq!(
-            param(&format!("{{{m},\"top_p\":0}}")).as_deref(),
-            Some("top_p")
-        );
-        assert_eq!(
-            param(&format!("{{{m},\"max_tokens\":0}}")).as_deref(),
-            Some("max_tokens")
-        );
+        assert_eq!(param(&format!("{{{m},\"temperature\":-1}}")).as_deref(), Some("temperature"));
+        assert_eq!(param(&format!("{{{m},\"top_p\":0}}")).as_deref(), Some("top_p"));
+        assert_eq!(param(&format!("{{{m},\"max_tokens\":0}}")).as_deref(), Some("max_tokens"));
         assert_eq!(param(&format!("{{{m},\"n\":0}}")).as_deref(), Some("n"));
+        assert_eq!(param(&format!("{{{m},\"logprobs\":1}}")).as_deref(), Some("logprobs"));
+        assert_eq!(param(&format!("{{{m},\"top_logprobs\":1}}")).as_deref(), Some("top_logprobs"));
+        assert_eq!(param(&format!("{{{m},\"prompt_logprobs\":1}}")).as_deref(), Some("prompt_logprobs"));
+        assert_eq!(param(&format!("{{{m},\"bogus\":1}}")).as_deref(), Some("bogus"));
+        assert_eq!(param(&format!("{{{m},\"temperature\":\"hot\"}}")).as_deref(), Some("temperature"));
         assert_eq!(
-            param(&format!("{{{m},\"logprobs\":1}}")).as_deref(),
-            Some("logprobs")
-        );
-        assert_eq!(
-            param(&format!("{{{m},\"top_logprobs\":1}}")).as_deref(),
-            Some("top_logprobs")
-        );
-        assert_eq!(
-            param(&format!("{{{m},\"prompt_logprobs\":1}}")).as_deref(),
-            Some("prompt_logprobs")
-        );
-        assert_eq!(
-            param(&format!("{{{m},\"bogus\":1}}")).as_deref(),
-            Some("bogus")
-        );
-        assert_eq!(
-            param(&format!("{{{m},\"temperature\":\"hot\"}}")).as_deref(),
-            Some("temperature")
-        );
-        assert_eq!(
-            param(&format!(
-                "{{{m},\"stream_options\":{{\"include_usage\":true}}}}"
-            ))
-            .as_deref(),
+            param(&format!("{{{m},\"stream_options\":{{\"include_usage\":true}}}}")).as_deref(),
             Some("stream_options")
         );
         assert_eq!(param(r#"{"messages":[]}"#).as_deref(), Some("messages"));
+        assert_eq!(param(r#"{"messages":[{"role":"user"}]}"#).as_deref(), Some("messages.0.content"));
         assert_eq!(
-            param(r#"{"messages":[{"role":"user"}]}"#).as_deref(),
-            Some("messages.0.content")
-        );
-        assert_eq!(
-            param(
-                r#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]}"#
-            )
-            .as_deref(),
+            param(r#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]}"#).as_deref(),
             Some("messages.0.content.0.type")
         );
         assert_eq!(param(r#"{}"#).as_deref(), Some("messages"));
@@ -937,15 +721,9 @@ mod tests {
         let p = |body: &str| parse_completion(body.as_bytes()).map(|r| r.prompts);
         assert_eq!(p(r#"{"prompt":"x"}"#).unwrap(), [Prompt::Text("x".into())]);
         assert_eq!(p(r#"{"prompt":[1,2]}"#).unwrap(), [Prompt::Ids(vec![1, 2])]);
-        assert_eq!(
-            p(r#"{"prompt":["x"]}"#).unwrap(),
-            [Prompt::Text("x".into())]
-        );
+        assert_eq!(p(r#"{"prompt":["x"]}"#).unwrap(), [Prompt::Text("x".into())]);
         assert_eq!(p(r#"{"prompt":[[3]]}"#).unwrap(), [Prompt::Ids(vec![3])]);
-        assert_eq!(
-            p(r#"{"prompt":["x",[4,5]]}"#).unwrap(),
-            [Prompt::Text("x".into()), Prompt::Ids(vec![4, 5])]
-        );
+        assert_eq!(p(r#"{"prompt":["x",[4,5]]}"#).unwrap(), [Prompt::Text("x".into()), Prompt::Ids(vec![4, 5])]);
         assert!(p(r#"{"prompt":[]}"#).is_err());
         assert!(p(r#"{"prompt":[-1]}"#).is_err());
         assert!(p(r#"{"prompt":"x","max_completion_tokens":3}"#).is_err());
@@ -964,10 +742,7 @@ mod tests {
         // The model's repetition penalty is not a default (see SamplingDefaults);
         // a request's own is applied.
         assert!(s.penalties.is_neutral());
-        let own = Sampling {
-            repetition_penalty: Some(1.05),
-            ..Sampling::default()
-        };
+        let own = Sampling { repetition_penalty: Some(1.05), ..Sampling::default() };
         assert_eq!(own.to_params(&d, 9).penalties.repetition, 1.05);
     }
 }

@@ -166,30 +166,14 @@ impl ChunkWriter {
     /// The first chat chunk of choice `index`: the assistant role and empty
     /// content.
     pub fn role(&self, index: u32) -> String {
-        self.chat_chunk(
-            index,
-            Delta {
-                role: Some("assistant"),
-                content: Some(""),
-            },
-            None,
-            None,
-        )
+        self.chat_chunk(index, Delta { role: Some("assistant"), content: Some("") }, None, None)
     }
 
     /// A chunk of generated (or, for `echo`, prompt) text of choice `index`,
     /// with the log probabilities of its tokens (already in the API's shape).
     pub fn text(&self, index: u32, text: &str, logprobs: Option<Json>) -> String {
         if self.chat {
-            self.chat_chunk(
-                index,
-                Delta {
-                    role: None,
-                    content: Some(text),
-                },
-                logprobs,
-                None,
-            )
+            self.chat_chunk(index, Delta { role: None, content: Some(text) }, logprobs, None)
         } else {
             self.completion_chunk(index, text, logprobs, None)
         }
@@ -242,12 +226,7 @@ impl ChunkWriter {
             object: "chat.completion.chunk",
             created: self.created,
             model: &self.model,
-            choices: vec![ChunkChoice {
-                index,
-                delta,
-                logprobs,
-                finish_reason,
-            }],
+            choices: vec![ChunkChoice { index, delta, logprobs, finish_reason }],
             usage: None,
             system_fingerprint: None,
         })
@@ -265,12 +244,7 @@ impl ChunkWriter {
             object: "text_completion",
             created: self.created,
             model: &self.model,
-            choices: vec![CompletionChoice {
-                index,
-                text,
-                logprobs,
-                finish_reason,
-            }],
+            choices: vec![CompletionChoice { index, text, logprobs, finish_reason }],
             usage: None,
             system_fingerprint: None,
         })
@@ -280,11 +254,7 @@ impl ChunkWriter {
 /// A log probability as JSON: -inf (a masked token) has no JSON number, so it
 /// becomes -9999, as in vLLM.
 fn logprob_json(logprob: f32) -> Json {
-    json!(if logprob.is_finite() {
-        f64::from(logprob)
-    } else {
-        -9999.0
-    })
+    json!(if logprob.is_finite() { f64::from(logprob) } else { -9999.0 })
 }
 
 /// Chat's `logprobs`: `{"content": [{"token", "logprob", "bytes",
@@ -315,11 +285,7 @@ pub fn completion_logprobs(tokens: &[TokenLogprob], mut text_offset: usize) -> J
     let top: Vec<Json> = tokens
         .iter()
         .map(|t| {
-            let map: Map<String, Json> = t
-                .top
-                .iter()
-                .map(|(tok, lp)| (tok.clone(), logprob_json(*lp)))
-                .collect();
+            let map: Map<String, Json> = t.top.iter().map(|(tok, lp)| (tok.clone(), logprob_json(*lp))).collect();
             Json::Object(map)
         })
         .collect();
@@ -335,9 +301,8 @@ pub fn completion_logprobs(tokens: &[TokenLogprob], mut text_offset: usize) -> J
 /// options, which cannot fail to serialize; the fallback keeps the request
 /// path free of `expect`.
 pub fn to_json<T: Serialize>(value: &T) -> String {
-    serde_json::to_string(value).unwrap_or_else(|e| {
-        super::error::ApiError::Internal(format!("cannot serialize a response: {e}")).to_json()
-    })
+    serde_json::to_string(value)
+        .unwrap_or_else(|e| super::error::ApiError::Internal(format!("cannot serialize a response: {e}")).to_json())
 }
 
 #[cfg(test)]
@@ -346,19 +311,13 @@ mod tests {
 
     #[test]
     fn chunks_have_openai_fields() {
-        let w = ChunkWriter {
-            id: "chatcmpl-1".into(),
-            created: 5,
-            model: "m".into(),
-            chat: true,
-        };
+        let w = ChunkWriter { id: "chatcmpl-1".into(), created: 5, model: "m".into(), chat: true };
         let role: serde_json::Value = serde_json::from_str(&w.role(0)).unwrap();
         assert_eq!(role["object"], "chat.completion.chunk");
         assert_eq!(role["choices"][0]["delta"]["role"], "assistant");
         assert!(role["choices"][0]["finish_reason"].is_null());
         assert!(role["usage"].is_null());
-        let fin: serde_json::Value =
-            serde_json::from_str(&w.finish(2, FinishReason::Length)).unwrap();
+        let fin: serde_json::Value = serde_json::from_str(&w.finish(2, FinishReason::Length)).unwrap();
         assert_eq!(fin["choices"][0]["finish_reason"], "length");
         assert_eq!(fin["choices"][0]["index"], 2);
         assert_eq!(fin["choices"][0]["delta"], serde_json::json!({}));
@@ -368,25 +327,15 @@ mod tests {
     }
 
     fn token(token: &str, logprob: f32, top: &[(&str, f32)]) -> TokenLogprob {
-        TokenLogprob {
-            token: token.into(),
-            logprob,
-            top: top.iter().map(|&(t, p)| (t.to_owned(), p)).collect(),
-        }
+        TokenLogprob { token: token.into(), logprob, top: top.iter().map(|&(t, p)| (t.to_owned(), p)).collect() }
     }
 
     #[test]
     fn logprobs_have_the_shapes_of_chat_and_completions() {
-        let tokens = [
-            token("Hé", -0.5, &[("Hé", -0.5), ("Yo", -1.0)]),
-            token("!", f32::NEG_INFINITY, &[]),
-        ];
+        let tokens = [token("Hé", -0.5, &[("Hé", -0.5), ("Yo", -1.0)]), token("!", f32::NEG_INFINITY, &[])];
         let chat = chat_logprobs(&tokens);
         assert_eq!(chat["content"][0]["token"], "Hé");
-        assert_eq!(
-            chat["content"][0]["bytes"],
-            serde_json::json!([72, 195, 169])
-        );
+        assert_eq!(chat["content"][0]["bytes"], serde_json::json!([72, 195, 169]));
         assert_eq!(chat["content"][0]["top_logprobs"][1]["token"], "Yo");
         assert_eq!(chat["content"][0]["top_logprobs"][1]["logprob"], -1.0);
         assert_eq!(chat["content"][1]["logprob"], -9999.0);
@@ -394,10 +343,7 @@ mod tests {
         let comp = completion_logprobs(&tokens, 3);
         assert_eq!(comp["tokens"], serde_json::json!(["Hé", "!"]));
         assert_eq!(comp["token_logprobs"], serde_json::json!([-0.5, -9999.0]));
-        assert_eq!(
-            comp["top_logprobs"][0],
-            serde_json::json!({"Hé": -0.5, "Yo": -1.0})
-        );
+        assert_eq!(comp["top_logprobs"][0], serde_json::json!({"Hé": -0.5, "Yo": -1.0}));
         assert_eq!(comp["text_offset"], serde_json::json!([3, 5]));
     }
 }

@@ -48,10 +48,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models", get(list_models))
         // A wildcard: served names often contain a slash (`Qwen/Qwen3-8B`).
         .route("/v1/models/{*model}", get(get_model))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            require_api_key,
-        ));
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_api_key));
     Router::new()
         .merge(v1)
         .route("/tokenize", post(tokenize))
@@ -67,11 +64,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 /// Refuses a `/v1/*` request without the server's API key (when it has one).
-async fn require_api_key(
-    State(state): State<Arc<AppState>>,
-    request: Request,
-    next: Next,
-) -> Response {
+async fn require_api_key(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
     if let Some(key) = &state.api_key {
         let sent = request
             .headers()
@@ -93,10 +86,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 async fn not_found(method: Method, uri: Uri) -> ApiError {
-    ApiError::RouteNotFound {
-        method: method.to_string(),
-        path: uri.path().to_owned(),
-    }
+    ApiError::RouteNotFound { method: method.to_string(), path: uri.path().to_owned() }
 }
 
 /// axum answers a known path with the wrong method with an empty 405; give
@@ -131,10 +121,7 @@ impl AppState {
     fn check_model(&self, model: Option<&str>) -> Result<(), ApiError> {
         match model {
             Some(m) if m != self.model.name && !self.model.aliases.iter().any(|a| a == m) => {
-                Err(ApiError::ModelNotFound {
-                    model: m.to_owned(),
-                    served: self.model.name.clone(),
-                })
+                Err(ApiError::ModelNotFound { model: m.to_owned(), served: self.model.name.clone() })
             }
             _ => Ok(()),
         }
@@ -157,13 +144,10 @@ impl ServedModel {
             Some(Err(e)) => return Err(ApiError::Template(e.clone())),
             None => return Err(ApiError::NoChatTemplate),
         };
-        let mut opts =
-            RenderOptions::new(render.add_generation_prompt, self.special_tokens.clone());
+        let mut opts = RenderOptions::new(render.add_generation_prompt, self.special_tokens.clone());
         opts.extra = render.chat_template_kwargs.clone();
         opts.documents = render.documents.clone();
-        let rendered = template
-            .render(messages, &opts)
-            .map_err(|e| ApiError::Template(e.to_string()))?;
+        let rendered = template.render(messages, &opts).map_err(|e| ApiError::Template(e.to_string()))?;
         if render.continue_final_message {
             continue_final_message(rendered, messages)
         } else {
@@ -171,33 +155,19 @@ impl ServedModel {
         }
     }
 
-    fn encode(
-        &self,
-        text: &str,
-        add_special_tokens: bool,
-        param: &str,
-    ) -> Result<Vec<u32>, ApiError> {
-        self.tokenizer
-            .encode(text, add_special_tokens)
-            .map_err(|e| ApiError::invalid_value(param, e.to_string()))
+    fn encode(&self, text: &str, add_special_tokens: bool, param: &str) -> Result<Vec<u32>, ApiError> {
+        self.tokenizer.encode(text, add_special_tokens).map_err(|e| ApiError::invalid_value(param, e.to_string()))
     }
 }
 
 /// Cuts a rendered conversation right after the last message's content, so
 /// the model continues that message (transformers' `continue_final_message`).
 fn continue_final_message(rendered: String, messages: &[Json]) -> Result<String, ApiError> {
-    let last = messages
-        .last()
-        .and_then(|m| m.get("content"))
-        .and_then(Json::as_str)
-        .unwrap_or("");
+    let last = messages.last().and_then(|m| m.get("content")).and_then(Json::as_str).unwrap_or("");
     let param = "continue_final_message";
     let stripped = last.trim();
     let Some(loc) = rendered.rfind(stripped) else {
-        return Err(ApiError::invalid_value(
-            param,
-            "the final message does not appear in the rendered chat",
-        ));
+        return Err(ApiError::invalid_value(param, "the final message does not appear in the rendered chat"));
     };
     let trimmed_start = last.trim_start();
     let end = if rendered[loc..].starts_with(trimmed_start) {
@@ -213,18 +183,11 @@ fn continue_final_message(rendered: String, messages: &[Json]) -> Result<String,
 
 /// Runs CPU work (rendering, tokenizing) off the async threads. A panic in
 /// it becomes a 500 for this request.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ApiError::Internal(format!("request preparation failed: {e}")))?
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f).await.map_err(|e| ApiError::Internal(format!("request preparation failed: {e}")))?
 }
 
-async fn chat_completions(
-    State(state): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+async fn chat_completions(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
     let arrival = Instant::now();
     let result = async {
         let body = body_bytes(body)?;
@@ -237,25 +200,12 @@ async fn chat_completions(
             Ok((ids, req))
         })
         .await?;
-        let room = state
-            .engine
-            .info()
-            .max_context_len
-            .saturating_sub(prompt_ids.len())
-            .max(1);
-        let default_max_tokens = state
-            .model
-            .defaults
-            .max_new_tokens
-            .map_or(room, |cap| cap.min(room));
+        let room = state.engine.info().max_context_len.saturating_sub(prompt_ids.len()).max(1);
+        let default_max_tokens = state.model.defaults.max_new_tokens.map_or(room, |cap| cap.min(room));
         generate(
             &state,
             Job {
-                prompts: vec![JobPrompt {
-                    ids: prompt_ids,
-                    echo: None,
-                    default_max_tokens,
-                }],
+                prompts: vec![JobPrompt { ids: prompt_ids, echo: None, default_max_tokens }],
                 sampling: req.sampling,
                 stream: req.stream,
                 chat: true,
@@ -269,10 +219,7 @@ async fn chat_completions(
     result.unwrap_or_else(|e| state.reject(e))
 }
 
-async fn completions(
-    State(state): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+async fn completions(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
     let arrival = Instant::now();
     let result = async {
         let body = body_bytes(body)?;
@@ -282,9 +229,7 @@ async fn completions(
             .model
             .defaults
             .max_new_tokens
-            .map_or(COMPLETION_DEFAULT_MAX_TOKENS, |cap| {
-                cap.min(COMPLETION_DEFAULT_MAX_TOKENS)
-            });
+            .map_or(COMPLETION_DEFAULT_MAX_TOKENS, |cap| cap.min(COMPLETION_DEFAULT_MAX_TOKENS));
         let st = state.clone();
         let (prompts, req) = blocking(move || {
             let prompts = req
@@ -292,32 +237,22 @@ async fn completions(
                 .iter()
                 .enumerate()
                 .map(|(i, prompt)| {
-                    let field = if req.prompts.len() == 1 {
-                        "prompt".to_owned()
-                    } else {
-                        format!("prompt.{i}")
-                    };
+                    let field = if req.prompts.len() == 1 { "prompt".to_owned() } else { format!("prompt.{i}") };
                     let (ids, text) = match prompt {
-                        Prompt::Text(text) => (
-                            st.model.encode(text, req.add_special_tokens, &field)?,
-                            text.clone(),
-                        ),
+                        Prompt::Text(text) => (st.model.encode(text, req.add_special_tokens, &field)?, text.clone()),
                         Prompt::Ids(ids) => {
                             let text = if req.echo {
-                                st.model.tokenizer.decode(ids, false).map_err(|e| {
-                                    ApiError::invalid_value(field.as_str(), e.to_string())
-                                })?
+                                st.model
+                                    .tokenizer
+                                    .decode(ids, false)
+                                    .map_err(|e| ApiError::invalid_value(field.as_str(), e.to_string()))?
                             } else {
                                 String::new()
                             };
                             (ids.clone(), text)
                         }
                     };
-                    Ok(JobPrompt {
-                        ids,
-                        echo: req.echo.then_some(text),
-                        default_max_tokens,
-                    })
+                    Ok(JobPrompt { ids, echo: req.echo.then_some(text), default_max_tokens })
                 })
                 .collect::<Result<Vec<_>, ApiError>>()?;
             Ok((prompts, req))
@@ -325,14 +260,7 @@ async fn completions(
         .await?;
         generate(
             &state,
-            Job {
-                prompts,
-                sampling: req.sampling,
-                stream: req.stream,
-                chat: false,
-                prompt_field: "prompt",
-                arrival,
-            },
+            Job { prompts, sampling: req.sampling, stream: req.stream, chat: false, prompt_field: "prompt", arrival },
         )
         .await
     }
@@ -341,13 +269,7 @@ async fn completions(
 }
 
 async fn list_models(State(state): State<Arc<AppState>>) -> Response {
-    json_response(
-        StatusCode::OK,
-        to_json(&ModelList {
-            object: "list",
-            data: [model_card(&state)],
-        }),
-    )
+    json_response(StatusCode::OK, to_json(&ModelList { object: "list", data: [model_card(&state)] }))
 }
 
 fn model_card(state: &AppState) -> ModelCard<'_> {
@@ -368,10 +290,7 @@ async fn get_model(State(state): State<Arc<AppState>>, Path(model): Path<String>
     }
 }
 
-async fn tokenize(
-    State(state): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+async fn tokenize(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
     let result = async {
         let body = body_bytes(body)?;
         let req = request::parse_tokenize(&body)?;
@@ -379,10 +298,9 @@ async fn tokenize(
         let st = state.clone();
         blocking(move || {
             let (prompt, tokens) = match &req.input {
-                TokenizeInput::Prompt(Prompt::Text(text)) => (
-                    text.clone(),
-                    st.model.encode(text, req.add_special_tokens, "prompt")?,
-                ),
+                TokenizeInput::Prompt(Prompt::Text(text)) => {
+                    (text.clone(), st.model.encode(text, req.add_special_tokens, "prompt")?)
+                }
                 TokenizeInput::Prompt(Prompt::Ids(ids)) => {
                     let text = st
                         .model
@@ -397,12 +315,9 @@ async fn tokenize(
                     (text, ids)
                 }
             };
-            let token_strs = req.return_token_strs.then(|| {
-                tokens
-                    .iter()
-                    .map(|&id| st.model.tokenizer.id_to_token(id).unwrap_or_default())
-                    .collect()
-            });
+            let token_strs = req
+                .return_token_strs
+                .then(|| tokens.iter().map(|&id| st.model.tokenizer.id_to_token(id).unwrap_or_default()).collect());
             Ok(TokenizeResponse {
                 count: tokens.len(),
                 max_model_len: st.engine.info().max_context_len,
@@ -420,21 +335,13 @@ async fn tokenize(
     }
 }
 
-async fn detokenize(
-    State(state): State<Arc<AppState>>,
-    body: Result<Bytes, BytesRejection>,
-) -> Response {
+async fn detokenize(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
     let result = async {
         let body = body_bytes(body)?;
         let req = request::parse_detokenize(&body)?;
         state.check_model(req.model.as_deref())?;
         let vocab = state.model.tokenizer.vocab_size();
-        if let Some((i, id)) = req
-            .tokens
-            .iter()
-            .enumerate()
-            .find(|(_, &id)| id as usize >= vocab)
-        {
+        if let Some((i, id)) = req.tokens.iter().enumerate().find(|(_, &id)| id as usize >= vocab) {
             return Err(ApiError::invalid_value(
                 format!("tokens.{i}"),
                 format!("{id} is outside the vocabulary of {vocab} tokens"),
@@ -467,10 +374,9 @@ async fn health(State(state): State<Arc<AppState>>) -> Response {
 
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let mut response = state.metrics.render().into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-    );
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
     response
 }
 
@@ -483,8 +389,5 @@ async fn flush_cache(State(state): State<Arc<AppState>>) -> Response {
 }
 
 async fn version() -> Response {
-    json_response(
-        StatusCode::OK,
-        format!(r#"{{"version":"{}"}}"#, env!("CARGO_PKG_VERSION")),
-    )
+    json_response(StatusCode::OK, format!(r#"{{"version":"{}"}}"#, env!("CARGO_PKG_VERSION")))
 }

@@ -17,15 +17,9 @@ pub enum ChatTemplateError {
     #[error("invalid chat messages: {0}")]
     InvalidMessages(String),
     #[error("cannot read {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("{path} is not valid JSON: {source}")]
-    Json {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
+    Json { path: PathBuf, source: serde_json::Error },
     #[error("{path}: {reason}")]
     Config { path: PathBuf, reason: String },
 }

@@ -78,15 +78,9 @@ impl ModelChatConfig {
     /// that exists but cannot be read or parsed is an error naming it.
     pub fn load(dir: &Path) -> Result<Self, ChatTemplateError> {
         let config = read_json_if_exists(&dir.join("tokenizer_config.json"))?;
-        let special_tokens = config
-            .as_ref()
-            .map(SpecialTokens::from_tokenizer_config)
-            .unwrap_or_default();
+        let special_tokens = config.as_ref().map(SpecialTokens::from_tokenizer_config).unwrap_or_default();
         let chat_template = find_template(dir, config.as_ref())?;
-        Ok(Self {
-            chat_template,
-            special_tokens,
-        })
+        Ok(Self { chat_template, special_tokens })
     }
 }
 
@@ -96,18 +90,12 @@ pub fn load_chat_template(dir: &Path) -> Result<Option<String>, ChatTemplateErro
     find_template(dir, config.as_ref())
 }
 
-fn find_template(
-    dir: &Path,
-    tokenizer_config: Option<&Json>,
-) -> Result<Option<String>, ChatTemplateError> {
+fn find_template(dir: &Path, tokenizer_config: Option<&Json>) -> Result<Option<String>, ChatTemplateError> {
     let jinja = dir.join("chat_template.jinja");
     if jinja.is_file() {
         return std::fs::read_to_string(&jinja)
             .map(Some)
-            .map_err(|source| ChatTemplateError::Io {
-                path: jinja,
-                source,
-            });
+            .map_err(|source| ChatTemplateError::Io { path: jinja, source });
     }
     let json_path = dir.join("chat_template.json");
     if let Some(json) = read_json_if_exists(&json_path)? {
@@ -124,10 +112,7 @@ fn find_template(
 /// The `chat_template` field of a config file: a string, or a list of
 /// `{name, template}` objects from which `"default"` is taken.
 fn template_field(config: &Json, path: &Path) -> Result<Option<String>, ChatTemplateError> {
-    let bad = |reason: String| ChatTemplateError::Config {
-        path: path.to_owned(),
-        reason,
-    };
+    let bad = |reason: String| ChatTemplateError::Config { path: path.to_owned(), reason };
     match config.get("chat_template") {
         None | Some(Json::Null) => Ok(None),
         Some(Json::String(s)) => Ok(Some(s.clone())),
@@ -139,21 +124,12 @@ fn template_field(config: &Json, path: &Path) -> Result<Option<String>, ChatTemp
                 match (name, template) {
                     (Some("default"), Some(t)) => return Ok(Some(t.to_owned())),
                     (Some(n), Some(_)) => names.push(n.to_owned()),
-                    _ => {
-                        return Err(bad(
-                            "chat_template entries must be {\"name\", \"template\"} objects".into(),
-                        ))
-                    }
+                    _ => return Err(bad("chat_template entries must be {\"name\", \"template\"} objects".into())),
                 }
             }
-            Err(bad(format!(
-                "multiple chat templates and none named \"default\" (found: {})",
-                names.join(", ")
-            )))
+            Err(bad(format!("multiple chat templates and none named \"default\" (found: {})", names.join(", "))))
         }
-        Some(_) => Err(bad(
-            "chat_template must be a string or a list of {name, template} objects".into(),
-        )),
+        Some(_) => Err(bad("chat_template must be a string or a list of {name, template} objects".into())),
     }
 }
 
@@ -161,19 +137,11 @@ pub(crate) fn read_json_if_exists(path: &Path) -> Result<Option<Json>, ChatTempl
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(ChatTemplateError::Io {
-                path: PathBuf::from(path),
-                source,
-            })
-        }
+        Err(source) => return Err(ChatTemplateError::Io { path: PathBuf::from(path), source }),
     };
     serde_json::from_str(&text)
         .map(Some)
-        .map_err(|source| ChatTemplateError::Json {
-            path: PathBuf::from(path),
-            source,
-        })
+        .map_err(|source| ChatTemplateError::Json { path: PathBuf::from(path), source })
 }
 
 #[cfg(test)]
@@ -195,26 +163,14 @@ mod tests {
     fn template_lookup_order() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(load_chat_template(dir.path()).unwrap(), None);
-        let cfg = json!({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]});
+        let cfg =
+            json!({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]});
         std::fs::write(dir.path().join("tokenizer_config.json"), cfg.to_string()).unwrap();
-        assert_eq!(
-            load_chat_template(dir.path()).unwrap().as_deref(),
-            Some("D")
-        );
-        std::fs::write(
-            dir.path().join("chat_template.json"),
-            r#"{"chat_template": "J"}"#,
-        )
-        .unwrap();
-        assert_eq!(
-            load_chat_template(dir.path()).unwrap().as_deref(),
-            Some("J")
-        );
+        assert_eq!(load_chat_template(dir.path()).unwrap().as_deref(), Some("D"));
+        std::fs::write(dir.path().join("chat_template.json"), r#"{"chat_template": "J"}"#).unwrap();
+        assert_eq!(load_chat_template(dir.path()).unwrap().as_deref(), Some("J"));
         std::fs::write(dir.path().join("chat_template.jinja"), "X").unwrap();
-        assert_eq!(
-            load_chat_template(dir.path()).unwrap().as_deref(),
-            Some("X")
-        );
+        assert_eq!(load_chat_template(dir.path()).unwrap().as_deref(), Some("X"));
     }
 
     #[test]
@@ -222,23 +178,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tokenizer_config.json");
         std::fs::write(&path, "{not json").unwrap();
-        assert!(matches!(
-            ModelChatConfig::load(dir.path()),
-            Err(ChatTemplateError::Json { .. })
-        ));
-        std::fs::write(
-            &path,
-            r#"{"chat_template": [{"name": "a", "template": "A"}]}"#,
-        )
-        .unwrap();
-        assert!(matches!(
-            load_chat_template(dir.path()),
-            Err(ChatTemplateError::Config { .. })
-        ));
+        assert!(matches!(ModelChatConfig::load(dir.path()), Err(ChatTemplateError::Json { .. })));
+        std::fs::write(&path, r#"{"chat_template": [{"name": "a", "template": "A"}]}"#).unwrap();
+        assert!(matches!(load_chat_template(dir.path()), Err(ChatTemplateError::Config { .. })));
         std::fs::write(&path, r#"{"chat_template": 3}"#).unwrap();
-        assert!(matches!(
-            load_chat_template(dir.path()),
-            Err(ChatTemplateError::Config { .. })
-        ));
+        assert!(matches!(load_chat_template(dir.path()), Err(ChatTemplateError::Config { .. })));
     }
 }

@@ -78,13 +78,7 @@ pub struct RenderOptions {
 impl RenderOptions {
     /// Options with no tools, documents or extra variables.
     pub fn new(add_generation_prompt: bool, special_tokens: SpecialTokens) -> Self {
-        Self {
-            add_generation_prompt,
-            special_tokens,
-            tools: None,
-            documents: None,
-            extra: Map::new(),
-        }
+        Self { add_generation_prompt, special_tokens, tools: None, documents: None, extra: Map::new() }
     }
 }
 
@@ -129,21 +123,14 @@ impl ChatTemplate {
         env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
         python::install(&mut env);
 
-        env.add_function(
-            "raise_exception",
-            |message: Option<Value>| -> Result<Value, Error> {
-                let message = message.map(|m| python::python_str(&m)).unwrap_or_default();
-                Err(Error::new(ErrorKind::InvalidOperation, message.clone())
-                    .with_source(RaisedException(message)))
-            },
-        );
-        env.add_function("strftime_now", move |format: String| {
-            strftime(clock.now(), &format)
+        env.add_function("raise_exception", |message: Option<Value>| -> Result<Value, Error> {
+            let message = message.map(|m| python::python_str(&m)).unwrap_or_default();
+            Err(Error::new(ErrorKind::InvalidOperation, message.clone()).with_source(RaisedException(message)))
         });
+        env.add_function("strftime_now", move |format: String| strftime(clock.now(), &format));
 
         let source = rewrite::rewrite_template(source);
-        env.add_template_owned(TEMPLATE_NAME, source)
-            .map_err(|e| ChatTemplateError::Syntax(describe(&e)))?;
+        env.add_template_owned(TEMPLATE_NAME, source).map_err(|e| ChatTemplateError::Syntax(describe(&e)))?;
         Ok(Self { env })
     }
 
@@ -153,21 +140,14 @@ impl ChatTemplate {
     /// Like transformers' `apply_chat_template`, keys whose value is `null`
     /// are dropped and the reasoning fields (`reasoning_content`, `thinking`,
     /// `reasoning`) are aliased to each other before rendering.
-    pub fn render(
-        &self,
-        messages: &[Json],
-        opts: &RenderOptions,
-    ) -> Result<String, ChatTemplateError> {
+    pub fn render(&self, messages: &[Json], opts: &RenderOptions) -> Result<String, ChatTemplateError> {
         let messages = normalize_messages(messages)?;
         let mut ctx: Map<String, Json> = opts.extra.clone();
         for (name, token) in opts.special_tokens.iter() {
             ctx.insert(name.to_owned(), Json::String(token.to_owned()));
         }
         ctx.insert("messages".to_owned(), Json::Array(messages));
-        ctx.insert(
-            "add_generation_prompt".to_owned(),
-            Json::Bool(opts.add_generation_prompt),
-        );
+        ctx.insert("add_generation_prompt".to_owned(), Json::Bool(opts.add_generation_prompt));
         let mut vars: Vec<(String, Value)> = ctx
             .iter()
             .filter(|(k, _)| !matches!(k.as_str(), "tools" | "documents"))
@@ -181,18 +161,14 @@ impl ChatTemplate {
             vars.push((name.to_owned(), value));
         }
 
-        let template = self
-            .env
-            .get_template(TEMPLATE_NAME)
-            .map_err(|e| ChatTemplateError::Render(describe(&e)))?;
+        let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| ChatTemplateError::Render(describe(&e)))?;
         let ctx = Value::from_iter(vars);
         // NOTE: a safety net, not control flow. minijinja has had panics on
         // odd inputs (slicing an empty list backwards, which `rewrite.rs` now
         // avoids); a template bug must become an error for this request, not
         // take the server down.
-        let rendered =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| template.render(ctx)))
-                .map_err(|_| ChatTemplateError::Render("template engine panicked".to_owned()))?;
+        let rendered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| template.render(ctx)))
+            .map_err(|_| ChatTemplateError::Render("template engine panicked".to_owned()))?;
         rendered.map_err(|e| match raised_message(&e) {
             Some(message) => ChatTemplateError::Raised(message),
             None => ChatTemplateError::Render(describe(&e)),
@@ -209,19 +185,11 @@ fn normalize_messages(messages: &[Json]) -> Result<Vec<Json>, ChatTemplateError>
         .enumerate()
         .map(|(idx, message)| {
             let Json::Object(fields) = message else {
-                return Err(ChatTemplateError::InvalidMessages(format!(
-                    "message {idx} must be a JSON object"
-                )));
+                return Err(ChatTemplateError::InvalidMessages(format!("message {idx} must be a JSON object")));
             };
-            let fields: Map<String, Json> = fields
-                .iter()
-                .filter(|(_, v)| !v.is_null())
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            let reasoning = REASONING_FIELDS
-                .iter()
-                .find_map(|name| fields.get(*name))
-                .cloned();
+            let fields: Map<String, Json> =
+                fields.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), v.clone())).collect();
+            let reasoning = REASONING_FIELDS.iter().find_map(|name| fields.get(*name)).cloned();
             let Some(reasoning) = reasoning else {
                 return Ok(Json::Object(fields));
             };
@@ -246,18 +214,11 @@ fn strftime(time: NaiveDateTime, format: &str) -> Result<String, Error> {
     use std::fmt::Write as _;
     let items: Vec<Item<'_>> = StrftimeItems::new(format).collect();
     if items.iter().any(|item| matches!(item, Item::Error)) {
-        return Err(Error::new(
-            ErrorKind::InvalidOperation,
-            format!("invalid strftime format {format:?}"),
-        ));
+        return Err(Error::new(ErrorKind::InvalidOperation, format!("invalid strftime format {format:?}")));
     }
     let mut out = String::new();
-    write!(out, "{}", time.format_with_items(items.into_iter())).map_err(|_| {
-        Error::new(
-            ErrorKind::InvalidOperation,
-            format!("cannot format time with {format:?}"),
-        )
-    })?;
+    write!(out, "{}", time.format_with_items(items.into_iter()))
+        .map_err(|_| Error::new(ErrorKind::InvalidOperation, format!("cannot format time with {format:?}")))?;
     Ok(out)
 }
 
@@ -293,10 +254,7 @@ mod tests {
     fn render(src: &str, messages: Json) -> Result<String, ChatTemplateError> {
         let tmpl = ChatTemplate::new(src)?;
         let messages = messages.as_array().cloned().unwrap_or_default();
-        tmpl.render(
-            &messages,
-            &RenderOptions::new(true, SpecialTokens::default()),
-        )
+        tmpl.render(&messages, &RenderOptions::new(true, SpecialTokens::default()))
     }
 
     #[test]
@@ -331,20 +289,12 @@ mod tests {
     #[test]
     fn raise_exception_is_typed() {
         let err = render("{{ raise_exception('no system role') }}", json!([])).unwrap_err();
-        assert!(
-            matches!(err, ChatTemplateError::Raised(ref m) if m == "no system role"),
-            "{err}"
-        );
+        assert!(matches!(err, ChatTemplateError::Raised(ref m) if m == "no system role"), "{err}");
     }
 
     #[test]
     fn syntax_errors_do_not_panic() {
-        for src in [
-            "{% if %}",
-            "{{ ",
-            "{% for x in %}{% endfor %}",
-            "{% endgeneration %}",
-        ] {
+        for src in ["{% if %}", "{{ ", "{% for x in %}{% endfor %}", "{% endgeneration %}"] {
             assert!(ChatTemplate::new(src).is_err(), "{src}");
         }
     }
@@ -369,22 +319,14 @@ mod tests {
     #[test]
     fn generation_tags_render_their_body() {
         let src = "{% for m in messages %}{%- generation -%}\n[{{ m.content }}]\n{%- endgeneration -%}{% endfor %}";
-        assert_eq!(
-            render(src, json!([{"content": "a"}, {"content": "b"}])).unwrap(),
-            "[a][b]"
-        );
+        assert_eq!(render(src, json!([{"content": "a"}, {"content": "b"}])).unwrap(), "[a][b]");
     }
 
     #[test]
     fn strftime_uses_the_clock() {
-        let t = chrono::NaiveDate::from_ymd_opt(2026, 1, 15)
-            .and_then(|d| d.and_hms_opt(12, 0, 0))
-            .unwrap();
-        let tmpl =
-            ChatTemplate::with_clock("{{ strftime_now('%d %B %Y') }}", Clock::Fixed(t)).unwrap();
-        let out = tmpl
-            .render(&[], &RenderOptions::new(false, SpecialTokens::default()))
-            .unwrap();
+        let t = chrono::NaiveDate::from_ymd_opt(2026, 1, 15).and_then(|d| d.and_hms_opt(12, 0, 0)).unwrap();
+        let tmpl = ChatTemplate::with_clock("{{ strftime_now('%d %B %Y') }}", Clock::Fixed(t)).unwrap();
+        let out = tmpl.render(&[], &RenderOptions::new(false, SpecialTokens::default())).unwrap();
         assert_eq!(out, "15 January 2026");
         assert!(ChatTemplate::new("{{ strftime_now('%Q') }}")
             .unwrap()
@@ -405,15 +347,9 @@ mod tests {
     #[test]
     fn absent_tools_behave_like_python_none() {
         let src = "{{ tools }}|{{ tools is none }}|{{ tools == none }}|{{ tools != None }}|{{ tools | tojson }}|{{ not tools }}|{{ tools | selectattr('x') | list | length }}";
-        assert_eq!(
-            render(src, json!([])).unwrap(),
-            "None|True|True|False|null|True|0"
-        );
+        assert_eq!(render(src, json!([])).unwrap(), "None|True|True|False|null|True|0");
         assert!(render("{% for t in tools %}{% endfor %}", json!([])).is_err());
-        let nested = render(
-            "{{ messages[0].content[0].text == none }}",
-            json!([{"content": [{"text": null}]}]),
-        );
+        let nested = render("{{ messages[0].content[0].text == none }}", json!([{"content": [{"text": null}]}]));
         assert_eq!(nested.unwrap(), "True");
         let tmpl = ChatTemplate::new("{% for t in tools %}{{ t.name }}{% endfor %}").unwrap();
         let mut opts = RenderOptions::new(false, SpecialTokens::default());
@@ -424,13 +360,6 @@ mod tests {
     #[test]
     fn namespace_rejects_underscore_names() {
         assert!(render("{% set ns = namespace(_x=1) %}", json!([])).is_err());
-        assert_eq!(
-            render(
-                "{% set ns = namespace(x=1) %}{% set ns.x = 2 %}{{ ns.x }}",
-                json!([])
-            )
-            .unwrap(),
-            "2"
-        );
+        assert_eq!(render("{% set ns = namespace(x=1) %}{% set ns.x = 2 %}{{ ns.x }}", json!([])).unwrap(), "2");
     }
 }

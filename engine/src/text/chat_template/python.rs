@@ -34,23 +34,12 @@ fn namespace(args: Rest<Value>, kwargs: Kwargs) -> Result<Value, Error> {
     match args.as_slice() {
         [] => {}
         [defaults] => {
-            let pairs = defaults
-                .as_object()
-                .and_then(|o| o.try_iter_pairs())
-                .ok_or_else(|| {
-                    Error::new(
-                        ErrorKind::InvalidOperation,
-                        "namespace() expects a mapping or keyword arguments",
-                    )
-                })?;
+            let pairs = defaults.as_object().and_then(|o| o.try_iter_pairs()).ok_or_else(|| {
+                Error::new(ErrorKind::InvalidOperation, "namespace() expects a mapping or keyword arguments")
+            })?;
             init.extend(pairs);
         }
-        _ => {
-            return Err(Error::new(
-                ErrorKind::TooManyArguments,
-                "namespace() takes at most 1 argument",
-            ))
-        }
+        _ => return Err(Error::new(ErrorKind::TooManyArguments, "namespace() takes at most 1 argument")),
     }
     for key in kwargs.args() {
         init.push((Value::from(key), kwargs.get::<Value>(key)?));
@@ -89,68 +78,37 @@ pub(super) fn install(env: &mut Environment<'static>) {
     env.add_filter("lower", |v: Value| python_str(&v).to_lowercase());
     env.add_filter("capitalize", |v: Value| py_capitalize(&python_str(&v)));
     env.add_filter("title", |v: Value| jinja_title(&python_str(&v)));
-    env.add_filter(
-        "replace",
-        |v: Value, old: String, new: String, count: Option<i64>| {
-            let s = python_str(&v);
-            match count.and_then(|n| usize::try_from(n).ok()) {
-                Some(n) => s.replacen(&old, &new, n),
-                None => s.replace(&old, &new),
-            }
-        },
-    );
+    env.add_filter("replace", |v: Value, old: String, new: String, count: Option<i64>| {
+        let s = python_str(&v);
+        match count.and_then(|n| usize::try_from(n).ok()) {
+            Some(n) => s.replacen(&old, &new, n),
+            None => s.replace(&old, &new),
+        }
+    });
     env.add_filter("indent", jinja_indent);
     env.add_filter("length", py_len);
     env.add_filter("count", py_len);
     // jinja2's select/reject/map family treats a falsy input (`None`) as an
     // empty sequence, unlike plain iteration; unwrap our `None` for them.
-    env.add_filter(
-        "select",
-        |state: &State, v: Value, test: Option<String>, args: Rest<Value>| {
-            filters::select(state, none_to_empty(v), test.map(Cow::Owned), args)
-        },
-    );
-    env.add_filter(
-        "reject",
-        |state: &State, v: Value, test: Option<String>, args: Rest<Value>| {
-            filters::reject(state, none_to_empty(v), test.map(Cow::Owned), args)
-        },
-    );
-    env.add_filter(
-        "selectattr",
-        |state: &State, v: Value, attr: String, test: Option<String>, args: Rest<Value>| {
-            filters::selectattr(
-                state,
-                none_to_empty(v),
-                Cow::Owned(attr),
-                test.map(Cow::Owned),
-                args,
-            )
-        },
-    );
-    env.add_filter(
-        "rejectattr",
-        |state: &State, v: Value, attr: String, test: Option<String>, args: Rest<Value>| {
-            filters::rejectattr(
-                state,
-                none_to_empty(v),
-                Cow::Owned(attr),
-                test.map(Cow::Owned),
-                args,
-            )
-        },
-    );
-    env.add_filter("map", |state: &State, v: Value, args: Rest<Value>| {
-        filters::map(state, none_to_empty(v), args)
+    env.add_filter("select", |state: &State, v: Value, test: Option<String>, args: Rest<Value>| {
+        filters::select(state, none_to_empty(v), test.map(Cow::Owned), args)
     });
+    env.add_filter("reject", |state: &State, v: Value, test: Option<String>, args: Rest<Value>| {
+        filters::reject(state, none_to_empty(v), test.map(Cow::Owned), args)
+    });
+    env.add_filter("selectattr", |state: &State, v: Value, attr: String, test: Option<String>, args: Rest<Value>| {
+        filters::selectattr(state, none_to_empty(v), Cow::Owned(attr), test.map(Cow::Owned), args)
+    });
+    env.add_filter("rejectattr", |state: &State, v: Value, attr: String, test: Option<String>, args: Rest<Value>| {
+        filters::rejectattr(state, none_to_empty(v), Cow::Owned(attr), test.map(Cow::Owned), args)
+    });
+    env.add_filter("map", |state: &State, v: Value, args: Rest<Value>| filters::map(state, none_to_empty(v), args));
 
     env.add_test("sequence", |v: Value| is_sequence(&v));
     env.add_test("iterable", |v: Value| is_iterable(&v));
     env.add_test("number", |v: Value| is_number(&v));
     env.add_test("integer", |v: Value| v.is_integer());
-    env.add_test("float", |v: Value| {
-        v.kind() == ValueKind::Number && !v.is_integer()
-    });
+    env.add_test("float", |v: Value| v.kind() == ValueKind::Number && !v.is_integer());
     env.add_test("none", |v: Value| is_none(&v));
 
     env.add_function("namespace", namespace);
@@ -173,12 +131,7 @@ fn py_len(v: Value) -> Result<Value, Error> {
 
 /// jinja2's `indent(width=4, first=False, blank=False)` filter, including
 /// its quirk of appending a newline before splitting lines.
-fn jinja_indent(
-    v: Value,
-    width: Option<Value>,
-    first: Option<bool>,
-    blank: Option<bool>,
-) -> Result<String, Error> {
+fn jinja_indent(v: Value, width: Option<Value>, first: Option<bool>, blank: Option<bool>) -> Result<String, Error> {
     let indention = match width {
         None => " ".repeat(4),
         Some(w) => match (w.as_str(), w.as_i64()) {
@@ -194,15 +147,8 @@ fn jinja_indent(
     } else {
         let mut iter = lines.iter();
         let mut rv = iter.next().cloned().unwrap_or_default();
-        let rest: Vec<String> = iter
-            .map(|line| {
-                if line.is_empty() {
-                    String::new()
-                } else {
-                    format!("{indention}{line}")
-                }
-            })
-            .collect();
+        let rest: Vec<String> =
+            iter.map(|line| if line.is_empty() { String::new() } else { format!("{indention}{line}") }).collect();
         if !rest.is_empty() {
             rv.push('\n');
             rv.push_str(&rest.join("\n"));
@@ -309,11 +255,9 @@ pub(super) fn json_to_value(json: &Json) -> Value {
         }
         Json::String(s) => Value::from(s.as_str()),
         Json::Array(items) => Value::from(items.iter().map(json_to_value).collect::<Vec<_>>()),
-        Json::Object(fields) => Value::from_iter(
-            fields
-                .iter()
-                .map(|(k, v)| (Value::from(k.as_str()), json_to_value(v))),
-        ),
+        Json::Object(fields) => {
+            Value::from_iter(fields.iter().map(|(k, v)| (Value::from(k.as_str()), json_to_value(v))))
+        }
     }
 }
 
@@ -337,10 +281,7 @@ struct PyArgs {
 impl PyArgs {
     fn parse(args: &[Value]) -> Result<Self, Error> {
         let (positional, kwargs): (Rest<Value>, Kwargs) = from_args(args)?;
-        Ok(Self {
-            positional: positional.0,
-            kwargs,
-        })
+        Ok(Self { positional: positional.0, kwargs })
     }
 
     /// The argument at `idx` or named `name`; `None` (Python's) counts as absent.
@@ -367,10 +308,7 @@ impl PyArgs {
             None => Ok(None),
             Some(v) => match v.as_i64() {
                 Some(n) => Ok(Some(n)),
-                None => Err(invalid(format!(
-                    "{name} must be an integer, not {}",
-                    v.kind()
-                ))),
+                None => Err(invalid(format!("{name} must be an integer, not {}", v.kind()))),
             },
         }
     }
@@ -391,12 +329,7 @@ impl PyArgs {
 ///
 /// Python `str`, `dict` and `list` methods are implemented here or delegated
 /// to `minijinja_contrib::pycompat`; anything else is an unknown method.
-pub(super) fn unknown_method(
-    state: &State,
-    value: &Value,
-    method: &str,
-    args: &[Value],
-) -> Result<Value, Error> {
+pub(super) fn unknown_method(state: &State, value: &Value, method: &str, args: &[Value]) -> Result<Value, Error> {
     if method == "__slice__" {
         return py_slice(value, args);
     }
@@ -425,10 +358,7 @@ pub(super) fn unknown_method(
                 // NOTE: jinja2's ImmutableSandboxedEnvironment refuses these too.
                 return Err(Error::new(
                     ErrorKind::InvalidOperation,
-                    format!(
-                        "access to attribute '{method}' of '{}' object is unsafe",
-                        value.kind()
-                    ),
+                    format!("access to attribute '{method}' of '{}' object is unsafe", value.kind()),
                 ));
             }
             if value.kind() == ValueKind::Seq && method == "index" {
@@ -454,10 +384,7 @@ fn py_slice(value: &Value, args: &[Value]) -> Result<Value, Error> {
         match args.get(idx) {
             None => Ok(None),
             Some(v) if v.is_none() || v.is_undefined() || is_none(v) => Ok(None),
-            Some(v) => v
-                .as_i64()
-                .map(Some)
-                .ok_or_else(|| invalid("slice indices must be integers or None")),
+            Some(v) => v.as_i64().map(Some).ok_or_else(|| invalid("slice indices must be integers or None")),
         }
     };
     let (start, stop, step) = (bound(0)?, bound(1)?, bound(2)?.unwrap_or(1));
@@ -467,16 +394,12 @@ fn py_slice(value: &Value, args: &[Value]) -> Result<Value, Error> {
     match value.kind() {
         ValueKind::String => {
             let chars: Vec<char> = value.as_str().unwrap_or_default().chars().collect();
-            let picked: String = slice_indices(chars.len(), start, stop, step)
-                .map(|i| chars[i])
-                .collect();
+            let picked: String = slice_indices(chars.len(), start, stop, step).map(|i| chars[i]).collect();
             Ok(Value::from(picked))
         }
         ValueKind::Seq | ValueKind::Iterable => {
             let items: Vec<Value> = value.try_iter()?.collect();
-            let picked: Vec<Value> = slice_indices(items.len(), start, stop, step)
-                .map(|i| items[i].clone())
-                .collect();
+            let picked: Vec<Value> = slice_indices(items.len(), start, stop, step).map(|i| items[i].clone()).collect();
             Ok(Value::from(picked))
         }
         // jinja2 fails on slicing an undefined value ...
@@ -488,12 +411,7 @@ fn py_slice(value: &Value, args: &[Value]) -> Result<Value, Error> {
 
 /// The indices `range(len)[start:stop:step]` selects (CPython's
 /// `PySlice_AdjustIndices`); every index is `< len`.
-fn slice_indices(
-    len: usize,
-    start: Option<i64>,
-    stop: Option<i64>,
-    step: i64,
-) -> impl Iterator<Item = usize> {
+fn slice_indices(len: usize, start: Option<i64>, stop: Option<i64>, step: i64) -> impl Iterator<Item = usize> {
     let len = len as i64;
     let (lower, upper) = if step > 0 { (0, len) } else { (-1, len - 1) };
     let clamp = |bound: Option<i64>, default: i64| match bound {
@@ -575,11 +493,7 @@ fn string_method(s: &str, method: &str, args: &[Value]) -> Result<Option<Value>,
             let a = PyArgs::parse(args)?;
             let sub = a.get_str(0, "sub")?.unwrap_or_default();
             a.finish(1, method)?;
-            let found = if method == "index" {
-                s.find(&sub)
-            } else {
-                s.rfind(&sub)
-            };
+            let found = if method == "index" { s.find(&sub) } else { s.rfind(&sub) };
             match found {
                 Some(byte_idx) => Value::from(s[..byte_idx].chars().count()),
                 None => return Err(invalid("substring not found")),
@@ -589,11 +503,7 @@ fn string_method(s: &str, method: &str, args: &[Value]) -> Result<Option<Value>,
             let a = PyArgs::parse(args)?;
             let sub = a.get_str(0, "sub")?.unwrap_or_default();
             a.finish(1, method)?;
-            let found = if method == "find" {
-                s.find(&sub)
-            } else {
-                s.rfind(&sub)
-            };
+            let found = if method == "find" { s.find(&sub) } else { s.rfind(&sub) };
             // Python indexes characters, not bytes.
             Value::from(found.map_or(-1, |byte_idx| s[..byte_idx].chars().count() as i64))
         }
@@ -604,11 +514,7 @@ fn string_method(s: &str, method: &str, args: &[Value]) -> Result<Option<Value>,
             if sep.is_empty() {
                 return Err(invalid("empty separator"));
             }
-            let found = if method == "partition" {
-                s.find(&sep)
-            } else {
-                s.rfind(&sep)
-            };
+            let found = if method == "partition" { s.find(&sep) } else { s.rfind(&sep) };
             let parts = match found {
                 Some(i) => [&s[..i], sep.as_str(), &s[i + sep.len()..]],
                 None if method == "partition" => [s, "", ""],
@@ -631,11 +537,7 @@ fn string_method(s: &str, method: &str, args: &[Value]) -> Result<Option<Value>,
             let width = a.get_int(0, "width")?.unwrap_or(0).max(0) as usize;
             let fill = match a.get_str(1, "fillchar")? {
                 Some(f) if f.chars().count() == 1 => f.chars().next().unwrap_or(' '),
-                Some(_) => {
-                    return Err(invalid(
-                        "the fill character must be exactly one character long",
-                    ))
-                }
+                Some(_) => return Err(invalid("the fill character must be exactly one character long")),
                 None => ' ',
             };
             a.finish(if method == "zfill" { 1 } else { 2 }, method)?;
@@ -658,10 +560,7 @@ fn py_split(s: &str, sep: Option<&str>, maxsplit: i64) -> Result<Vec<String>, Er
     match sep {
         Some("") => Err(invalid("empty separator")),
         Some(sep) => Ok(match limit {
-            Some(n) => s
-                .splitn(n.saturating_add(1), sep)
-                .map(str::to_owned)
-                .collect(),
+            Some(n) => s.splitn(n.saturating_add(1), sep).map(str::to_owned).collect(),
             None => s.split(sep).map(str::to_owned).collect(),
         }),
         None => {
@@ -687,10 +586,7 @@ fn py_rsplit(s: &str, sep: Option<&str>, maxsplit: i64) -> Result<Vec<String>, E
     let mut parts: Vec<String> = match sep {
         Some("") => return Err(invalid("empty separator")),
         Some(sep) => match limit {
-            Some(n) => s
-                .rsplitn(n.saturating_add(1), sep)
-                .map(str::to_owned)
-                .collect(),
+            Some(n) => s.rsplitn(n.saturating_add(1), sep).map(str::to_owned).collect(),
             None => s.rsplit(sep).map(str::to_owned).collect(),
         },
         None => {
@@ -701,9 +597,7 @@ fn py_rsplit(s: &str, sep: Option<&str>, maxsplit: i64) -> Result<Vec<String>, E
                     parts.push(rest.to_owned());
                     break;
                 }
-                let start = rest
-                    .rfind(is_py_space)
-                    .map_or(0, |i| i + char_len_at(rest, i));
+                let start = rest.rfind(is_py_space).map_or(0, |i| i + char_len_at(rest, i));
                 parts.push(rest[start..].to_owned());
                 rest = rest[..start].trim_end_matches(is_py_space);
             }
@@ -724,15 +618,7 @@ fn py_splitlines(s: &str, keepends: bool) -> Vec<String> {
     let is_break = |c: char| {
         matches!(
             c,
-            '\n' | '\r'
-                | '\u{0b}'
-                | '\u{0c}'
-                | '\u{1c}'
-                | '\u{1d}'
-                | '\u{1e}'
-                | '\u{85}'
-                | '\u{2028}'
-                | '\u{2029}'
+            '\n' | '\r' | '\u{0b}' | '\u{0c}' | '\u{1c}' | '\u{1d}' | '\u{1e}' | '\u{85}' | '\u{2028}' | '\u{2029}'
         )
     };
     let mut lines = Vec::new();
@@ -862,19 +748,13 @@ fn python_repr(value: &Value, out: &mut String) {
 /// Whether a map value is a plain dict (not a namespace, loop or other
 /// object that only looks like a map).
 fn is_plain_map(value: &Value) -> bool {
-    value
-        .as_object()
-        .is_some_and(|o| matches!(o.repr(), minijinja::value::ObjectRepr::Map))
+    value.as_object().is_some_and(|o| matches!(o.repr(), minijinja::value::ObjectRepr::Map))
 }
 
 /// Python's `repr()` of a `str`: single quotes unless the text contains a
 /// single quote and no double quote; non-printable characters escaped.
 fn string_repr(s: &str, out: &mut String) {
-    let quote = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
+    let quote = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
     out.push(quote);
     for c in s.chars() {
         match c {
@@ -956,10 +836,7 @@ pub(super) fn float_repr(f: f64) -> String {
             let (int_part, frac_part) = if digits.len() > int_len {
                 (digits[..int_len].to_owned(), digits[int_len..].to_owned())
             } else {
-                (
-                    format!("{digits}{}", "0".repeat(int_len - digits.len())),
-                    "0".to_owned(),
-                )
+                (format!("{digits}{}", "0".repeat(int_len - digits.len())), "0".to_owned())
             };
             format!("{sign}{int_part}.{frac_part}")
         } else {
@@ -967,11 +844,7 @@ pub(super) fn float_repr(f: f64) -> String {
         }
     } else {
         let (first, rest) = digits.split_at(1.min(digits.len()));
-        let frac = if rest.is_empty() {
-            String::new()
-        } else {
-            format!(".{rest}")
-        };
+        let frac = if rest.is_empty() { String::new() } else { format!(".{rest}") };
         let exp_sign = if exp < 0 { '-' } else { '+' };
         format!("{sign}{first}{frac}e{exp_sign}{:02}", exp.abs())
     }
@@ -997,10 +870,7 @@ pub(super) fn tojson(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result
         }
     };
     if args.len() > 4 {
-        return Err(Error::new(
-            ErrorKind::TooManyArguments,
-            "tojson() takes at most 4 arguments",
-        ));
+        return Err(Error::new(ErrorKind::TooManyArguments, "tojson() takes at most 4 arguments"));
     }
     let ensure_ascii = pick(0, "ensure_ascii")?.is_some_and(|v| v.is_true());
     let indent = match pick(1, "indent")? {
@@ -1009,19 +879,11 @@ pub(super) fn tojson(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result
         Some(v) => match (v.as_i64(), v.as_str()) {
             (Some(n), _) => Some(" ".repeat(n.clamp(0, 64) as usize)),
             (None, Some(s)) => Some(s.to_owned()),
-            _ => {
-                return Err(invalid(format!(
-                    "tojson indent must be an int or a str, not {}",
-                    v.kind()
-                )))
-            }
+            _ => return Err(invalid(format!("tojson indent must be an int or a str, not {}", v.kind()))),
         },
     };
-    let (mut item_sep, mut key_sep) = if indent.is_some() {
-        (",".to_owned(), ": ".to_owned())
-    } else {
-        (", ".to_owned(), ": ".to_owned())
-    };
+    let (mut item_sep, mut key_sep) =
+        if indent.is_some() { (",".to_owned(), ": ".to_owned()) } else { (", ".to_owned(), ": ".to_owned()) };
     if let Some(seps) = pick(2, "separators")?.filter(|v| !v.is_none()) {
         let parts: Vec<Value> = seps.try_iter()?.collect();
         match parts.as_slice() {
@@ -1034,24 +896,13 @@ pub(super) fn tojson(value: &Value, args: Rest<Value>, kwargs: Kwargs) -> Result
     }
     let sort_keys = pick(3, "sort_keys")?.is_some_and(|v| v.is_true());
     kwargs.assert_all_used()?;
-    let style = JsonStyle {
-        ensure_ascii,
-        indent,
-        item_sep,
-        key_sep,
-        sort_keys,
-    };
+    let style = JsonStyle { ensure_ascii, indent, item_sep, key_sep, sort_keys };
     let mut out = String::new();
     write_json(value, &style, 0, &mut out)?;
     Ok(Value::from(out))
 }
 
-fn write_json(
-    value: &Value,
-    style: &JsonStyle,
-    depth: usize,
-    out: &mut String,
-) -> Result<(), Error> {
+fn write_json(value: &Value, style: &JsonStyle, depth: usize, out: &mut String) -> Result<(), Error> {
     if is_none(value) {
         out.push_str("null");
         return Ok(());
@@ -1073,9 +924,7 @@ fn write_json(
                 });
             }
         }
-        ValueKind::String => {
-            write_json_str(value.as_str().unwrap_or_default(), style.ensure_ascii, out)
-        }
+        ValueKind::String => write_json_str(value.as_str().unwrap_or_default(), style.ensure_ascii, out),
         ValueKind::Seq => {
             let items: Vec<Value> = value.try_iter()?.collect();
             write_json_container(out, style, depth, '[', ']', items.len(), |i, out| {
@@ -1099,10 +948,7 @@ fn write_json(
             })?;
         }
         _ => {
-            return Err(invalid(format!(
-                "object of type {} is not JSON serializable",
-                value.kind()
-            )));
+            return Err(invalid(format!("object of type {} is not JSON serializable", value.kind())));
         }
     }
     Ok(())
@@ -1153,11 +999,7 @@ fn json_key(key: &Value) -> Result<String, Error> {
         ValueKind::Number => number_str(key),
         ValueKind::Bool => if key.is_true() { "true" } else { "false" }.to_owned(),
         ValueKind::None => "null".to_owned(),
-        kind => {
-            return Err(invalid(format!(
-                "keys must be str, int, float, bool or None, not {kind}"
-            )))
-        }
+        kind => return Err(invalid(format!("keys must be str, int, float, bool or None, not {kind}"))),
     })
 }
 
@@ -1187,10 +1029,7 @@ fn write_json_str(s: &str, ensure_ascii: bool, out: &mut String) {
 /// jinja2's `sequence` test: anything with a length and item access, which in
 /// Python includes strings and dicts (and jinja2's `Undefined`).
 pub(super) fn is_sequence(value: &Value) -> bool {
-    matches!(
-        value.kind(),
-        ValueKind::String | ValueKind::Seq | ValueKind::Map | ValueKind::Undefined
-    )
+    matches!(value.kind(), ValueKind::String | ValueKind::Seq | ValueKind::Map | ValueKind::Undefined)
 }
 
 /// jinja2's `iterable` test: strings, lists, dicts and `Undefined` iterate;
@@ -1198,11 +1037,7 @@ pub(super) fn is_sequence(value: &Value) -> bool {
 pub(super) fn is_iterable(value: &Value) -> bool {
     matches!(
         value.kind(),
-        ValueKind::String
-            | ValueKind::Seq
-            | ValueKind::Map
-            | ValueKind::Iterable
-            | ValueKind::Undefined
+        ValueKind::String | ValueKind::Seq | ValueKind::Map | ValueKind::Iterable | ValueKind::Undefined
     )
 }
 
@@ -1240,10 +1075,7 @@ mod tests {
         assert_eq!(py_split(s, None, -1).unwrap(), ["a", "b", "c"]);
         assert_eq!(py_split(s, None, 1).unwrap(), ["a", "b\t\n c  "]);
         assert_eq!(py_rsplit(s, None, 1).unwrap(), ["  a b", "c"]);
-        assert_eq!(
-            py_split("a,b,,c", Some(","), -1).unwrap(),
-            ["a", "b", "", "c"]
-        );
+        assert_eq!(py_split("a,b,,c", Some(","), -1).unwrap(), ["a", "b", "", "c"]);
         assert_eq!(py_split("a,b,,c", Some(","), 1).unwrap(), ["a", "b,,c"]);
         assert_eq!(py_rsplit("a.b.c", Some("."), 1).unwrap(), ["a.b", "c"]);
         assert!(py_split("abc", Some(""), -1).is_err());
@@ -1262,8 +1094,7 @@ mod tests {
 
     #[test]
     fn slices_match_python() {
-        let idx =
-            |len, start, stop, step| slice_indices(len, start, stop, step).collect::<Vec<_>>();
+        let idx = |len, start, stop, step| slice_indices(len, start, stop, step).collect::<Vec<_>>();
         assert_eq!(idx(0, None, None, -1), Vec::<usize>::new());
         assert_eq!(idx(3, None, None, -1), [2, 1, 0]);
         assert_eq!(idx(3, Some(2), Some(0), -1), [2, 1]);
@@ -1277,13 +1108,8 @@ mod tests {
 
     #[test]
     fn repr_matches_python() {
-        let v = Value::from_serialize(
-            serde_json::json!({"a": [1, 2.5, null, true, "it's"], "b": "x\ny"}),
-        );
-        assert_eq!(
-            python_str(&v),
-            r#"{'a': [1, 2.5, None, True, "it's"], 'b': 'x\ny'}"#
-        );
+        let v = Value::from_serialize(serde_json::json!({"a": [1, 2.5, null, true, "it's"], "b": "x\ny"}));
+        assert_eq!(python_str(&v), r#"{'a': [1, 2.5, None, True, "it's"], 'b': 'x\ny'}"#);
         assert_eq!(python_str(&Value::from(false)), "False");
         assert_eq!(python_str(&Value::from(())), "None");
     }

@@ -53,18 +53,13 @@ pub(super) fn rewrite_template(source: &str) -> String {
             match inner.trim() {
                 "raw" => {
                     // Everything up to the closing `endraw` tag is literal text.
-                    let raw_end =
-                        find_endraw(&after[block_end..]).map_or(after.len(), |i| block_end + i);
+                    let raw_end = find_endraw(&after[block_end..]).map_or(after.len(), |i| block_end + i);
                     out.push_str(&after[..raw_end]);
                     rest = &after[raw_end..];
                     continue;
                 }
                 "generation" | "endgeneration" => {
-                    let keyword = if inner.trim() == "generation" {
-                        "if true"
-                    } else {
-                        "endif"
-                    };
+                    let keyword = if inner.trim() == "generation" { "if true" } else { "endif" };
                     out.push_str(&format!("{{%{open_ctl} {keyword} {close_ctl}%}}"));
                     rest = &after[block_end..];
                     continue;
@@ -195,9 +190,11 @@ fn rewrite_slices(expr: &str) -> String {
                 let parts = split_top_level_colons(inner);
                 // Only a subscript (after an operand) can be a slice; a list
                 // literal with a colon is a syntax error left to the parser.
-                let after_operand = expr[..i].trim_end().chars().last().is_some_and(|c| {
-                    c.is_alphanumeric() || matches!(c, '_' | ')' | ']' | '\'' | '"')
-                });
+                let after_operand = expr[..i]
+                    .trim_end()
+                    .chars()
+                    .last()
+                    .is_some_and(|c| c.is_alphanumeric() || matches!(c, '_' | ')' | ']' | '\'' | '"'));
                 out.push_str(&expr[copied..i]);
                 if after_operand && (parts.len() == 2 || parts.len() == 3) {
                     let args: Vec<String> = (0..3)
@@ -237,9 +234,7 @@ fn rewrite_none_comparisons(expr: &str) -> String {
             continue;
         }
         let starts_word = i == 0 || !(is_ident(bytes[i - 1]) || bytes[i - 1] == b'.');
-        let name = ["tools", "documents"]
-            .into_iter()
-            .find(|n| expr[i..].starts_with(n));
+        let name = ["tools", "documents"].into_iter().find(|n| expr[i..].starts_with(n));
         let (Some(name), true) = (name, starts_word) else {
             i += 1;
             continue;
@@ -254,19 +249,9 @@ fn rewrite_none_comparisons(expr: &str) -> String {
             ""
         };
         let operand = rest.get(2..).unwrap_or("").trim_start();
-        let literal = ["none", "None"]
-            .into_iter()
-            .find(|l| operand.starts_with(l));
-        let literal_ends = literal.is_some_and(|l| {
-            operand
-                .as_bytes()
-                .get(l.len())
-                .is_none_or(|&b| !is_ident(b))
-        });
-        if op.is_empty()
-            || after_name.as_bytes().first().is_some_and(|&b| is_ident(b))
-            || !literal_ends
-        {
+        let literal = ["none", "None"].into_iter().find(|l| operand.starts_with(l));
+        let literal_ends = literal.is_some_and(|l| operand.as_bytes().get(l.len()).is_none_or(|&b| !is_ident(b)));
+        if op.is_empty() || after_name.as_bytes().first().is_some_and(|&b| is_ident(b)) || !literal_ends {
             i += name.len();
             continue;
         }
@@ -301,62 +286,26 @@ mod tests {
 
     #[test]
     fn slices_become_method_calls() {
-        assert_eq!(
-            rewrite_template("{{ m[::-1] }}"),
-            "{{ m.__slice__(none, none, -1) }}"
-        );
-        assert_eq!(
-            rewrite_template("{%- for x in a[1:] -%}"),
-            "{%- for x in a.__slice__(1, none, none) -%}"
-        );
+        assert_eq!(rewrite_template("{{ m[::-1] }}"), "{{ m.__slice__(none, none, -1) }}");
+        assert_eq!(rewrite_template("{%- for x in a[1:] -%}"), "{%- for x in a.__slice__(1, none, none) -%}");
         assert_eq!(
             rewrite_template("{{ a[b[1:]|length:] }}"),
             "{{ a.__slice__(b.__slice__(1, none, none)|length, none, none) }}"
         );
-        assert_eq!(
-            rewrite_template("{{ a[0] ~ ['x'][0] }}"),
-            "{{ a[0] ~ ['x'][0] }}"
-        );
-        assert_eq!(
-            rewrite_template("{{ 'a[1:]' ~ x['k:v'] }}"),
-            "{{ 'a[1:]' ~ x['k:v'] }}"
-        );
-        assert_eq!(
-            rewrite_template("{{ [{'a': 1}][0] }}"),
-            "{{ [{'a': 1}][0] }}"
-        );
+        assert_eq!(rewrite_template("{{ a[0] ~ ['x'][0] }}"), "{{ a[0] ~ ['x'][0] }}");
+        assert_eq!(rewrite_template("{{ 'a[1:]' ~ x['k:v'] }}"), "{{ 'a[1:]' ~ x['k:v'] }}");
+        assert_eq!(rewrite_template("{{ [{'a': 1}][0] }}"), "{{ [{'a': 1}][0] }}");
     }
 
     #[test]
     fn none_comparisons_of_tools_become_tests() {
-        assert_eq!(
-            rewrite_template("{% if tools != none and x %}"),
-            "{% if tools is not none and x %}"
-        );
-        assert_eq!(
-            rewrite_template("{{ documents==None }}"),
-            "{{ documents is none }}"
-        );
-        assert_eq!(
-            rewrite_template("{{ my_tools != none }}"),
-            "{{ my_tools != none }}"
-        );
-        assert_eq!(
-            rewrite_template("{{ x.tools != none }}"),
-            "{{ x.tools != none }}"
-        );
-        assert_eq!(
-            rewrite_template("{{ tools != nonex }}"),
-            "{{ tools != nonex }}"
-        );
-        assert_eq!(
-            rewrite_template("{{ 'tools != none' }}"),
-            "{{ 'tools != none' }}"
-        );
-        assert_eq!(
-            rewrite_template("{{ tools_x == none }}"),
-            "{{ tools_x == none }}"
-        );
+        assert_eq!(rewrite_template("{% if tools != none and x %}"), "{% if tools is not none and x %}");
+        assert_eq!(rewrite_template("{{ documents==None }}"), "{{ documents is none }}");
+        assert_eq!(rewrite_template("{{ my_tools != none }}"), "{{ my_tools != none }}");
+        assert_eq!(rewrite_template("{{ x.tools != none }}"), "{{ x.tools != none }}");
+        assert_eq!(rewrite_template("{{ tools != nonex }}"), "{{ tools != nonex }}");
+        assert_eq!(rewrite_template("{{ 'tools != none' }}"), "{{ 'tools != none' }}");
+        assert_eq!(rewrite_template("{{ tools_x == none }}"), "{{ tools_x == none }}");
     }
 
     #[test]
@@ -370,23 +319,12 @@ mod tests {
 
     #[test]
     fn generation_tags_keep_whitespace_control() {
-        assert_eq!(
-            rewrite_template("{%- generation -%}x{% endgeneration +%}"),
-            "{%- if true -%}x{% endif +%}"
-        );
+        assert_eq!(rewrite_template("{%- generation -%}x{% endgeneration +%}"), "{%- if true -%}x{% endif +%}");
     }
 
     #[test]
     fn malformed_input_is_copied() {
-        for src in [
-            "{{ a[1:",
-            "{% if x",
-            "{#",
-            "{{ 'abc",
-            "{",
-            "}}",
-            "{{ a[1:] }",
-        ] {
+        for src in ["{{ a[1:", "{% if x", "{#", "{{ 'abc", "{", "}}", "{{ a[1:] }"] {
             let _ = rewrite_template(src);
         }
         assert_eq!(rewrite_template("{{ a[1:"), "{{ a[1:");

@@ -30,15 +30,9 @@ pub use stop::{StopMatch, StopMatcher, StopOutcome};
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
     #[error("cannot read {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
     #[error("{path} is not valid JSON: {source}")]
-    Json {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
+    Json { path: PathBuf, source: serde_json::Error },
     #[error("{path}: not a tokenizer the `tokenizers` library can load: {reason}")]
     Load { path: PathBuf, reason: String },
     #[error("{path}: {reason}")]
@@ -64,31 +58,16 @@ impl Tokenizer {
     ///
     /// `eos_token_ids` lists every id that ends generation; the id of
     /// `special_tokens.eos_token` is added when it is in the vocabulary.
-    pub fn new(
-        inner: tokenizers::Tokenizer,
-        special_tokens: SpecialTokens,
-        eos_token_ids: Vec<u32>,
-    ) -> Self {
-        let bos_token_id = special_tokens
-            .bos_token
-            .as_deref()
-            .and_then(|t| inner.token_to_id(t));
+    pub fn new(inner: tokenizers::Tokenizer, special_tokens: SpecialTokens, eos_token_ids: Vec<u32>) -> Self {
+        let bos_token_id = special_tokens.bos_token.as_deref().and_then(|t| inner.token_to_id(t));
         let mut ids = Vec::new();
-        let eos_from_text = special_tokens
-            .eos_token
-            .as_deref()
-            .and_then(|t| inner.token_to_id(t));
+        let eos_from_text = special_tokens.eos_token.as_deref().and_then(|t| inner.token_to_id(t));
         for id in eos_from_text.into_iter().chain(eos_token_ids) {
             if !ids.contains(&id) {
                 ids.push(id);
             }
         }
-        Self {
-            inner,
-            special_tokens,
-            bos_token_id,
-            eos_token_ids: ids,
-        }
+        Self { inner, special_tokens, bos_token_id, eos_token_ids: ids }
     }
 
     /// Loads `tokenizer.json` from a HuggingFace model folder, with the
@@ -97,28 +76,15 @@ impl Tokenizer {
     /// and `config.json` (each optional).
     pub fn from_dir(dir: &Path) -> Result<Self, TokenizerError> {
         let path = dir.join("tokenizer.json");
-        let text = std::fs::read_to_string(&path).map_err(|source| TokenizerError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        let mut inner =
-            tokenizers::Tokenizer::from_str(&text).map_err(|e| TokenizerError::Load {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
+        let text =
+            std::fs::read_to_string(&path).map_err(|source| TokenizerError::Io { path: path.clone(), source })?;
+        let mut inner = tokenizers::Tokenizer::from_str(&text)
+            .map_err(|e| TokenizerError::Load { path: path.clone(), reason: e.to_string() })?;
 
         let config = read_json_if_exists(&dir.join("tokenizer_config.json"))?;
-        let special_tokens = config
-            .as_ref()
-            .map(SpecialTokens::from_tokenizer_config)
-            .unwrap_or_default();
+        let special_tokens = config.as_ref().map(SpecialTokens::from_tokenizer_config).unwrap_or_default();
         if let Some(config) = &config {
-            apply_add_bos_eos(
-                &mut inner,
-                config,
-                &special_tokens,
-                &dir.join("tokenizer_config.json"),
-            )?;
+            apply_add_bos_eos(&mut inner, config, &special_tokens, &dir.join("tokenizer_config.json"))?;
         }
 
         let mut eos_token_ids = Vec::new();
@@ -148,9 +114,7 @@ impl Tokenizer {
     /// The text of `ids`; ids outside the vocabulary are skipped, as the
     /// `tokenizers` library (and so transformers) does.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String, TokenizerError> {
-        self.inner
-            .decode(ids, skip_special_tokens)
-            .map_err(|e| TokenizerError::Decode(e.to_string()))
+        self.inner.decode(ids, skip_special_tokens).map_err(|e| TokenizerError::Decode(e.to_string()))
     }
 
     /// Number of tokens, added tokens included. The model's embedding table
@@ -214,11 +178,8 @@ fn apply_add_bos_eos(
     if add_bos.is_none() && add_eos.is_none() {
         return Ok(());
     }
-    let with_id = |token: &Option<String>| {
-        token
-            .as_deref()
-            .and_then(|t| inner.token_to_id(t).map(|id| (t.to_owned(), id)))
-    };
+    let with_id =
+        |token: &Option<String>| token.as_deref().and_then(|t| inner.token_to_id(t).map(|id| (t.to_owned(), id)));
     let bos = with_id(&special.bos_token).filter(|_| add_bos == Some(true));
     let eos = with_id(&special.eos_token).filter(|_| add_eos == Some(true));
     let mut single = Vec::new();
@@ -273,19 +234,9 @@ fn read_json_if_exists(path: &Path) -> Result<Option<Json>, TokenizerError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(TokenizerError::Io {
-                path: path.to_owned(),
-                source,
-            })
-        }
+        Err(source) => return Err(TokenizerError::Io { path: path.to_owned(), source }),
     };
-    serde_json::from_str(&text)
-        .map(Some)
-        .map_err(|source| TokenizerError::Json {
-            path: path.to_owned(),
-            source,
-        })
+    serde_json::from_str(&text).map(Some).map_err(|source| TokenizerError::Json { path: path.to_owned(), source })
 }
 
 #[cfg(test)]
@@ -304,13 +255,8 @@ mod tests {
     fn eos_ids_accept_int_list_and_null() {
         let p = Path::new("x.json");
         assert_eq!(eos_ids_field(&json!({"eos_token_id": 4}), p).unwrap(), [4]);
-        assert_eq!(
-            eos_ids_field(&json!({"eos_token_id": [1, 2]}), p).unwrap(),
-            [1, 2]
-        );
-        assert!(eos_ids_field(&json!({"eos_token_id": null}), p)
-            .unwrap()
-            .is_empty());
+        assert_eq!(eos_ids_field(&json!({"eos_token_id": [1, 2]}), p).unwrap(), [1, 2]);
+        assert!(eos_ids_field(&json!({"eos_token_id": null}), p).unwrap().is_empty());
         assert!(eos_ids_field(&json!({}), p).unwrap().is_empty());
         assert!(eos_ids_field(&json!({"eos_token_id": "x"}), p).is_err());
         assert!(eos_ids_field(&json!({"eos_token_id": [-1]}), p).is_err());

@@ -43,11 +43,7 @@ pub struct StopMatcher {
 
 impl StopMatcher {
     pub fn new<S: Into<String>>(stops: impl IntoIterator<Item = S>) -> Self {
-        Self {
-            stops: stops.into_iter().map(Into::into).collect(),
-            pending: String::new(),
-            stopped: false,
-        }
+        Self { stops: stops.into_iter().map(Into::into).collect(), pending: String::new(), stopped: false }
     }
 
     /// Adds the next piece of generated text.
@@ -89,11 +85,7 @@ impl StopMatcher {
             .iter()
             .enumerate()
             .filter(|(_, stop)| !stop.is_empty())
-            .filter_map(|(idx, stop)| {
-                self.pending
-                    .find(stop.as_str())
-                    .map(|start| (start + stop.len(), start, idx))
-            })
+            .filter_map(|(idx, stop)| self.pending.find(stop.as_str()).map(|start| (start + stop.len(), start, idx)))
             .min()
             .map(|(_, start, idx)| (start, idx))
     }
@@ -108,9 +100,7 @@ impl StopMatcher {
             .filter(|&len| self.pending.is_char_boundary(self.pending.len() - len))
             .find(|&len| {
                 let suffix = &self.pending[self.pending.len() - len..];
-                self.stops
-                    .iter()
-                    .any(|stop| stop.len() > len && stop.starts_with(suffix))
+                self.stops.iter().any(|stop| stop.len() > len && stop.starts_with(suffix))
             })
             .unwrap_or(0)
     }
@@ -142,13 +132,7 @@ mod tests {
         let mut m = StopMatcher::new(["###"]);
         assert_eq!(m.push("ab#"), StopOutcome::Continue("ab".into()));
         assert_eq!(m.push("#"), StopOutcome::Continue(String::new()));
-        assert_eq!(
-            m.push("#tail"),
-            StopOutcome::Stopped(StopMatch {
-                text: String::new(),
-                stop_idx: 0
-            })
-        );
+        assert_eq!(m.push("#tail"), StopOutcome::Stopped(StopMatch { text: String::new(), stop_idx: 0 }));
         assert!(m.is_stopped());
         assert_eq!(m.push("more"), StopOutcome::Continue(String::new()));
     }
@@ -173,14 +157,8 @@ mod tests {
 
     #[test]
     fn multibyte_text_splits_on_char_boundaries() {
-        assert_eq!(
-            run(&["日本語"], &["こんにちは日", "本", "人"]),
-            ("こんにちは日本人".into(), None)
-        );
-        assert_eq!(
-            run(&["日本語"], &["こ日", "本", "語!"]),
-            ("こ".into(), Some(0))
-        );
+        assert_eq!(run(&["日本語"], &["こんにちは日", "本", "人"]), ("こんにちは日本人".into(), None));
+        assert_eq!(run(&["日本語"], &["こ日", "本", "語!"]), ("こ".into(), Some(0)));
         assert_eq!(run(&["é!"], &["café", "?"]), ("café?".into(), None));
     }
 
@@ -192,9 +170,7 @@ mod tests {
         let stops = ["ab#", "##", "c日é", "bbb"];
         for _ in 0..2000 {
             let len = rng.gen_range(0..24);
-            let text: String = (0..len)
-                .map(|_| alphabet[rng.gen_range(0..alphabet.len())])
-                .collect();
+            let text: String = (0..len).map(|_| alphabet[rng.gen_range(0..alphabet.len())]).collect();
             let whole = run(&stops, &[&text]);
             // Reference: check after every character.
             let chars: Vec<String> = text.chars().map(String::from).collect();

@@ -44,12 +44,7 @@ impl Tokenizer {
 
 impl DecodeStream {
     pub fn new(skip_special_tokens: bool) -> Self {
-        Self {
-            skip_special_tokens,
-            ids: Vec::new(),
-            prefix_len: 0,
-            prefix_text: String::new(),
-        }
+        Self { skip_special_tokens, ids: Vec::new(), prefix_len: 0, prefix_text: String::new() }
     }
 
     /// Feeds one generated token; returns the text it completes (often
@@ -79,8 +74,7 @@ impl DecodeStream {
     fn advance(&mut self, tokenizer: &Tokenizer, emitted: usize) -> Result<(), TokenizerError> {
         self.ids.drain(..self.prefix_len);
         self.prefix_len = emitted - self.prefix_len;
-        self.prefix_text =
-            tokenizer.decode(&self.ids[..self.prefix_len], self.skip_special_tokens)?;
+        self.prefix_text = tokenizer.decode(&self.ids[..self.prefix_len], self.skip_special_tokens)?;
         Ok(())
     }
 
@@ -93,11 +87,7 @@ impl DecodeStream {
     /// tokens held and is a true boundary: decoding both sides separately
     /// gives the same text as decoding them together, with text on the right
     /// (UTF-8 decoding settles an incomplete character at the next byte).
-    fn emit_settled(
-        &mut self,
-        tokenizer: &Tokenizer,
-        text: &str,
-    ) -> Result<String, TokenizerError> {
+    fn emit_settled(&mut self, tokenizer: &Tokenizer, text: &str) -> Result<String, TokenizerError> {
         for held in 1..=3 {
             let split = self.ids.len() - held;
             if split <= self.prefix_len {
@@ -122,11 +112,7 @@ impl DecodeStream {
     }
 
     /// Feeds several tokens, returning the text they complete together.
-    pub fn step_many(
-        &mut self,
-        tokenizer: &Tokenizer,
-        ids: &[u32],
-    ) -> Result<String, TokenizerError> {
+    pub fn step_many(&mut self, tokenizer: &Tokenizer, ids: &[u32]) -> Result<String, TokenizerError> {
         let mut out = String::new();
         for &id in ids {
             out.push_str(&self.step(tokenizer, id)?);

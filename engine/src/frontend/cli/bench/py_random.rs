@@ -44,18 +44,14 @@ impl PyRandom {
         let mut state = [0u32; N];
         state[0] = 19_650_218;
         for i in 1..N {
-            state[i] = 1_812_433_253u32
-                .wrapping_mul(state[i - 1] ^ (state[i - 1] >> 30))
-                .wrapping_add(i as u32);
+            state[i] = 1_812_433_253u32.wrapping_mul(state[i - 1] ^ (state[i - 1] >> 30)).wrapping_add(i as u32);
         }
         let key_len = key.len().max(1);
         let key_at = |j: usize| key.get(j).copied().unwrap_or(0);
         let (mut i, mut j) = (1usize, 0usize);
         for _ in 0..N.max(key_len) {
             let prev = state[i - 1] ^ (state[i - 1] >> 30);
-            state[i] = (state[i] ^ prev.wrapping_mul(1_664_525))
-                .wrapping_add(key_at(j))
-                .wrapping_add(j as u32);
+            state[i] = (state[i] ^ prev.wrapping_mul(1_664_525)).wrapping_add(key_at(j)).wrapping_add(j as u32);
             i += 1;
             j += 1;
             if i >= N {
@@ -119,10 +115,7 @@ impl PyRandom {
     /// `getrandbits(k)` for `k <= 128`.
     pub fn getrandbits(&mut self, k: u32) -> u128 {
         assert!(k <= 128, "getrandbits: {k} bits do not fit a u128");
-        self.getrandbits_words(k as usize)
-            .iter()
-            .rev()
-            .fold(0u128, |acc, &w| (acc << 32) | u128::from(w))
+        self.getrandbits_words(k as usize).iter().rev().fold(0u128, |acc, &w| (acc << 32) | u128::from(w))
     }
 
     /// `_randbelow(n)`: a uniform integer in `[0, n)`, by rejection of
@@ -178,11 +171,7 @@ mod tests {
             assert_eq!(r.getrandbits(40), bits40, "seed {seed}: getrandbits(40)");
             assert_eq!(r.getrandbits(64), bits64, "seed {seed}: getrandbits(64)");
             assert_eq!(r.getrandbits(100), bits100, "seed {seed}: getrandbits(100)");
-            assert_eq!(
-                r.randint(0, 1 << 40),
-                randint40,
-                "seed {seed}: randint(0, 2**40)"
-            );
+            assert_eq!(r.randint(0, 1 << 40), randint40, "seed {seed}: randint(0, 2**40)");
             assert_eq!(r.randint(5, 5), randint5, "seed {seed}: randint(5, 5)");
             assert_eq!(r.randbelow(1000), randrange, "seed {seed}: randrange(1000)");
         }
