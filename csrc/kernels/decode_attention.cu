@@ -569,7 +569,7 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
 }
 
 /* Dynamic shared memory of an instance's attention phase. */
-template <int DTYPE, int HEAD_DIM, int ROWS> constexpr int decode_smem_bytes() {
+template <int DTYPE, int HEAD_DIM, int ROWS> __host__ __device__ constexpr int decode_smem_bytes() {
   if constexpr (ROWS == 16) {
     return MmaDecode<DTYPE, HEAD_DIM>::kSmemBytes;
   } else {

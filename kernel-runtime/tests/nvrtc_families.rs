@@ -9,8 +9,8 @@
 use kernel_runtime::kernels::{self, jit};
 
 /// Instances compiled: every AOT instance of the small families, and the attention
-/// variants that matter (both dtypes with tensor cores, f32 and the 16-bit
-/// CUDA-core fallback, head_dim 256).
+/// and decode attention variants that matter (both dtypes with tensor cores, f32
+/// and the 16-bit CUDA-core fallback, head_dim 256).
 fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
     let mut out = Vec::new();
     for family in ["norm", "rope", "rope_store", "activation", "argmax"] {
@@ -35,6 +35,11 @@ fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
     }
     for (dtype, head_dim, mma) in [(2, 128, 1), (1, 64, 1), (2, 256, 1), (0, 64, 0), (0, 128, 0), (2, 128, 0)] {
         out.push(("attention", vec![("DTYPE", dtype), ("HEAD_DIM", head_dim), ("MMA", mma)]));
+    }
+    // The decode kernel: the tensor-core block, and the CUDA-core blocks that are
+    // only ever compiled at run time (f32, MINISGL_DECODE_MMA=0).
+    for (dtype, head_dim, rows) in [(2, 128, 16), (1, 256, 16), (0, 128, 4), (0, 256, 8), (2, 64, 1), (1, 128, 2), (2, 32, 8)] {
+        out.push(("decode_attention", vec![("DTYPE", dtype), ("HEAD_DIM", head_dim), ("ROWS", rows)]));
     }
     out
 }
