@@ -18,6 +18,12 @@ pub(crate) const MAX_ROWS: usize = 16;
 /// Smallest weight matrix sent to the skinny kernel: below it both kernels are
 /// bound by launch latency rather than by the weight stream.
 const MIN_WEIGHT_BYTES: usize = 1 << 20;
+/// Largest weight matrix sent to the skinny kernel. Measured on the H200
+/// (docs/PERF.md, 2026-12-01): it beats cuBLASLt on Qwen3-0.6B's 4-12 MiB
+/// projections (6.5-9 us vs 7.2-13.6 us) and loses on Llama-3-8B's 32-224 MiB ones
+/// and on a 297 MiB lm_head (2.2-2.7 vs 2.4-3.5 TB/s), where cuBLASLt's split-K
+/// kernels keep more bytes in flight.
+const MAX_WEIGHT_BYTES: usize = 16 << 20;
 
 /// `MINISGL_SKINNY_GEMM` as read once: 0 unread, 1 on, 2 off (plus the override).
 static ENABLED: AtomicU8 = AtomicU8::new(0);
@@ -47,9 +53,10 @@ pub(crate) fn enabled() -> bool {
 /// for `out[m, n] = x[m, k] @ w[n, k]^T`, `None` for cuBLASLt.
 ///
 /// The rule, in one sentence: a decode-sized batch (m <= 16) of a 16-bit dtype
-/// whose weights are at least 1 MiB is weight-bound, and the skinny kernel streams
-/// weights faster than cuBLASLt's 2.7-2.8 TB/s there; everything else (more rows,
-/// f32, k not a multiple of 32, unaligned rows, small weights) stays on cuBLASLt.
+/// whose weights are 1 to 16 MiB is where the skinny kernel measured faster than
+/// cuBLASLt (one launch, no split-K reduction pass); everything else (more rows,
+/// f32, k not a multiple of 32, unaligned rows, weights outside that range) stays
+/// on cuBLASLt.
 /// `m_tiles` (16-row tiles of w per warp) is 2 when that still leaves two blocks
 /// per SM (n >= 64 x SMs), halving the re-reads of x, else 1 so the grid fills the GPU.
 pub(crate) fn plan(m: usize, n: usize, k: usize, dtype: DType, aligned: bool, sm_count: usize) -> Option<usize> {
@@ -58,7 +65,7 @@ pub(crate) fn plan(m: usize, n: usize, k: usize, dtype: DType, aligned: bool, sm
         && k > 0
         && k.is_multiple_of(32)
         && aligned;
-    (fits && n * k * 2 >= MIN_WEIGHT_BYTES).then(|| if n >= 64 * sm_count.max(1) { 2 } else { 1 })
+    (fits && (MIN_WEIGHT_BYTES..=MAX_WEIGHT_BYTES).contains(&(n * k * 2))).then(|| if n >= 64 * sm_count.max(1) { 2 } else { 1 })
 }
 
 /// Whether x, w and bias meet the kernel's alignment: 16-byte aligned rows of x and
@@ -125,14 +132,19 @@ mod tests {
     #[test]
     fn decode_projections_go_skinny_and_the_rest_to_cublaslt() {
         let bf = DType::BF16;
-        // Llama-3-8B projections at m = 1 and 16 on an H200 (132 SMs).
-        assert_eq!(plan(1, 6144, 4096, bf, true, 132), Some(1));
-        assert_eq!(plan(16, 4096, 4096, bf, true, 132), Some(1));
-        assert_eq!(plan(16, 4096, 14336, bf, true, 132), Some(1));
-        assert_eq!(plan(1, 28672, 4096, bf, true, 132), Some(2));
-        // Qwen3-0.6B qkv (8 MiB) and its lm_head.
+        // Qwen3-0.6B's projections at m = 1..16 on an H200 (132 SMs): qkv 8 MiB,
+        // o 4 MiB, gate_up 12 MiB, down 6 MiB.
         assert_eq!(plan(4, 4096, 1024, DType::F16, true, 132), Some(1));
-        assert_eq!(plan(1, 151936, 1024, bf, true, 132), Some(2));
+        assert_eq!(plan(1, 1024, 2048, bf, true, 132), Some(1));
+        assert_eq!(plan(16, 6144, 1024, bf, true, 132), Some(1));
+        assert_eq!(plan(1, 1024, 3072, bf, true, 132), Some(1));
+        assert_eq!(plan(1, 8448, 1024, bf, true, 132), Some(1));
+        assert_eq!(plan(1, 16384, 512, bf, true, 132), Some(2));
+        // Llama-3-8B's (32-224 MiB) and a vocab-wide lm_head: cuBLASLt measured faster.
+        assert_eq!(plan(1, 6144, 4096, bf, true, 132), None);
+        assert_eq!(plan(16, 4096, 4096, bf, true, 132), None);
+        assert_eq!(plan(1, 28672, 4096, bf, true, 132), None);
+        assert_eq!(plan(1, 151936, 1024, bf, true, 132), None);
         // More rows, f32, odd k, unaligned, small weights: cuBLASLt.
         assert_eq!(plan(17, 4096, 4096, bf, true, 132), None);
         assert_eq!(plan(0, 4096, 4096, bf, true, 132), None);
