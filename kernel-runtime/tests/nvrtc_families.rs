@@ -38,7 +38,9 @@ fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
     }
     // The decode kernel: the tensor-core block, and the CUDA-core blocks that are
     // only ever compiled at run time (f32, MINISGL_DECODE_MMA=0).
-    for (dtype, head_dim, rows) in [(2, 128, 16), (1, 256, 16), (0, 128, 4), (0, 256, 8), (2, 64, 1), (1, 128, 2), (2, 32, 8)] {
+    for (dtype, head_dim, rows) in
+        [(2, 128, 16), (1, 256, 16), (0, 128, 4), (0, 256, 8), (2, 64, 1), (1, 128, 2), (2, 32, 8)]
+    {
         out.push(("decode_attention", vec![("DTYPE", dtype), ("HEAD_DIM", head_dim), ("ROWS", rows)]));
     }
     out

@@ -65,7 +65,13 @@ pub(crate) fn plan(m: usize, n: usize, k: usize, dtype: DType, aligned: bool, sm
         && k > 0
         && k.is_multiple_of(32)
         && aligned;
-    (fits && (MIN_WEIGHT_BYTES..=MAX_WEIGHT_BYTES).contains(&(n * k * 2))).then(|| if n >= 64 * sm_count.max(1) { 2 } else { 1 })
+    (fits && (MIN_WEIGHT_BYTES..=MAX_WEIGHT_BYTES).contains(&(n * k * 2))).then(|| {
+        if n >= 64 * sm_count.max(1) {
+            2
+        } else {
+            1
+        }
+    })
 }
 
 /// Whether x, w and bias meet the kernel's alignment: 16-byte aligned rows of x and
