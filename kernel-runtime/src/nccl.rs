@@ -121,11 +121,8 @@ impl Communicator {
         device.bind()?;
         let mut comm = std::ptr::null_mut();
         // SAFETY: the out-pointer is valid; the device's context is current.
-        check(
-            lib,
-            unsafe { lib.ncclCommInitRank(&mut comm, world_size as i32, id.0, rank as i32) },
-            "ncclCommInitRank",
-        )?;
+        let status = unsafe { lib.ncclCommInitRank(&mut comm, world_size as i32, id.0, rank as i32) };
+        check(lib, status, "ncclCommInitRank")?;
         Ok(Communicator { comm, rank, world_size, device })
     }
 
@@ -137,11 +134,8 @@ impl Communicator {
         let mut comms = vec![std::ptr::null_mut(); ordinals.len()];
         let list: Vec<i32> = ordinals.iter().map(|&o| o as i32).collect();
         // SAFETY: `comms` and `list` have ordinals.len() entries.
-        check(
-            lib,
-            unsafe { lib.ncclCommInitAll(comms.as_mut_ptr(), list.len() as i32, list.as_ptr()) },
-            "ncclCommInitAll",
-        )?;
+        let status = unsafe { lib.ncclCommInitAll(comms.as_mut_ptr(), list.len() as i32, list.as_ptr()) };
+        check(lib, status, "ncclCommInitAll")?;
         Ok(comms
             .into_iter()
             .zip(devices)
