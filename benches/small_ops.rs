@@ -3,8 +3,8 @@
 //! hidden sizes; Qwen3-0.6B's attention prologue (q norm, k norm, RoPE, KV store:
 //! four launches) against `ops::rope_store` with the q/k norm (one launch); and
 //! Llama-3-8B's (RoPE, KV store) against `ops::rope_store` without it. Criterion
-//! timing with CUDA events around back-to-back launches (`iter_custom`), and one
-//! plain-text line per case for run scripts:
+//! timing with CUDA events around back-to-back launches behind a backlog
+//! (benches/common), and one plain-text line per case for run scripts:
 //!
 //! `SUMMARY small <case>: median <us> us, <TB/s> TB/s (<bytes> bytes per launch)`
 //!
@@ -14,25 +14,16 @@
 //! cache holds 65536 slots in pages of 16, and the step's slots are random. On a
 //! machine without a GPU the bench prints a skip line and exits 0.
 
-use std::cell::RefCell;
-use std::time::Duration;
+mod common;
 
-use criterion::{Criterion, Throughput};
-use kernel_runtime::cuda::{self, EventTimer};
+use common::{Case, GPU};
 use kernel_runtime::ops::{self, QkNorm, RopeStore};
-use kernel_runtime::{Device, Tensor};
+use kernel_runtime::Tensor;
 
-const GPU: Device = Device::Cuda(0);
 const ROWS: usize = 64;
 const SLOTS: usize = 65536;
 const PAGE: usize = 16;
 const MAX_POS: usize = 4096;
-
-struct Case {
-    name: String,
-    bytes: u64,
-    run: Box<dyn Fn() -> kernel_runtime::Result<()>>,
-}
 
 /// Deterministic pseudo-random bf16 values in `center +- scale` (never zeros).
 fn random(shape: &[usize], seed: u64, center: f32, scale: f32) -> kernel_runtime::Result<Tensor> {
@@ -74,13 +65,15 @@ fn norm_cases(hidden: usize, label: &str) -> kernel_runtime::Result<Vec<Case>> {
     let (x2, w2) = (x.clone(), w.clone());
     Ok(vec![
         Case {
-            name: format!("rms_norm {label} {ROWS}x{hidden}"),
+            name: format!("small rms_norm {label} {ROWS}x{hidden}"),
             bytes: 2 * row_bytes,
+            flops: 0,
             run: Box::new(move || ops::rms_norm(&x, &w, 1e-6).map(drop)),
         },
         Case {
-            name: format!("fused_add_rms_norm {label} {ROWS}x{hidden}"),
+            name: format!("small fused_add_rms_norm {label} {ROWS}x{hidden}"),
             bytes: 4 * row_bytes,
+            flops: 0,
             run: Box::new(move || ops::fused_add_rms_norm(&x2, &res, &w2, 1e-6)),
         },
     ])
@@ -137,40 +130,14 @@ fn prologue_cases(label: &str, hq: usize, hkv: usize, d: usize, qk_norm: bool) -
     };
     let what = if qk_norm { "q/k norm + rope + store" } else { "rope + store" };
     Ok(vec![
-        Case { name: format!("{what} {label} {ROWS} tok unfused"), bytes, run: Box::new(unfused) },
-        Case { name: format!("{what} {label} {ROWS} tok fused"), bytes, run: Box::new(fused) },
+        Case { name: format!("small {what} {label} {ROWS} tok unfused"), bytes, flops: 0, run: Box::new(unfused) },
+        Case { name: format!("small {what} {label} {ROWS} tok fused"), bytes, flops: 0, run: Box::new(fused) },
     ])
 }
 
-fn time_launches(timer: &EventTimer, case: &Case, launches: u64) -> kernel_runtime::Result<f64> {
-    timer.start()?;
-    for _ in 0..launches {
-        (case.run)()?;
-    }
-    Ok(f64::from(timer.stop_ms()?))
-}
-
-fn median_us(timer: &EventTimer, case: &Case, samples: usize) -> kernel_runtime::Result<f64> {
-    let one = time_launches(timer, case, 10)? / 10.0;
-    let per_group = ((2.0 / one.max(1e-4)) as u64).clamp(10, 10_000);
-    let mut us: Vec<f64> = (0..samples)
-        .map(|_| time_launches(timer, case, per_group).map(|ms| ms * 1e3 / per_group as f64))
-        .collect::<kernel_runtime::Result<_>>()?;
-    us.sort_by(f64::total_cmp);
-    Ok(us[us.len() / 2])
-}
-
 fn main() {
-    match cuda::device_count() {
-        Ok(n) if n > 0 => {}
-        Ok(_) => {
-            println!("skipped: no CUDA device");
-            return;
-        }
-        Err(e) => {
-            println!("skipped: {e}");
-            return;
-        }
+    if !common::gpu_present() {
+        return;
     }
     if let Err(e) = run() {
         eprintln!("small_ops bench failed: {e}");
@@ -179,49 +146,10 @@ fn main() {
 }
 
 fn run() -> kernel_runtime::Result<()> {
-    let dev = cuda::device(0)?;
-    let timer = EventTimer::new(&dev)?;
     let mut cases = Vec::new();
     cases.extend(norm_cases(1024, "qwen3-0.6b")?);
     cases.extend(norm_cases(4096, "llama3-8b")?);
     cases.extend(prologue_cases("qwen3-0.6b 16/8x128", 16, 8, 128, true)?);
     cases.extend(prologue_cases("llama3-8b 32/8x128", 32, 8, 128, false)?);
-    for case in &cases {
-        (case.run)()?;
-    }
-    dev.synchronize()?;
-
-    let mut c = Criterion::default().configure_from_args();
-    let failure: RefCell<Option<kernel_runtime::Error>> = RefCell::new(None);
-    {
-        let mut group = c.benchmark_group("small_ops");
-        for case in &cases {
-            group.throughput(Throughput::Bytes(case.bytes));
-            group.bench_function(&case.name, |b| {
-                b.iter_custom(|iters| {
-                    if failure.borrow().is_some() {
-                        return Duration::from_nanos(1);
-                    }
-                    match time_launches(&timer, case, iters) {
-                        Ok(ms) => Duration::from_secs_f64(ms / 1e3),
-                        Err(e) => {
-                            failure.borrow_mut().get_or_insert(e);
-                            Duration::from_nanos(1)
-                        }
-                    }
-                })
-            });
-        }
-        group.finish();
-    }
-    c.final_summary();
-    if let Some(e) = failure.into_inner() {
-        return Err(e);
-    }
-    for case in &cases {
-        let us = median_us(&timer, case, 50)?;
-        let tbs = case.bytes as f64 / (us * 1e-6) / 1e12;
-        println!("SUMMARY small {}: median {us:.2} us, {tbs:.3} TB/s ({} bytes per launch)", case.name, case.bytes);
-    }
-    Ok(())
+    common::bench_cases("small_ops", &cases)
 }
