@@ -12,12 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Edges that close a known circle, waiting for their fix. Each names why.
-const KNOWN: &[(&str, &str)] = &[
-    // `ops::PagedAttnMeta` lives in ops/attention.rs, which calls both files; it
-    // belongs in `op_types` with the other shared argument types (attention work).
-    ("kernel-runtime/src/cpu/attention.rs", "kernel-runtime/src/ops/mod.rs"),
-    ("kernel-runtime/src/gpu/attention.rs", "kernel-runtime/src/ops/mod.rs"),
-];
+const KNOWN: &[(&str, &str)] = &[];
 
 type Module = Vec<String>;
 

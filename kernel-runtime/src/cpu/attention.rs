@@ -19,7 +19,7 @@ use crate::cpu::dense::read_indices;
 use crate::cpu::{read_f32, write_f32};
 use crate::dtype::{DType, FloatElement};
 use crate::error::{Error, Result};
-use crate::ops::PagedAttnMeta;
+use crate::op_types::attention::PagedAttnMeta;
 use crate::tensor::Tensor;
 
 const OP: &str = "paged_attention";

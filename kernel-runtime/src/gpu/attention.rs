@@ -38,7 +38,7 @@ use std::sync::OnceLock;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ops::{AttnKernel, PagedAttnMeta};
+use crate::op_types::attention::{AttnKernel, PagedAttnMeta};
 use crate::sys::kernels::msgl_attention_params;
 use crate::tensor::Tensor;
 

@@ -7,7 +7,7 @@
 
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::ops::RopeStore;
+use crate::op_types::fused::RopeStore;
 use crate::sys::kernels::msgl_rope_store_params;
 
 use super::launch::{device_of, dispatch, dtype_code, grid_u32, rows_aligned, vec_elems};

@@ -144,7 +144,7 @@ mod tests {
         assert_eq!(plan(1, 1024, 2048, bf, true, 132), Some(1));
         assert_eq!(plan(16, 6144, 1024, bf, true, 132), Some(1));
         assert_eq!(plan(1, 1024, 3072, bf, true, 132), Some(1));
-        assert_eq!(plan(1, 8448, 1024, bf, true, 132), Some(1));
+        assert_eq!(plan(1, 8192, 1024, bf, true, 132), Some(1)); // 16 MiB: the largest taken
         assert_eq!(plan(1, 16384, 512, bf, true, 132), Some(2));
         // Llama-3-8B's (32-224 MiB) and a vocab-wide lm_head: cuBLASLt measured faster.
         assert_eq!(plan(1, 6144, 4096, bf, true, 132), None);

@@ -4,5 +4,7 @@
 //! They live below all three, so that the implementations never import the
 //! dispatching layer that calls them; `ops` re-exports them for users.
 
+pub mod attention;
+pub mod fused;
 pub mod moe;
 pub mod sampling;

@@ -11,37 +11,9 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
+pub use crate::op_types::attention::{AttnKernel, PagedAttnMeta};
+
 use super::check::common_device;
-
-/// The batch layout attention needs, as device (or host) tensors built by the
-/// engine for one forward step.
-#[derive(Debug, Clone)]
-pub struct PagedAttnMeta<'a> {
-    /// `[b + 1]` int32: new (query) tokens of sequence i are rows
-    /// `q_indptr[i]..q_indptr[i + 1]` of q.
-    pub q_indptr: &'a Tensor,
-    /// `[b]` int32: tokens of sequence i in the cache after this step's store
-    /// (cached prefix + new tokens).
-    pub kv_lens: &'a Tensor,
-    /// `[b, max_pages]` int32: page numbers of sequence i, in order.
-    pub block_table: &'a Tensor,
-    /// Host copies: query tokens and kv length of each sequence (for planning and
-    /// the CPU path).
-    pub q_lens_host: &'a [usize],
-    pub kv_lens_host: &'a [usize],
-}
-
-/// Which CUDA kernel computes paged attention (the CPU path ignores the choice).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum AttnKernel {
-    /// The decode kernel where the batch fits it, else the tile kernel.
-    #[default]
-    Auto,
-    /// The FlashAttention-2 tile kernel (attention.cu), for every batch.
-    Tile,
-    /// The decode kernel (decode_attention.cu); a batch it cannot hold is an error.
-    Decode,
-}
 
 /// [`paged_attention_with`] with [`AttnKernel::Auto`].
 pub fn paged_attention(

@@ -1,8 +1,8 @@
 //! `rope_store`: the attention prologue of a layer as one op: the optional
 //! per-head RMSNorm of q and k (Qwen3's `q_norm` / `k_norm`), the rotary
-//! embedding of q and k (neox layout, as [`super::rope`]), and the store of the
+//! embedding of q and k (neox layout, as [`super::dense::rope`]), and the store of the
 //! rotated k and of v into the paged KV caches at the step's slots (as
-//! [`super::store_kv`]).
+//! [`super::store::store_kv`]).
 //!
 //! On CUDA it is one launch (csrc/kernels/rope_store.cu) instead of four; on the
 //! CPU it is the unfused sequence (`head_rms_norm`, `rope`, `store_kv`) on a copy
@@ -13,46 +13,12 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
+pub use crate::op_types::fused::{QkNorm, RopeStore};
+
 use super::check::common_device;
 
 const OP: &str = "rope_store";
 const FLOATS: &[DType] = &[DType::F32, DType::F16, DType::BF16];
-
-/// The per-head RMSNorm applied to q and k before the rotation.
-#[derive(Debug, Clone, Copy)]
-pub struct QkNorm<'a> {
-    /// `[head_dim]`, q's norm weight.
-    pub q_weight: &'a Tensor,
-    /// `[head_dim]`, k's norm weight.
-    pub k_weight: &'a Tensor,
-    pub eps: f32,
-}
-
-/// The arguments of [`rope_store`] (a config struct rather than ten positional
-/// tensors: STYLE rule 11).
-#[derive(Debug, Clone, Copy)]
-pub struct RopeStore<'a> {
-    /// `[t, heads_q, d]`, unit last stride (a view of a fused QKV output is fine);
-    /// rotated (and normalised) in place.
-    pub q: &'a Tensor,
-    /// `[t, heads_kv, d]`, unit last stride; read only.
-    pub k: &'a Tensor,
-    /// `[t, heads_kv, d]`, unit last stride; read only.
-    pub v: &'a Tensor,
-    /// Contiguous, `[..., heads_kv, d]` (e.g. `[num_pages, page_size, heads_kv, d]`):
-    /// slot s is the s-th `[heads_kv, d]` block.
-    pub k_cache: &'a Tensor,
-    /// Same shape as `k_cache`.
-    pub v_cache: &'a Tensor,
-    /// `[t]` int32/int64 positions (rows of `cos_sin`).
-    pub positions: &'a Tensor,
-    /// `[t]` int32/int64 KV slots; slots outside the cache are skipped.
-    pub out_loc: &'a Tensor,
-    /// `[max_positions, rotary_dim]` f32, the table of [`super::rope`].
-    pub cos_sin: &'a Tensor,
-    /// The q/k norm, or `None` for models without one (LLaMA, Qwen2, Mistral).
-    pub qk_norm: Option<QkNorm<'a>>,
-}
 
 /// `q = rope(norm(q))` in place, `k_cache[out_loc] = rope(norm(k))`,
 /// `v_cache[out_loc] = v` (norm only with `args.qk_norm`; see [`RopeStore`] for
@@ -147,16 +113,16 @@ pub fn rope_store(args: &RopeStore<'_>) -> Result<()> {
 /// The reference: the unfused ops on a copy of k (the op does not write k).
 fn unfused(args: &RopeStore<'_>) -> Result<()> {
     let k = Tensor::empty(args.k.shape(), args.k.dtype(), args.k.device())?;
-    super::copy(&k, args.k)?;
+    super::convert::copy(&k, args.k)?;
     if let Some(n) = &args.qk_norm {
-        super::head_rms_norm(args.q, n.q_weight, n.eps)?;
-        super::head_rms_norm(&k, n.k_weight, n.eps)?;
+        super::dense::head_rms_norm(args.q, n.q_weight, n.eps)?;
+        super::dense::head_rms_norm(&k, n.k_weight, n.eps)?;
     }
-    super::rope(args.q, &k, args.positions, args.cos_sin)?;
+    super::dense::rope(args.q, &k, args.positions, args.cos_sin)?;
     if k.dim(1) == 0 || k.dim(2) == 0 {
         return Ok(());
     }
-    super::store_kv(args.k_cache, args.v_cache, args.out_loc, &k, args.v)
+    super::store::store_kv(args.k_cache, args.v_cache, args.out_loc, &k, args.v)
 }
 
 #[cfg(test)]
@@ -230,11 +196,11 @@ mod tests {
             .unwrap();
             let (q2, k2, v2) = views(&qkv2);
             if let Some(n) = &qk_norm {
-                crate::ops::head_rms_norm(&q2, n.q_weight, n.eps).unwrap();
-                crate::ops::head_rms_norm(&k2, n.k_weight, n.eps).unwrap();
+                crate::ops::dense::head_rms_norm(&q2, n.q_weight, n.eps).unwrap();
+                crate::ops::dense::head_rms_norm(&k2, n.k_weight, n.eps).unwrap();
             }
-            crate::ops::rope(&q2, &k2, &positions, &cos_sin).unwrap();
-            crate::ops::store_kv(&kc2, &vc2, &out_loc, &k2, &v2).unwrap();
+            crate::ops::dense::rope(&q2, &k2, &positions, &cos_sin).unwrap();
+            crate::ops::store::store_kv(&kc2, &vc2, &out_loc, &k2, &v2).unwrap();
             assert_eq!(q.contiguous().unwrap().to_f32_vec().unwrap(), q2.contiguous().unwrap().to_f32_vec().unwrap());
             assert_eq!(kc.to_f32_vec().unwrap(), kc2.to_f32_vec().unwrap());
             assert_eq!(vc.to_f32_vec().unwrap(), vc2.to_f32_vec().unwrap());
@@ -245,7 +211,7 @@ mod tests {
     /// A copy in a new buffer (`contiguous` shares a contiguous tensor's buffer).
     fn deep_copy(src: &Tensor) -> Tensor {
         let dst = Tensor::empty(src.shape(), src.dtype(), src.device()).unwrap();
-        crate::ops::copy(&dst, src).unwrap();
+        crate::ops::convert::copy(&dst, src).unwrap();
         dst
     }
 
