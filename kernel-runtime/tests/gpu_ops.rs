@@ -20,54 +20,15 @@
 mod common;
 
 use anyhow::{bail, ensure, Context, Result};
-use common::{enabled_or_dry_run, target};
+use common::{enabled_or_dry_run, gpu, poison_next_alloc, random, rng, target, tol, view_like};
 use kernel_runtime::ops::{self, AttnKernel, PagedAttnMeta};
 use kernel_runtime::{DType, Device, Tensor};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
+use rand::Rng;
 
 const CPU: Device = Device::Cpu;
 const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
-
-fn rng(seed: u64) -> StdRng {
-    StdRng::seed_from_u64(seed)
-}
-
-/// Relative L2 tolerance of an op's output.
-fn tol(dtype: DType) -> f64 {
-    if dtype == DType::F32 {
-        1e-5
-    } else {
-        1e-2
-    }
-}
-
-/// A host tensor of `dtype` with values uniform in `[center - scale, center + scale)`.
-fn random(r: &mut StdRng, shape: &[usize], dtype: DType, center: f32, scale: f32) -> Result<Tensor> {
-    let n: usize = shape.iter().product();
-    let v: Vec<f32> = (0..n).map(|_| center + r.gen_range(-scale..scale)).collect();
-    Ok(Tensor::from_slice(&v, shape, CPU)?.to_dtype(dtype)?)
-}
-
-/// The same bytes in a new buffer on the device under test (a dense copy; views
-/// are rebuilt with `view_like`).
-fn gpu(t: &Tensor) -> Result<Tensor> {
-    Ok(Tensor::from_bytes(&t.to_host_bytes()?, t.dtype(), t.shape(), target())?)
-}
-
-/// `base`'s view `like` (shape, strides, offset relative to its own base `like_base`).
-fn view_like(base: &Tensor, like: &Tensor, offset: usize) -> Result<Tensor> {
-    Ok(base.as_strided(like.shape(), like.strides(), offset)?)
-}
-
-/// Makes the next GPU allocation of `bytes` bytes likely to be a block full of
-/// 0xff bytes (NaN for every float type, -1 for integers).
-fn poison_next_alloc(bytes: usize) -> Result<()> {
-    let t = Tensor::from_bytes(&vec![0xffu8; bytes.max(1)], DType::U8, &[bytes.max(1)], target())?;
-    drop(t);
-    Ok(())
-}
 
 /// A GPU tensor full of 0xff bytes.
 fn poisoned(shape: &[usize], dtype: DType) -> Result<Tensor> {
