@@ -70,6 +70,21 @@ template <int DTYPE, int HEAD_DIM, int ROWS> struct DecodeLayout {
   static_assert(kVecs >= 1 && kElems == kVecs * kVecElems, "lane layout");
 };
 
+/* A lane's VECS 16-byte vectors of one key row as its E = VECS * (16 / element
+ * bytes) floats, in order. */
+template <int DTYPE, int VECS, int E>
+__device__ __forceinline__ void unpack_vectors(const uint4 (&raw)[VECS], float (&out)[E]) {
+  constexpr int VE = 16 / DType<DTYPE>::kBytes;
+  static_assert(E == VECS * VE, "lane layout");
+#pragma unroll
+  for (int v = 0; v < VECS; ++v) {
+    Vec16<DTYPE> x;
+    x.from_raw(raw[v]);
+#pragma unroll
+    for (int i = 0; i < VE; ++i) out[v * VE + i] = x.v[i];
+  }
+}
+
 /* The end of a decode block: merges the 4 warps' online-softmax states (sm_o
  * [4][R][HEAD_DIM] unnormalised outputs, sm_m and sm_l [4][R] maxima and sums, in
  * shared memory) of its `rows` rows and writes `out` (one split) or the split's
@@ -243,13 +258,7 @@ __device__ __forceinline__ void decode_attention_block(const msgl_attention_para
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       float k[E];
-#pragma unroll
-      for (int v = 0; v < VECS; ++v) {
-        Vec16<DTYPE> x;
-        x.from_raw(kraw[u][v]);
-#pragma unroll
-        for (int i = 0; i < VE; ++i) k[v * VE + i] = x.v[i];
-      }
+      unpack_vectors<DTYPE>(kraw[u], k);
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
         float acc = 0.f;
@@ -292,13 +301,7 @@ __device__ __forceinline__ void decode_attention_block(const msgl_attention_para
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       float v[E];
-#pragma unroll
-      for (int w = 0; w < VECS; ++w) {
-        Vec16<DTYPE> x;
-        x.from_raw(vraw[u][w]);
-#pragma unroll
-        for (int i = 0; i < VE; ++i) v[w * VE + i] = x.v[i];
-      }
+      unpack_vectors<DTYPE>(vraw[u], v);
 #pragma unroll
       for (int r = 0; r < ROWS; ++r) {
 #pragma unroll
