@@ -100,6 +100,7 @@ fn attention_case(name: String, shape: Shape, kernel: AttnKernel, seed: u64) -> 
                 block_table: &block_table,
                 q_lens_host: &q_lens,
                 kv_lens_host: &kv_lens,
+                decode_splits: None,
             };
             ops::paged_attention_with(&out, &q, &k_cache, &v_cache, &meta, scale, kernel)
         }),

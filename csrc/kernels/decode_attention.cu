@@ -11,7 +11,9 @@
  * Work decomposition. A block of 4 warps owns one (sequence, kv head, split): the
  * query rows of that kv head (the GQA group's heads, times the new tokens: `rows`
  * <= ROWS, packed token-major as in attention.cu) and keys [split * kv_chunk,
- * (split + 1) * kv_chunk) of the sequence. Inside the block a key row of HEAD_DIM
+ * (split + 1) * kv_chunk) of the sequence (kv_chunk fixed by the host's plan, or,
+ * for a CUDA graph's fixed-split plan, the sequence's own equal chunks:
+ * attention_row_chunk). Inside the block a key row of HEAD_DIM
  * elements is read by LANES lanes, each holding one 16-byte vector (two for f32 at
  * head dim 256); a warp reads 32 / LANES keys side by side, the block 4x that, and
  * every iteration a lane copies U keys of K and of V (16 bytes each) into its own
@@ -142,10 +144,11 @@ __device__ __forceinline__ void decode_attention_block(const msgl_attention_para
   const int group = p.num_q_heads / p.num_kv_heads;
   const int rows = q_len * group; /* the host guarantees rows <= ROWS */
   if (rows <= 0 || rows > ROWS) return;
-  const int num_splits = attention_num_splits(kv_len, p.kv_chunk);
+  const int kv_chunk = attention_row_chunk(kv_len, p.kv_chunk, p.max_splits);
+  const int num_splits = attention_num_splits(kv_len, kv_chunk);
   if (split >= num_splits) return;
-  const int kv_begin = split * p.kv_chunk;
-  const int kv_stop = min(kv_len, kv_begin + p.kv_chunk);
+  const int kv_begin = split * kv_chunk;
+  const int kv_stop = min(kv_len, kv_begin + kv_chunk);
 
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
@@ -402,10 +405,11 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
   const int group = p.num_q_heads / p.num_kv_heads;
   const int rows = q_len * group; /* the host guarantees rows <= 16 */
   if (rows <= 0 || rows > 16) return;
-  const int num_splits = attention_num_splits(kv_len, p.kv_chunk);
+  const int kv_chunk = attention_row_chunk(kv_len, p.kv_chunk, p.max_splits);
+  const int num_splits = attention_num_splits(kv_len, kv_chunk);
   if (split >= num_splits) return;
-  const int kv_begin = split * p.kv_chunk;
-  const int kv_stop = min(kv_len, kv_begin + p.kv_chunk);
+  const int kv_begin = split * kv_chunk;
+  const int kv_stop = min(kv_len, kv_begin + kv_chunk);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
 
   T* q_s = reinterpret_cast<T*>(decode_smem);

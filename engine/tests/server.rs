@@ -680,6 +680,8 @@ fn load(name: &str) -> LoadedModel {
             max_running_requests: 256,
             cache: "radix".into(),
             max_model_len: None,
+            cuda_graph_max_bs: 256,
+            disable_cuda_graph: false,
         },
     )
     .unwrap_or_else(|e| panic!("load {name}: {e:#}"))

@@ -43,6 +43,8 @@ fn load(name: &str) -> LoadedModel {
             max_running_requests: 16,
             cache: "radix".into(),
             max_model_len: None,
+            cuda_graph_max_bs: 256,
+            disable_cuda_graph: false,
         },
     )
     .unwrap_or_else(|e| panic!("load {name}: {e:#}"))
@@ -71,6 +73,8 @@ fn chat_template_and_max_model_len_options_apply() {
             max_running_requests: 16,
             cache: "radix".into(),
             max_model_len: Some(48),
+            cuda_graph_max_bs: 256,
+            disable_cuda_graph: false,
         },
     )
     .unwrap();

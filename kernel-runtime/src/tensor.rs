@@ -189,6 +189,55 @@ impl Tensor {
         Ok(t)
     }
 
+    /// Writes `data`, a row-major `[rows, cols]` block, into the leading `rows`
+    /// rows and `cols` columns of this contiguous 2-D tensor (a 1-D tensor is one
+    /// row), in place: one copy, and on CUDA one 2-D copy whatever the number of
+    /// rows, which waits for the stream. The buffer keeps its address, which is
+    /// what CUDA graphs need of their inputs.
+    pub fn write_rows<T: Element>(&self, data: &[T], cols: usize) -> Result<()> {
+        const OP: &str = "write_rows";
+        if T::DTYPE != self.dtype {
+            return Err(Error::arg(OP, format!("tensor has dtype {}, data is {}", self.dtype, T::DTYPE)));
+        }
+        if !self.is_contiguous() || self.rank() > 2 {
+            return Err(Error::arg(OP, format!("needs a contiguous tensor of rank 1 or 2, got shape {:?}", self.shape)));
+        }
+        let (num_rows, width) = match self.shape[..] {
+            [w] => (1, w),
+            [r, w] => (r, w),
+            _ => (1, 1),
+        };
+        let rows = if cols == 0 { 0 } else { data.len() / cols };
+        if cols > width || rows > num_rows || rows * cols != data.len() {
+            return Err(Error::arg(
+                OP,
+                format!("{} values in rows of {cols} do not fit a tensor of shape {:?}", data.len(), self.shape),
+            ));
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        let elem = self.dtype.size_in_bytes();
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        match self.buffer.as_ref() {
+            Buffer::Host(_) => {
+                for r in 0..rows {
+                    // SAFETY: row r's first `cols` elements lie inside this contiguous
+                    // tensor (checked above); `bytes` holds rows * cols elements.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            bytes.as_ptr().add(r * cols * elem),
+                            self.host_ptr().add(r * width * elem),
+                            cols * elem,
+                        )
+                    }
+                }
+                Ok(())
+            }
+            Buffer::Device(d) => d.device.copy_htod_2d(self.device_ptr(), width * elem, bytes, cols * elem, rows),
+        }
+    }
+
     /// A 1-D i32 tensor of `len` values `start, start + 1, ...`.
     pub fn arange_i32(start: i32, len: usize, device: Device) -> Result<Tensor> {
         let v: Vec<i32> = (0..len as i32).map(|i| start + i).collect();

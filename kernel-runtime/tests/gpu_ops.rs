@@ -437,21 +437,34 @@ fn check_attention(
 
     let want = Tensor::zeros(&[t, hq, d], dtype, CPU)?;
     let meta =
-        PagedAttnMeta { q_indptr: &ti, kv_lens: &tk, block_table: &tt, q_lens_host: &q_lens, kv_lens_host: &kv_lens };
+        PagedAttnMeta { q_indptr: &ti, kv_lens: &tk, block_table: &tt, q_lens_host: &q_lens, kv_lens_host: &kv_lens, decode_splits: None };
     ops::paged_attention(&want, &q, &k_cache, &v_cache, &meta, scale)?;
 
     let (gi, gk, gt) = (gpu(&ti)?, gpu(&tk)?, gpu(&tt)?);
     let gq = view_like(&gpu(&qkv)?, &q, 0)?;
     let (gkc, gvc) = (gpu(&k_cache)?, gpu(&v_cache)?);
-    let gmeta =
-        PagedAttnMeta { q_indptr: &gi, kv_lens: &gk, block_table: &gt, q_lens_host: &q_lens, kv_lens_host: &kv_lens };
     let tol = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
     for &kernel in kernels {
-        let what =
-            format!("paged_attention[{kernel:?}] {dtype} page={page_size} d={d} heads={hq}/{hkv} batch={batch_name}");
-        let got = poisoned(&[t, hq, d], dtype)?;
-        ops::paged_attention_with(&got, &gq, &gkc, &gvc, &gmeta, scale, kernel).with_context(|| what.clone())?;
-        assert_close(&what, &got, &want, tol)?;
+        // The decode kernel also runs the fixed-split plan of CUDA graphs (each
+        // sequence cut into equal chunks on the device), with counts that leave
+        // some sequences unsplit and some splits empty.
+        let splits: &[Option<usize>] = if kernel == AttnKernel::Decode { &[None, Some(1), Some(3), Some(40)] } else { &[None] };
+        for &decode_splits in splits {
+            let gmeta = PagedAttnMeta {
+                q_indptr: &gi,
+                kv_lens: &gk,
+                block_table: &gt,
+                q_lens_host: &q_lens,
+                kv_lens_host: &kv_lens,
+                decode_splits,
+            };
+            let what = format!(
+                "paged_attention[{kernel:?}, splits {decode_splits:?}] {dtype} page={page_size} d={d} heads={hq}/{hkv} batch={batch_name}"
+            );
+            let got = poisoned(&[t, hq, d], dtype)?;
+            ops::paged_attention_with(&got, &gq, &gkc, &gvc, &gmeta, scale, kernel).with_context(|| what.clone())?;
+            assert_close(&what, &got, &want, tol)?;
+        }
     }
     Ok(())
 }

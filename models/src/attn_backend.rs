@@ -141,6 +141,10 @@ impl AttnBackend for PagedAttnBackend {
         self.name
     }
 
+    fn decode_graph_safe(&self) -> bool {
+        self.kernel != AttnKernel::Tile
+    }
+
     fn plan(&self, _batch: &ForwardBatch) -> Result<AttnPlan> {
         Ok(AttnPlan::default())
     }
@@ -176,6 +180,10 @@ impl HybridAttnBackend {
 impl AttnBackend for HybridAttnBackend {
     fn name(&self) -> &'static str {
         "hybrid"
+    }
+
+    fn decode_graph_safe(&self) -> bool {
+        self.decode.decode_graph_safe()
     }
 
     fn plan(&self, batch: &ForwardBatch) -> Result<AttnPlan> {

@@ -33,6 +33,14 @@ pub trait CausalLm: Send + Sync + std::fmt::Debug {
     /// logit row of the batch in order.
     fn forward(&self, batch: &ForwardBatch, kv: &KvCache) -> Result<Tensor>;
 
+    /// Whether a decode step's `forward` can be captured in a CUDA graph: it
+    /// enqueues only device work on the compute stream, without host reads, and
+    /// its launches depend on the row count alone (given the attention backend's
+    /// fixed split count). Models whose layers plan on the host say no.
+    fn graph_capturable(&self) -> bool {
+        true
+    }
+
     /// Rows of the LM head (`vocab_size`; may exceed the tokenizer's vocabulary).
     fn vocab_size(&self) -> usize {
         self.config().vocab_size
@@ -100,6 +108,9 @@ macro_rules! delegate_causal_lm {
             }
             fn attn_backend(&self) -> &dyn $crate::ctx::AttnBackend {
                 $crate::causal_lm::CausalLm::attn_backend(&self.$field)
+            }
+            fn graph_capturable(&self) -> bool {
+                $crate::causal_lm::CausalLm::graph_capturable(&self.$field)
             }
             fn forward(
                 &self,

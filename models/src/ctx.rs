@@ -78,9 +78,50 @@ pub struct ForwardBatch {
     page_size: usize,
     max_page: Option<u32>,
     device: Device,
+    /// The decode kernel's fixed split count (CUDA graphs); `None`: planned per step.
+    decode_splits: Option<usize>,
+}
+
+/// The parts of a [`ForwardBatch`] whose tensors something else filled (the
+/// persistent inputs of CUDA graphs, `graph_inputs`), checked by that builder.
+pub(crate) struct BatchParts {
+    pub input_ids: Tensor,
+    pub positions: Tensor,
+    pub out_loc: Tensor,
+    pub q_indptr: Tensor,
+    pub kv_lens: Tensor,
+    pub block_table: Tensor,
+    pub input_ids_host: Vec<u32>,
+    pub kv_lens_host: Vec<usize>,
+    pub page_size: usize,
+    pub max_page: Option<u32>,
+    pub decode_splits: Option<usize>,
 }
 
 impl ForwardBatch {
+    /// A decode batch (one new token per sequence, logits of every row) over
+    /// tensors already on the device.
+    pub(crate) fn from_decode_parts(p: BatchParts) -> ForwardBatch {
+        let b = p.kv_lens_host.len();
+        ForwardBatch {
+            device: p.input_ids.device(),
+            input_ids: p.input_ids,
+            positions: p.positions,
+            out_loc: p.out_loc,
+            q_indptr: p.q_indptr,
+            kv_lens: p.kv_lens,
+            block_table: p.block_table,
+            logit_rows: None,
+            input_ids_host: p.input_ids_host,
+            q_lens: vec![1; b],
+            kv_lens_host: p.kv_lens_host,
+            num_logit_rows: b,
+            page_size: p.page_size,
+            max_page: p.max_page,
+            decode_splits: p.decode_splits,
+        }
+    }
+
     /// A batch of `seqs` for a cache of pages of `page_size` tokens, uploaded to
     /// `device`.
     pub fn new(seqs: &[SeqStep<'_>], page_size: usize, logits: LogitRows, device: Device) -> Result<ForwardBatch> {
@@ -160,7 +201,14 @@ impl ForwardBatch {
             kv_lens_host: kv_lens,
             page_size,
             device,
+            decode_splits: None,
         })
+    }
+
+    /// The decode kernel's fixed split count, if the step is captured in (or
+    /// replays) a CUDA graph.
+    pub fn decode_splits(&self) -> Option<usize> {
+        self.decode_splits
     }
 
     /// New tokens in the step (rows of the hidden states).
@@ -241,6 +289,7 @@ impl ForwardBatch {
             block_table: &self.block_table,
             q_lens_host: &self.q_lens,
             kv_lens_host: &self.kv_lens_host,
+            decode_splits: self.decode_splits,
         }
     }
 }
@@ -372,12 +421,20 @@ pub struct AttnInputs<'t> {
 /// An attention implementation: stores a layer's new K/V in the cache and
 /// attends over the cache (after mini-sglang's `BaseAttnBackend`).
 ///
-/// Kept small on purpose: one per-step hook and one per-layer call. CUDA-graph
-/// hooks (capture and replay of decode batches) will join `plan` when the graph
-/// runner exists.
+/// Kept small on purpose: one per-step hook, one per-layer call, and whether its
+/// decode steps can be captured in a CUDA graph.
 pub trait AttnBackend: Send + Sync + std::fmt::Debug {
     /// The backend's `--attn` name.
     fn name(&self) -> &'static str;
+
+    /// Whether a decode step launches the same work whatever its lengths, given
+    /// the batch's fixed split count ([`ForwardBatch::decode_splits`]), so that a
+    /// CUDA graph captured once replays it correctly (the decode kernel does; the
+    /// tile kernel plans from the lengths on the host). The caller also checks
+    /// that the model's heads fit the decode kernel.
+    fn decode_graph_safe(&self) -> bool {
+        false
+    }
 
     /// Prepares a step; called once per forward before the first layer.
     fn plan(&self, batch: &ForwardBatch) -> Result<AttnPlan>;

@@ -22,6 +22,13 @@ use crate::weights::{VarBuilder, Weights};
 /// The MLP of a decoder layer: `[t, hidden]` in, a new `[t, hidden]` out.
 pub(crate) trait DecoderMlp: std::fmt::Debug + Send + Sync {
     fn forward(&self, x: &Tensor) -> Result<Tensor>;
+
+    /// Whether `forward` only enqueues device work whose launches depend on the
+    /// row count alone (no host reads, no host-planned shapes), so that a CUDA
+    /// graph can capture it.
+    fn graph_capturable(&self) -> bool {
+        true
+    }
 }
 
 impl DecoderMlp for GatedMlp {
@@ -133,6 +140,10 @@ impl<M: DecoderMlp> Decoder<M> {
 impl<M: DecoderMlp> CausalLm for Decoder<M> {
     fn config(&self) -> &ModelConfig {
         &self.config
+    }
+
+    fn graph_capturable(&self) -> bool {
+        self.model.layers.iter().all(|l| l.mlp.graph_capturable())
     }
 
     fn dtype(&self) -> DType {

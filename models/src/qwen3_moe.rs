@@ -38,6 +38,12 @@ impl DecoderMlp for Qwen3MoeMlp {
             Qwen3MoeMlp::Sparse(moe) => moe.forward(x),
         }
     }
+
+    /// The sparse block's routing and expert tiles are planned on the host
+    /// (the naive path reads the routing back), so MoE layers run eagerly.
+    fn graph_capturable(&self) -> bool {
+        matches!(self, Qwen3MoeMlp::Dense(_))
+    }
 }
 
 /// `Qwen3MoeForCausalLM`: the shared [`Decoder`] with Qwen3's attention and an

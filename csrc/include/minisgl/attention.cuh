@@ -8,8 +8,8 @@
  *   o_partial[(row * max_splits + split) * HEAD_DIM + d]  normalised f32 output
  *   lse_partial[row * max_splits + split]                 log2-sum-exp (-inf: empty)
  * with row = token * num_q_heads + head, and a sequence of kv_len keys having
- * ceil(kv_len / kv_chunk) splits (one when kv_len <= kv_chunk, written to `out`
- * directly).
+ * ceil(kv_len / chunk) splits (one when kv_len <= chunk, written to `out`
+ * directly), chunk = attention_row_chunk(kv_len, kv_chunk, max_splits).
  *
  * Device code only and no system headers (NVRTC).
  */
@@ -39,6 +39,18 @@ __device__ __forceinline__ int attention_num_splits(int kv_len, int kv_chunk) {
   return kv_len > kv_chunk ? (kv_len + kv_chunk - 1) / kv_chunk : 1;
 }
 
+/* Keys per split of a sequence of kv_len keys. A plan with kv_chunk > 0 fixes it
+ * for the batch (the host planned it from the batch's lengths); kv_chunk = 0 is the
+ * fixed-split plan of CUDA graphs, whose lengths change after capture: each
+ * sequence is cut into at most max_splits equal chunks, in multiples of 64 keys
+ * and no fewer than 128 (gpu/attention.rs: DECODE_CHUNK_GRANULE, _MIN). */
+__device__ __forceinline__ int attention_row_chunk(int kv_len, int kv_chunk, int max_splits) {
+  if (kv_chunk > 0) return kv_chunk;
+  const int even = (kv_len + max_splits - 1) / max_splits;
+  const int rounded = (even + 63) / 64 * 64;
+  return rounded > 128 ? rounded : 128;
+}
+
 /* The combine phase: merges the splits of one (token, head) row per warp (block =
  * 32 * warps threads, grid = ceil(num_tokens * num_q_heads / warps)). Rows of
  * sequences with one split were written by the attention phase and are skipped. */
@@ -56,7 +68,8 @@ __device__ __forceinline__ void attention_combine(const msgl_attention_params& p
     const int mid = (lo + hi + 1) / 2;
     if (p.q_indptr[mid] <= token) lo = mid; else hi = mid - 1;
   }
-  const int num_splits = attention_num_splits(p.kv_lens[lo], p.kv_chunk);
+  const int kv_len = p.kv_lens[lo];
+  const int num_splits = attention_num_splits(kv_len, attention_row_chunk(kv_len, p.kv_chunk, p.max_splits));
   if (num_splits <= 1) return;
   const float* lse = p.lse_partial + row * p.max_splits;
   float max_lse = neg_inf();

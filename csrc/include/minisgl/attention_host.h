@@ -62,7 +62,9 @@ inline int32_t attention_check_and_fill(const char* op, const msgl_tensor* out, 
   if (block_table->shape[0] < num_seqs)
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: argument `block_table` has %lld rows for %lld sequences", op,
                      static_cast<long long>(block_table->shape[0]), static_cast<long long>(num_seqs));
-  if (plan->kv_chunk < 1 || plan->max_splits < 1)
+  /* kv_chunk 0: per-sequence equal chunks (attention_row_chunk); the tile
+   * launcher requires a fixed chunk and checks it itself. */
+  if (plan->kv_chunk < 0 || plan->max_splits < 1)
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: bad plan (kv_chunk %d, max_splits %d)", op, plan->kv_chunk,
                      plan->max_splits);
   msgl_attention_params& p = *params;

@@ -344,7 +344,7 @@ typedef struct msgl_attention_params {
   int32_t max_pages;           /* block_table row length */
   int32_t num_warps;           /* 1..4; a block holds 16 * num_warps query rows */
   int32_t num_q_tiles;         /* sum over sequences of ceil(q_len * group / (16 * num_warps)) */
-  int32_t kv_chunk;            /* keys per split (a multiple of the key tile) */
+  int32_t kv_chunk;            /* keys per split (a multiple of the key tile); decode only: 0 cuts each sequence into <= max_splits equal chunks */
   int32_t max_splits;          /* splits of the longest sequence (grid dimension) */
   int32_t phase;               /* 0: attention, 1: combine the splits */
   float scale_log2;            /* softmax scale * log2(e) */

@@ -3,10 +3,21 @@
 //! device, runs the forward pass over the runner-owned KV cache, and samples: on
 //! a GPU with `kernel_runtime::ops::sample` (only token ids cross to the host), on
 //! the CPU by handing the logits rows to the engine's sampler.
+//!
+//! On a GPU, decode steps replay CUDA graphs ([`CausalLmRunner::capture_decode_graphs`]):
+//! one per batch-size bucket ([`graph_buckets`]), captured at start over the
+//! persistent inputs of `models::DecodeGraphInputs`; a step of `b` rows runs in the
+//! graph of the smallest bucket that holds it, padded, and each graph copies its
+//! logits into one shared buffer that sampling then reads. Prefill and mixed steps,
+//! and decode steps larger than the largest bucket, run eagerly.
 
-use kernel_runtime::ops::SampleRow;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use kernel_runtime::cuda::Graph;
+use kernel_runtime::ops::{self, SampleRow};
 use kernel_runtime::{Device, Tensor};
-use models::{CausalLm, ForwardBatch, KvCache, LogitRows, SeqStep};
+use models::{CausalLm, DecodeGraphInputs, ForwardBatch, KvCache, LogitRows, SeqStep};
 
 use crate::core::engine::{ModelRunner, RunnerError};
 use crate::core::req::PreparedBatch;
@@ -19,6 +30,47 @@ pub struct CausalLmRunner {
     kv: KvCache,
     /// Longest sequence served (`max_position_embeddings`, or less if asked).
     max_context_len: usize,
+    /// Pages the engine's pool hands out; on a GPU the cache has one more, the
+    /// scratch page of CUDA graphs' padding rows.
+    num_pages: usize,
+    graphs: Option<DecodeGraphs>,
+}
+
+/// The captured decode graphs of a runner (see the module header).
+#[derive(Debug)]
+struct DecodeGraphs {
+    inputs: DecodeGraphInputs,
+    /// `[largest bucket, vocab]`: every graph copies its logits rows here.
+    logits: Tensor,
+    /// Bucket (rows) -> its graph.
+    graphs: BTreeMap<usize, BucketGraph>,
+}
+
+#[derive(Debug)]
+struct BucketGraph {
+    graph: Graph,
+    /// The decode kernel's split count, fixed at capture.
+    splits: usize,
+}
+
+/// What [`CausalLmRunner::capture_decode_graphs`] did, for the start-up log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GraphCapture {
+    /// The captured buckets, smallest first.
+    pub buckets: Vec<usize>,
+    pub elapsed: Duration,
+    /// Bytes of the graph memory pool after capture.
+    pub pool_bytes: usize,
+}
+
+/// The batch sizes decode graphs are captured for, up to `max_batch`: 1, 2, 4,
+/// 8, then every 8 (as SGLang does), and `max_batch` itself.
+pub fn graph_buckets(max_batch: usize) -> Vec<usize> {
+    let mut buckets: Vec<usize> = [1, 2, 4].into_iter().chain((1..).map(|i| 8 * i)).take_while(|&b| b < max_batch).collect();
+    if max_batch > 0 {
+        buckets.push(max_batch);
+    }
+    buckets
 }
 
 impl CausalLmRunner {
@@ -29,8 +81,10 @@ impl CausalLmRunner {
         page_size: usize,
         max_context_len: usize,
     ) -> models::Result<Self> {
-        let kv = model.new_kv_cache(num_pages, page_size)?;
-        Ok(Self { model, kv, max_context_len })
+        // On a GPU, one page more: the padding rows of graphed steps write there.
+        let cache_pages = if model.device() == Device::Cpu { num_pages } else { num_pages + 1 };
+        let kv = model.new_kv_cache(cache_pages, page_size)?;
+        Ok(Self { model, kv, max_context_len, num_pages, graphs: None })
     }
 
     /// The model.
@@ -42,29 +96,184 @@ impl CausalLmRunner {
     pub fn kv_cache(&self) -> &KvCache {
         &self.kv
     }
+
+    /// Why decode steps of this model cannot run in CUDA graphs, if they cannot.
+    pub fn graphs_unsupported(&self) -> Option<String> {
+        let m = &self.model;
+        let c = m.config();
+        if m.device() == Device::Cpu {
+            return Some("the model runs on the CPU".into());
+        }
+        if !m.graph_capturable() {
+            return Some("the model's layers plan on the host (MoE)".into());
+        }
+        if !m.attn_backend().decode_graph_safe() {
+            return Some(format!("--attn {} plans decode attention on the host", m.attn_backend().name()));
+        }
+        if !ops::decode_kernel_fits(m.dtype(), c.num_attention_heads, c.num_key_value_heads, c.head_dim) {
+            return Some(format!(
+                "the decode kernel does not hold {} query heads over {} kv heads of {} dims in {}",
+                c.num_attention_heads,
+                c.num_key_value_heads,
+                c.head_dim,
+                m.dtype()
+            ));
+        }
+        None
+    }
+
+    /// Captures a CUDA graph of a decode step for every bucket of
+    /// [`graph_buckets`]`(max_batch)`, largest first (each after one eager run
+    /// of the same step, which loads its kernels and plans). Replaces graphs
+    /// captured before. An error leaves the runner eager.
+    pub fn capture_decode_graphs(&mut self, max_batch: usize) -> Result<GraphCapture, RunnerError> {
+        self.graphs = None;
+        if let Some(why) = self.graphs_unsupported() {
+            return Err(format!("CUDA graphs are not available: {why}").into());
+        }
+        let Device::Cuda(ordinal) = self.model.device() else {
+            return Err("CUDA graphs need a GPU".into());
+        };
+        let dev = kernel_runtime::cuda::device(ordinal)?;
+        let started = Instant::now();
+        let buckets = graph_buckets(max_batch.max(1));
+        let largest = buckets.last().copied().unwrap_or(1);
+        let c = self.model.config();
+        let (hkv, head_dim, dtype) = (c.num_key_value_heads, c.head_dim, self.model.dtype());
+        let inputs = DecodeGraphInputs::new(
+            largest,
+            self.max_context_len,
+            self.kv.page_size(),
+            self.num_pages as u32,
+            self.model.device(),
+        )?;
+        let mut logits: Option<Tensor> = None;
+        let mut graphs = BTreeMap::new();
+        for &bucket in buckets.iter().rev() {
+            let splits = ops::decode_graph_splits(self.model.device(), bucket, hkv, head_dim, dtype, self.max_context_len)?;
+            let batch = inputs.write(&[], bucket, splits)?;
+            let warm = self.model.forward(&batch, &self.kv)?;
+            let all = match &logits {
+                Some(l) => l.clone(),
+                None => {
+                    let l = Tensor::empty(&[largest, warm.dim(1)], warm.dtype(), warm.device())?;
+                    logits = Some(l.clone());
+                    l
+                }
+            };
+            drop(warm);
+            let out = all.narrow(0, 0, bucket)?;
+            let (model, kv) = (&self.model, &self.kv);
+            let (graph, ()) = dev.capture(|| -> Result<(), models::ModelError> {
+                let step = model.forward(&batch, kv)?;
+                ops::copy(&out, &step)?;
+                Ok(())
+            })?;
+            graphs.insert(bucket, BucketGraph { graph, splits });
+        }
+        let Some(logits) = logits else {
+            return Err("no bucket to capture".into());
+        };
+        dev.synchronize()?;
+        self.graphs = Some(DecodeGraphs { inputs, logits, graphs });
+        Ok(GraphCapture { buckets, elapsed: started.elapsed(), pool_bytes: dev.alloc_stats().graph_pool_bytes })
+    }
+
+    /// Whether decode steps replay CUDA graphs.
+    pub fn has_graphs(&self) -> bool {
+        self.graphs.is_some()
+    }
+
+    /// The rows of a prepared step as the model's [`SeqStep`]s.
+    fn seq_steps<'b>(batch: &'b PreparedBatch) -> Vec<SeqStep<'b>> {
+        let page_size = batch.page_size();
+        let width = batch.max_num_pages();
+        let (ids, indptr, q_lens, kv_lens, table) =
+            (batch.input_ids(), batch.q_indptr(), batch.q_lens(), batch.kv_lens(), batch.page_table());
+        (0..batch.num_rows())
+            .map(|r| {
+                let (start, q_len, kv_len) = (indptr[r] as usize, q_lens[r] as usize, kv_lens[r] as usize);
+                SeqStep {
+                    new_tokens: &ids[start..start + q_len],
+                    cached_len: kv_len - q_len,
+                    pages: &table[r * width..r * width + kv_len.div_ceil(page_size)],
+                }
+            })
+            .collect()
+    }
+
+    /// A decode step through its bucket's graph: the logits of its rows (a view of
+    /// the graphs' shared buffer, valid until the next step), or `None` when the
+    /// step is not one a graph holds.
+    fn graph_logits(&mut self, batch: &PreparedBatch) -> Result<Option<Tensor>, RunnerError> {
+        let Some(g) = self.graphs.as_mut() else {
+            return Ok(None);
+        };
+        let b = batch.num_rows();
+        let every_row_samples = batch.logits_rows().iter().enumerate().all(|(i, &r)| r as usize == i);
+        if batch.q_lens().iter().any(|&q| q != 1) || batch.logits_rows().len() != b || !every_row_samples {
+            return Ok(None);
+        }
+        if !g.graphs.range(b..).any(|_| true) {
+            return Ok(None);
+        }
+        self.replay_decode(&Self::seq_steps(batch))
+    }
+
+    /// Runs a decode step (one new token per sequence) through the graph of the
+    /// smallest bucket that holds it: the logits `[seqs.len(), vocab]`, a view of
+    /// the graphs' shared buffer valid until the next step; `None` when no graph
+    /// holds it (none captured, or more rows than the largest bucket).
+    pub fn replay_decode(&mut self, seqs: &[SeqStep<'_>]) -> Result<Option<Tensor>, RunnerError> {
+        let Some(g) = self.graphs.as_mut() else {
+            return Ok(None);
+        };
+        let Some((&bucket, bucket_graph)) = g.graphs.range_mut(seqs.len().max(1)..).next() else {
+            return Ok(None);
+        };
+        let step = g.inputs.write(seqs, bucket, bucket_graph.splits)?;
+        let m = &self.model;
+        models::ctx::check_step(m.config(), m.dtype(), m.device(), &step, &self.kv)?;
+        bucket_graph.graph.replay()?;
+        Ok(Some(g.logits.narrow(0, 0, seqs.len())?))
+    }
+
+    /// Replays the graph that holds `rows` rows again on the inputs the last step
+    /// wrote (timing the graph alone; the logits land in the shared buffer).
+    pub fn replay_again(&mut self, rows: usize) -> Result<(), RunnerError> {
+        let g = self.graphs.as_mut().ok_or("no CUDA graphs were captured")?;
+        let (_, bucket_graph) = g.graphs.range_mut(rows.max(1)..).next().ok_or("no bucket holds the step")?;
+        Ok(bucket_graph.graph.replay()?)
+    }
+
+    /// A decode step padded to its bucket's rows, run eagerly through the graphs'
+    /// inputs with the bucket's split count (the reference a replay must equal
+    /// bit for bit), and the same step replayed: `(eager, graphed)` logits of
+    /// every bucket row, on the host. For tests.
+    pub fn compare_graph_replay(&mut self, seqs: &[SeqStep<'_>]) -> Result<(Vec<f32>, Vec<f32>), RunnerError> {
+        let g = self.graphs.as_mut().ok_or("no CUDA graphs were captured")?;
+        let (&bucket, bucket_graph) = g.graphs.range_mut(seqs.len().max(1)..).next().ok_or("no bucket holds the step")?;
+        // The eager run stores the same K/V the replay stores again: both read
+        // what the step itself wrote.
+        let step = g.inputs.write(seqs, bucket, bucket_graph.splits)?;
+        let eager = self.model.forward(&step, &self.kv)?.to_f32_vec()?;
+        bucket_graph.graph.replay()?;
+        let graphed = g.logits.narrow(0, 0, bucket)?.to_f32_vec()?;
+        Ok((eager, graphed))
+    }
 }
 
 impl CausalLmRunner {
     /// The forward pass: logits of the rows that sample, `[logits_rows, vocab]`,
     /// left on the model's device.
     fn logits(&mut self, batch: &PreparedBatch) -> Result<Tensor, RunnerError> {
-        let page_size = batch.page_size();
-        let width = batch.max_num_pages();
-        let (ids, indptr, q_lens, kv_lens, table) =
-            (batch.input_ids(), batch.q_indptr(), batch.q_lens(), batch.kv_lens(), batch.page_table());
-        let mut seqs = Vec::with_capacity(batch.num_rows());
-        for r in 0..batch.num_rows() {
-            let (start, q_len, kv_len) = (indptr[r] as usize, q_lens[r] as usize, kv_lens[r] as usize);
-            let num_pages = kv_len.div_ceil(page_size);
-            seqs.push(SeqStep {
-                new_tokens: &ids[start..start + q_len],
-                cached_len: kv_len - q_len,
-                pages: &table[r * width..r * width + num_pages],
-            });
+        if let Some(logits) = self.graph_logits(batch)? {
+            return Ok(logits);
         }
+        let seqs = Self::seq_steps(batch);
         // Logits only for the rows that sample (not for mid-prefill chunks).
         let rows: Vec<usize> = batch.logits_rows().iter().map(|&r| r as usize).collect();
-        let forward = ForwardBatch::new(&seqs, page_size, LogitRows::LastOf(rows), self.model.device())?;
+        let forward = ForwardBatch::new(&seqs, batch.page_size(), LogitRows::LastOf(rows), self.model.device())?;
         Ok(self.model.forward(&forward, &self.kv)?)
     }
 }

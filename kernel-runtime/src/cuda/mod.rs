@@ -12,6 +12,7 @@
 //! module imports neither.
 
 pub mod alloc;
+mod graph;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -21,13 +22,14 @@ use cudarc::driver::{result, sys, CudaContext, CudaStream};
 use crate::error::{Error, Result};
 
 pub use alloc::AllocStats;
+pub use graph::Graph;
 
 /// One CUDA device with its compute stream and allocator.
 pub struct CudaDevice {
     ordinal: usize,
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    alloc: Mutex<alloc::CachingAllocator>,
+    alloc: Mutex<alloc::DeviceMemory>,
     /// Compute capability (major, minor).
     capability: (i32, i32),
     sm_count: i32,
@@ -92,7 +94,7 @@ pub fn device(ordinal: usize) -> Result<Arc<CudaDevice>> {
         ordinal,
         ctx,
         stream,
-        alloc: Mutex::new(alloc::CachingAllocator::default()),
+        alloc: Mutex::new(alloc::DeviceMemory::default()),
         capability,
         sm_count,
         name,
@@ -194,6 +196,50 @@ impl CudaDevice {
         // be dropped.
         unsafe { result::memcpy_htod_async(dst, src, self.cu_stream()) }
             .map_err(Error::driver("copying to the device"))?;
+        self.synchronize()
+    }
+
+    /// Copies `rows` rows of `row_bytes` bytes from host `src` (rows `row_bytes`
+    /// apart) to device `dst` (rows `dst_pitch` bytes apart) in one 2-D copy, and
+    /// waits for it.
+    pub(crate) fn copy_htod_2d(
+        &self,
+        dst: sys::CUdeviceptr,
+        dst_pitch: usize,
+        src: &[u8],
+        row_bytes: usize,
+        rows: usize,
+    ) -> Result<()> {
+        if src.is_empty() || rows == 0 {
+            return Ok(());
+        }
+        debug_assert!(src.len() >= row_bytes * rows && dst_pitch >= row_bytes);
+        self.bind()?;
+        let copy = sys::CUDA_MEMCPY2D {
+            srcXInBytes: 0,
+            srcY: 0,
+            srcMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_HOST,
+            srcHost: src.as_ptr() as *const std::ffi::c_void,
+            srcDevice: 0,
+            srcArray: std::ptr::null_mut(),
+            srcPitch: row_bytes,
+            dstXInBytes: 0,
+            dstY: 0,
+            dstMemoryType: sys::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+            dstHost: std::ptr::null_mut(),
+            dstDevice: dst,
+            dstArray: std::ptr::null_mut(),
+            dstPitch: dst_pitch,
+            WidthInBytes: row_bytes,
+            Height: rows,
+        };
+        // SAFETY: `src` holds `rows` rows of `row_bytes` bytes (the caller's shape
+        // check), `dst` addresses `rows` rows of `dst_pitch >= row_bytes` bytes inside
+        // a live allocation of this device; the stream is synchronised before `src`
+        // can be dropped.
+        unsafe { sys::cuMemcpy2DAsync_v2(&copy, self.cu_stream()) }
+            .result()
+            .map_err(Error::driver("copying rows to the device"))?;
         self.synchronize()
     }
 

@@ -154,6 +154,13 @@ pub(crate) fn decode_rows(q_lens: &[usize], group: usize, head_dim: usize, tenso
     DECODE_ROWS.into_iter().find(|&r| r >= rows)
 }
 
+/// Whether a decode step (one new token per sequence) of a GQA group of `group`
+/// heads fits a decode kernel instance in `dtype`.
+pub(crate) fn decode_kernel_fits(dtype: DType, group: usize, head_dim: usize) -> bool {
+    let tensor_cores = dtype != DType::F32 && decode_tensor_cores_enabled();
+    decode_rows(&[1], group, head_dim, tensor_cores).is_some()
+}
+
 /// Whether 16-bit decode uses the tensor-core block (`MINISGL_DECODE_MMA`, default 1).
 fn decode_tensor_cores_enabled() -> bool {
     static MMA: OnceLock<bool> = OnceLock::new();
@@ -188,6 +195,32 @@ fn decode_plan(
         return (max_kv, 1);
     }
     (chunk, max_kv.div_ceil(chunk))
+}
+
+/// The fixed split count of a decode step that a CUDA graph captures
+/// ([`PagedAttnMeta::decode_splits`]): `num_seqs` sequences of up to
+/// `max_kv_len` keys. It aims for the waves of [`decode_plan`] as if every
+/// sequence were long, and is capped so that a split of the longest sequence
+/// still holds [`DECODE_CHUNK_MIN`] keys; shorter sequences use fewer splits
+/// (the rest of their blocks return at once).
+pub(crate) fn decode_graph_splits(
+    num_seqs: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+    dtype: DType,
+    max_kv_len: usize,
+    sms: usize,
+) -> usize {
+    let tensor_cores = dtype != DType::F32 && decode_tensor_cores_enabled();
+    let rows = if tensor_cores { 16 } else { DECODE_ROWS[DECODE_ROWS.len() - 1] };
+    let shared = decode_smem_bytes(dtype.size_in_bytes(), head_dim, rows);
+    let slots = decode_blocks_per_sm(shared) * sms.max(1);
+    let unsplit = num_seqs.max(1) * num_kv_heads.max(1);
+    if unsplit >= DECODE_UNSPLIT_WAVES * slots {
+        return 1;
+    }
+    let cap = max_kv_len.div_ceil(DECODE_CHUNK_MIN).max(1);
+    (DECODE_SPLIT_WAVES * slots).div_ceil(unsplit).clamp(1, cap)
 }
 
 /// Whether 16-bit attention uses the tensor cores (`MINISGL_ATTENTION_MMA`, default 1).
@@ -252,8 +285,11 @@ fn decode_attention(
     let b = meta.q_lens_host.len();
     let shared = decode_smem_bytes(q.dtype().size_in_bytes(), d, rows);
     let sms = dev.sm_count().max(1) as usize;
-    let (kv_chunk, max_splits) =
-        decode_plan(meta.q_lens_host, meta.kv_lens_host, hkv, sms, decode_blocks_per_sm(shared));
+    let (kv_chunk, max_splits) = match meta.decode_splits {
+        // kv_chunk 0: the kernel cuts each sequence itself (attention_row_chunk).
+        Some(splits) => (0, splits.max(1)),
+        None => decode_plan(meta.q_lens_host, meta.kv_lens_host, hkv, sms, decode_blocks_per_sm(shared)),
+    };
     let grid = grid_u32(OP, b * hkv * max_splits)?;
     let p = attention_params(out, q, k_cache, v_cache, meta, scale, kv_chunk, max_splits)?;
     let scratch = SplitScratch::new(t, hq, max_splits, d, dev.ordinal())?;

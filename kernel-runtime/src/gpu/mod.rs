@@ -36,7 +36,7 @@ pub(crate) mod skinny;
 
 pub(crate) use activation::silu_mul;
 pub(crate) use argmax::argmax;
-pub(crate) use attention::paged_attention;
+pub(crate) use attention::{decode_graph_splits, decode_kernel_fits, paged_attention};
 pub(crate) use convert::{cast, copy};
 pub(crate) use gemm::linear;
 pub(crate) use norm::{fused_add_rms_norm, head_rms_norm, rms_norm};

@@ -19,6 +19,11 @@ pub struct PagedAttnMeta<'a> {
     /// the CPU path).
     pub q_lens_host: &'a [usize],
     pub kv_lens_host: &'a [usize],
+    /// A fixed split count for the CUDA decode kernel, for steps captured in a
+    /// CUDA graph: the launch must not depend on the lengths, which change at
+    /// every replay, so each sequence is cut on the device into at most this many
+    /// equal chunks. `None`: planned from `kv_lens_host` (eager steps).
+    pub decode_splits: Option<usize>,
 }
 
 /// Which CUDA kernel computes paged attention (the CPU path ignores the choice).

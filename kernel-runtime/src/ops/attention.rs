@@ -114,3 +114,34 @@ pub fn paged_attention_with(
         Device::Cuda(_) => crate::gpu::paged_attention(out, q, k_cache, v_cache, meta, scale, kernel),
     }
 }
+
+/// The split count to fix in [`PagedAttnMeta::decode_splits`] for a decode step of
+/// `num_seqs` sequences of at most `max_kv_len` keys that a CUDA graph captures on
+/// `device` (the launch is then the same for any lengths up to `max_kv_len`); 1
+/// on the CPU, which ignores it.
+pub fn decode_graph_splits(
+    device: Device,
+    num_seqs: usize,
+    num_kv_heads: usize,
+    head_dim: usize,
+    dtype: DType,
+    max_kv_len: usize,
+) -> Result<usize> {
+    match device {
+        Device::Cpu => Ok(1),
+        Device::Cuda(ordinal) => {
+            let sms = crate::cuda::device(ordinal)?.sm_count().max(1) as usize;
+            Ok(crate::gpu::decode_graph_splits(num_seqs, num_kv_heads, head_dim, dtype, max_kv_len, sms))
+        }
+    }
+}
+
+/// Whether the CUDA decode kernel holds a decode step (one new token per
+/// sequence) of a model with these heads in `dtype`, so that the step never falls
+/// back to the tile kernel, whose launch depends on the lengths (CUDA graphs need
+/// the decode kernel).
+pub fn decode_kernel_fits(dtype: DType, num_q_heads: usize, num_kv_heads: usize, head_dim: usize) -> bool {
+    num_kv_heads > 0
+        && num_q_heads % num_kv_heads == 0
+        && crate::gpu::decode_kernel_fits(dtype, num_q_heads / num_kv_heads, head_dim)
+}

@@ -65,6 +65,13 @@ pub struct EngineArgs {
     /// (default: the model's context).
     #[arg(long)]
     pub max_model_len: Option<usize>,
+    /// Largest decode batch captured in a CUDA graph (GPU; capped by
+    /// --max-running-requests); larger decode steps run eagerly.
+    #[arg(long, default_value_t = 256)]
+    pub cuda_graph_max_bs: usize,
+    /// Run every step eagerly: no CUDA graphs.
+    #[arg(long)]
+    pub disable_cuda_graph: bool,
 }
 
 impl EngineArgs {
@@ -224,10 +231,36 @@ pub fn build_engine(
         }
     }
     let max_context = engine_args.max_model_len(model.as_ref())?;
-    let runner = CausalLmRunner::new(model, num_pages, engine_args.page_size, max_context)
+    let mut runner = CausalLmRunner::new(model, num_pages, engine_args.page_size, max_context)
         .with_context(|| format!("allocating a KV cache of {num_pages} pages"))?;
+    capture_graphs(&mut runner, engine_args);
     let config = engine_config(engine_args, num_pages, eos)?;
     Ok(Engine::new(Box::new(runner) as Box<dyn ModelRunner + Send>, config)?)
+}
+
+/// Captures the runner's decode CUDA graphs unless they are off or the model
+/// cannot have them (then it says why and runs eagerly).
+fn capture_graphs(runner: &mut CausalLmRunner, args: &EngineArgs) {
+    if args.disable_cuda_graph || runner.model().device() == Device::Cpu {
+        return;
+    }
+    let max_bs = args.cuda_graph_max_bs.min(args.max_running_requests);
+    if max_bs == 0 {
+        return;
+    }
+    if let Some(why) = runner.graphs_unsupported() {
+        eprintln!("minisgl: CUDA graphs off: {why}; decode steps run eagerly");
+        return;
+    }
+    match runner.capture_decode_graphs(max_bs) {
+        Ok(c) => eprintln!(
+            "minisgl: captured {} CUDA graphs of decode steps (batch 1..={max_bs}) in {:.2} s, {} MiB graph memory",
+            c.buckets.len(),
+            c.elapsed.as_secs_f64(),
+            c.pool_bytes >> 20
+        ),
+        Err(e) => eprintln!("minisgl: warning: capturing CUDA graphs failed ({e}); decode steps run eagerly"),
+    }
 }
 
 /// Loads the model, its tokenizer and chat template, sizes the KV pool and builds
