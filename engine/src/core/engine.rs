@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::time::{Duration, Instant};
 
 use crate::core::req::{FinishReason, FinishedReq, PendingReq, PreparedBatch, ReqId, SamplingParams, TokenEvent};
 use crate::core::sampling::logprobs::{token_logprobs, TokenLogprobs};
@@ -121,7 +122,7 @@ impl From<FinishedReq> for GenerateOutput {
 }
 
 /// A snapshot of the engine's load, for logs and `/metrics`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EngineStats {
     /// Requests waiting for admission.
     pub num_waiting: usize,
@@ -141,6 +142,11 @@ pub struct EngineStats {
     pub num_steps: u64,
     pub num_preempted: u64,
     pub num_finished: u64,
+    /// Wall time inside the model runner since start (the forward pass and
+    /// sampling, waiting for the GPU's token ids).
+    pub forward_time: Duration,
+    /// Wall time of the rest of the steps (scheduling, preparing, completing).
+    pub host_time: Duration,
 }
 
 /// Which limit a request exceeds.
@@ -185,6 +191,8 @@ pub struct Engine<R> {
     max_context_len: usize,
     next_id: u64,
     num_steps: u64,
+    forward_time: Duration,
+    host_time: Duration,
 }
 
 impl<R: fmt::Debug> fmt::Debug for Engine<R> {
@@ -230,7 +238,16 @@ impl<R: ModelRunner> Engine<R> {
             });
         }
         let scheduler = Scheduler::new(config);
-        Ok(Self { runner, scheduler, vocab_size, max_context_len, next_id: 0, num_steps: 0 })
+        Ok(Self {
+            runner,
+            scheduler,
+            vocab_size,
+            max_context_len,
+            next_id: 0,
+            num_steps: 0,
+            forward_time: Duration::ZERO,
+            host_time: Duration::ZERO,
+        })
     }
 
     pub fn runner(&self) -> &R {
@@ -256,11 +273,13 @@ impl<R: ModelRunner> Engine<R> {
     /// the requests keep their state, so the step can be retried or the
     /// requests aborted.
     pub fn step(&mut self) -> Result<Vec<TokenEvent>, EngineError> {
+        let started = Instant::now();
         let Some(batch) = self.scheduler.schedule() else {
             return Ok(Vec::new());
         };
         let prepared = self.scheduler.prepare(batch);
         let rows = prepared.logits_rows().len();
+        let forward_start = Instant::now();
         let device_tokens = if prepared.needs_host_logits() {
             None
         } else {
@@ -295,6 +314,8 @@ impl<R: ModelRunner> Engine<R> {
             }
         };
         self.num_steps += 1;
+        let forward_end = Instant::now();
+        self.forward_time += forward_end - forward_start;
         let mut events = self.scheduler.complete(prepared, &tokens);
         if !logprobs.is_empty() {
             for event in &mut events {
@@ -303,6 +324,7 @@ impl<R: ModelRunner> Engine<R> {
                 }
             }
         }
+        self.host_time += (forward_start - started) + forward_end.elapsed();
         Ok(events)
     }
 
@@ -409,6 +431,8 @@ impl<R: ModelRunner> Engine<R> {
             num_steps: self.num_steps,
             num_preempted: counters.num_preempted,
             num_finished: counters.num_finished,
+            forward_time: self.forward_time,
+            host_time: self.host_time,
         }
     }
 

@@ -169,7 +169,8 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         prompt_ids: vec![1; 16],
         params: SamplingParams::random(4, args.temperature, args.seed),
     }])?;
-    let steps_before = engine.stats().num_steps;
+    let before = engine.stats();
+    let steps_before = before.num_steps;
 
     let started = Instant::now();
     for req in requests {
@@ -199,6 +200,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     println!("output throughput: {:.1} tok/s", output_tokens as f64 / elapsed);
     println!("total throughput:  {:.1} tok/s", total_tokens as f64 / elapsed);
     println!("steps:             {} (preempted {})", stats.num_steps - steps_before, stats.num_preempted);
+    let (forward, host) = (stats.forward_time - before.forward_time, stats.host_time - before.host_time);
+    println!(
+        "engine time:       {:.2} s in the model runner (forward, sampling, waiting for the GPU), {:.2} s scheduling and bookkeeping",
+        forward.as_secs_f64(),
+        host.as_secs_f64()
+    );
     if args.json {
         let obj = serde_json::json!({
             "requests": progress.finished, "seed": args.seed, "vocab_size": vocab_size,

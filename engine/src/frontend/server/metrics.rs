@@ -193,19 +193,7 @@ impl Metrics {
         counter(&mut out, "minisgl_prompt_tokens_total", "Prompt tokens of the requests that ended.", s.prompt_tokens);
         counter(&mut out, "minisgl_generation_tokens_total", "Tokens generated.", s.generation_tokens);
 
-        let e = s.engine.unwrap_or(EngineStats {
-            num_waiting: 0,
-            num_running: 0,
-            num_pages: 0,
-            used_pages: 0,
-            free_pages: 0,
-            cached_pages: 0,
-            evictable_pages: 0,
-            cache_hit_tokens: 0,
-            num_steps: 0,
-            num_preempted: 0,
-            num_finished: 0,
-        });
+        let e = s.engine.unwrap_or_default();
         gauge(&mut out, "minisgl_num_requests_waiting", "Requests queued for admission.", e.num_waiting as u64);
         gauge(&mut out, "minisgl_num_requests_running", "Requests admitted (the running batch).", e.num_running as u64);
         gauge(&mut out, "minisgl_kv_pages_total", "KV cache pages in the pool.", e.num_pages as u64);
