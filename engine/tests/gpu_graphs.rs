@@ -73,11 +73,8 @@ fn prefill(runner: &CausalLmRunner, lens: &[usize], extra: usize, r: &mut StdRng
     }
     assert!(first as usize <= runner.kv_cache().num_pages() - 1, "the test's KV pool is too small");
     let prompts: Vec<Vec<u32>> = lens.iter().map(|&l| (0..l).map(|_| r.gen_range(0..vocab)).collect()).collect();
-    let seqs: Vec<SeqStep<'_>> = prompts
-        .iter()
-        .zip(&pages)
-        .map(|(p, pg)| SeqStep { new_tokens: p, cached_len: 0, pages: pg })
-        .collect();
+    let seqs: Vec<SeqStep<'_>> =
+        prompts.iter().zip(&pages).map(|(p, pg)| SeqStep { new_tokens: p, cached_len: 0, pages: pg }).collect();
     let fb = ForwardBatch::new(&seqs, PAGE, LogitRows::LastOfEachSequence, model.device()).unwrap();
     model.forward(&fb, runner.kv_cache()).unwrap();
     Prefilled { lens: lens.to_vec(), pages, next: lens.iter().map(|_| [r.gen_range(0..vocab)]).collect() }
@@ -229,7 +226,8 @@ fn step_times(config: &str, batches: &[usize]) {
             runner.replay_again(b).unwrap();
             replay_gpu.push(timer.stop_ms().unwrap() as f64);
         }
-        let (g, e, gpu) = (median(&mut graphed[5..].to_vec()), median(&mut eager[5..].to_vec()), median(&mut replay_gpu));
+        let (g, e, gpu) =
+            (median(&mut graphed[5..].to_vec()), median(&mut eager[5..].to_vec()), median(&mut replay_gpu));
         println!(
             "SUMMARY graph-step {config} bs={b} ctx=512: graphed {g:.3} ms/step (replay on the GPU {gpu:.3} ms, host and idle {:.0}%), eager {e:.3} ms/step; {:.2}x",
             (1.0 - gpu / g).max(0.0) * 100.0,

@@ -200,7 +200,10 @@ impl Tensor {
             return Err(Error::arg(OP, format!("tensor has dtype {}, data is {}", self.dtype, T::DTYPE)));
         }
         if !self.is_contiguous() || self.rank() > 2 {
-            return Err(Error::arg(OP, format!("needs a contiguous tensor of rank 1 or 2, got shape {:?}", self.shape)));
+            return Err(Error::arg(
+                OP,
+                format!("needs a contiguous tensor of rank 1 or 2, got shape {:?}", self.shape),
+            ));
         }
         let (num_rows, width) = match self.shape[..] {
             [w] => (1, w),

@@ -436,8 +436,14 @@ fn check_attention(
     let scale = 1.0 / (d as f32).sqrt();
 
     let want = Tensor::zeros(&[t, hq, d], dtype, CPU)?;
-    let meta =
-        PagedAttnMeta { q_indptr: &ti, kv_lens: &tk, block_table: &tt, q_lens_host: &q_lens, kv_lens_host: &kv_lens, decode_splits: None };
+    let meta = PagedAttnMeta {
+        q_indptr: &ti,
+        kv_lens: &tk,
+        block_table: &tt,
+        q_lens_host: &q_lens,
+        kv_lens_host: &kv_lens,
+        decode_splits: None,
+    };
     ops::paged_attention(&want, &q, &k_cache, &v_cache, &meta, scale)?;
 
     let (gi, gk, gt) = (gpu(&ti)?, gpu(&tk)?, gpu(&tt)?);
@@ -448,7 +454,8 @@ fn check_attention(
         // The decode kernel also runs the fixed-split plan of CUDA graphs (each
         // sequence cut into equal chunks on the device), with counts that leave
         // some sequences unsplit and some splits empty.
-        let splits: &[Option<usize>] = if kernel == AttnKernel::Decode { &[None, Some(1), Some(3), Some(40)] } else { &[None] };
+        let splits: &[Option<usize>] =
+            if kernel == AttnKernel::Decode { &[None, Some(1), Some(3), Some(40)] } else { &[None] };
         for &decode_splits in splits {
             let gmeta = PagedAttnMeta {
                 q_indptr: &gi,

@@ -411,6 +411,11 @@ impl<R: ModelRunner> Engine<R> {
         self.scheduler.finish(id, reason)
     }
 
+    /// Prompt tokens of a running request served from the prefix cache.
+    pub fn cached_tokens(&self, id: ReqId) -> Option<usize> {
+        self.scheduler.running_req(id).map(|r| r.cached_tokens())
+    }
+
     /// Whether any request is queued or running.
     pub fn has_work(&self) -> bool {
         self.scheduler.has_work()

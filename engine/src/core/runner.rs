@@ -66,7 +66,8 @@ pub struct GraphCapture {
 /// The batch sizes decode graphs are captured for, up to `max_batch`: 1, 2, 4,
 /// 8, then every 8 (as SGLang does), and `max_batch` itself.
 pub fn graph_buckets(max_batch: usize) -> Vec<usize> {
-    let mut buckets: Vec<usize> = [1, 2, 4].into_iter().chain((1..).map(|i| 8 * i)).take_while(|&b| b < max_batch).collect();
+    let mut buckets: Vec<usize> =
+        [1, 2, 4].into_iter().chain((1..).map(|i| 8 * i)).take_while(|&b| b < max_batch).collect();
     if max_batch > 0 {
         buckets.push(max_batch);
     }
@@ -150,7 +151,8 @@ impl CausalLmRunner {
         let mut logits: Option<Tensor> = None;
         let mut graphs = BTreeMap::new();
         for &bucket in buckets.iter().rev() {
-            let splits = ops::decode_graph_splits(self.model.device(), bucket, hkv, head_dim, dtype, self.max_context_len)?;
+            let splits =
+                ops::decode_graph_splits(self.model.device(), bucket, hkv, head_dim, dtype, self.max_context_len)?;
             let batch = inputs.write(&[], bucket, splits)?;
             let warm = self.model.forward(&batch, &self.kv)?;
             let all = match &logits {
@@ -252,7 +254,8 @@ impl CausalLmRunner {
     /// every bucket row, on the host. For tests.
     pub fn compare_graph_replay(&mut self, seqs: &[SeqStep<'_>]) -> Result<(Vec<f32>, Vec<f32>), RunnerError> {
         let g = self.graphs.as_mut().ok_or("no CUDA graphs were captured")?;
-        let (&bucket, bucket_graph) = g.graphs.range_mut(seqs.len().max(1)..).next().ok_or("no bucket holds the step")?;
+        let (&bucket, bucket_graph) =
+            g.graphs.range_mut(seqs.len().max(1)..).next().ok_or("no bucket holds the step")?;
         // The eager run stores the same K/V the replay stores again: both read
         // what the step itself wrote.
         let step = g.inputs.write(seqs, bucket, bucket_graph.splits)?;

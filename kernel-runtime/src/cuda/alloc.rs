@@ -215,7 +215,10 @@ mod tests {
         assert_eq!(a.stats().cached_bytes, 5120);
         assert_eq!(a.alloc(1000).unwrap(), (0x1000, 1024));
         assert_eq!(a.alloc(4000).unwrap(), (0x2000, 4096));
-        assert_eq!(a.stats(), AllocStats { in_use_bytes: 5120, cached_bytes: 0, driver_allocs: 0, graph_pool_bytes: 0 });
+        assert_eq!(
+            a.stats(),
+            AllocStats { in_use_bytes: 5120, cached_bytes: 0, driver_allocs: 0, graph_pool_bytes: 0 }
+        );
     }
 
     #[test]

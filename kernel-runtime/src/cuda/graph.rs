@@ -15,7 +15,6 @@ use cudarc::driver::sys;
 use super::CudaDevice;
 use crate::error::{Error, Result};
 
-
 /// A captured, instantiated graph of one device's compute stream.
 pub struct Graph {
     graph: cudarc::driver::CudaGraph,

@@ -28,7 +28,9 @@ mod sampling;
 mod skinny;
 mod store;
 
-pub use attention::{decode_graph_splits, decode_kernel_fits, paged_attention, paged_attention_with, AttnKernel, PagedAttnMeta};
+pub use attention::{
+    decode_graph_splits, decode_kernel_fits, paged_attention, paged_attention_with, AttnKernel, PagedAttnMeta,
+};
 pub use convert::{cast, copy};
 pub use dense::{argmax, fused_add_rms_norm, head_rms_norm, linear, rms_norm, rope, silu_mul};
 pub use fused::{rope_store, QkNorm, RopeStore};

@@ -4,18 +4,19 @@
 //!
 //! 1. wait for commands if there is nothing to run (blocking on the
 //!    channel, so an idle server uses no CPU), then drain every queued
-//!    command: new requests, cache flushes, abort-all, shutdown;
+//!    command: new requests, cache flushes, abort-all, shutdown; and end the
+//!    requests the detokenizer stopped;
 //! 2. abort the requests whose client went away: a handler's event
 //!    receiver is dropped with its response future or its SSE body, which
 //!    the thread sees as a closed channel ([`UnboundedSender::is_closed`]);
-//! 3. run one [`Engine::step`] and route each token to its request;
+//! 3. run one [`Engine::step`] and hand each token to the detokenizer thread;
 //! 4. publish the engine's load to [`Metrics`].
 //!
-//! Detokenization and stop-string matching run here, per request
-//! ([`TextStream`]), rather than in the HTTP handlers: a matched stop string
-//! ends the request with [`Engine::finish`] before the next step, so no
-//! token is computed past it and its pages are freed at once. The cost is a
-//! few short decodes per token, small next to a forward pass.
+//! Detokenization, stop strings and event routing run on the detokenizer
+//! thread (`detokenize`), so that the step rate does not depend on the number
+//! of streams. A matched stop string comes back as the request's id and ends it
+//! with [`Engine::finish`] before the next step that can see it; the tokens
+//! computed in between are dropped by the detokenizer.
 //!
 //! Handlers talk to the thread through an [`EngineHandle`] (a std channel
 //! of [`Command`]s) and get a per-request stream of [`Event`]s back on an
@@ -31,10 +32,11 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio::sync::{oneshot, Notify};
 
+use super::detokenize::{DetokMsg, DetokRequest, Detokenizer};
 use super::error::ApiError;
 use super::metrics::Metrics;
 use crate::core::engine::{Engine, EngineError, GenerateRequest, LengthLimit, ModelRunner};
-use crate::core::req::{FinishReason, FinishedReq, ReqId, SamplingParams, TokenEvent};
+use crate::core::req::{FinishReason, ReqId, SamplingParams, TokenEvent};
 use crate::text::text_stream::TextStream;
 use crate::text::tokenizer::Tokenizer;
 
@@ -183,7 +185,20 @@ where
     let alive = Arc::new(AtomicBool::new(true));
     let stopped = Arc::new(Notify::new());
     metrics.publish_engine(engine.stats());
-    let state = EngineLoop { engine, tokenizer, metrics, commands: rx, active: HashMap::new() };
+    let (detok_tx, detok_rx) = mpsc::channel();
+    let (ended_tx, ended_rx) = mpsc::channel();
+    let detokenizer = Detokenizer::new(tokenizer, metrics.clone(), ended_tx);
+    let detok_thread =
+        std::thread::Builder::new().name("minisgl-detok".to_owned()).spawn(move || detokenizer.run(detok_rx))?;
+    let state = EngineLoop {
+        engine,
+        metrics,
+        commands: rx,
+        ended: ended_rx,
+        detok: detok_tx,
+        detok_thread: Some(detok_thread),
+        active: HashMap::new(),
+    };
     let guard = AliveGuard { alive: alive.clone(), stopped: stopped.clone() };
     let thread = std::thread::Builder::new().name("minisgl-engine".to_owned()).spawn(move || {
         let _guard = guard;
@@ -207,20 +222,21 @@ impl Drop for AliveGuard {
     }
 }
 
-/// A request the engine is running, with its output state.
+/// A request the engine is running (its output state is the detokenizer's).
 struct Active {
     events: UnboundedSender<Event>,
-    text: TextStream,
-    arrival: Instant,
-    last_token: Option<Instant>,
-    prompt_tokens: usize,
+    /// Prompt tokens served from the prefix cache, once admitted.
+    cached_tokens: Option<usize>,
 }
 
 struct EngineLoop<R> {
     engine: Engine<R>,
-    tokenizer: Arc<Tokenizer>,
     metrics: Arc<Metrics>,
     commands: mpsc::Receiver<Command>,
+    /// Requests the detokenizer ended (stop strings, bad output).
+    ended: mpsc::Receiver<ReqId>,
+    detok: mpsc::Sender<DetokMsg>,
+    detok_thread: Option<JoinHandle<()>>,
     active: HashMap<ReqId, Active>,
 }
 
@@ -237,6 +253,7 @@ impl<R: ModelRunner> EngineLoop<R> {
             if self.receive_commands() == Flow::Stop {
                 break;
             }
+            self.end_stopped();
             self.reap_disconnected();
             if self.engine.has_work() {
                 let steps_before = self.engine.stats().num_steps;
@@ -264,6 +281,21 @@ impl<R: ModelRunner> EngineLoop<R> {
         }
         self.fail_all(ApiError::ShuttingDown);
         self.metrics.publish_engine(self.engine.stats());
+        // Hang up on the detokenizer and let it deliver what it holds.
+        let (hangup, _) = mpsc::channel();
+        drop(std::mem::replace(&mut self.detok, hangup));
+        if let Some(t) = self.detok_thread.take() {
+            let _ = t.join();
+        }
+    }
+
+    /// Ends the requests the detokenizer stopped; their events are its business.
+    fn end_stopped(&mut self) {
+        while let Ok(id) = self.ended.try_recv() {
+            if self.active.remove(&id).is_some() {
+                self.engine.finish(id, FinishReason::Stop);
+            }
+        }
     }
 
     /// Blocks for a command when idle, then drains the queue.
@@ -324,16 +356,19 @@ impl<R: ModelRunner> EngineLoop<R> {
         match result {
             Ok(id) => {
                 let _ = sub.events.send(Event::Accepted { max_tokens: request.params.max_tokens });
-                self.active.insert(
+                let detok = DetokRequest {
                     id,
-                    Active {
-                        events: sub.events,
-                        text: TextStream::new(sub.stop, sub.skip_special_tokens),
-                        arrival: sub.arrival,
-                        last_token: None,
-                        prompt_tokens,
-                    },
-                );
+                    events: sub.events.clone(),
+                    text: TextStream::new(sub.stop, sub.skip_special_tokens),
+                    arrival: sub.arrival,
+                    prompt_tokens,
+                };
+                if self.detok.send(DetokMsg::Start(Box::new(detok))).is_err() {
+                    self.engine.abort(id);
+                    let _ = sub.events.send(Event::Failed(ApiError::ShuttingDown));
+                    return;
+                }
+                self.active.insert(id, Active { events: sub.events, cached_tokens: None });
             }
             Err(err) => {
                 let _ = sub.events.send(Event::Rejected(err));
@@ -345,10 +380,9 @@ impl<R: ModelRunner> EngineLoop<R> {
     fn reap_disconnected(&mut self) {
         let gone: Vec<ReqId> = self.active.iter().filter(|(_, a)| a.events.is_closed()).map(|(&id, _)| id).collect();
         for id in gone {
-            if let Some(a) = self.active.remove(&id) {
-                self.engine.abort(id);
-                self.metrics.record_finished(FinishReason::Abort, a.prompt_tokens, a.arrival.elapsed());
-            }
+            self.active.remove(&id);
+            self.engine.abort(id);
+            let _ = self.detok.send(DetokMsg::End { id, error: None });
         }
     }
 
@@ -366,101 +400,43 @@ impl<R: ModelRunner> EngineLoop<R> {
         }
     }
 
-    /// Hands one generated token to its request.
+    /// Hands one generated token to the detokenizer.
     fn route(&mut self, event: TokenEvent) {
-        let now = Instant::now();
         let Some(active) = self.active.get_mut(&event.id) else {
-            // NOTE: requests leave `active` only when the engine drops them
-            // too, so a token for an unknown request cannot happen; stay safe.
+            // Ended by the detokenizer (a stop string) after this step was
+            // scheduled, or unknown: make sure the engine lets it go.
             if event.finished.is_none() {
                 self.engine.abort(event.id);
             }
             return;
         };
-        match active.last_token {
-            None => self.metrics.record_first_token(now - active.arrival),
-            Some(last) => self.metrics.record_next_token(now - last),
-        }
-        active.last_token = Some(now);
-
-        if let Some(lp) = &event.logprobs {
-            let text = |id: u32| self.tokenizer.decode(&[id], false).unwrap_or_default();
-            let _ = active.events.send(Event::Logprobs(TokenLogprob {
-                token: text(lp.token),
-                logprob: lp.logprob,
-                top: lp.top.iter().map(|&(id, p)| (text(id), p)).collect(),
-            }));
-        }
-        let delta = match active.text.push(&self.tokenizer, event.token) {
-            Ok(delta) => delta,
-            Err(err) => return self.fail(event.id, event.finished.is_none(), &err),
-        };
-        if let Some(finished) = event.finished {
-            // The engine ended it (EOS, stop token, max_tokens).
-            let mut text = delta.text;
-            let mut reason = finished.reason;
-            if delta.stopped {
-                reason = FinishReason::Stop;
-            } else {
-                match active.text.finish(&self.tokenizer) {
-                    Ok(rest) => {
-                        text.push_str(&rest.text);
-                        if rest.stopped {
-                            reason = FinishReason::Stop;
-                        }
-                    }
-                    Err(err) => return self.fail(event.id, false, &err),
-                }
+        let cached_tokens = match (&event.finished, active.cached_tokens) {
+            (Some(f), _) => f.cached_tokens,
+            (None, Some(c)) => c,
+            (None, None) => {
+                let c = self.engine.cached_tokens(event.id).unwrap_or(0);
+                active.cached_tokens = Some(c);
+                c
             }
-            self.complete(event.id, text, reason, finished);
-        } else if delta.stopped {
-            // A stop string: end it now, before another token is computed.
-            match self.engine.finish(event.id, FinishReason::Stop) {
-                Some(finished) => self.complete(event.id, delta.text, FinishReason::Stop, finished),
-                None => self.fail(event.id, false, &"the engine lost the request"),
-            }
-        } else if !delta.text.is_empty() {
-            let _ = active.events.send(Event::Text(delta.text));
-        }
-    }
-
-    fn complete(&mut self, id: ReqId, text: String, reason: FinishReason, finished: FinishedReq) {
-        let Some(active) = self.active.remove(&id) else {
-            return;
         };
-        self.metrics.record_finished(reason, finished.prompt_len, active.arrival.elapsed());
-        let _ = active.events.send(Event::Finished(Finished {
-            text,
-            reason,
-            prompt_tokens: finished.prompt_len,
-            completion_tokens: finished.output_ids.len(),
-            cached_tokens: finished.cached_tokens,
-        }));
-    }
-
-    /// Fails one request (e.g. its output could not be detokenized).
-    fn fail(&mut self, id: ReqId, still_running: bool, err: &dyn std::fmt::Display) {
-        if still_running {
+        let id = event.id;
+        if event.finished.is_some() {
+            self.active.remove(&id);
+        }
+        if self.detok.send(DetokMsg::Token { event, cached_tokens }).is_err() {
+            // The detokenizer is gone (it panicked): nobody can be served.
             self.engine.abort(id);
-        }
-        if let Some(active) = self.active.remove(&id) {
-            self.metrics.record_failed();
-            let _ = active.events.send(Event::Failed(ApiError::Internal(err.to_string())));
+            self.active.remove(&id);
         }
     }
 
     /// Aborts every request in flight and tells each handler why.
-    /// A shutdown counts as an abort in the metrics, anything else as a
-    /// failure.
     fn fail_all(&mut self, err: ApiError) {
         for (id, active) in self.active.drain() {
             self.engine.abort(id);
-            if err == ApiError::ShuttingDown {
-                self.metrics.record_finished(FinishReason::Abort, active.prompt_tokens, active.arrival.elapsed());
-            } else {
-                self.metrics.record_failed();
+            if self.detok.send(DetokMsg::End { id, error: Some(err.clone()) }).is_err() {
+                let _ = active.events.send(Event::Failed(err.clone()));
             }
-            let _ = active.events.send(Event::Failed(err.clone()));
         }
     }
 }

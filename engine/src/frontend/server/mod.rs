@@ -25,6 +25,7 @@
 //! and the OpenAI JSON types in the engine crate (its text handling is
 //! `crate::text`, which the shell shares).
 
+pub mod detokenize;
 pub mod engine_loop;
 pub mod error;
 pub mod fields;
