@@ -60,6 +60,7 @@ extern "C" __global__ void __launch_bounds__(256) msgl_silu_mul_kernel(const msg
 namespace msgl {
 template <int DTYPE>
 __global__ void __launch_bounds__(256) silu_mul_kernel(const msgl_silu_mul_params p) {
+  grid_prologue();
   silu_mul_impl<DTYPE>(p);
 }
 }  // namespace msgl
@@ -100,7 +101,7 @@ extern "C" int32_t msgl_silu_mul(const msgl_tensor* out, const msgl_tensor* x, i
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (x->dtype) {
 #define MSGL_CASE(D) \
-  case D: silu_mul_kernel<D><<<static_cast<unsigned>(blocks), kSiluThreads, 0, s>>>(p); break;
+  case D: (void)launch_pdl(silu_mul_kernel<D>, dim3(static_cast<unsigned>(blocks)), dim3(kSiluThreads), 0, s, p); break;
     MSGL_FOR_EACH_INSTANCE(MSGL_CASE)
 #undef MSGL_CASE
     default:

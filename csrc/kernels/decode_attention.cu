@@ -618,6 +618,7 @@ namespace msgl {
 
 template <int DTYPE, int HEAD_DIM, int ROWS>
 __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const msgl_attention_params p) {
+  grid_prologue();
   decode_attention_impl<DTYPE, HEAD_DIM, ROWS>(p);
 }
 
@@ -629,13 +630,14 @@ static int32_t launch_decode_attention(const msgl_attention_params& p, cudaStrea
   if (err != cudaSuccess)
     return set_error(MSGL_ERR_CUDA, "decode_attention: %d bytes of shared memory: %s", smem, cudaGetErrorString(err));
   const long long blocks = static_cast<long long>(p.num_seqs) * p.num_kv_heads * p.max_splits;
-  decode_attention_kernel<DTYPE, HEAD_DIM, ROWS><<<static_cast<unsigned>(blocks), kDecodeThreads, smem, s>>>(p);
+  (void)launch_pdl(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS>, dim3(static_cast<unsigned>(blocks)), dim3(kDecodeThreads),
+                   smem, s, p);
   if (p.max_splits > 1) {
     msgl_attention_params p1 = p;
     p1.phase = 1;
     const long long rows = p.num_tokens * p.num_q_heads;
-    decode_attention_kernel<DTYPE, HEAD_DIM, ROWS>
-        <<<static_cast<unsigned>((rows + kDecodeWarps - 1) / kDecodeWarps), kDecodeThreads, 0, s>>>(p1);
+    (void)launch_pdl(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS>,
+                     dim3(static_cast<unsigned>((rows + kDecodeWarps - 1) / kDecodeWarps)), dim3(kDecodeThreads), 0, s, p1);
   }
   return check_launch("decode_attention");
 }

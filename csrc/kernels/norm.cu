@@ -140,6 +140,7 @@ extern "C" __global__ void __launch_bounds__(512) msgl_norm_kernel(const msgl_no
 namespace msgl {
 template <int DTYPE>
 __global__ void __launch_bounds__(512) norm_kernel(const msgl_norm_params p) {
+  grid_prologue();
   norm_impl<DTYPE>(p);
 }
 
@@ -165,7 +166,7 @@ static int32_t launch_norm(const char* op, msgl_norm_params& p, int32_t dtype, i
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (dtype) {
 #define MSGL_CASE(D) \
-  case D: norm_kernel<D><<<grid, block, 0, s>>>(p); break;
+  case D: (void)launch_pdl(norm_kernel<D>, grid, block, 0, s, p); break;
     MSGL_FOR_EACH_INSTANCE(MSGL_CASE)
 #undef MSGL_CASE
     default:

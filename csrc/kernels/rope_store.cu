@@ -201,6 +201,7 @@ extern "C" __global__ void __launch_bounds__(256) msgl_rope_store_kernel(const m
 namespace msgl {
 template <int DTYPE>
 __global__ void __launch_bounds__(256) rope_store_kernel(const msgl_rope_store_params p) {
+  grid_prologue();
   rope_store_impl<DTYPE>(p);
 }
 }  // namespace msgl
@@ -316,7 +317,7 @@ extern "C" int32_t msgl_rope_store(const msgl_tensor* q, const msgl_tensor* k, c
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (q->dtype) {
 #define MSGL_CASE(D) \
-  case D: rope_store_kernel<D><<<grid, kRopeStoreThreads, 0, s>>>(p); break;
+  case D: (void)launch_pdl(rope_store_kernel<D>, grid, dim3(kRopeStoreThreads), 0, s, p); break;
     MSGL_FOR_EACH_INSTANCE(MSGL_CASE)
 #undef MSGL_CASE
     default:

@@ -189,6 +189,7 @@ extern "C" __global__ void __launch_bounds__(256) msgl_skinny_gemm_kernel(const 
 namespace msgl {
 template <int DTYPE, int N_TILES, int M_TILES>
 __global__ void __launch_bounds__(256) skinny_gemm_kernel(const msgl_skinny_gemm_params p) {
+  grid_prologue();
   skinny_gemm_impl<DTYPE, N_TILES, M_TILES>(p);
 }
 }  // namespace msgl
@@ -240,7 +241,7 @@ extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x
   bool launched = false;
 #define MSGL_CASE(D, NT, MT)                                                  \
   if (!launched && x->dtype == D && n_tiles == NT && m_tiles == MT) {         \
-    skinny_gemm_kernel<D, NT, MT><<<grid, kSkinnyThreads, 0, s>>>(p);         \
+    (void)launch_pdl(skinny_gemm_kernel<D, NT, MT>, grid, dim3(kSkinnyThreads), 0, s, p); \
     launched = true;                                                          \
   }
   MSGL_FOR_EACH_INSTANCE(MSGL_CASE)

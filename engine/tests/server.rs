@@ -934,7 +934,14 @@ fn a_non_streaming_client_that_leaves_is_aborted() {
     });
     assert!(aborted, "not aborted:\n{}", get(addr, "/metrics").text());
     let m = get(addr, "/metrics").text();
-    assert!(metric(&m, "minisgl_generation_tokens_total") < 1000.0);
+    let generated = metric(&m, "minisgl_generation_tokens_total");
+    assert!(generated < 1000.0);
+    // Every step is timed and sized (issue 13): at least one per generated token,
+    // one row each here.
+    let steps = metric(&m, "minisgl_step_time_seconds_count");
+    assert!(steps >= generated && steps > 0.0, "{steps} steps for {generated} tokens");
+    assert_eq!(metric(&m, "minisgl_step_batch_size_count"), steps);
+    assert_eq!(metric(&m, "minisgl_step_batch_size_bucket{le=\"1\"}"), steps, "one request: one row per step");
     server.assert_no_panic();
 }
 

@@ -14,6 +14,7 @@
 
 #include <cstdarg>
 #include <cstdint>
+#include <cstdlib>
 
 #include <cuda_runtime.h>
 
@@ -56,6 +57,35 @@ int32_t expect_same(const msgl_tensor* a, const char* a_name, const msgl_tensor*
 
 /* Turns the last CUDA error (after a launch) into a status. */
 int32_t check_launch(const char* op);
+
+/* Whether launchers use programmatic dependent launch (MINISGL_PDL, default 1;
+ * 0 turns it off, e.g. to compare). */
+inline bool pdl_enabled() {
+  static const bool enabled = [] {
+    const char* v = getenv("MINISGL_PDL");
+    return v == nullptr || v[0] != '0';
+  }();
+  return enabled;
+}
+
+/* Launches `kernel` on `s` with programmatic stream serialisation (sm_90: it may
+ * start while the previous kernel finishes; the kernel must call
+ * grid_dependency_wait before touching memory, see device.cuh), or plainly when
+ * pdl_enabled() is false. Stream capture keeps the edge in a CUDA graph. */
+template <typename... Params, typename... Args>
+cudaError_t launch_pdl(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, args...);
+}
 
 }  // namespace msgl
 

@@ -13,6 +13,33 @@ namespace msgl {
 
 constexpr int kWarpSize = 32;
 
+/* Programmatic dependent launch (sm_90; no-ops when the kernel was launched
+ * without the attribute): `grid_dependency_wait` blocks until the grid this one
+ * depends on has finished (its memory is visible); `grid_dependents_launch` lets
+ * the next grid start its prologue early.
+ *
+ * The kernels of the decode path (norm, skinny GEMM, rope_store, decode
+ * attention, silu_mul) call `grid_prologue` first: their AOT launchers launch
+ * them with the attribute (check.h: launch_pdl), so each one's launch and block
+ * scheduling overlap the previous kernel's tail, and it touches no memory
+ * before the previous kernel is done. */
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void grid_dependents_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Waits for the previous grid, then lets the next one launch. */
+__device__ __forceinline__ void grid_prologue() {
+  grid_dependency_wait();
+  grid_dependents_launch();
+}
+
 /* The widest plain copy unit (in bytes) that divides `bytes`: 16, 8, 4, 2 or 1. */
 __host__ __device__ constexpr int vec_bytes_for(long long bytes) {
   return bytes % 16 == 0 ? 16 : bytes % 8 == 0 ? 8 : bytes % 4 == 0 ? 4 : bytes % 2 == 0 ? 2 : 1;

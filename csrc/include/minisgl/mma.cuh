@@ -5,7 +5,6 @@
  *   cp_async16 / cp_async_commit / cp_async_wait<N>   16-byte global -> shared copies
  *   ldmatrix_x4 / ldmatrix_x4_trans                   shared -> mma fragments (transposed for B)
  *   mma16816<DTYPE>                                   m16n8k16, bf16/f16 in, f32 accumulate
- *   grid_dependency_wait / grid_dependents_launch     programmatic dependent launch (sm_90)
  *   silu_f32                                          g / (1 + exp(-g)), fast exp
  *
  * Fragment layout of mma.sync.m16n8k16 (lane = 4 g + t): A holds rows g and
@@ -71,21 +70,6 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4], 
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
-}
-
-/* Programmatic dependent launch (sm_90; no-ops when the kernel was launched
- * without the attribute): `grid_dependency_wait` blocks until the grid this one
- * depends on has finished (its memory is visible); `grid_dependents_launch` lets
- * the next grid start its prologue early. */
-__device__ __forceinline__ void grid_dependency_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void grid_dependents_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
 }
 
 __device__ __forceinline__ float silu_f32(float g) { return g / (1.f + __expf(-g)); }

@@ -147,6 +147,8 @@ pub struct EngineStats {
     pub forward_time: Duration,
     /// Wall time of the rest of the steps (scheduling, preparing, completing).
     pub host_time: Duration,
+    /// Rows (requests) of the last step.
+    pub last_step_rows: usize,
 }
 
 /// Which limit a request exceeds.
@@ -193,6 +195,7 @@ pub struct Engine<R> {
     num_steps: u64,
     forward_time: Duration,
     host_time: Duration,
+    last_step_rows: usize,
 }
 
 impl<R: fmt::Debug> fmt::Debug for Engine<R> {
@@ -247,6 +250,7 @@ impl<R: ModelRunner> Engine<R> {
             num_steps: 0,
             forward_time: Duration::ZERO,
             host_time: Duration::ZERO,
+            last_step_rows: 0,
         })
     }
 
@@ -279,6 +283,7 @@ impl<R: ModelRunner> Engine<R> {
         };
         let prepared = self.scheduler.prepare(batch);
         let rows = prepared.logits_rows().len();
+        self.last_step_rows = prepared.num_rows();
         let forward_start = Instant::now();
         let device_tokens = if prepared.needs_host_logits() {
             None
@@ -438,6 +443,7 @@ impl<R: ModelRunner> Engine<R> {
             num_finished: counters.num_finished,
             forward_time: self.forward_time,
             host_time: self.host_time,
+            last_step_rows: self.last_step_rows,
         }
     }
 

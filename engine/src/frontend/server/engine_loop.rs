@@ -387,7 +387,13 @@ impl<R: ModelRunner> EngineLoop<R> {
     }
 
     fn step(&mut self) {
-        match self.engine.step() {
+        let (started, steps_before) = (Instant::now(), self.engine.stats().num_steps);
+        let result = self.engine.step();
+        let stats = self.engine.stats();
+        if stats.num_steps > steps_before {
+            self.metrics.record_step(started.elapsed(), stats.last_step_rows);
+        }
+        match result {
             Ok(events) => {
                 for event in events {
                     self.route(event);

@@ -28,6 +28,12 @@ const ITL_BUCKETS: &[f64] =
 const E2E_BUCKETS: &[f64] =
     &[0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0];
 
+/// Bucket bounds (seconds) of the engine step time histogram.
+const STEP_BUCKETS: &[f64] =
+    &[0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5];
+/// Bucket bounds of the rows-per-step histogram (the CUDA graph buckets' scale).
+const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 96.0, 128.0, 160.0, 192.0, 224.0, 256.0, 512.0];
+
 #[derive(Clone, Debug)]
 struct Histogram {
     bounds: &'static [f64],
@@ -78,6 +84,8 @@ struct State {
     ttft: Histogram,
     itl: Histogram,
     e2e: Histogram,
+    step_time: Histogram,
+    step_rows: Histogram,
     engine: Option<EngineStats>,
 }
 
@@ -107,6 +115,8 @@ impl Metrics {
                 ttft: Histogram::new(TTFT_BUCKETS),
                 itl: Histogram::new(ITL_BUCKETS),
                 e2e: Histogram::new(E2E_BUCKETS),
+                step_time: Histogram::new(STEP_BUCKETS),
+                step_rows: Histogram::new(BATCH_BUCKETS),
                 engine: None,
             }),
         }
@@ -128,6 +138,13 @@ impl Metrics {
         let mut s = self.lock();
         s.itl.observe(itl.as_secs_f64());
         s.generation_tokens += 1;
+    }
+
+    /// One engine step: its wall time and the rows (requests) it ran.
+    pub fn record_step(&self, time: Duration, rows: usize) {
+        let mut s = self.lock();
+        s.step_time.observe(time.as_secs_f64());
+        s.step_rows.observe(rows as f64);
     }
 
     /// A request ended (including aborts by a disconnected client).
@@ -221,6 +238,12 @@ impl Metrics {
         );
         s.itl.render(&mut out, "minisgl_inter_token_latency_seconds", "Time between consecutive tokens of a request.");
         s.e2e.render(&mut out, "minisgl_e2e_request_latency_seconds", "Time from submission to the end of a request.");
+        s.step_time.render(
+            &mut out,
+            "minisgl_step_time_seconds",
+            "Wall time of one engine step (schedule, forward, sample).",
+        );
+        s.step_rows.render(&mut out, "minisgl_step_batch_size", "Requests (rows) in one engine step.");
         out
     }
 }
