@@ -35,7 +35,7 @@ fn generate_json_reproduces_the_reference_greedy_ids() {
     for name in ["llama-tiny", "qwen2-tiny", "qwen3-tiny", "mistral-tiny", "qwen3-moe-tiny"] {
         let (prompt_ids, greedy_ids, text) = reference(name);
         let out = bin()
-            .args(["generate", "--device", "cpu", "--json", "--ignore-eos", "--max-tokens"])
+            .args(["generate", "--device", "cpu", "--json", "--raw", "--ignore-eos", "--max-tokens"])
             .arg(greedy_ids.len().to_string())
             .arg("--model")
             .arg(fixture(name))

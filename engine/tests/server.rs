@@ -79,6 +79,7 @@ fn start_fake_with_key(lm: HashLm, num_pages: usize, api_key: Option<&str>) -> S
             defaults: SamplingDefaults::openai(),
             shutdown_timeout: Duration::from_secs(5),
             api_key: api_key.map(str::to_owned),
+            stats_interval: None,
         },
         listener,
     )
