@@ -243,11 +243,17 @@ impl<R: ModelRunner> Shell<R> {
         }
     }
 
-    /// The loop on a terminal: `rustyline` reads the lines (editing, history).
-    /// The caller routes Ctrl-C during a reply to [`Shell::interrupt_flag`].
-    pub fn run_terminal(&mut self, out: &mut dyn Write, status: &mut dyn Write) -> Result<(), ShellError> {
+    /// The loop on a terminal: `editor` reads the lines (editing, history).
+    /// The caller routes Ctrl-C during a reply to [`Shell::interrupt_flag`]
+    /// (after creating the editor: rustyline installs a SIGINT handler of its
+    /// own for the editor's lifetime, which would swallow it).
+    pub fn run_terminal(
+        &mut self,
+        editor: &mut rustyline::DefaultEditor,
+        out: &mut dyn Write,
+        status: &mut dyn Write,
+    ) -> Result<(), ShellError> {
         use rustyline::error::ReadlineError;
-        let mut editor = rustyline::DefaultEditor::new()?;
         writeln!(
             status,
             "Chat with the model. /reset clears the conversation, /exit or Ctrl-D quits; \

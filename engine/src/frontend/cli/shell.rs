@@ -67,10 +67,12 @@ pub fn run(mut args: ShellArgs) -> anyhow::Result<ExitCode> {
     if stdin.is_terminal() {
         // Ctrl-C during a reply reaches us as SIGINT (at the prompt, rustyline
         // reads it as a key): stop the reply instead of the process.
+        // Installed after the editor, whose own SIGINT handler it replaces.
+        let mut editor = rustyline::DefaultEditor::new().context("opening the terminal")?;
         let flag = shell.interrupt_flag();
         ctrlc::set_handler(move || flag.store(true, std::sync::atomic::Ordering::SeqCst))
             .context("installing the Ctrl-C handler")?;
-        shell.run_terminal(&mut std::io::stdout().lock(), &mut std::io::stderr().lock())?;
+        shell.run_terminal(&mut editor, &mut std::io::stdout().lock(), &mut std::io::stderr().lock())?;
     } else {
         shell.run(&mut stdin.lock(), &mut std::io::stdout().lock(), &mut std::io::stderr().lock(), false)?;
     }
