@@ -61,7 +61,8 @@ fn bin() -> Command {
 /// The JSON body of the README's curl example.
 fn readme_curl_body() -> Json {
     let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
-    let start = readme.find("curl http://127.0.0.1:30000/v1/chat/completions").expect("the README has the curl example");
+    let start =
+        readme.find("curl http://127.0.0.1:30000/v1/chat/completions").expect("the README has the curl example");
     let rest = &readme[start..];
     let body = rest.split("-d '").nth(1).and_then(|b| b.split('\'').next()).expect("the curl example has -d '...'");
     serde_json::from_str(body).expect("the README's curl body is JSON")
@@ -254,7 +255,18 @@ fn generate_with_the_model_name_answers_with_the_chat_template_and_pull_lists_it
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let cache = cache_with_smollm2(&gguf);
     let out = bin()
-        .args(["generate", "--model", "smollm2", "--device", "cpu", "--chat", "--num-pages", "64", "--max-tokens", "24"])
+        .args([
+            "generate",
+            "--model",
+            "smollm2",
+            "--device",
+            "cpu",
+            "--chat",
+            "--num-pages",
+            "64",
+            "--max-tokens",
+            "24",
+        ])
         .args(["--prompt", "What is the capital of France?", "--prompt", "Name a colour."])
         .env("MINISGL_CACHE_DIR", cache.path())
         .output()

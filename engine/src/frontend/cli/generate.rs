@@ -19,10 +19,10 @@ use clap::Args;
 use rand::{Rng, SeedableRng};
 
 use super::common::{load_model, EngineArgs, ModelArgs};
-use crate::text::chat_template::{ChatTemplate, ModelChatConfig, RenderOptions};
 use crate::core::engine::GenerateRequest;
 use crate::core::req::SamplingParams;
 use crate::core::sampling::penalties::Penalties;
+use crate::text::chat_template::{ChatTemplate, ModelChatConfig, RenderOptions};
 
 /// Sampling options shared by `generate` and `bench`.
 #[derive(Args, Debug, Clone)]
@@ -145,7 +145,9 @@ fn prompt_template(args: &GenerateArgs, chat: &ModelChatConfig) -> anyhow::Resul
     }
     match &chat.chat_template {
         Some(source) => Ok(Some(ChatTemplate::new(source).context("the model's chat template")?)),
-        None if args.chat => anyhow::bail!("--chat: the model has no chat template (use --raw, or --chat-template FILE)"),
+        None if args.chat => {
+            anyhow::bail!("--chat: the model has no chat template (use --raw, or --chat-template FILE)")
+        }
         None => Ok(None),
     }
 }
@@ -207,7 +209,11 @@ pub fn run(mut args: GenerateArgs) -> anyhow::Result<ExitCode> {
             });
             writeln!(stdout, "{obj}")?;
         } else {
-            let shown = if prompt_text.is_empty() { format!("({} random token ids)", prompt.len()) } else { prompt_text.clone() };
+            let shown = if prompt_text.is_empty() {
+                format!("({} random token ids)", prompt.len())
+            } else {
+                prompt_text.clone()
+            };
             writeln!(stdout, "prompt {}: {shown}", i + 1)?;
             writeln!(stdout, "output {}: {}", i + 1, text.trim_end())?;
         }

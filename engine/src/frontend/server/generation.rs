@@ -95,12 +95,7 @@ pub async fn generate(state: &Arc<AppState>, job: Job) -> Result<Response, ApiEr
         let prompt_tokens = job.prompts[choice.prompt].ids.len();
         choice.log = Some(RequestLog::new(log_id, prompt_tokens, job.arrival, state.metrics.clone()));
     }
-    let writer = ChunkWriter {
-        id,
-        created: unix_now(),
-        model: state.model.name.clone(),
-        chat: job.chat,
-    };
+    let writer = ChunkWriter { id, created: unix_now(), model: state.model.name.clone(), chat: job.chat };
     if job.stream.stream {
         Ok(stream_response(choices, &job, writer))
     } else {

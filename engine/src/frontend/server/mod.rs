@@ -294,7 +294,8 @@ where
         .map_err(ServerError::Runtime)
         .and_then(|runtime| {
             let result = runtime.block_on(async {
-                let stats = config.stats_interval.map(|every| tokio::spawn(stats_log::run(state.metrics.clone(), every)));
+                let stats =
+                    config.stats_interval.map(|every| tokio::spawn(stats_log::run(state.metrics.clone(), every)));
                 let result = serve_http(listener, state, trigger, config.shutdown_timeout).await;
                 if let Some(stats) = stats {
                     stats.abort();
