@@ -120,7 +120,7 @@ fn the_quick_start_without_a_gpu_installs_nothing_serves_and_logs_what_it_does()
         let path = fake.join(tool);
         std::fs::write(&path, format!("#!/bin/sh\necho {tool} >> '{}'\nexit 1\n", root.path().join("ran").display()))
             .unwrap();
-        Command::new("chmod").arg("+x").arg(&path).status().unwrap();
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     }
     let cache = cache_with_smollm2(&gguf);
     let port = free_port();
