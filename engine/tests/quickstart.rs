@@ -113,10 +113,12 @@ fn the_quick_start_without_a_gpu_installs_nothing_serves_and_logs_what_it_does()
     for script in ["serve.sh", "setup.sh"] {
         std::fs::copy(repo_root().join("scripts").join(script), root.path().join("scripts").join(script)).unwrap();
     }
-    // nvcc and cargo on the PATH that leave a mark if anything runs them.
+    // nvcc, cargo, pip and python3 (the CUDA and Python installs go through
+    // `python3 -m pip`) on the PATH that leave a mark if anything runs them,
+    // so a regression fails here at once instead of downloading a toolkit.
     let fake = root.path().join("fake-bin");
     std::fs::create_dir_all(&fake).unwrap();
-    for tool in ["nvcc", "cargo", "pip", "pip3"] {
+    for tool in ["nvcc", "cargo", "pip", "pip3", "python3"] {
         let path = fake.join(tool);
         std::fs::write(&path, format!("#!/bin/sh\necho {tool} >> '{}'\nexit 1\n", root.path().join("ran").display()))
             .unwrap();
@@ -143,10 +145,13 @@ fn the_quick_start_without_a_gpu_installs_nothing_serves_and_logs_what_it_does()
     let log = collect_stderr(&mut child);
     let text = || log.lock().unwrap().clone();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    // Ends early when the script exits (a failed step), not at the timeout.
+    let mut exited = false;
     let ready = wait_until(Duration::from_secs(120), || {
-        matches!(child.try_wait(), Ok(None)) && request(addr, "GET", "/health", None).is_ok_and(|r| r.status == 200)
+        exited = !matches!(child.try_wait(), Ok(None));
+        exited || request(addr, "GET", "/health", None).is_ok_and(|r| r.status == 200)
     });
-    assert!(ready, "the quick start did not serve:\n{}", text());
+    assert!(ready && !exited, "the quick start did not serve:\n{}", text());
 
     // Nothing installed, nothing built.
     for made in [".cuda", ".pydeps", "target", "ran"] {
