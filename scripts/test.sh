@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: sets up the toolchain (scripts/env.sh), checks formatting,
 # builds the kernels ahead of time, builds the workspace once, fetches the
-# SmolLM2 demo model (`minisgl pull smollm2`, once), runs every test of the
+# SmolLM2 demo model (`minisgl pull smollm2`, once), installs headless Chromium
+# for the chat page's test (scripts/ci/browser.sh, once), runs every test of the
 # workspace, and lints it with clippy (warnings are errors). No GPU needed; GPU
 # tests run too when MINISGL_GPU_TESTS=1 is set on a machine with one.
 # Each phase prints its wall time, so a slow CI run shows where it went.
@@ -32,6 +33,8 @@ if [ ! -f "$MINISGL_SMOLLM2_GGUF" ]; then
 fi
 export MINISGL_SMOLLM2_GGUF
 phase_done "pull"
+scripts/ci/browser.sh
+phase_done "browser"
 # Every test binary runs even when one fails, so one run shows every failure.
 cargo test --workspace --no-fail-fast "$@"
 phase_done "test"

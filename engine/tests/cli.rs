@@ -35,7 +35,7 @@ fn generate_json_reproduces_the_reference_greedy_ids() {
     for name in ["llama-tiny", "qwen2-tiny", "qwen3-tiny", "mistral-tiny", "qwen3-moe-tiny"] {
         let (prompt_ids, greedy_ids, text) = reference(name);
         let out = bin()
-            .args(["generate", "--device", "cpu", "--json", "--ignore-eos", "--max-tokens"])
+            .args(["generate", "--device", "cpu", "--json", "--raw", "--ignore-eos", "--max-tokens"])
             .arg(greedy_ids.len().to_string())
             .arg("--model")
             .arg(fixture(name))
@@ -148,4 +148,35 @@ fn bad_input_is_a_clear_error() {
     std::fs::write(broken.join("config.json"), config).unwrap();
     let err = run(&["generate", "--model", broken.to_str().unwrap(), "--device", "cpu", "--prompt", "x"]);
     assert!(err.contains("MambaForCausalLM") && err.contains("LlamaForCausalLM"), "{err}");
+}
+
+#[test]
+fn help_port_and_shutdown_texts_say_what_a_user_needs() {
+    let out = bin().arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(help.starts_with("Serve and run LLMs"), "{help}");
+    assert!(help.contains("--log-level"), "{help}");
+    let out = bin().args(["serve", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(help.contains("as many as fit in 1 GiB") && !help.contains("4096 on the CPU"), "{help}");
+    assert!(help.contains("--stats-interval") && help.contains("--pull"), "{help}");
+    // A port in use is found before the model loads: at once, and with no
+    // loading line.
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = busy.local_addr().unwrap().port().to_string();
+    let started = std::time::Instant::now();
+    let out = bin()
+        .args(["serve", "--device", "cpu", "--port", &port, "--model"])
+        .arg(fixture("qwen3-tiny"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success());
+    assert!(err.contains(&format!("cannot listen on 127.0.0.1:{port}")), "{err}");
+    assert!(!err.contains("loading") && !err.contains("loaded"), "the model loaded first: {err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "{err}");
+    // --log-level is checked.
+    let out = bin().args(["--log-level", "info,=x", "pull", "--list"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--log-level"));
 }

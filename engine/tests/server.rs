@@ -79,6 +79,7 @@ fn start_fake_with_key(lm: HashLm, num_pages: usize, api_key: Option<&str>) -> S
             defaults: SamplingDefaults::openai(),
             shutdown_timeout: Duration::from_secs(5),
             api_key: api_key.map(str::to_owned),
+            stats_interval: None,
         },
         listener,
     )
@@ -984,4 +985,38 @@ fn shutdown_timeout_aborts_streams_cleanly() {
     assert_eq!(sum.errors[0]["error"]["code"], "server_shutting_down");
     assert!(status.success(), "exit status {status}:\n{}", server.stderr_text());
     server.assert_no_panic();
+}
+
+#[test]
+fn a_prompt_too_long_names_the_prompt_and_an_unknown_role_is_refused() {
+    let tok = tokenizer();
+    let server = start_fake(fake_lm(&tok, 64), 64);
+    let addr = server.addr();
+    let long = "hello ".repeat(100);
+    // The prompt alone is past the context: the prompt is what to shorten,
+    // whatever max_tokens says.
+    for body in [
+        json!({"messages": [{"role": "user", "content": long}], "max_tokens": 4}),
+        json!({"messages": [{"role": "user", "content": long}]}),
+    ] {
+        let r = post_json(addr, "/v1/chat/completions", &body);
+        assert_eq!(r.status, 400, "{}", r.text());
+        assert_eq!(r.json()["error"]["code"], "context_length_exceeded");
+        assert_eq!(r.json()["error"]["param"], "messages", "{}", r.text());
+    }
+    let r = post_json(addr, "/v1/completions", &json!({"prompt": long, "max_tokens": 4}));
+    assert_eq!(r.json()["error"]["param"], "prompt", "{}", r.text());
+    // A prompt that fits, with a max_tokens that does not: max_tokens it is.
+    let r = post_json(addr, "/v1/completions", &json!({"prompt": "hello", "max_tokens": 200}));
+    assert_eq!(r.json()["error"]["param"], "max_tokens", "{}", r.text());
+    // An unknown role would be rendered silently by many templates.
+    let r = post_json(addr, "/v1/chat/completions", &json!({"messages": [{"role": "wizard", "content": "hi"}]}));
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert_eq!(r.json()["error"]["param"], "messages.0.role");
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("wizard"));
+    // GET / is the chat page, not a 404.
+    let page = get(addr, "/");
+    assert_eq!(page.status, 200);
+    assert!(page.text().contains("<title>minisgl chat</title>"));
+    server.shutdown().unwrap();
 }

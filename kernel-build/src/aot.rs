@@ -130,8 +130,26 @@ struct Job {
     args: Vec<String>,
 }
 
+/// What [`build_with_progress`] reports while it runs, so that a front end
+/// (xtask's progress bar) can show a long build moving.
+#[derive(Debug, Clone, Copy)]
+pub enum Progress<'a> {
+    /// `total` objects and cubins are out of date and will be compiled now.
+    Compiling { total: usize },
+    /// One of them is done.
+    Compiled { label: &'a str },
+    /// The shared library is being linked.
+    Linking { name: &'a str },
+}
+
 /// Runs the AOT build described by `opts`.
 pub fn build(opts: &AotOptions) -> Result<AotReport> {
+    build_with_progress(opts, &|_| {})
+}
+
+/// [`build`], calling `progress` as each step starts or ends (from the worker
+/// threads, hence `Sync`).
+pub fn build_with_progress(opts: &AotOptions, progress: &(dyn Fn(Progress<'_>) + Sync)) -> Result<AotReport> {
     if opts.archs.is_empty() {
         return Err(Error::Arch(String::new()));
     }
@@ -195,7 +213,7 @@ pub fn build(opts: &AotOptions) -> Result<AotReport> {
         entries.push((family, hash, cubins));
     }
 
-    let compiled = run_jobs(&nvcc, jobs, opts.jobs.max(1))?;
+    let compiled = run_jobs(&nvcc, jobs, opts.jobs.max(1), progress)?;
 
     // Link when an object changed or the library (or its stamp) is missing.
     let lib_name = library_name(&opts.archs);
@@ -211,6 +229,7 @@ pub fn build(opts: &AotOptions) -> Result<AotReport> {
         args.extend(objects.iter().map(|o| o.display().to_string()));
         args.push("-o".into());
         args.push(lib_path.display().to_string());
+        progress(Progress::Linking { name: &lib_name });
         run_nvcc(&nvcc, &lib_name, &args)?;
         write_stamp(&lib_path, &link_stamp)?;
         true
@@ -248,11 +267,19 @@ pub fn build(opts: &AotOptions) -> Result<AotReport> {
 }
 
 /// Runs the jobs whose stamp differs, `parallel` at a time; returns their labels.
-fn run_jobs(nvcc: &Path, jobs: Vec<Job>, parallel: usize) -> Result<Vec<String>> {
+fn run_jobs(
+    nvcc: &Path,
+    jobs: Vec<Job>,
+    parallel: usize,
+    progress: &(dyn Fn(Progress<'_>) + Sync),
+) -> Result<Vec<String>> {
     let todo: Vec<Job> = jobs
         .into_iter()
         .filter(|j| !(j.output.is_file() && read_stamp(&j.output).as_deref() == Some(j.stamp.as_str())))
         .collect();
+    if !todo.is_empty() {
+        progress(Progress::Compiling { total: todo.len() });
+    }
     let queue = Mutex::new(todo.iter());
     let done = Mutex::new(Vec::new());
     let failure: Mutex<Option<Error>> = Mutex::new(None);
@@ -272,6 +299,7 @@ fn run_jobs(nvcc: &Path, jobs: Vec<Job>, parallel: usize) -> Result<Vec<String>>
                 })();
                 match result {
                     Ok(()) => {
+                        progress(Progress::Compiled { label: &job.label });
                         if let Ok(mut d) = done.lock() {
                             d.push(job.label.clone());
                         }

@@ -169,10 +169,27 @@ fn builds_then_rebuilds_only_what_changed() {
     let header = csrc.join("include/minisgl/device.cuh");
     let text = std::fs::read_to_string(&header).unwrap();
     std::fs::write(&header, format!("{text}\n/* touched */\n")).unwrap();
-    let fourth = aot::build(&options(&csrc, &out, &nvcc)).unwrap();
+    // With progress reported: the count first, one event per compiled file,
+    // then the link.
+    let events = std::sync::Mutex::new(Vec::new());
+    let fourth = aot::build_with_progress(&options(&csrc, &out, &nvcc), &|p| {
+        events.lock().unwrap().push(match p {
+            aot::Progress::Compiling { total } => format!("compiling {total}"),
+            aot::Progress::Compiled { label } => format!("compiled {label}"),
+            aot::Progress::Linking { name } => format!("linking {name}"),
+        })
+    })
+    .unwrap();
     for family in &spec.families {
         assert!(fourth.compiled.contains(&format!("{}.o", family.name)));
     }
+    let events = events.into_inner().unwrap();
+    assert_eq!(events[0], format!("compiling {}", fourth.compiled.len()), "{events:?}");
+    let mut compiled: Vec<String> =
+        events.iter().filter_map(|e| e.strip_prefix("compiled ")).map(str::to_owned).collect();
+    compiled.sort();
+    assert_eq!(compiled, fourth.compiled, "{events:?}");
+    assert_eq!(events.last().unwrap(), &format!("linking {}", aot::library_name(&["sm_90".to_owned()])));
 }
 
 #[test]

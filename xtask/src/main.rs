@@ -14,6 +14,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use kernel_build::aot::Progress;
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "minisgl developer tasks")]
@@ -50,9 +52,11 @@ enum Task {
     },
 }
 
-/// The workspace root (the parent of xtask/).
+/// The workspace root (the parent of xtask/), without a `..` in it, so the
+/// paths printed from it read plainly.
 pub fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+    let raw = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    raw.canonicalize().unwrap_or(raw)
 }
 
 fn main() -> Result<()> {
@@ -63,7 +67,9 @@ fn main() -> Result<()> {
     }
 }
 
-/// `cargo xtask build-kernels`.
+/// `cargo xtask build-kernels`: one progress bar over the objects and cubins
+/// that are out of date (each one an nvcc run of seconds to a minute), a line
+/// per compiled file, then the link and a summary.
 pub fn build_kernels(arch: Vec<String>, out: Option<PathBuf>, jobs: Option<usize>) -> Result<()> {
     let root = workspace_root();
     let opts = kernel_build::aot::AotOptions {
@@ -74,13 +80,39 @@ pub fn build_kernels(arch: Vec<String>, out: Option<PathBuf>, jobs: Option<usize
         jobs: jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)),
     };
     let started = std::time::Instant::now();
-    let report = kernel_build::aot::build(&opts).context("cargo xtask build-kernels")?;
-    for label in &report.compiled {
-        println!("compiled {label}");
-    }
-    if report.linked {
-        println!("linked {}", kernel_build::aot::library_name(&opts.archs));
-    }
+    eprintln!("build-kernels: checking {} for {}", opts.out_dir.display(), opts.archs.join(","));
+    let bar = ProgressBar::hidden();
+    let progress = |p: Progress<'_>| match p {
+        Progress::Compiling { total } => {
+            bar.set_length(total as u64);
+            bar.set_style(
+                ProgressStyle::with_template("build-kernels: compiling [{bar:30}] {pos}/{len} {elapsed} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+            );
+            bar.set_draw_target(ProgressDrawTarget::stderr());
+            bar.enable_steady_tick(std::time::Duration::from_millis(500));
+        }
+        Progress::Compiled { label } => {
+            bar.inc(1);
+            let line = format!("compiled {}/{} {label}", bar.position(), bar.length().unwrap_or(0));
+            // Not a terminal (a CI log): the bar draws nothing, so the
+            // counter goes out as plain lines.
+            if bar.is_hidden() {
+                eprintln!("build-kernels: {line}");
+            } else {
+                bar.println(line);
+                bar.set_message(label.to_owned());
+            }
+        }
+        Progress::Linking { name } => {
+            bar.finish_and_clear();
+            eprintln!("build-kernels: linking {name}");
+        }
+    };
+    let report = kernel_build::aot::build_with_progress(&opts, &progress).context("cargo xtask build-kernels");
+    bar.finish_and_clear();
+    let report = report?;
     let manifest = report.manifest.as_ref().context("the build wrote no manifest")?;
     println!(
         "{} kernel families for {} (nvcc {}): {} in {:.1}s; manifest {}",

@@ -5,12 +5,17 @@
 //! request at a time, no server), and streams the reply token by token to
 //! the output as the incremental detokenizer releases text. Commands:
 //! `/reset` clears the history, `/exit` (or end of input) quits, `/help`
-//! lists them. It reads any `BufRead`, so it works the same on a terminal
-//! and on piped stdin; the `>>> ` prompt is printed only when interactive,
-//! and status messages go to a separate writer (stderr), so that piped
-//! output is exactly the replies, one per line.
+//! lists them. Piped stdin is read as any `BufRead` ([`Shell::run`]), with
+//! no prompt, and status messages go to a separate writer (stderr), so that
+//! piped output is exactly the replies, one per line. On a terminal
+//! ([`Shell::run_terminal`]) lines are read with `rustyline`: line editing and
+//! history (the Up arrow); Ctrl-C during a reply stops the reply (the shell
+//! stays), Ctrl-C at the prompt clears the line, and a second Ctrl-C in a row
+//! or Ctrl-D leaves.
 
 use std::io::{BufRead, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use serde_json::{json, Value as Json};
 
@@ -34,6 +39,8 @@ pub enum ShellError {
     ContextFull { prompt_tokens: usize, max_context_len: usize },
     #[error("cannot read input or write output")]
     Io(#[from] std::io::Error),
+    #[error("cannot read the terminal")]
+    Readline(#[from] rustyline::error::ReadlineError),
 }
 
 impl ShellError {
@@ -78,6 +85,14 @@ pub struct Shell<R> {
     config: ShellConfig,
     /// The conversation so far: user and assistant messages, alternating.
     history: Vec<Json>,
+    /// Set (by a Ctrl-C handler) to stop the reply being generated.
+    interrupt: Arc<AtomicBool>,
+}
+
+/// What the loop does after a line.
+enum Flow {
+    Continue,
+    Exit,
 }
 
 impl<R: ModelRunner> Shell<R> {
@@ -95,7 +110,14 @@ impl<R: ModelRunner> Shell<R> {
             special_tokens: chat.special_tokens,
             config,
             history: Vec::new(),
+            interrupt: Arc::new(AtomicBool::new(false)),
         })
+    }
+
+    /// The flag that stops the current reply when set: a Ctrl-C handler sets
+    /// it; the shell clears it before each reply.
+    pub fn interrupt_flag(&self) -> Arc<AtomicBool> {
+        self.interrupt.clone()
     }
 
     pub fn history(&self) -> &[Json] {
@@ -142,10 +164,19 @@ impl<R: ModelRunner> Shell<R> {
         let mut params = self.config.params.clone();
         params.max_tokens = params.max_tokens.min(room);
         let id = self.engine.add_request(GenerateRequest { prompt_ids, params })?;
+        self.interrupt.store(false, Ordering::SeqCst);
 
         let mut stream = TextStream::new(Vec::new(), true);
         let mut text = String::new();
         let finished = 'run: loop {
+            if self.interrupt.swap(false, Ordering::SeqCst) {
+                // Ctrl-C: the reply so far stays in the conversation, as in
+                // a chat app's "stop".
+                if let Some(finished) = self.engine.finish(id, FinishReason::Abort) {
+                    out.write_all(b" [stopped]")?;
+                    break 'run finished;
+                }
+            }
             let events = match self.engine.step() {
                 Ok(events) => events,
                 Err(err) => {
@@ -206,32 +237,77 @@ impl<R: ModelRunner> Shell<R> {
                 return Ok(());
             }
             let message = line.trim_end_matches(['\n', '\r']);
-            match message.trim() {
-                "" => continue,
-                "/exit" | "/quit" => return Ok(()),
-                "/reset" | "/clear" => {
-                    self.reset();
-                    writeln!(status, "(conversation cleared)")?;
-                    continue;
-                }
-                "/help" => {
-                    writeln!(
-                        status,
-                        "/reset clears the conversation, /exit quits; anything else is sent to the model"
-                    )?;
-                    continue;
-                }
-                cmd if cmd.starts_with('/') && !cmd.contains(char::is_whitespace) => {
-                    writeln!(status, "unknown command {cmd} (try /help)")?;
-                    continue;
-                }
-                _ => {}
+            if let Flow::Exit = self.line(message, out, status)? {
+                return Ok(());
             }
-            match self.ask(message, out) {
-                Ok(_) => {}
-                Err(err) if err.is_recoverable() => writeln!(status, "error: {err}")?,
-                Err(err) => return Err(err),
+        }
+    }
+
+    /// The loop on a terminal: `editor` reads the lines (editing, history).
+    /// The caller routes Ctrl-C during a reply to [`Shell::interrupt_flag`]
+    /// (after creating the editor: rustyline installs a SIGINT handler of its
+    /// own for the editor's lifetime, which would swallow it).
+    pub fn run_terminal(
+        &mut self,
+        editor: &mut rustyline::DefaultEditor,
+        out: &mut dyn Write,
+        status: &mut dyn Write,
+    ) -> Result<(), ShellError> {
+        use rustyline::error::ReadlineError;
+        writeln!(
+            status,
+            "Chat with the model. /reset clears the conversation, /exit or Ctrl-D quits; \
+             Ctrl-C stops a reply, twice at the prompt quits."
+        )?;
+        let mut interrupted = false;
+        loop {
+            match editor.readline(">>> ") {
+                Ok(line) => {
+                    interrupted = false;
+                    if !line.trim().is_empty() {
+                        let _ = editor.add_history_entry(line.as_str());
+                    }
+                    if let Flow::Exit = self.line(&line, out, status)? {
+                        return Ok(());
+                    }
+                }
+                Err(ReadlineError::Interrupted) if !interrupted => {
+                    interrupted = true;
+                    writeln!(status, "(Ctrl-C again or Ctrl-D to quit)")?;
+                }
+                Err(ReadlineError::Interrupted | ReadlineError::Eof) => return Ok(()),
+                Err(e) => return Err(e.into()),
             }
+        }
+    }
+
+    /// Handles one input line: a command or a message to the model.
+    fn line(&mut self, message: &str, out: &mut dyn Write, status: &mut dyn Write) -> Result<Flow, ShellError> {
+        match message.trim() {
+            "" => return Ok(Flow::Continue),
+            "/exit" | "/quit" => return Ok(Flow::Exit),
+            "/reset" | "/clear" => {
+                self.reset();
+                writeln!(status, "(conversation cleared)")?;
+                return Ok(Flow::Continue);
+            }
+            "/help" => {
+                writeln!(status, "/reset clears the conversation, /exit quits; anything else is sent to the model")?;
+                return Ok(Flow::Continue);
+            }
+            cmd if cmd.starts_with('/') && !cmd.contains(char::is_whitespace) => {
+                writeln!(status, "unknown command {cmd} (try /help)")?;
+                return Ok(Flow::Continue);
+            }
+            _ => {}
+        }
+        match self.ask(message, out) {
+            Ok(_) => Ok(Flow::Continue),
+            Err(err) if err.is_recoverable() => {
+                writeln!(status, "error: {err}")?;
+                Ok(Flow::Continue)
+            }
+            Err(err) => Err(err),
         }
     }
 }

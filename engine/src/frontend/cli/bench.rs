@@ -9,7 +9,8 @@
 //! tokens excluded), or `--vocab-size`, or config.json's `vocab_size` when a
 //! dummy-weight run has no tokenizer. The requests sample at `--temperature`
 //! (0.6) with `ignore_eos` and are submitted at once after a short warm-up.
-//! While it runs, a line a second on stderr shows the progress; at the end a
+//! While it runs, a progress bar on stderr (a line a second when stderr is
+//! not a terminal) shows the finished requests and the throughput; at the end a
 //! table gives the totals and throughput (output tokens, which `ignore_eos`
 //! makes the sum of `max_tokens`, over the wall time, as bench.py reports).
 //! Works with `--load-format dummy` to benchmark at real model sizes without
@@ -184,6 +185,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         progress.tick();
     }
     let elapsed = started.elapsed().as_secs_f64();
+    if let Some(bar) = &progress.bar {
+        bar.finish_and_clear();
+    }
     let output_tokens = progress.output_tokens;
     let stats = engine.stats();
     if output_tokens != drawn_output_tokens {
@@ -219,21 +223,32 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The progress line printed to stderr about once a second while the timed
-/// run goes (issue 11: a long benchmark used to print nothing).
+/// The progress shown about once a second while the timed run goes (issue
+/// 11: a long benchmark used to print nothing): an `indicatif` bar on a
+/// terminal, else a line on stderr.
 struct Progress {
     num_requests: usize,
     finished: usize,
     output_tokens: usize,
     started: Instant,
     last_line: Instant,
+    bar: Option<indicatif::ProgressBar>,
 }
 
 impl Progress {
     const EVERY: Duration = Duration::from_secs(1);
 
     fn new(num_requests: usize, started: Instant) -> Self {
-        Self { num_requests, finished: 0, output_tokens: 0, started, last_line: started }
+        let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+            let bar = indicatif::ProgressBar::new(num_requests as u64);
+            let style =
+                indicatif::ProgressStyle::with_template("bench [{bar:30}] {pos}/{len} requests {elapsed} {msg}")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                    .progress_chars("=> ");
+            bar.set_style(style);
+            bar
+        });
+        Self { num_requests, finished: 0, output_tokens: 0, started, last_line: started, bar }
     }
 
     fn tick(&mut self) {
@@ -243,6 +258,15 @@ impl Progress {
         }
         self.last_line = now;
         let secs = now.duration_since(self.started).as_secs_f64();
+        if let Some(bar) = &self.bar {
+            bar.set_position(self.finished as u64);
+            bar.set_message(format!(
+                "{} output tokens, {:.1} tok/s",
+                self.output_tokens,
+                self.output_tokens as f64 / secs
+            ));
+            return;
+        }
         eprintln!(
             "minisgl: bench {secs:.0}s: {}/{} requests, {} output tokens, {:.1} tok/s",
             self.finished,

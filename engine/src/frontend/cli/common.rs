@@ -17,7 +17,8 @@ use crate::text::tokenizer::Tokenizer;
 /// Which model and how to run it.
 #[derive(Args, Debug, Clone)]
 pub struct ModelArgs {
-    /// A HuggingFace model folder (config.json, safetensors, tokenizer) or a .gguf file.
+    /// A HuggingFace model folder (config.json, safetensors, tokenizer), a .gguf
+    /// file, or the name of a model `minisgl pull` knows (smollm2; see `pull --list`).
     #[arg(long)]
     pub model: PathBuf,
     /// cpu, cuda, cuda:N, or auto (the GPU when there is one).
@@ -46,7 +47,8 @@ pub struct EngineArgs {
     /// Tokens per KV page.
     #[arg(long, default_value_t = 16)]
     pub page_size: usize,
-    /// KV pages in the pool (default: sized from --mem-fraction on the GPU, 4096 on the CPU).
+    /// KV pages in the pool (default: sized from --mem-fraction on the GPU; on
+    /// the CPU as many as fit in 1 GiB, at least one full-length sequence).
     #[arg(long)]
     pub num_pages: Option<usize>,
     /// Share of the GPU's free memory (after the weights) given to the KV cache.
@@ -97,6 +99,80 @@ pub struct LoadedModel {
     pub chat: crate::text::chat_template::ModelChatConfig,
     /// The served model name (the folder or file name).
     pub name: String,
+    pub summary: ModelSummary,
+}
+
+/// What was loaded and how it runs, for the server's startup summary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelSummary {
+    pub path: PathBuf,
+    pub architecture: String,
+    pub device: Device,
+    pub dtype: DType,
+    pub num_pages: usize,
+    pub page_size: usize,
+    /// The context served (prompt plus output).
+    pub max_context_len: usize,
+    /// Where kernels come from: the CPU reference, or the GPU's kernel mode.
+    pub kernels: String,
+}
+
+impl ModelSummary {
+    /// Tokens the KV pool holds.
+    pub fn kv_tokens(&self) -> usize {
+        self.num_pages * self.page_size
+    }
+}
+
+/// How kernels are found on `device`: on the CPU none are (the ops are the
+/// Rust reference); on a GPU the mode and the AOT library's folder.
+pub fn kernel_mode_text(device: Device) -> String {
+    match device {
+        Device::Cpu => "none (CPU reference ops)".to_owned(),
+        Device::Cuda(_) => match kernel_runtime::kernels::Registry::get() {
+            Ok(registry) => {
+                let mode = format!("{:?}", registry.mode).to_lowercase();
+                match registry.aot() {
+                    Some(aot) => format!("{mode} (AOT library in {})", aot.dir.display()),
+                    None => format!("{mode} (no AOT library: NVRTC)"),
+                }
+            }
+            Err(e) => format!("unavailable ({e})"),
+        },
+    }
+}
+
+/// `--model NAME` for a model `minisgl pull` knows, when no file or folder of
+/// that name exists: the pulled file, fetched first when `pull` is set (the
+/// command's `--pull`), else an error saying how to fetch it. Any other path
+/// is returned as it is, and a missing one is an error naming it.
+pub fn resolve_model_path(model: &Path, pull: bool) -> anyhow::Result<PathBuf> {
+    if model.exists() {
+        return Ok(model.to_owned());
+    }
+    let known = super::pull::KNOWN_MODELS.iter().find(|m| Some(m.name) == model.to_str());
+    let Some(known) = known else {
+        let names: Vec<&str> = super::pull::KNOWN_MODELS.iter().map(|m| m.name).collect();
+        anyhow::bail!(
+            "--model {}: no such file or folder (nor a model `minisgl pull` knows: {})",
+            model.display(),
+            names.join(", ")
+        );
+    };
+    let dir = super::pull::models_dir();
+    let path = dir.join(known.file_name);
+    if path.is_file() {
+        return Ok(path);
+    }
+    if !pull {
+        anyhow::bail!(
+            "--model {}: not pulled yet (no {}); run `minisgl pull {}` first, or add --pull to fetch it now",
+            known.name,
+            path.display(),
+            known.name
+        );
+    }
+    super::pull::pull(known, &dir)
 }
 
 /// `--device`: `auto` is the first GPU when a driver and a device are present, else the CPU.
@@ -140,8 +216,8 @@ pub fn load_causal_lm(args: &ModelArgs) -> anyhow::Result<Box<dyn models::Causal
     let started = std::time::Instant::now();
     let model =
         models::load_model(&args.model, &options).with_context(|| format!("loading {}", args.model.display()))?;
-    eprintln!(
-        "minisgl: loaded {} ({}) on {device} in {:.1}s",
+    tracing::info!(
+        "loaded {} ({}) on {device} in {:.1}s",
         args.model.display(),
         model.config().architecture,
         started.elapsed().as_secs_f64()
@@ -249,17 +325,17 @@ fn capture_graphs(runner: &mut CausalLmRunner, args: &EngineArgs) {
         return;
     }
     if let Some(why) = runner.graphs_unsupported() {
-        eprintln!("minisgl: CUDA graphs off: {why}; decode steps run eagerly");
+        tracing::info!("CUDA graphs off: {why}; decode steps run eagerly");
         return;
     }
     match runner.capture_decode_graphs(max_bs) {
-        Ok(c) => eprintln!(
-            "minisgl: captured {} CUDA graphs of decode steps (batch 1..={max_bs}) in {:.2} s, {} MiB graph memory",
+        Ok(c) => tracing::info!(
+            "captured {} CUDA graphs of decode steps (batch 1..={max_bs}) in {:.2} s, {} MiB graph memory",
             c.buckets.len(),
             c.elapsed.as_secs_f64(),
             c.pool_bytes >> 20
         ),
-        Err(e) => eprintln!("minisgl: warning: capturing CUDA graphs failed ({e}); decode steps run eagerly"),
+        Err(e) => tracing::warn!("capturing CUDA graphs failed ({e}); decode steps run eagerly"),
     }
 }
 
@@ -273,7 +349,22 @@ pub fn load_model(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::R
         chat.chat_template = Some(text);
     }
     let model = load_causal_lm(model_args)?;
-    let engine = build_engine(model, engine_args, tokenizer.eos_token_ids().to_vec())?;
+    let num_pages = match engine_args.num_pages {
+        Some(n) => n,
+        None => default_num_pages(model.as_ref(), engine_args)?,
+    };
+    let summary = ModelSummary {
+        path: model_args.model.clone(),
+        architecture: model.config().architecture.clone(),
+        device: model.device(),
+        dtype: model.dtype(),
+        num_pages,
+        page_size: engine_args.page_size,
+        max_context_len: engine_args.max_model_len(model.as_ref())?,
+        kernels: kernel_mode_text(model.device()),
+    };
+    let sized = EngineArgs { num_pages: Some(num_pages), ..engine_args.clone() };
+    let engine = build_engine(model, &sized, tokenizer.eos_token_ids().to_vec())?;
     let name = model_args.model.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
-    Ok(LoadedModel { engine, tokenizer, chat, name })
+    Ok(LoadedModel { engine, tokenizer, chat, name, summary })
 }

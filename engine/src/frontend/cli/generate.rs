@@ -2,9 +2,13 @@
 //!
 //! Prompts come from `--prompt` (repeatable), `--prompts-file` (one prompt per
 //! line, or JSON lines with a `prompt` field), or `--random N` (random token ids,
-//! for load tests). Prompts are tokenized as given: no chat template, no special
-//! tokens added. All prompts run together through the scheduler (continuous
-//! batching). Greedy by default.
+//! for load tests). A model with a chat template gets each prompt as one user
+//! message rendered by it (as `minisgl shell` and the server's chat route do);
+//! `--raw` tokenizes the prompts as given, with no template and no special
+//! tokens added, and `--chat` insists on the template (an error without one).
+//! All prompts run together through the scheduler (continuous batching).
+//! Greedy by default. Special tokens are left out of the printed text, and
+//! each output is labelled with its prompt's number.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -18,6 +22,7 @@ use super::common::{load_model, EngineArgs, ModelArgs};
 use crate::core::engine::GenerateRequest;
 use crate::core::req::SamplingParams;
 use crate::core::sampling::penalties::Penalties;
+use crate::text::chat_template::{ChatTemplate, ModelChatConfig, RenderOptions};
 
 /// Sampling options shared by `generate` and `bench`.
 #[derive(Args, Debug, Clone)]
@@ -97,6 +102,17 @@ pub struct GenerateArgs {
     /// Print one JSON object per prompt: prompt_ids, output_ids, text, finish_reason.
     #[arg(long)]
     pub json: bool,
+    /// Render each prompt with the model's chat template (the default when it
+    /// has one); an error when it has none.
+    #[arg(long, conflicts_with = "raw")]
+    pub chat: bool,
+    /// Tokenize the prompts as given: no chat template, no special tokens.
+    #[arg(long)]
+    pub raw: bool,
+    /// With `--model NAME` of a model `minisgl pull` knows, fetch it if it is
+    /// not pulled yet.
+    #[arg(long)]
+    pub pull: bool,
 }
 
 fn read_prompts_file(path: &PathBuf) -> anyhow::Result<Vec<String>> {
@@ -121,8 +137,24 @@ fn read_prompts_file(path: &PathBuf) -> anyhow::Result<Vec<String>> {
     Ok(prompts)
 }
 
+/// The chat template to render prompts with, if any (`--chat`, `--raw`, or
+/// the model's own when it has one).
+fn prompt_template(args: &GenerateArgs, chat: &ModelChatConfig) -> anyhow::Result<Option<ChatTemplate>> {
+    if args.raw {
+        return Ok(None);
+    }
+    match &chat.chat_template {
+        Some(source) => Ok(Some(ChatTemplate::new(source).context("the model's chat template")?)),
+        None if args.chat => {
+            anyhow::bail!("--chat: the model has no chat template (use --raw, or --chat-template FILE)")
+        }
+        None => Ok(None),
+    }
+}
+
 /// Runs the command.
-pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
+pub fn run(mut args: GenerateArgs) -> anyhow::Result<ExitCode> {
+    args.model.model = super::common::resolve_model_path(&args.model.model, args.pull)?;
     let mut texts = args.prompt.clone();
     if let Some(path) = &args.prompts_file {
         texts.extend(read_prompts_file(path)?);
@@ -131,9 +163,19 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
         anyhow::bail!("no prompts: give --prompt, --prompts-file or --random");
     }
     let mut loaded = load_model(&args.model, &args.engine)?;
+    let template = prompt_template(&args, &loaded.chat)?;
     let mut prompts: Vec<Vec<u32>> = Vec::new();
     for t in &texts {
-        let ids = loaded.tokenizer.encode(t, false)?;
+        let ids = match &template {
+            Some(template) => {
+                let opts = RenderOptions::new(true, loaded.chat.special_tokens.clone());
+                let rendered = template
+                    .render(&[serde_json::json!({"role": "user", "content": t})], &opts)
+                    .with_context(|| format!("rendering the prompt {t:?} with the chat template"))?;
+                loaded.tokenizer.encode(&rendered, false)?
+            }
+            None => loaded.tokenizer.encode(t, false)?,
+        };
         if ids.is_empty() {
             anyhow::bail!("the prompt {t:?} encodes to no tokens");
         }
@@ -156,8 +198,8 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
     let outputs = loaded.engine.generate(requests)?;
     let elapsed = started.elapsed().as_secs_f64();
     let mut stdout = std::io::stdout().lock();
-    for (prompt, out) in prompts.iter().zip(&outputs) {
-        let text = loaded.tokenizer.decode(&out.output_ids, false)?;
+    for (i, ((prompt, out), prompt_text)) in prompts.iter().zip(&outputs).zip(&texts).enumerate() {
+        let text = loaded.tokenizer.decode(&out.output_ids, true)?;
         if args.json {
             let obj = serde_json::json!({
                 "prompt_ids": prompt,
@@ -167,7 +209,13 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<ExitCode> {
             });
             writeln!(stdout, "{obj}")?;
         } else {
-            writeln!(stdout, "{text}")?;
+            let shown = if prompt_text.is_empty() {
+                format!("({} random token ids)", prompt.len())
+            } else {
+                prompt_text.clone()
+            };
+            writeln!(stdout, "prompt {}: {shown}", i + 1)?;
+            writeln!(stdout, "output {}: {}", i + 1, text.trim_end())?;
         }
     }
     let generated: usize = outputs.iter().map(|o| o.output_ids.len()).sum();

@@ -14,6 +14,7 @@
 pub mod bench;
 pub mod common;
 pub mod generate;
+pub mod logging;
 pub mod pull;
 pub mod render_template;
 pub mod serve;
@@ -23,10 +24,21 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// minisgl: a kernel-first LLM inference engine.
+/// The command line. `about` is written out, not taken from the crate's
+/// description (which describes the crate to its developers).
 #[derive(Parser, Debug)]
-#[command(name = "minisgl", version, about, long_about = None)]
+#[command(
+    name = "minisgl",
+    version,
+    about = "Serve and run LLMs (LLaMA, Qwen, Mistral; safetensors or GGUF) on an NVIDIA GPU or the CPU",
+    long_about = None,
+    after_help = "Quick start: `minisgl serve --model smollm2` (after `minisgl pull smollm2`), then open http://127.0.0.1:30000/"
+)]
 pub struct Cli {
+    /// Log filter: error, warn, info (default), debug, trace, or RUST_LOG-style
+    /// directives (default: the RUST_LOG environment variable, else info).
+    #[arg(long, global = true, value_name = "LEVEL")]
+    pub log_level: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -43,13 +55,17 @@ pub enum Command {
     Shell(shell::ShellArgs),
     /// Render a chat template with a conversation and print the prompt.
     RenderTemplate(render_template::RenderTemplateArgs),
-    /// Download a demo model (smollm2) into the local cache and print its path.
+    /// Download a known model (smollm2) into the local cache and print its path; --list names them.
     Pull(pull::PullArgs),
 }
 
 /// Parses the command line, runs the command and maps errors to exit code 1.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = logging::init(cli.log_level.as_deref()) {
+        eprintln!("minisgl: error: {e:#}");
+        return ExitCode::FAILURE;
+    }
     let result = match cli.command {
         Command::Serve(a) => serve::run(a),
         Command::Generate(a) => generate::run(a),

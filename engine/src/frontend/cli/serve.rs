@@ -31,27 +31,48 @@ pub struct ServeArgs {
     /// MINISGL_API_KEY environment variable; none: open).
     #[arg(long)]
     pub api_key: Option<String>,
+    /// Seconds between the load lines logged while requests run (0: none).
+    #[arg(long, default_value_t = 10.0)]
+    pub stats_interval: f64,
+    /// With `--model NAME` of a model `minisgl pull` knows, fetch it if it is
+    /// not pulled yet.
+    #[arg(long)]
+    pub pull: bool,
 }
 
-/// Loads the model, binds the port and serves until SIGINT or SIGTERM.
-pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
+/// Binds the port, loads the model, logs what it serves and serves until
+/// SIGINT or SIGTERM.
+pub fn run(mut args: ServeArgs) -> anyhow::Result<ExitCode> {
     if !(args.shutdown_timeout.is_finite() && args.shutdown_timeout >= 0.0) {
         anyhow::bail!("--shutdown-timeout must be a number of seconds >= 0");
     }
+    if !(args.stats_interval.is_finite() && args.stats_interval >= 0.0) {
+        anyhow::bail!("--stats-interval must be a number of seconds >= 0");
+    }
     let api_key = args.api_key.clone().or_else(|| std::env::var("MINISGL_API_KEY").ok()).filter(|k| !k.is_empty());
-    let defaults = server::defaults_from_model_dir(&args.model.model)?;
-    let loaded = super::common::load_model(&args.model, &args.engine)?;
+    // The port first: a port in use is found in a moment, not after the
+    // model has loaded.
     let addr = format!("{}:{}", args.host, args.port);
     let listener = std::net::TcpListener::bind(&addr).with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr().context("cannot read the bound address")?;
+    let typed_model = args.model.model.clone();
+    args.model.model = super::common::resolve_model_path(&args.model.model, args.pull)?;
+    let defaults = server::defaults_from_model_dir(&args.model.model)?;
+    let loaded = super::common::load_model(&args.model, &args.engine)?;
     // Without --served-model-name, clients may also use the path as typed
     // (vLLM's name for it).
     let model_aliases = match &args.served_model_name {
         Some(_) => Vec::new(),
-        None => vec![args.model.model.display().to_string()],
+        None => {
+            let mut aliases = vec![args.model.model.display().to_string()];
+            if typed_model != args.model.model {
+                aliases.push(typed_model.display().to_string());
+            }
+            aliases
+        }
     };
     let model_name = args.served_model_name.unwrap_or(loaded.name);
-    eprintln!("minisgl: serving `{model_name}` on http://{local}");
+    log_summary(&loaded.summary, &model_name, local);
     server::serve(
         loaded.engine,
         loaded.tokenizer,
@@ -62,9 +83,27 @@ pub fn run(args: ServeArgs) -> anyhow::Result<ExitCode> {
             defaults,
             shutdown_timeout: Duration::from_secs_f64(args.shutdown_timeout),
             api_key,
+            stats_interval: (args.stats_interval > 0.0).then(|| Duration::from_secs_f64(args.stats_interval)),
         },
         listener,
     )?;
-    eprintln!("minisgl: server stopped");
+    tracing::info!("server stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The startup summary: what is served, on what, with how much KV cache, and
+/// where to reach it.
+fn log_summary(s: &super::common::ModelSummary, model_name: &str, local: std::net::SocketAddr) {
+    tracing::info!("model: {} ({}), served as `{model_name}`", s.path.display(), s.architecture);
+    tracing::info!("device: {}, dtype: {}, kernels: {}", s.device, s.dtype, s.kernels);
+    tracing::info!(
+        "KV cache: {} pages x {} tokens = {} tokens; context length {} tokens",
+        s.num_pages,
+        s.page_size,
+        s.kv_tokens(),
+        s.max_context_len
+    );
+    tracing::info!(
+        "serving on http://{local} (chat page: http://{local}/, OpenAI API: http://{local}/v1, Ctrl-C stops)"
+    );
 }

@@ -3,6 +3,7 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use clap::Args;
 
 use crate::core::req::SamplingParams;
@@ -31,10 +32,15 @@ pub struct ShellArgs {
     /// A system message before the conversation.
     #[arg(long)]
     pub system: Option<String>,
+    /// With `--model NAME` of a model `minisgl pull` knows, fetch it if it is
+    /// not pulled yet.
+    #[arg(long)]
+    pub pull: bool,
 }
 
 /// Loads the model and chats over stdin/stdout until `/exit` or EOF.
-pub fn run(args: ShellArgs) -> anyhow::Result<ExitCode> {
+pub fn run(mut args: ShellArgs) -> anyhow::Result<ExitCode> {
+    args.model.model = super::common::resolve_model_path(&args.model.model, args.pull)?;
     if args.max_tokens == 0 {
         anyhow::bail!("--max-tokens must be at least 1");
     }
@@ -58,7 +64,17 @@ pub fn run(args: ShellArgs) -> anyhow::Result<ExitCode> {
     let mut shell =
         Shell::new(loaded.engine, loaded.tokenizer, loaded.chat, ShellConfig { params, system: args.system })?;
     let stdin = std::io::stdin();
-    let interactive = stdin.is_terminal();
-    shell.run(&mut stdin.lock(), &mut std::io::stdout().lock(), &mut std::io::stderr().lock(), interactive)?;
+    if stdin.is_terminal() {
+        // Ctrl-C during a reply reaches us as SIGINT (at the prompt, rustyline
+        // reads it as a key): stop the reply instead of the process.
+        // Installed after the editor, whose own SIGINT handler it replaces.
+        let mut editor = rustyline::DefaultEditor::new().context("opening the terminal")?;
+        let flag = shell.interrupt_flag();
+        ctrlc::set_handler(move || flag.store(true, std::sync::atomic::Ordering::SeqCst))
+            .context("installing the Ctrl-C handler")?;
+        shell.run_terminal(&mut editor, &mut std::io::stdout().lock(), &mut std::io::stderr().lock())?;
+    } else {
+        shell.run(&mut stdin.lock(), &mut std::io::stdout().lock(), &mut std::io::stderr().lock(), false)?;
+    }
     Ok(ExitCode::SUCCESS)
 }

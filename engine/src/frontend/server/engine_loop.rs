@@ -400,7 +400,7 @@ impl<R: ModelRunner> EngineLoop<R> {
                 }
             }
             Err(err) => {
-                eprintln!("minisgl: engine step failed, failing every request in flight: {}", error_chain(&err));
+                tracing::error!("engine step failed, failing every request in flight: {}", error_chain(&err));
                 self.fail_all(ApiError::Internal(format!("model execution failed: {err}")));
             }
         }

@@ -178,7 +178,13 @@ impl ApiError {
                 ApiError::invalid_value(param, reason.clone())
             }
             EngineError::TooLong { prompt_len, max_tokens, limit, limit_tokens } => ApiError::ContextLength {
-                param: max_tokens_field.unwrap_or(prompt_field).to_owned(),
+                // The prompt alone fills the limit: no max_tokens would fit,
+                // so the prompt is what to shorten.
+                param: if prompt_len >= limit_tokens {
+                    prompt_field.to_owned()
+                } else {
+                    max_tokens_field.unwrap_or(prompt_field).to_owned()
+                },
                 what: match limit {
                     LengthLimit::Context => "the model's context window",
                     LengthLimit::KvPool => "all of the server's KV cache",

@@ -25,6 +25,7 @@ use tokio::sync::mpsc::unbounded_channel;
 use super::engine_loop::{Event, EventReceiver, Finished, Submission, TokenLogprob};
 use super::error::ApiError;
 use super::request::{Sampling, StreamOptions};
+use super::request_log::RequestLog;
 use super::response::{
     chat_logprobs, completion_logprobs, finish_reason_str, to_json, ChatChoice, ChatCompletion, ChatMessage,
     ChunkWriter, Completion, CompletionChoice, Usage,
@@ -56,6 +57,8 @@ struct Choice {
     index: u32,
     prompt: usize,
     rx: EventReceiver,
+    /// Set once the engine accepted it (a refused choice logs nothing).
+    log: Option<RequestLog>,
 }
 
 /// Submits every choice of `job` and answers with the whole completion or a
@@ -77,22 +80,22 @@ pub async fn generate(state: &Arc<AppState>, job: Job) -> Result<Response, ApiEr
                 arrival: job.arrival,
                 events: tx,
             })?;
-            choices.push(Choice { index: (p * n + j) as u32, prompt: p, rx });
+            choices.push(Choice { index: (p * n + j) as u32, prompt: p, rx, log: None });
         }
     }
+    let id = if job.chat {
+        format!("chatcmpl-{:032x}", rand::random::<u128>())
+    } else {
+        format!("cmpl-{:032x}", rand::random::<u128>())
+    };
+    let several = choices.len() > 1;
     for choice in &mut choices {
         await_acceptance(&mut choice.rx, &job).await?;
+        let log_id = if several { format!("{id}-{}", choice.index) } else { id.clone() };
+        let prompt_tokens = job.prompts[choice.prompt].ids.len();
+        choice.log = Some(RequestLog::new(log_id, prompt_tokens, job.arrival, state.metrics.clone()));
     }
-    let writer = ChunkWriter {
-        id: if job.chat {
-            format!("chatcmpl-{:032x}", rand::random::<u128>())
-        } else {
-            format!("cmpl-{:032x}", rand::random::<u128>())
-        },
-        created: unix_now(),
-        model: state.model.name.clone(),
-        chat: job.chat,
-    };
+    let writer = ChunkWriter { id, created: unix_now(), model: state.model.name.clone(), chat: job.chat };
     if job.stream.stream {
         Ok(stream_response(choices, &job, writer))
     } else {
@@ -121,20 +124,40 @@ struct Collected {
 }
 
 /// Waits for the whole output of a non-streaming choice.
-async fn collect(mut rx: EventReceiver) -> Result<Collected, ApiError> {
+async fn collect(mut rx: EventReceiver, mut log: Option<RequestLog>) -> Result<Collected, ApiError> {
     let mut text = String::new();
     let mut logprobs = Vec::new();
+    let output = |log: &mut Option<RequestLog>| log.as_mut().map(RequestLog::on_output);
     loop {
         match rx.recv().await {
-            Some(Event::Text(piece)) => text.push_str(&piece),
-            Some(Event::Logprobs(lp)) => logprobs.push(lp),
+            Some(Event::Text(piece)) => {
+                output(&mut log);
+                text.push_str(&piece)
+            }
+            Some(Event::Logprobs(lp)) => {
+                output(&mut log);
+                logprobs.push(lp)
+            }
             Some(Event::Finished(finished)) => {
+                if let Some(log) = &mut log {
+                    log.finish(&finished);
+                }
                 text.push_str(&finished.text);
                 return Ok(Collected { text, logprobs, finished });
             }
-            Some(Event::Failed(err)) => return Err(err),
+            Some(Event::Failed(err)) => {
+                if let Some(log) = &mut log {
+                    log.fail(&err.to_string());
+                }
+                return Err(err);
+            }
             Some(Event::Accepted { .. } | Event::Rejected(_)) => {}
-            None => return Err(ApiError::Internal("the engine stopped".into())),
+            None => {
+                if let Some(log) = &mut log {
+                    log.fail("the engine stopped");
+                }
+                return Err(ApiError::Internal("the engine stopped".into()));
+            }
         }
     }
 }
@@ -176,7 +199,7 @@ fn logprobs_json(wanted: bool, chat: bool, tokens: &[TokenLogprob], text_offset:
 
 async fn full_response(choices: Vec<Choice>, job: &Job, writer: &ChunkWriter) -> Result<Response, ApiError> {
     let meta: Vec<(u32, usize)> = choices.iter().map(|c| (c.index, c.prompt)).collect();
-    let outputs = futures::future::try_join_all(choices.into_iter().map(|c| collect(c.rx))).await?;
+    let outputs = futures::future::try_join_all(choices.into_iter().map(|c| collect(c.rx, c.log))).await?;
     let mut usage = UsageSum::new(job.prompts.len());
     for (&(_, prompt), out) in meta.iter().zip(&outputs) {
         usage.add(prompt, &out.finished);
@@ -242,6 +265,7 @@ async fn full_response(choices: Vec<Choice>, job: &Job, writer: &ChunkWriter) ->
 struct ChoiceStream {
     prompt: usize,
     finished: bool,
+    log: Option<RequestLog>,
     /// Log probabilities of tokens whose text has not been sent yet.
     pending_logprobs: Vec<TokenLogprob>,
     /// Characters of the choice's text sent so far (completions' `text_offset`).
@@ -278,6 +302,15 @@ impl StreamState {
         let finished = self.choices.get(index as usize).is_none_or(|c| c.finished);
         if finished {
             return; // The channel closing after `Finished`.
+        }
+        if let Some(log) = self.choices.get_mut(index as usize).and_then(|c| c.log.as_mut()) {
+            match &event {
+                Some(Event::Text(_) | Event::Logprobs(_)) => log.on_output(),
+                Some(Event::Finished(f)) => log.finish(f),
+                Some(Event::Failed(err)) => log.fail(&err.to_string()),
+                None => log.fail("the engine stopped"),
+                Some(Event::Accepted { .. } | Event::Rejected(_)) => {}
+            }
         }
         match event {
             Some(Event::Text(text)) => self.text_chunk(index, &text),
@@ -344,11 +377,13 @@ fn stream_response(choices: Vec<Choice>, job: &Job, writer: ChunkWriter) -> Resp
             ready.push_back(writer.text(c.index, prompt, None));
         }
     }
+    let mut choices = choices;
     let state_choices = choices
-        .iter()
+        .iter_mut()
         .map(|c| ChoiceStream {
             prompt: c.prompt,
             finished: false,
+            log: c.log.take(),
             pending_logprobs: Vec::new(),
             chars_sent: job.prompts[c.prompt].echo.as_ref().map_or(0, |e| e.chars().count()),
         })

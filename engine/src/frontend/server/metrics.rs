@@ -80,6 +80,8 @@ struct State {
     failed: u64,
     rejected: u64,
     prompt_tokens: u64,
+    /// Prompt tokens of requests whose first output arrived (so, prefilled).
+    prefilled_tokens: u64,
     generation_tokens: u64,
     ttft: Histogram,
     itl: Histogram,
@@ -87,6 +89,13 @@ struct State {
     step_time: Histogram,
     step_rows: Histogram,
     engine: Option<EngineStats>,
+}
+
+/// Running token totals (see [`Metrics::token_counts`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TokenCounts {
+    pub prefilled: u64,
+    pub generated: u64,
 }
 
 /// The server's counters, histograms and the latest engine snapshot.
@@ -111,6 +120,7 @@ impl Metrics {
                 failed: 0,
                 rejected: 0,
                 prompt_tokens: 0,
+                prefilled_tokens: 0,
                 generation_tokens: 0,
                 ttft: Histogram::new(TTFT_BUCKETS),
                 itl: Histogram::new(ITL_BUCKETS),
@@ -162,6 +172,17 @@ impl Metrics {
     /// A request failed inside the server (model runner error, shutdown).
     pub fn record_failed(&self) {
         self.lock().failed += 1;
+    }
+
+    /// A request's prompt was prefilled (its first output arrived).
+    pub fn record_prefilled(&self, prompt_tokens: usize) {
+        self.lock().prefilled_tokens += prompt_tokens as u64;
+    }
+
+    /// Prompt tokens prefilled and tokens generated since start, for rates.
+    pub fn token_counts(&self) -> TokenCounts {
+        let s = self.lock();
+        TokenCounts { prefilled: s.prefilled_tokens, generated: s.generation_tokens }
     }
 
     /// A request was refused with a 4xx.

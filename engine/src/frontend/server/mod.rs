@@ -10,7 +10,11 @@
 //!   validates requests ([`request`], [`fields`]), renders chat templates and
 //!   tokenizes, submits the choices and answers with JSON or an SSE stream
 //!   ([`generation`], [`response`]). Errors are OpenAI's shape ([`error`]); `/metrics` is
-//!   Prometheus text ([`metrics`]).
+//!   Prometheus text ([`metrics`]); `GET /` is a chat page ([`chat_page`]).
+//!
+//! The log says what the server does: a line per finished request
+//! ([`request_log`], on the HTTP side) and, while busy, a periodic load
+//! line ([`stats_log`], a task reading [`metrics`]).
 //!
 //! A client that disconnects drops its handler's event receiver (with the
 //! response future or the SSE body), and the engine thread aborts the
@@ -25,6 +29,7 @@
 //! and the OpenAI JSON types in the engine crate (its text handling is
 //! `crate::text`, which the shell shares).
 
+pub mod chat_page;
 pub mod detokenize;
 pub mod engine_loop;
 pub mod error;
@@ -32,9 +37,11 @@ pub mod fields;
 pub mod generation;
 pub mod metrics;
 pub mod request;
+pub mod request_log;
 pub mod response;
 pub mod routes;
 pub mod state;
+pub mod stats_log;
 
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
@@ -91,6 +98,8 @@ pub struct ServerConfig {
     /// (as vLLM's `--api-key`; `/health`, `/metrics` and the tokenizer routes
     /// stay open).
     pub api_key: Option<String>,
+    /// How often the load line is logged while busy (`None`: never).
+    pub stats_interval: Option<Duration>,
 }
 
 /// Sampling defaults for a model folder: OpenAI's, with the sampling fields
@@ -110,14 +119,14 @@ pub fn defaults_from_model_dir(dir: &Path) -> Result<SamplingDefaults, ServerErr
         .map_err(|e| ServerError::Config { path: path.clone(), reason: format!("not valid JSON: {e}") })?;
     let taken = defaults.apply_generation_config(&config);
     if let Some(r) = config.get("repetition_penalty").and_then(serde_json::Value::as_f64).filter(|&r| r != 1.0) {
-        eprintln!(
-            "minisgl: {} sets repetition_penalty = {r}; it is not applied by default \
+        tracing::info!(
+            "{} sets repetition_penalty = {r}; it is not applied by default \
              (penalties sample on the host); requests may set it",
             path.display()
         );
     }
     if !taken.is_empty() {
-        eprintln!("minisgl: default sampling parameters from {}: {}", path.display(), taken.join(", "));
+        tracing::info!("default sampling parameters from {}: {}", path.display(), taken.join(", "));
     }
     Ok(defaults)
 }
@@ -161,7 +170,7 @@ async fn wait_for_signal() {
                 }
             }
             Err(e) => {
-                eprintln!("minisgl: cannot listen for SIGTERM ({e}); only Ctrl-C stops the server");
+                tracing::warn!("cannot listen for SIGTERM ({e}); only Ctrl-C stops the server");
                 let _ = tokio::signal::ctrl_c().await;
             }
         }
@@ -261,7 +270,7 @@ where
     let metrics = Arc::new(Metrics::new());
     let template = chat.chat_template.as_deref().map(|source| ChatTemplate::new(source).map_err(|e| e.to_string()));
     if let Some(Err(e)) = &template {
-        eprintln!("minisgl: warning: {e}; chat requests will fail (completions work)");
+        tracing::warn!("{e}; chat requests will fail (completions work)");
     }
     let (engine, engine_thread) =
         engine_loop::spawn(engine, tokenizer.clone(), metrics.clone()).map_err(ServerError::Thread)?;
@@ -285,7 +294,15 @@ where
         .build()
         .map_err(ServerError::Runtime)
         .and_then(|runtime| {
-            let result = runtime.block_on(serve_http(listener, state, trigger, config.shutdown_timeout));
+            let result = runtime.block_on(async {
+                let stats =
+                    config.stats_interval.map(|every| tokio::spawn(stats_log::run(state.metrics.clone(), every)));
+                let result = serve_http(listener, state, trigger, config.shutdown_timeout).await;
+                if let Some(stats) = stats {
+                    stats.abort();
+                }
+                result
+            });
             // Blocking tasks (tokenization) are short; do not hang on one.
             runtime.shutdown_timeout(Duration::from_secs(5));
             result
@@ -313,21 +330,22 @@ async fn serve_http(
         let second = tokio::select! {
             second = trigger.first() => second,
             () = watched.stopped() => {
-                eprintln!("minisgl: the engine thread stopped unexpectedly; shutting down");
+                tracing::error!("the engine thread stopped unexpectedly; shutting down");
                 Box::pin(std::future::ready(())) as BoxFuture
             }
         };
-        eprintln!(
-            "minisgl: shutting down: no new connections; requests in flight get {}s to finish",
+        tracing::info!(
+            "shutting down: no new connections; requests in flight get {}s to finish \
+             (press Ctrl-C again to abort them at once)",
             shutdown_timeout.as_secs_f64()
         );
         let _ = draining_tx.send(true);
         tokio::spawn(async move {
             tokio::select! {
                 _ = tokio::time::sleep(shutdown_timeout) => {
-                    eprintln!("minisgl: shutdown timeout: aborting the requests still running");
+                    tracing::warn!("shutdown timeout: aborting the requests still running");
                 }
-                _ = second => eprintln!("minisgl: second signal: aborting the requests still running"),
+                _ = second => tracing::warn!("second signal: aborting the requests still running"),
             }
             engine.abort_all();
         });
@@ -346,7 +364,7 @@ async fn serve_http(
     tokio::select! {
         result = server => result.map_err(ServerError::Serve),
         () = deadline => {
-            eprintln!("minisgl: connections did not close in time; exiting anyway");
+            tracing::warn!("connections did not close in time; exiting anyway");
             Ok(())
         }
     }

@@ -371,6 +371,10 @@ fn parse_render(f: &mut Fields) -> Result<ChatRender, ApiError> {
     Ok(ChatRender { add_generation_prompt, continue_final_message, chat_template_kwargs, documents })
 }
 
+/// The roles a message may have: OpenAI's, and `ipython` (Llama 3's tool
+/// results).
+pub const MESSAGE_ROLES: &[&str] = &["system", "developer", "user", "assistant", "tool", "function", "ipython"];
+
 /// Chat messages: a non-empty array of objects with a string `role` and a
 /// `content` that is a string, an array of text parts (joined with newlines,
 /// as vLLM does for templates that expect strings), or absent/null (for
@@ -391,7 +395,15 @@ pub fn parse_messages(v: Json) -> Result<Vec<Json>, ApiError> {
                 return Err(ApiError::invalid_type(format!("messages.{i}"), "an object"));
             };
             let role = match msg.get("role") {
-                Some(Json::String(r)) if !r.is_empty() => r.clone(),
+                Some(Json::String(r)) if MESSAGE_ROLES.contains(&r.as_str()) => r.clone(),
+                // A template would render an unknown role silently (or
+                // drop it): say so instead.
+                Some(Json::String(r)) if !r.is_empty() => {
+                    return Err(ApiError::invalid_value(
+                        format!("messages.{i}.role"),
+                        format!("unknown role `{r}`: expected one of {}", MESSAGE_ROLES.join(", ")),
+                    ))
+                }
                 Some(Json::String(_)) => {
                     return Err(ApiError::invalid_value(format!("messages.{i}.role"), "must not be empty"))
                 }
@@ -709,6 +721,7 @@ mod tests {
         );
         assert_eq!(param(r#"{"messages":[]}"#).as_deref(), Some("messages"));
         assert_eq!(param(r#"{"messages":[{"role":"user"}]}"#).as_deref(), Some("messages.0.content"));
+        assert_eq!(param(r#"{"messages":[{"role":"wizard","content":"hi"}]}"#).as_deref(), Some("messages.0.role"));
         assert_eq!(
             param(r#"{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]}"#).as_deref(),
             Some("messages.0.content.0.type")

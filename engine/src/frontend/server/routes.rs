@@ -10,6 +10,7 @@
 //! | `GET /metrics` | Prometheus text format |
 //! | `GET/POST /flush_cache` | drop unused prefix-cache pages (SGLang) |
 //! | `GET /version` | the server version |
+//! | `GET /` | the chat page ([`super::chat_page`]) |
 //!
 //! Template rendering and tokenization run on tokio's blocking pool: they
 //! are CPU work proportional to the prompt and must not stall the threads
@@ -57,6 +58,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .route("/flush_cache", get(flush_cache).post(flush_cache))
         .route("/version", get(version))
+        .route("/", get(super::chat_page::chat_page))
         .fallback(not_found)
         .layer(middleware::from_fn(json_method_not_allowed))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
