@@ -68,6 +68,7 @@ mod tests {
             num_steps: 0,
             num_preempted: 0,
             num_finished: 0,
+            ..EngineStats::default()
         }
     }
 
