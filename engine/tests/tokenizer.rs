@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use engine::text::tokenizer::{SpecialTokens, StopMatcher, StopOutcome, Tokenizer};
+use engine::text::tokenizer::{SpecialTokens, StopMatcher, StopOutcome, StopStrings, Tokenizer};
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
@@ -218,7 +218,7 @@ fn stop_strings_over_streamed_tokens() {
     let text = "The answer is 42.\n\nUser: next question";
     let ids = tok.encode(text, false).unwrap();
     let mut stream = tok.decode_stream(true);
-    let mut stop = StopMatcher::new(["\n\nUser:", "never"]);
+    let mut stop = StopMatcher::new(StopStrings::new(["\n\nUser:", "never"]).unwrap());
     let mut sent = String::new();
     let mut stopped = None;
     for &id in &ids {

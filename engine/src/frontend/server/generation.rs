@@ -30,6 +30,7 @@ use super::response::{
     ChunkWriter, Completion, CompletionChoice, Usage,
 };
 use super::state::{json_response, unix_now, AppState};
+use crate::text::tokenizer::StopStrings;
 
 /// One prompt of a job, tokenized.
 pub struct JobPrompt {
@@ -62,6 +63,8 @@ struct Choice {
 /// stream.
 pub async fn generate(state: &Arc<AppState>, job: Job) -> Result<Response, ApiError> {
     let n = job.sampling.n.max(1);
+    // One automaton for the request's stop strings, shared by its choices.
+    let stop = StopStrings::new(&job.sampling.stop).map_err(|e| ApiError::invalid_value("stop", e.to_string()))?;
     let mut choices = Vec::with_capacity(job.prompts.len() * n);
     for (p, prompt) in job.prompts.iter().enumerate() {
         for j in 0..n {
@@ -71,7 +74,7 @@ pub async fn generate(state: &Arc<AppState>, job: Job) -> Result<Response, ApiEr
             state.engine.submit(Submission {
                 prompt_ids: prompt.ids.clone(),
                 params,
-                stop: job.sampling.stop.clone(),
+                stop: stop.clone(),
                 skip_special_tokens: job.sampling.skip_special_tokens,
                 fit_max_tokens: job.sampling.max_tokens.is_none(),
                 arrival: job.arrival,
