@@ -21,6 +21,7 @@ fn engine_args(num_pages: usize, page_size: usize, max_prefill: usize, cache: &s
         max_running_requests: 64,
         cache: cache.into(),
         max_model_len: None,
+        decode_reserve: 1.0,
     }
 }
 

@@ -18,7 +18,7 @@ use engine::core::req::SamplingParams;
 use engine::core::sampling::logprobs::token_logprobs;
 use engine::core::sampling::penalties::Penalties;
 use engine::core::scheduler::{SchedulePolicy, SchedulerConfig};
-use engine::frontend::server::{self, SamplingDefaults, ServerConfig, ServerHandle};
+use engine::frontend::server::{self, SamplingDefaults, ServerConfig, ServerHandle, ServerLimits};
 use engine::text::chat_template::{ChatTemplate, ModelChatConfig, RenderOptions};
 use engine::text::tokenizer::Tokenizer;
 use serde_json::{json, Value as Json};
@@ -79,6 +79,8 @@ fn start_fake_with_key(lm: HashLm, num_pages: usize, api_key: Option<&str>) -> S
             defaults: SamplingDefaults::openai(),
             shutdown_timeout: Duration::from_secs(5),
             api_key: api_key.map(str::to_owned),
+            public_metrics: false,
+            limits: ServerLimits::defaults(),
         },
         listener,
     )
@@ -680,6 +682,7 @@ fn load(name: &str) -> LoadedModel {
             max_running_requests: 256,
             cache: "radix".into(),
             max_model_len: None,
+            decode_reserve: 1.0,
         },
     )
     .unwrap_or_else(|e| panic!("load {name}: {e:#}"))

@@ -43,6 +43,7 @@ fn load(name: &str) -> LoadedModel {
             max_running_requests: 16,
             cache: "radix".into(),
             max_model_len: None,
+            decode_reserve: 1.0,
         },
     )
     .unwrap_or_else(|e| panic!("load {name}: {e:#}"))
@@ -71,6 +72,7 @@ fn chat_template_and_max_model_len_options_apply() {
             max_running_requests: 16,
             cache: "radix".into(),
             max_model_len: Some(48),
+            decode_reserve: 1.0,
         },
     )
     .unwrap();

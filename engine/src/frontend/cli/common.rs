@@ -65,6 +65,14 @@ pub struct EngineArgs {
     /// (default: the model's context).
     #[arg(long)]
     pub max_model_len: Option<usize>,
+    /// Share of a request's remaining `max_tokens` whose KV pages are
+    /// reserved when it is admitted (SGLang's new-token ratio). Below 1, a
+    /// request whose `max_tokens` defaults to the rest of the context does
+    /// not hold the whole pool: requests share it, and the scheduler
+    /// preempts (and later resumes, with identical output) if decode runs
+    /// out of pages. 1 never preempts (mini-sglang).
+    #[arg(long, default_value_t = 0.25)]
+    pub decode_reserve: f64,
 }
 
 impl EngineArgs {
@@ -201,7 +209,7 @@ pub fn engine_config(args: &EngineArgs, num_pages: usize, eos_token_ids: Vec<u32
             max_running_requests: args.max_running_requests,
             cache,
             policy: SchedulePolicy::PrefillFirst,
-            decode_reserve: 1.0,
+            decode_reserve: args.decode_reserve,
             eos_token_ids,
         },
     })

@@ -24,6 +24,7 @@ use tokio::sync::mpsc::unbounded_channel;
 
 use super::engine_loop::{Event, EventReceiver, Finished, Submission, TokenLogprob};
 use super::error::ApiError;
+use super::limits::Slots;
 use super::request::{Sampling, StreamOptions};
 use super::response::{
     chat_logprobs, completion_logprobs, finish_reason_str, to_json, ChatChoice, ChatCompletion, ChatMessage,
@@ -63,6 +64,9 @@ struct Choice {
 /// stream.
 pub async fn generate(state: &Arc<AppState>, job: Job) -> Result<Response, ApiError> {
     let n = job.sampling.n.max(1);
+    // Every choice holds a queue slot until its response ends (the stream
+    // or the body owns them), or the request is refused with 503 now.
+    let slots = state.admission.admit(job.prompts.len() * n)?;
     // One automaton for the request's stop strings, shared by its choices.
     let stop = StopStrings::new(&job.sampling.stop).map_err(|e| ApiError::invalid_value("stop", e.to_string()))?;
     let mut choices = Vec::with_capacity(job.prompts.len() * n);
@@ -97,9 +101,11 @@ pub async fn generate(state: &Arc<AppState>, job: Job) -> Result<Response, ApiEr
         chat: job.chat,
     };
     if job.stream.stream {
-        Ok(stream_response(choices, &job, writer))
+        Ok(stream_response(choices, &job, writer, slots))
     } else {
-        full_response(choices, &job, &writer).await
+        let response = full_response(choices, &job, &writer).await;
+        drop(slots);
+        response
     }
 }
 
@@ -264,6 +270,8 @@ struct StreamState {
     usage: UsageSum,
     ready: VecDeque<String>,
     done: bool,
+    /// The request's queue slots, released with the stream.
+    _slots: Slots,
 }
 
 impl StreamState {
@@ -337,7 +345,7 @@ fn tagged(index: u32, rx: EventReceiver) -> BoxStream<'static, (u32, Option<Even
     .boxed()
 }
 
-fn stream_response(choices: Vec<Choice>, job: &Job, writer: ChunkWriter) -> Response {
+fn stream_response(choices: Vec<Choice>, job: &Job, writer: ChunkWriter, slots: Slots) -> Response {
     let mut ready = VecDeque::new();
     for c in &choices {
         if writer.chat {
@@ -367,6 +375,7 @@ fn stream_response(choices: Vec<Choice>, job: &Job, writer: ChunkWriter) -> Resp
         usage: UsageSum::new(job.prompts.len()),
         ready,
         done: false,
+        _slots: slots,
     };
     let stream = stream::unfold(state, |mut st| async move {
         loop {
