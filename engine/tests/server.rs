@@ -331,7 +331,7 @@ fn choices_logprobs_and_penalties_match_offline_generation() {
 }
 
 #[test]
-fn an_api_key_guards_the_v1_routes_only() {
+fn an_api_key_guards_every_route_but_health() {
     let tok = tokenizer();
     let server = start_fake_with_key(fake_lm(&tok, 512), 64, Some("sekrit"));
     let addr = server.addr();
@@ -350,10 +350,23 @@ fn an_api_key_guards_the_v1_routes_only() {
     let r = send("POST", "/v1/completions", &auth, Some(&body));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(send("GET", "/v1/models", &auth, None).status, 200);
-    // Health, metrics and the tokenizer stay open, as in vLLM.
+    // Only health stays open; the scheme is case-insensitive.
     assert_eq!(get(addr, "/health").status, 200);
-    assert_eq!(get(addr, "/metrics").status, 200);
-    assert_eq!(post_json(addr, "/tokenize", &json!({"prompt": "hi"})).status, 200);
+    for (method, path, body) in [
+        ("GET", "/metrics", None),
+        ("POST", "/tokenize", Some(r#"{"prompt": "hi"}"#)),
+        ("POST", "/detokenize", Some(r#"{"tokens": [1]}"#)),
+        ("POST", "/flush_cache", None),
+        ("GET", "/version", None),
+        ("GET", "/no-such-route", None),
+    ] {
+        assert_eq!(send(method, path, &[], body).status, 401, "{method} {path}");
+        let lower = [("Authorization", "bearer sekrit")];
+        let want = if path == "/no-such-route" { 404 } else { 200 };
+        assert_eq!(send(method, path, &lower, body).status, want, "{method} {path} with the key");
+    }
+    // State-changing routes are POST only.
+    assert_eq!(send("GET", "/flush_cache", &auth, None).status, 405);
     server.shutdown().unwrap();
 }
 
