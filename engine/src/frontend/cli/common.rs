@@ -129,7 +129,9 @@ pub fn resolve_dtype(spec: &str) -> anyhow::Result<Option<DType>> {
 }
 
 /// The model with its options resolved: what `generate` and `load_model` share.
-pub fn load_causal_lm(args: &ModelArgs) -> anyhow::Result<Box<dyn models::CausalLm>> {
+/// Loads the model of `args`; `max_context` (`--max-model-len`) sizes its
+/// rotary table to the served context.
+pub fn load_causal_lm(args: &ModelArgs, max_context: Option<usize>) -> anyhow::Result<Box<dyn models::CausalLm>> {
     let device = resolve_device(&args.device)?;
     let options = models::LoadOptions {
         device,
@@ -137,6 +139,7 @@ pub fn load_causal_lm(args: &ModelArgs) -> anyhow::Result<Box<dyn models::Causal
         load_format: args.load_format.parse().map_err(|e: String| anyhow::anyhow!("--load-format: {e}"))?,
         attn: args.attn.parse().with_context(|| format!("--attn {}", args.attn))?,
         moe: args.moe.parse().map_err(|e: String| anyhow::anyhow!("--moe: {e}"))?,
+        max_context,
     };
     let started = std::time::Instant::now();
     let model =
@@ -247,7 +250,10 @@ pub fn load_model(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::R
             std::fs::read_to_string(path).with_context(|| format!("reading the chat template {}", path.display()))?;
         chat.chat_template = Some(text);
     }
-    let model = load_causal_lm(model_args)?;
+    if engine_args.max_model_len == Some(0) {
+        anyhow::bail!("--max-model-len must be at least 1");
+    }
+    let model = load_causal_lm(model_args, engine_args.max_model_len)?;
     let engine = build_engine(model, engine_args, tokenizer.eos_token_ids().to_vec())?;
     let name = model_args.model.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
     Ok(LoadedModel { engine, tokenizer, chat, name })
