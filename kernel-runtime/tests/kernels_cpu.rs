@@ -182,6 +182,28 @@ fn a_stale_or_tampered_build_is_detected() {
     std::fs::write(&manifest_path, original.replace("\"sha256\": \"", "\"sha256\": \"00")).unwrap();
     let err = AotLibrary::open(tmp.path(), &spec, &sources).err().unwrap().to_string();
     assert!(err.contains("SHA-256 differs"), "{err}");
+    // Artifact paths must stay inside the manifest's folder.
+    let mut manifest: kernel_build::Manifest = serde_json::from_str(&original).unwrap();
+    manifest.library.path = format!("../{}", manifest.library.path);
+    manifest.write(tmp.path()).unwrap();
+    let err = AotLibrary::open(tmp.path(), &spec, &sources).err().unwrap().to_string();
+    assert!(err.contains("leaves the manifest's folder"), "{err}");
+    let mut manifest: kernel_build::Manifest = serde_json::from_str(&original).unwrap();
+    if let Some(c) = manifest.kernels.iter_mut().flat_map(|k| k.cubins.iter_mut()).next() {
+        c.artifact.path = "/etc/passwd".into();
+        manifest.write(tmp.path()).unwrap();
+        let err = AotLibrary::open(tmp.path(), &spec, &sources).err().unwrap().to_string();
+        assert!(err.contains("leaves the manifest's folder"), "{err}");
+    }
+}
+
+#[test]
+fn manifest_paths_are_confined_to_its_folder() {
+    let dir = std::path::Path::new("/opt/kernels");
+    assert_eq!(kernels::confined(dir, "lib/x.so").unwrap(), dir.join("lib/x.so"));
+    for bad in ["../x.so", "/etc/passwd", "a/../../x", ""] {
+        assert!(kernels::confined(dir, bad).is_err(), "{bad}");
+    }
 }
 
 /// A fake device view: the launchers validate before touching memory or CUDA.
