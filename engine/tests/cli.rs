@@ -197,7 +197,10 @@ fn hostile_model_files_are_named_load_errors() {
     std::fs::copy(src.join("model.safetensors"), tmp.path().join("shard.safetensors")).unwrap();
     let index = serde_json::json!({"weight_map": {"model.norm.weight": "../model.safetensors"}});
     std::fs::write(tmp.path().join("model.safetensors.index.json"), index.to_string()).unwrap();
-    let out = bin().args(["generate", "--model", tmp.path().to_str().unwrap(), "--device", "cpu", "--prompt", "x"]).output().unwrap();
+    let out = bin()
+        .args(["generate", "--model", tmp.path().to_str().unwrap(), "--device", "cpu", "--prompt", "x"])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("is not a file name in the model folder"), "{err}");

@@ -15,13 +15,13 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use engine::core::engine::{Engine, EngineConfig};
-use rand::seq::SliceRandom;
-use rand::SeedableRng;
 use engine::core::kvcache::CacheKind;
 use engine::core::scheduler::{SchedulePolicy, SchedulerConfig};
 use engine::frontend::server::{self, SamplingDefaults, ServerConfig, ServerHandle, ServerLimits};
 use engine::text::chat_template::ModelChatConfig;
 use engine::text::tokenizer::Tokenizer;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
 use serde_json::{json, Value as Json};
 use server_support::*;
 
@@ -97,7 +97,8 @@ fn rss_bytes() -> u64 {
 fn refused_unread(addr: SocketAddr, path: &str, len: usize) {
     let mut s = connect(addr);
     let t = Instant::now();
-    let head = format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n");
+    let head =
+        format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len}\r\n\r\n");
     s.write_all(head.as_bytes()).unwrap();
     let mut answer = Vec::new();
     let mut buf = [0u8; 4096];
@@ -271,7 +272,8 @@ fn a_large_body_is_refused_before_it_is_sent() {
     }
     // A chunked body without a length is cut at the limit too.
     let mut s = connect(addr);
-    s.write_all(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap();
+    s.write_all(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n")
+        .unwrap();
     let chunk = vec![b' '; 1 << 20];
     for _ in 0..5 {
         if s.write_all(format!("{:x}\r\n", chunk.len()).as_bytes()).is_err() || s.write_all(&chunk).is_err() {
@@ -470,7 +472,12 @@ fn load_test_with_disconnects_and_bad_requests() {
         handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err("client panicked".into()))).collect()
     });
     let errors: Vec<&String> = results.iter().filter_map(|r| r.as_ref().err()).collect();
-    assert!(errors.is_empty(), "{} clients failed:\n{errors:#?}\nserver stderr:\n{}", errors.len(), server.stderr_text());
+    assert!(
+        errors.is_empty(),
+        "{} clients failed:\n{errors:#?}\nserver stderr:\n{}",
+        errors.len(),
+        server.stderr_text()
+    );
     let metrics = || get(addr, "/metrics").text();
     let settled = wait_until(Duration::from_secs(60), || {
         let m = metrics();

@@ -81,5 +81,4 @@ mod tests {
         std::os::unix::fs::symlink(&dir, &link).unwrap();
         assert!(ensure_private_dir(&link).is_err());
     }
-
 }

@@ -405,7 +405,13 @@ fn check_bounds(keys: &Keys<'_>, c: &ModelConfig) -> Result<()> {
     ];
     if let Some(moe) = &c.moe {
         if moe.num_experts > 1 << 12 || moe.moe_intermediate_size > 1 << 20 {
-            return Err(keys.invalid("num_experts", format!("{} experts of {} exceed the supported maximum of 4096 experts of 2^20", moe.num_experts, moe.moe_intermediate_size)));
+            return Err(keys.invalid(
+                "num_experts",
+                format!(
+                    "{} experts of {} exceed the supported maximum of 4096 experts of 2^20",
+                    moe.num_experts, moe.moe_intermediate_size
+                ),
+            ));
         }
     }
     if !(c.rms_norm_eps.is_finite() && c.rms_norm_eps > 0.0 && c.rms_norm_eps < 1.0) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every cargo-fuzz target of fuzz/ for a bounded time (FUZZ_SECONDS
-# each, default 30), starting from its seed corpus in fuzz/corpus/<target>.
+# each, default 20), starting from its seed corpus in fuzz/corpus/<target>.
 # Installs the pinned cargo-fuzz if it is missing, builds every target once
 # (no sanitizer: the crates under test are safe Rust, and the panics, hangs
 # and unbounded allocations we look for need none; debug assertions on, so
@@ -11,7 +11,7 @@ source "$(dirname "$0")/../env.sh"
 cd "$MINISGL_ROOT/fuzz"
 
 CARGO_FUZZ_VERSION=0.12.0
-SECONDS_PER_TARGET=${FUZZ_SECONDS:-30}
+SECONDS_PER_TARGET=${FUZZ_SECONDS:-20}
 if ! cargo fuzz --version 2>/dev/null | grep -qF "$CARGO_FUZZ_VERSION"; then
     cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked
 fi

@@ -121,7 +121,8 @@ impl AotLibrary {
         // between the check and the load.
         let mut file = std::fs::File::open(&lib_path).map_err(|source| Error::Io { path: lib_path.clone(), source })?;
         let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut file, &mut bytes).map_err(|source| Error::Io { path: lib_path.clone(), source })?;
+        std::io::Read::read_to_end(&mut file, &mut bytes)
+            .map_err(|source| Error::Io { path: lib_path.clone(), source })?;
         if kernel_build::sources::sha256_hex(&bytes) != manifest.library.sha256 {
             return Err(Error::Library {
                 path: lib_path,

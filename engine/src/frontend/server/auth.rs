@@ -72,7 +72,8 @@ mod tests {
         for ok in ["Bearer sekrit", "bearer sekrit", "BEARER  sekrit ", " Bearer\tsekrit"] {
             assert!(key.accepts(ok.as_bytes()), "{ok:?}");
         }
-        for bad in ["Bearer sekrit2", "Bearer sekri", "Basic sekrit", "sekrit", "Bearer", "Bearer ", "Bearersekrit", ""] {
+        for bad in ["Bearer sekrit2", "Bearer sekri", "Basic sekrit", "sekrit", "Bearer", "Bearer ", "Bearersekrit", ""]
+        {
             assert!(!key.accepts(bad.as_bytes()), "{bad:?}");
         }
         assert!(!key.accepts(b"Bearer \xff"));

@@ -148,7 +148,8 @@ pub fn layer(router: Router, limits: &ServerLimits) -> Router {
 /// tower-http answers 413 with a plain-text body; give it the JSON error.
 async fn json_too_large(request: Request, next: Next, max: usize) -> Response {
     let response = next.run(request).await;
-    let is_json = response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    let is_json =
+        response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
     if response.status() == StatusCode::PAYLOAD_TOO_LARGE && !is_json {
         return ApiError::BodyTooLarge(format!("the limit is {max} bytes")).into_response();
     }

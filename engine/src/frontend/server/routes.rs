@@ -32,11 +32,11 @@ use axum::Router;
 use serde_json::Value as Json;
 
 use super::error::ApiError;
-use super::{auth, limits};
 use super::generation::{generate, Job, JobPrompt};
 use super::request::{self, ChatRender, Prompt, TokenizeInput};
 use super::response::{to_json, DetokenizeResponse, ModelCard, ModelList, TokenizeResponse};
 use super::state::{json_response, AppState, ServedModel};
+use super::{auth, limits};
 use crate::text::chat_template::RenderOptions;
 
 /// `max_tokens` of a completion request that sets none (OpenAI's default).

@@ -152,7 +152,8 @@ impl StopMatcher {
             sid = nfa.next_state(Anchored::No, sid, b);
             if nfa.is_match(sid) {
                 // Every stop string ending here; the longest starts first.
-                let Some(pid) = (0..nfa.match_len(sid)).map(|k| nfa.match_pattern(sid, k)).max_by_key(|&p| nfa.pattern_len(p))
+                let Some(pid) =
+                    (0..nfa.match_len(sid)).map(|k| nfa.match_pattern(sid, k)).max_by_key(|&p| nfa.pattern_len(p))
                 else {
                     continue;
                 };
