@@ -155,18 +155,19 @@ fn bad_input_is_a_clear_error() {
 #[test]
 fn hostile_model_files_are_named_load_errors() {
     let src = fixture("qwen3-tiny");
-    let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
-        ("huge context", Box::new(|c| c["max_position_embeddings"] = (1u64 << 40).into()), "max_position_embeddings"),
+    type Patch = fn(&mut serde_json::Value);
+    let cases: Vec<(&str, Patch, &str)> = vec![
+        ("huge context", (|c| c["max_position_embeddings"] = (1u64 << 40).into()) as Patch, "max_position_embeddings"),
         (
             "yarn factor",
-            Box::new(|c| {
+            (|c| {
                 c["rope_scaling"] =
                     serde_json::json!({"rope_type": "yarn", "factor": 1e300, "original_max_position_embeddings": 1024})
-            }),
+            }) as Patch,
             "factor",
         ),
-        ("huge vocab", Box::new(|c| c["vocab_size"] = (1u64 << 40).into()), "vocab_size"),
-        ("nan theta", Box::new(|c| c["rope_theta"] = (-1.0).into()), "rope_theta"),
+        ("huge vocab", (|c| c["vocab_size"] = (1u64 << 40).into()) as Patch, "vocab_size"),
+        ("nan theta", (|c| c["rope_theta"] = (-1.0).into()) as Patch, "rope_theta"),
     ];
     for (what, patch, key) in cases {
         let tmp = tempfile::tempdir().unwrap();

@@ -60,6 +60,11 @@ fn sync_dir(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// The `csrc/` folder of this workspace (for tools run from the source tree).
+pub fn workspace_csrc_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("csrc")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,9 +96,4 @@ mod tests {
         let names: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert!(!names.iter().any(|n| n.to_string_lossy().ends_with(".tmp")), "{names:?}");
     }
-}
-
-/// The `csrc/` folder of this workspace (for tools run from the source tree).
-pub fn workspace_csrc_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("csrc")
 }

@@ -11,6 +11,8 @@
 //!   tokenizes, submits the choices and answers with JSON or an SSE stream
 //!   ([`generation`], [`response`]). Errors are OpenAI's shape ([`error`]); `/metrics` is
 //!   Prometheus text ([`metrics`]).
+//!   What one client may cost (connections, header timeout, body size,
+//!   preparation work, queue slots) is [`limits`]; `--api-key` is [`auth`].
 //!
 //! A client that disconnects drops its handler's event receiver (with the
 //! response future or the SSE body), and the engine thread aborts the
