@@ -6,9 +6,7 @@
 //! `subtle`'s constant-time equality, so neither the position of the first
 //! wrong byte nor the key's length shows in the response time.
 
-use std::sync::Arc;
-
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -16,7 +14,6 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
-use super::state::AppState;
 
 /// The server's key, kept as its digest.
 #[derive(Clone, Debug)]
@@ -51,9 +48,10 @@ impl ApiKey {
     }
 }
 
-/// Refuses a request without the server's API key (when it has one).
-pub async fn require_api_key(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    if let Some(key) = &state.api_key {
+/// Refuses a request without the key (`routes` runs it on every route).
+/// Below `state` (which holds the key), so it takes the key, not the state.
+pub async fn require_api_key(key: Option<&ApiKey>, request: Request, next: Next) -> Response {
+    if let Some(key) = key {
         let sent = request.headers().get(header::AUTHORIZATION).map(|v| v.as_bytes());
         if !key.is_open(request.uri().path()) && !sent.is_some_and(|v| key.accepts(v)) {
             return ApiError::Unauthorized.into_response();

@@ -59,9 +59,13 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/version", get(version))
         .fallback(not_found)
         .layer(middleware::from_fn(json_method_not_allowed))
-        .layer(middleware::from_fn_with_state(state.clone(), auth::require_api_key))
+        .layer(middleware::from_fn_with_state(state.clone(), require_api_key))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state)
+}
+
+async fn require_api_key(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    auth::require_api_key(state.api_key.as_ref(), request, next).await
 }
 
 async fn not_found(method: Method, uri: Uri) -> ApiError {
