@@ -294,10 +294,19 @@ fn a_large_body_is_refused_before_it_is_sent() {
 #[test]
 fn half_open_connections_are_closed_and_connections_bounded() {
     let tok = tokenizer();
-    let limits =
-        ServerLimits { header_read_timeout: Duration::from_secs(1), max_connections: 64, ..ServerLimits::defaults() };
+    let limits = ServerLimits {
+        header_read_timeout: Duration::from_secs(1),
+        body_read_timeout: Duration::from_secs(1),
+        max_connections: 64,
+        ..ServerLimits::defaults()
+    };
     let server = start(fake_lm(&tok, Duration::ZERO), 256, 1.0, limits);
     let addr = server.addr();
+    // A body that never finishes arriving is cut by the body timeout.
+    let mut slow_body = connect(addr);
+    slow_body
+        .write_all(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"pro")
+        .unwrap();
     let mut idle: Vec<TcpStream> = (0..50)
         .map(|i| {
             let mut s = connect(addr);
@@ -315,6 +324,8 @@ fn half_open_connections_are_closed_and_connections_bounded() {
         s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         assert!(closed_by_server(s), "connection {i} is still open after the header timeout");
     }
+    slow_body.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    assert!(closed_by_server(&mut slow_body), "a body sent slowly kept its connection past the body timeout");
     assert!(t.elapsed() < Duration::from_secs(3));
     drop(idle);
     server.shutdown().unwrap();

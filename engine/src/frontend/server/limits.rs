@@ -10,7 +10,8 @@
 //!   hyper-util's graceful shutdown lets requests in flight finish.
 //! - **Bodies** ([`layer`]): tower-http's body limit refuses a body whose
 //!   `Content-Length` exceeds [`ServerLimits::max_body_bytes`] before reading
-//!   it, and cuts a chunked one at the limit (413, as JSON).
+//!   it, and cuts a chunked one at the limit (413, as JSON); a body must
+//!   arrive within [`ServerLimits::body_read_timeout`].
 //! - **Preparation work** ([`Admission::prepare`]): chat rendering and
 //!   tokenization run on the blocking pool, at most
 //!   [`ServerLimits::max_concurrent_preparations`] at once; prompts are
@@ -37,6 +38,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use super::error::ApiError;
 
@@ -49,6 +51,9 @@ pub struct ServerLimits {
     /// Time a connection has to send a request head, whether it just opened
     /// or is idle between requests (`--header-timeout`).
     pub header_read_timeout: Duration,
+    /// Time a request body has to arrive once its head has (a client that
+    /// sends its body a byte at a time holds a connection no longer).
+    pub body_read_timeout: Duration,
     /// Open connections at once (`--max-connections`).
     pub max_connections: usize,
     /// Chat renderings and tokenizations running at once.
@@ -65,13 +70,14 @@ pub struct ServerLimits {
 
 impl ServerLimits {
     /// 4 MiB bodies (a prompt filling a 128k context, as JSON, fits), 10 s
-    /// for a request head, 1024 connections, 2 preparations per core, 1024
+    /// for a request head and 30 s for its body, 1024 connections, 2 preparations per core, 1024
     /// queued choices beside 256 running, retry after 1 s.
     pub fn defaults() -> Self {
         let cores = std::thread::available_parallelism().map_or(2, usize::from);
         Self {
             max_body_bytes: 4 << 20,
             header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
             max_connections: 1024,
             max_concurrent_preparations: 2 * cores,
             max_queued_requests: 1024,
@@ -139,10 +145,13 @@ impl Admission {
 /// before reading), its 413 turned into the JSON error.
 pub fn layer(router: Router, limits: &ServerLimits) -> Router {
     let max = limits.max_body_bytes;
-    router.layer(middleware::from_fn(move |request: Request, next: Next| json_too_large(request, next, max))).layer(
-        // Outermost, so a refused body is never read.
-        RequestBodyLimitLayer::new(max),
-    )
+    router
+        .layer(middleware::from_fn(move |request: Request, next: Next| json_too_large(request, next, max)))
+        .layer(
+            // Outermost, so a refused body is never read.
+            RequestBodyLimitLayer::new(max),
+        )
+        .layer(RequestBodyTimeoutLayer::new(limits.body_read_timeout))
 }
 
 /// tower-http answers 413 with a plain-text body; give it the JSON error.
