@@ -202,14 +202,32 @@ impl AotLibrary {
                 .is_some_and(|k| k.instances.iter().any(|m| Instance::from_map(family, m).as_ref() == Some(instance)))
     }
 
-    /// The manifest's SHA-256 of the AOT cubin at `path`.
-    fn cubin_sha256(&self, path: &Path) -> Option<&str> {
-        self.manifest
+    /// Reads the AOT cubin at `path` (one the manifest lists) and checks it
+    /// against the manifest's SHA-256, so a replaced or corrupt cubin is an
+    /// error naming it rather than code loaded into the GPU.
+    pub fn read_cubin(&self, path: &Path) -> Result<Vec<u8>> {
+        let expected = self
+            .manifest
             .kernels
             .iter()
             .flat_map(|k| &k.cubins)
             .find(|c| self.dir.join(&c.artifact.path) == path)
-            .map(|c| c.artifact.sha256.as_str())
+            .map(|c| c.artifact.sha256.as_str());
+        let image = std::fs::read(path).map_err(|source| Error::Io { path: path.to_owned(), source })?;
+        if expected != Some(kernel_build::sources::sha256_hex(&image).as_str()) {
+            return Err(Error::Library {
+                path: path.to_owned(),
+                message: "SHA-256 differs from the manifest's (or the manifest does not list it); rebuild with \
+                          `cargo xtask build-kernels`"
+                    .into(),
+            });
+        }
+        Ok(image)
+    }
+
+    /// Every AOT cubin the manifest lists, as paths.
+    pub fn cubin_paths(&self) -> Vec<PathBuf> {
+        self.manifest.kernels.iter().flat_map(|k| &k.cubins).map(|c| self.dir.join(&c.artifact.path)).collect()
     }
 
     fn cubin_path(&self, family: &Family, instance: &Instance, arch: &str) -> Option<PathBuf> {
@@ -504,14 +522,11 @@ pub fn resolve(device: &CudaDevice, family_name: &str, instance: &Instance) -> R
     let entry = family.jit_entry.as_deref().ok_or_else(|| Error::NoJitEntry { family: family_name.to_owned() })?;
     let loaded = match plan {
         Plan::AotCubin(path) => {
-            let image = std::fs::read(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
-            let expected = reg.aot.as_ref().and_then(|aot| aot.cubin_sha256(&path));
-            if expected != Some(kernel_build::sources::sha256_hex(&image).as_str()) {
-                return Err(Error::Library {
-                    path,
-                    message: "SHA-256 differs from the manifest's; rebuild with `cargo xtask build-kernels`".into(),
-                });
-            }
+            let aot = reg.aot.as_ref().ok_or_else(|| Error::Library {
+                path: path.clone(),
+                message: "an AOT cubin was planned without an AOT library".into(),
+            })?;
+            let image = aot.read_cubin(&path)?;
             load_cubin(device, &image, entry, "aot cubin")?
         }
         _ => {
