@@ -124,8 +124,19 @@ impl Admission {
         }
     }
 
-    /// Takes `choices` slots at once, or refuses with 503 + `Retry-After`.
+    /// Takes `choices` slots at once, or refuses with 503 + `Retry-After`
+    /// (400 when the request alone needs more slots than exist: retrying
+    /// would never help).
     pub fn admit(&self, choices: usize) -> Result<Slots, ApiError> {
+        if choices > self.capacity {
+            return Err(ApiError::invalid_value(
+                "n",
+                format!(
+                    "the request asks for {choices} choices (prompts x n); this server runs or queues at most {}",
+                    self.capacity
+                ),
+            ));
+        }
         let overloaded = || ApiError::Overloaded {
             in_flight: self.capacity - self.slots.available_permits().min(self.capacity),
             retry_after_secs: self.retry_after_secs,
@@ -209,4 +220,36 @@ pub async fn serve(
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn admission(running: usize, queued: usize) -> Admission {
+        Admission::new(&ServerLimits {
+            max_running_requests: running,
+            max_queued_requests: queued,
+            ..ServerLimits::defaults()
+        })
+    }
+
+    #[test]
+    fn slots_are_shared_and_returned() {
+        let a = admission(2, 1);
+        let two = a.admit(2).unwrap();
+        let one = a.admit(1).unwrap();
+        let full = a.admit(1).unwrap_err();
+        assert!(matches!(full, ApiError::Overloaded { in_flight: 3, retry_after_secs: 1 }), "{full:?}");
+        drop(two);
+        assert!(a.admit(2).is_ok());
+        drop(one);
+    }
+
+    #[test]
+    fn a_request_larger_than_the_whole_queue_is_a_400() {
+        let err = admission(2, 1).admit(4).unwrap_err();
+        assert_eq!(err.status(), axum::http::StatusCode::BAD_REQUEST);
+        assert_eq!(err.param(), Some("n"));
+    }
 }
