@@ -5,6 +5,7 @@
 # for the chat page's test (scripts/ci/browser.sh, once), runs every test of the
 # workspace, and lints it with clippy (warnings are errors). No GPU needed; GPU
 # tests run too when MINISGL_GPU_TESTS=1 is set on a machine with one.
+# It also runs every fuzz target for a bounded time (scripts/ci/fuzz.sh).
 # Each phase prints its wall time, so a slow CI run shows where it went.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
@@ -38,5 +39,7 @@ phase_done "browser"
 # Every test binary runs even when one fails, so one run shows every failure.
 cargo test --workspace --no-fail-fast "$@"
 phase_done "test"
+scripts/ci/fuzz.sh  # every cargo-fuzz target for FUZZ_SECONDS (20) each
+phase_done "fuzz"
 cargo clippy --workspace --all-targets -- -D warnings
 phase_done "clippy"

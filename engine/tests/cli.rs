@@ -109,7 +109,7 @@ fn bad_input_is_a_clear_error() {
     assert!(err.contains("missing"), "{err}");
     // A context longer than the model's, or a prompt longer than the one asked for.
     let err = run(&["generate", "--model", model, "--device", "cpu", "--max-model-len", "1000000", "--prompt", "x"]);
-    assert!(err.contains("--max-model-len 1000000 exceeds the model's context"), "{err}");
+    assert!(err.contains("the served context of 1000000 tokens must be in 1..="), "{err}");
     let err = run(&[
         "generate",
         "--model",
@@ -179,4 +179,61 @@ fn help_port_and_shutdown_texts_say_what_a_user_needs() {
     let out = bin().args(["--log-level", "info,=x", "pull", "--list"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--log-level"));
+}
+
+/// Issue 14, rows 7, 8 and 10: hostile model files fail fast with an error
+/// naming the file and the key, and exit code 1, never an abort or a panic.
+#[test]
+fn hostile_model_files_are_named_load_errors() {
+    let src = fixture("qwen3-tiny");
+    type Patch = fn(&mut serde_json::Value);
+    let cases: Vec<(&str, Patch, &str)> = vec![
+        ("huge context", (|c| c["max_position_embeddings"] = (1u64 << 40).into()) as Patch, "max_position_embeddings"),
+        (
+            "yarn factor",
+            (|c| {
+                c["rope_scaling"] =
+                    serde_json::json!({"rope_type": "yarn", "factor": 1e300, "original_max_position_embeddings": 1024})
+            }) as Patch,
+            "factor",
+        ),
+        ("huge vocab", (|c| c["vocab_size"] = (1u64 << 40).into()) as Patch, "vocab_size"),
+        ("nan theta", (|c| c["rope_theta"] = (-1.0).into()) as Patch, "rope_theta"),
+    ];
+    for (what, patch, key) in cases {
+        let tmp = tempfile::tempdir().unwrap();
+        for f in std::fs::read_dir(&src).unwrap() {
+            let f = f.unwrap().path();
+            std::fs::copy(&f, tmp.path().join(f.file_name().unwrap())).unwrap();
+        }
+        let path = tmp.path().join("config.json");
+        let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        patch(&mut config);
+        std::fs::write(&path, config.to_string()).unwrap();
+        let t = std::time::Instant::now();
+        let out = bin()
+            .args(["generate", "--model", tmp.path().to_str().unwrap(), "--device", "cpu", "--prompt", "x"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{what}: {err}");
+        assert!(err.contains("config.json") && err.contains(key), "{what}: {err}");
+        assert!(!err.contains("panicked"), "{what}: {err}");
+        assert!(t.elapsed() < std::time::Duration::from_secs(5), "{what}: took {:?}", t.elapsed());
+    }
+    // A weight map that points outside the model folder.
+    let tmp = tempfile::tempdir().unwrap();
+    for f in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(src.join(f), tmp.path().join(f)).unwrap();
+    }
+    std::fs::copy(src.join("model.safetensors"), tmp.path().join("shard.safetensors")).unwrap();
+    let index = serde_json::json!({"weight_map": {"model.norm.weight": "../model.safetensors"}});
+    std::fs::write(tmp.path().join("model.safetensors.index.json"), index.to_string()).unwrap();
+    let out = bin()
+        .args(["generate", "--model", tmp.path().to_str().unwrap(), "--device", "cpu", "--prompt", "x"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("is not a file name in the model folder"), "{err}");
 }

@@ -49,6 +49,8 @@ fn dummy(config: &str) -> Box<dyn CausalLm> {
         load_format: LoadFormat::Dummy,
         attn: AttnBackendSpec::single(AttnBackendKind::Paged),
         moe: MoeBackendKind::Fused,
+        // The runners below serve up to 4096 tokens.
+        max_context: Some(4096),
     };
     load_model(&dir, &options).unwrap()
 }

@@ -249,7 +249,7 @@ fn sixteen_requests() -> Vec<GenerateRequest> {
             };
             params.seed.get_or_insert(9);
             if i == 5 {
-                params.stop_token_ids = vec![3, 4];
+                params.stop_token_ids = std::sync::Arc::from([3, 4]);
             }
             if i == 6 || i == 11 {
                 params.ignore_eos = true;

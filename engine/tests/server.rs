@@ -18,7 +18,7 @@ use engine::core::req::SamplingParams;
 use engine::core::sampling::logprobs::token_logprobs;
 use engine::core::sampling::penalties::Penalties;
 use engine::core::scheduler::{SchedulePolicy, SchedulerConfig};
-use engine::frontend::server::{self, SamplingDefaults, ServerConfig, ServerHandle};
+use engine::frontend::server::{self, SamplingDefaults, ServerConfig, ServerHandle, ServerLimits};
 use engine::text::chat_template::{ChatTemplate, ModelChatConfig, RenderOptions};
 use engine::text::tokenizer::Tokenizer;
 use serde_json::{json, Value as Json};
@@ -80,6 +80,8 @@ fn start_fake_with_key(lm: HashLm, num_pages: usize, api_key: Option<&str>) -> S
             shutdown_timeout: Duration::from_secs(5),
             api_key: api_key.map(str::to_owned),
             stats_interval: None,
+            public_metrics: false,
+            limits: ServerLimits::defaults(),
         },
         listener,
     )
@@ -330,7 +332,7 @@ fn choices_logprobs_and_penalties_match_offline_generation() {
 }
 
 #[test]
-fn an_api_key_guards_the_v1_routes_only() {
+fn an_api_key_guards_every_route_but_health() {
     let tok = tokenizer();
     let server = start_fake_with_key(fake_lm(&tok, 512), 64, Some("sekrit"));
     let addr = server.addr();
@@ -349,10 +351,23 @@ fn an_api_key_guards_the_v1_routes_only() {
     let r = send("POST", "/v1/completions", &auth, Some(&body));
     assert_eq!(r.status, 200, "{}", r.text());
     assert_eq!(send("GET", "/v1/models", &auth, None).status, 200);
-    // Health, metrics and the tokenizer stay open, as in vLLM.
+    // Only health stays open; the scheme is case-insensitive.
     assert_eq!(get(addr, "/health").status, 200);
-    assert_eq!(get(addr, "/metrics").status, 200);
-    assert_eq!(post_json(addr, "/tokenize", &json!({"prompt": "hi"})).status, 200);
+    for (method, path, body) in [
+        ("GET", "/metrics", None),
+        ("POST", "/tokenize", Some(r#"{"prompt": "hi"}"#)),
+        ("POST", "/detokenize", Some(r#"{"tokens": [1]}"#)),
+        ("POST", "/flush_cache", None),
+        ("GET", "/version", None),
+        ("GET", "/no-such-route", None),
+    ] {
+        assert_eq!(send(method, path, &[], body).status, 401, "{method} {path}");
+        let lower = [("Authorization", "bearer sekrit")];
+        let want = if path == "/no-such-route" { 404 } else { 200 };
+        assert_eq!(send(method, path, &lower, body).status, want, "{method} {path} with the key");
+    }
+    // State-changing routes are POST only.
+    assert_eq!(send("GET", "/flush_cache", &auth, None).status, 405);
     server.shutdown().unwrap();
 }
 
@@ -683,6 +698,7 @@ fn load(name: &str) -> LoadedModel {
             max_model_len: None,
             cuda_graph_max_bs: 256,
             disable_cuda_graph: false,
+            decode_reserve: 1.0,
         },
     )
     .unwrap_or_else(|e| panic!("load {name}: {e:#}"))

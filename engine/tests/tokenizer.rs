@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use engine::text::tokenizer::{SpecialTokens, StopMatcher, StopOutcome, Tokenizer};
+use engine::text::tokenizer::{SpecialTokens, StopMatcher, StopOutcome, StopStrings, Tokenizer};
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
 
@@ -218,7 +218,7 @@ fn stop_strings_over_streamed_tokens() {
     let text = "The answer is 42.\n\nUser: next question";
     let ids = tok.encode(text, false).unwrap();
     let mut stream = tok.decode_stream(true);
-    let mut stop = StopMatcher::new(["\n\nUser:", "never"]);
+    let mut stop = StopMatcher::new(StopStrings::new(["\n\nUser:", "never"]).unwrap());
     let mut sent = String::new();
     let mut stopped = None;
     for &id in &ids {
@@ -234,4 +234,29 @@ fn stop_strings_over_streamed_tokens() {
     }
     assert_eq!(stopped, Some(0));
     assert_eq!(sent, "The answer is 42.");
+}
+
+/// Issue 14, row 10: a model that emits skipped special tokens without end
+/// does not grow the detokenizer's window (each step decodes the window, so
+/// a growing one costs quadratic time); the text is still `decode(all)`.
+#[test]
+fn skipped_special_tokens_keep_the_window_bounded() {
+    for name in FIXTURES {
+        let tok = Tokenizer::from_dir(&fixture(name)).unwrap();
+        let words = tok.encode("hello world, again", false).unwrap();
+        let special = *tok.eos_token_ids().first().expect("an EOS id");
+        let mut ids = words.clone();
+        ids.extend(std::iter::repeat_n(special, 5000));
+        ids.extend(&words);
+        let mut stream = tok.decode_stream(true);
+        let mut text = String::new();
+        let mut widest = 0;
+        for &id in &ids {
+            text.push_str(&stream.step(&tok, id).unwrap());
+            widest = widest.max(stream.window_len());
+        }
+        text.push_str(&stream.finish(&tok).unwrap());
+        assert_eq!(text, tok.decode(&ids, true).unwrap(), "{name}");
+        assert!(widest <= 16, "{name}: the window grew to {widest} tokens");
+    }
 }

@@ -182,6 +182,66 @@ fn a_stale_or_tampered_build_is_detected() {
     std::fs::write(&manifest_path, original.replace("\"sha256\": \"", "\"sha256\": \"00")).unwrap();
     let err = AotLibrary::open(tmp.path(), &spec, &sources).err().unwrap().to_string();
     assert!(err.contains("SHA-256 differs"), "{err}");
+    // Artifact paths must stay inside the manifest's folder.
+    let mut manifest: kernel_build::Manifest = serde_json::from_str(&original).unwrap();
+    manifest.library.path = format!("../{}", manifest.library.path);
+    manifest.write(tmp.path()).unwrap();
+    let err = AotLibrary::open(tmp.path(), &spec, &sources).err().unwrap().to_string();
+    assert!(err.contains("leaves the manifest's folder"), "{err}");
+    let mut manifest: kernel_build::Manifest = serde_json::from_str(&original).unwrap();
+    if let Some(c) = manifest.kernels.iter_mut().flat_map(|k| k.cubins.iter_mut()).next() {
+        c.artifact.path = "/etc/passwd".into();
+        manifest.write(tmp.path()).unwrap();
+        let err = AotLibrary::open(tmp.path(), &spec, &sources).err().unwrap().to_string();
+        assert!(err.contains("leaves the manifest's folder"), "{err}");
+    }
+}
+
+/// AOT cubins are checked against the manifest before they are loaded.
+#[test]
+fn a_tampered_aot_cubin_is_refused() {
+    if skip("aot library") {
+        return;
+    }
+    let (spec, sources) = kernels::embedded().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    copy_tree(&kernels_dir(), tmp.path());
+    let lib = AotLibrary::open(tmp.path(), &spec, &sources).unwrap();
+    let Some(cubin) = lib.cubin_paths().into_iter().next() else { return };
+    let image = lib.read_cubin(&cubin).unwrap();
+    let mut tampered = image.clone();
+    let last = tampered.len() - 1;
+    tampered[last] ^= 1;
+    std::fs::write(&cubin, &tampered).unwrap();
+    let err = lib.read_cubin(&cubin).unwrap_err().to_string();
+    assert!(err.contains("SHA-256 differs"), "{err}");
+    // A file the manifest does not list is refused too.
+    let unlisted = tmp.path().join("not-listed.cubin");
+    std::fs::write(&unlisted, &image).unwrap();
+    let err = lib.read_cubin(&unlisted).unwrap_err().to_string();
+    assert!(err.contains("does not list it"), "{err}");
+}
+
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let dest = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &dest);
+        } else {
+            std::fs::copy(entry.path(), dest).unwrap();
+        }
+    }
+}
+
+#[test]
+fn manifest_paths_are_confined_to_its_folder() {
+    let dir = std::path::Path::new("/opt/kernels");
+    assert_eq!(kernels::confined(dir, "lib/x.so").unwrap(), dir.join("lib/x.so"));
+    for bad in ["../x.so", "/etc/passwd", "a/../../x", ""] {
+        assert!(kernels::confined(dir, bad).is_err(), "{bad}");
+    }
 }
 
 /// A fake device view: the launchers validate before touching memory or CUDA.

@@ -354,6 +354,7 @@ impl ModelConfig {
         if let Some(scaled) = config.rope.scaling.scaled_context() {
             config.max_position_embeddings = config.max_position_embeddings.max(scaled);
         }
+        check_bounds(&keys, &config)?;
         Ok(config)
     }
 
@@ -368,6 +369,95 @@ impl ModelConfig {
     pub fn unsupported(&self, message: impl Into<String>) -> ModelError {
         ModelError::Unsupported { path: self.path.clone(), message: message.into() }
     }
+}
+
+/// The longest context a config may declare (2^24 tokens: beyond every
+/// model published; the rotary table alone would be gigabytes).
+pub const MAX_CONTEXT: usize = 1 << 24;
+
+/// Upper bounds on the sizes a config may declare, so that a hostile or
+/// broken config.json is a named error rather than an allocation that
+/// aborts the process (`--load-format dummy` builds weights from it alone).
+const MAX_DIMS: &[(&str, usize)] = &[
+    ("vocab_size", 1 << 24),
+    ("hidden_size", 1 << 18),
+    ("intermediate_size", 1 << 20),
+    ("num_hidden_layers", 1 << 12),
+    ("num_attention_heads", 1 << 12),
+    ("num_key_value_heads", 1 << 12),
+    ("head_dim", 1 << 12),
+    ("max_position_embeddings", MAX_CONTEXT),
+];
+
+/// The largest rotary scaling factor accepted (real checkpoints use 2 to 64).
+pub const MAX_ROPE_FACTOR: f64 = 1024.0;
+
+fn check_bounds(keys: &Keys<'_>, c: &ModelConfig) -> Result<()> {
+    let values = [
+        c.vocab_size,
+        c.hidden_size,
+        c.intermediate_size,
+        c.num_hidden_layers,
+        c.num_attention_heads,
+        c.num_key_value_heads,
+        c.head_dim,
+        c.max_position_embeddings,
+    ];
+    if let Some(moe) = &c.moe {
+        if moe.num_experts > 1 << 12 || moe.moe_intermediate_size > 1 << 20 {
+            return Err(keys.invalid(
+                "num_experts",
+                format!(
+                    "{} experts of {} exceed the supported maximum of 4096 experts of 2^20",
+                    moe.num_experts, moe.moe_intermediate_size
+                ),
+            ));
+        }
+    }
+    if !(c.rms_norm_eps.is_finite() && c.rms_norm_eps > 0.0 && c.rms_norm_eps < 1.0) {
+        return Err(keys.invalid("rms_norm_eps", format!("{} is not in (0, 1)", c.rms_norm_eps)));
+    }
+    if !(c.rope.theta.is_finite() && c.rope.theta > 0.0) {
+        return Err(keys.invalid("rope_theta", format!("{} is not a finite number > 0", c.rope.theta)));
+    }
+    let factor = |key: &str, f: f64| {
+        if f.is_finite() && f > 0.0 && f <= MAX_ROPE_FACTOR {
+            Ok(())
+        } else {
+            Err(keys.invalid(&format!("rope_scaling.{key}"), format!("{f} is not in (0, {MAX_ROPE_FACTOR}]")))
+        }
+    };
+    let context = |key: &str, n: f64| {
+        if n.is_finite() && n >= 1.0 && n <= MAX_CONTEXT as f64 {
+            Ok(())
+        } else {
+            Err(keys.invalid(&format!("rope_scaling.{key}"), format!("{n} is not in [1, {MAX_CONTEXT}]")))
+        }
+    };
+    match c.rope.scaling {
+        RopeScaling::Default => {}
+        RopeScaling::Linear { factor: f } => factor("factor", f)?,
+        RopeScaling::Llama3 { factor: f, low_freq_factor, high_freq_factor, original_max_position_embeddings } => {
+            factor("factor", f)?;
+            factor("low_freq_factor", low_freq_factor)?;
+            factor("high_freq_factor", high_freq_factor)?;
+            context("original_max_position_embeddings", original_max_position_embeddings)?;
+        }
+        RopeScaling::Yarn { factor: f, original_max_position_embeddings, beta_fast, attention_factor, .. } => {
+            factor("factor", f)?;
+            context("original_max_position_embeddings", original_max_position_embeddings)?;
+            factor("beta_fast", beta_fast)?;
+            factor("attention_factor", attention_factor)?;
+        }
+    }
+    // After the rope checks: an absurd YaRN factor shows up here too, as
+    // the scaled context, but its own error names the cause.
+    for (&(key, max), value) in MAX_DIMS.iter().zip(values) {
+        if value > max {
+            return Err(keys.invalid(key, format!("{value} exceeds the supported maximum of {max}")));
+        }
+    }
+    Ok(())
 }
 
 fn read_json(path: &Path) -> Result<Value> {

@@ -62,6 +62,10 @@ pub struct LoadOptions {
     pub attn: AttnBackendSpec,
     /// How sparse MoE layers run their experts (`--moe`).
     pub moe: MoeBackendKind,
+    /// The context to serve (`--max-model-len`), at most the config's: the
+    /// rotary table and the model's reported context shrink to it, so memory
+    /// follows what is served rather than what the config declares.
+    pub max_context: Option<usize>,
 }
 
 /// The seed of `--load-format dummy` weights (fixed: the same model every run).
@@ -96,6 +100,17 @@ pub fn load_model(path: &Path, options: &LoadOptions) -> Result<Box<dyn CausalLm
     } else {
         return Err(ModelError::NoWeights { path: path.to_path_buf(), message: "no such file or folder".into() });
     };
+    let mut config = config;
+    if let Some(n) = options.max_context {
+        if n == 0 || n > config.max_position_embeddings {
+            return Err(ModelError::InvalidKey {
+                path: config.path.clone(),
+                key: "max_position_embeddings".into(),
+                message: format!("the served context of {n} tokens must be in 1..={}", config.max_position_embeddings),
+            });
+        }
+        config.max_position_embeddings = n;
+    }
     let loader = model_loader(&config.architecture)?;
 
     let dtype = match (options.dtype, options.device) {

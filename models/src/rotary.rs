@@ -122,6 +122,10 @@ pub fn cos_sin_table(rope: &RopeConfig, rotary_dim: usize, max_positions: usize)
     table
 }
 
+/// The largest cos/sin table built (2^28 f32 values, 1 GiB): a 1M-token
+/// context with 128 rotated dimensions fits.
+pub const MAX_TABLE_ELEMENTS: usize = 1 << 28;
+
 /// The rotary embedding of one model: its cos/sin table on the device.
 ///
 /// Cloning shares the table (tensors are reference-counted), so every attention
@@ -140,6 +144,14 @@ impl RotaryEmbedding {
             return Err(config.unsupported(format!("rotary dimension {rotary_dim} for head_dim {}", config.head_dim)));
         }
         let max_positions = config.max_position_embeddings;
+        // The table is f32 on the device: bound it, so a long declared context
+        // asks for --max-model-len instead of an allocation that aborts.
+        if max_positions.checked_mul(rotary_dim).is_none_or(|n| n > MAX_TABLE_ELEMENTS) {
+            return Err(config.unsupported(format!(
+                "a rotary table of {max_positions} positions x {rotary_dim} dimensions exceeds {MAX_TABLE_ELEMENTS} \
+                 values (1 GiB); serve a shorter context with --max-model-len"
+            )));
+        }
         let table = cos_sin_table(&config.rope, rotary_dim, max_positions);
         let cos_sin = Tensor::from_slice(&table, &[max_positions, rotary_dim], device).map_err(ModelError::from)?;
         Ok(RotaryEmbedding { cos_sin, rotary_dim })

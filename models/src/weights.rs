@@ -180,6 +180,15 @@ impl SafetensorsFolder {
                     path: index_path.clone(),
                     message: format!("`weight_map.{tensor}` is not a file name"),
                 })?;
+                // Shards live in the model folder: a name with a directory
+                // part (`../x`, `/etc/x`, `sub/x`) could read any file.
+                let mut parts = Path::new(file).components();
+                if !matches!((parts.next(), parts.next()), (Some(std::path::Component::Normal(_)), None)) {
+                    return Err(ModelError::Safetensors {
+                        path: index_path.clone(),
+                        message: format!("`weight_map.{tensor}` = {file:?} is not a file name in the model folder"),
+                    });
+                }
                 weight_map.insert(tensor.clone(), file.to_owned());
             }
             let files: BTreeSet<String> = weight_map.values().cloned().collect();

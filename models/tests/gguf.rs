@@ -493,3 +493,27 @@ fn header_allocations_are_bounded_in_huge_files() {
     let err = GgufFile::open(&path).unwrap_err();
     assert!(matches!(err, GgufError::AbsurdCount { count: 100_000_000, .. }), "{err}");
 }
+
+/// Issue 14, row 7: a zero dimension no longer slips past the size checks
+/// (the element count is 0 whatever the other dimensions), and the expert
+/// loop is bounded by the metadata's expert count, not the tensor's shape.
+#[test]
+fn zero_dimensions_and_expert_counts_are_checked() {
+    let mut w = small_writer();
+    w.tensor("z.weight", &[1 << 40, 0], GgmlType::F32, Vec::new()).unwrap();
+    let err = open_bytes(w.to_bytes()).unwrap_err();
+    assert!(matches!(&err, GgufError::InvalidTensor { tensor, .. } if tensor == "z.weight"), "{err}");
+    assert!(err.to_string().contains("is 0"), "{err}");
+
+    let mut bytes = std::fs::read(data_dir().join("tiny_qwen3moe.gguf")).unwrap();
+    let at = after(&bytes, b"qwen3moe.expert_count");
+    let ty = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+    match ty {
+        4 => bytes[at + 4..at + 8].copy_from_slice(&5u32.to_le_bytes()),
+        10 => bytes[at + 4..at + 12].copy_from_slice(&5u64.to_le_bytes()),
+        other => panic!("expert_count has value type {other}"),
+    }
+    let file = GgufFile::from_bytes("moe.gguf", bytes).unwrap();
+    let err = GgufCheckpoint::from_file(file).unwrap_err();
+    assert!(err.to_string().contains("packs 4 experts, but the metadata declares 5"), "{err}");
+}

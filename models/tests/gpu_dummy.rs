@@ -28,6 +28,7 @@ fn run(config: &str, batch: usize) {
         load_format: LoadFormat::Dummy,
         attn: AttnBackendSpec::single(AttnBackendKind::Paged),
         moe: MoeBackendKind::Fused,
+        max_context: None,
     };
     let started = Instant::now();
     let model = load_model(&dir, &options).unwrap();

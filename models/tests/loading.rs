@@ -277,3 +277,52 @@ fn gguf_file_matches_the_equivalent_hf_folder() {
     let e = load_error(&gguf, LoadFormat::Safetensors);
     assert!(e.contains("needs an HF folder"), "{e}");
 }
+
+/// Issue 14, row 8: extreme config values are named errors, before any
+/// allocation they would size (dummy weights are built from config alone).
+#[test]
+fn extreme_config_values_are_named_errors() {
+    let cases: [(&str, serde_json::Value, &str); 6] = [
+        ("max_position_embeddings", serde_json::json!(1u64 << 40), "exceeds the supported maximum"),
+        ("hidden_size", serde_json::json!(1u64 << 40), "exceeds the supported maximum"),
+        ("num_hidden_layers", serde_json::json!(1u64 << 20), "exceeds the supported maximum"),
+        (
+            "rope_scaling",
+            serde_json::json!({"rope_type": "yarn", "factor": 1e300, "original_max_position_embeddings": 1024}),
+            "rope_scaling.factor",
+        ),
+        ("rope_scaling", serde_json::json!({"rope_type": "linear", "factor": 0.0}), "rope_scaling.factor"),
+        ("rms_norm_eps", serde_json::json!(0.0), "rms_norm_eps"),
+    ];
+    for (key, value, expect) in cases {
+        let dir = copy_fixture("qwen3-tiny");
+        edit_config(dir.path(), |c| {
+            c.insert(key.to_owned(), value.clone());
+        });
+        let err = load_error(dir.path(), LoadFormat::Dummy);
+        assert!(err.contains("config.json") && err.contains(key) && err.contains(expect), "{key}: {err}");
+    }
+}
+
+/// Issue 14, rows 8 and 10: the served context sizes the model (and its
+/// rotary table); weight-map shard names stay inside the model folder.
+#[test]
+fn served_context_and_confined_shards() {
+    let dir = copy_fixture("qwen3-tiny");
+    let mut options = cpu_f32(LoadFormat::Auto);
+    options.max_context = Some(64);
+    let model = load_model(dir.path(), &options).unwrap();
+    assert_eq!(model.max_position_embeddings(), 64);
+    options.max_context = Some(1 << 30);
+    let err = load_model(dir.path(), &options).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("served context of 1073741824 tokens"), "{err}");
+
+    for escape in ["../model.safetensors", "/etc/passwd", "sub/model.safetensors", ".."] {
+        let dir = copy_fixture("qwen3-tiny");
+        std::fs::rename(dir.path().join("model.safetensors"), dir.path().join("shard.safetensors")).unwrap();
+        let index = serde_json::json!({"weight_map": {"model.norm.weight": escape}});
+        std::fs::write(dir.path().join("model.safetensors.index.json"), index.to_string()).unwrap();
+        let err = load_error(dir.path(), LoadFormat::Auto);
+        assert!(err.contains("is not a file name in the model folder"), "{escape}: {err}");
+    }
+}

@@ -470,6 +470,12 @@ impl<R: ModelRunner> Engine<R> {
                 format!("token {t} at index {i} is outside the vocabulary of {}", self.vocab_size),
             );
         }
+        if let Some((i, &t)) = p.stop_token_ids.iter().enumerate().find(|(_, &t)| t as usize >= self.vocab_size) {
+            return invalid(
+                "stop_token_ids",
+                format!("token {t} at index {i} is outside the vocabulary of {}", self.vocab_size),
+            );
+        }
         if p.max_tokens == 0 {
             return invalid("max_tokens", "must be at least 1".into());
         }

@@ -21,6 +21,7 @@
 //! is what the next step feeds to the model.
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::core::kvcache::{CacheManager, ReqPages};
 use crate::core::sampling::logprobs::TokenLogprobs;
@@ -69,7 +70,8 @@ pub struct SamplingParams {
     /// Most tokens to generate (>= 1).
     pub max_tokens: usize,
     /// Tokens that end the request (the token is part of the output).
-    pub stop_token_ids: Vec<u32>,
+    /// Shared: a request's choices hold one list.
+    pub stop_token_ids: Arc<[u32]>,
     /// Keep going past the model's end-of-sequence tokens.
     pub ignore_eos: bool,
     /// Repetition, frequency and presence penalties (neutral by default).
@@ -89,7 +91,7 @@ impl SamplingParams {
             min_p: 0.0,
             seed: None,
             max_tokens,
-            stop_token_ids: Vec::new(),
+            stop_token_ids: Arc::from([]),
             ignore_eos: false,
             penalties: Penalties::NONE,
             logprobs: None,
@@ -596,7 +598,7 @@ mod tests {
     fn stop_conditions() {
         let mut cm = CacheManager::new(1, 64, CacheKind::Naive);
         let mut params = SamplingParams::greedy(10);
-        params.stop_token_ids = vec![42];
+        params.stop_token_ids = Arc::from([42]);
         let mut req = admitted(&mut cm, vec![1], params.clone());
         req.grow(1, &mut cm);
         assert_eq!(req.complete_step(1, 0, &[0]), Some(FinishReason::Stop));

@@ -23,7 +23,7 @@ use crate::core::engine::{Engine, EngineError, GenerateRequest, ModelRunner};
 use crate::core::req::{FinishReason, SamplingParams};
 use crate::text::chat_template::{ChatTemplate, ChatTemplateError, ModelChatConfig, RenderOptions, SpecialTokens};
 use crate::text::text_stream::TextStream;
-use crate::text::tokenizer::{Tokenizer, TokenizerError};
+use crate::text::tokenizer::{StopStrings, Tokenizer, TokenizerError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ShellError {
@@ -166,7 +166,7 @@ impl<R: ModelRunner> Shell<R> {
         let id = self.engine.add_request(GenerateRequest { prompt_ids, params })?;
         self.interrupt.store(false, Ordering::SeqCst);
 
-        let mut stream = TextStream::new(Vec::new(), true);
+        let mut stream = TextStream::new(StopStrings::none(), true);
         let mut text = String::new();
         let finished = 'run: loop {
             if self.interrupt.swap(false, Ordering::SeqCst) {

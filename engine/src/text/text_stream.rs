@@ -6,7 +6,7 @@
 //! start one). It has no async or HTTP in it, so the shell uses it too.
 
 use crate::text::tokenizer::stream::DecodeStream;
-use crate::text::tokenizer::{StopMatcher, StopOutcome, Tokenizer, TokenizerError};
+use crate::text::tokenizer::{StopMatcher, StopOutcome, StopStrings, Tokenizer, TokenizerError};
 
 /// What one token (or the end of the request) adds to the output.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,7 +26,7 @@ pub struct TextStream {
 }
 
 impl TextStream {
-    pub fn new(stop: Vec<String>, skip_special_tokens: bool) -> Self {
+    pub fn new(stop: StopStrings, skip_special_tokens: bool) -> Self {
         Self { decode: DecodeStream::new(skip_special_tokens), stop: StopMatcher::new(stop) }
     }
 
@@ -94,7 +94,7 @@ mod tests {
     fn pieces_concatenate_to_decode() {
         let tok = tokenizer();
         let ids = tok.encode("hello world, über straße!", false).unwrap();
-        let (text, stopped) = run(&mut TextStream::new(vec![], true), &tok, &ids);
+        let (text, stopped) = run(&mut TextStream::new(StopStrings::none(), true), &tok, &ids);
         assert!(!stopped);
         assert_eq!(text, tok.decode(&ids, true).unwrap());
     }
@@ -103,11 +103,11 @@ mod tests {
     fn stop_string_cuts_output() {
         let tok = tokenizer();
         let ids = tok.encode("one two three four", false).unwrap();
-        let (text, stopped) = run(&mut TextStream::new(vec!["thr".into()], true), &tok, &ids);
+        let (text, stopped) = run(&mut TextStream::new(StopStrings::new(["thr"]).unwrap(), true), &tok, &ids);
         assert!(stopped);
         assert_eq!(text, "one two ");
         // A stop string that never appears changes nothing.
-        let (text, stopped) = run(&mut TextStream::new(vec!["xyz".into()], true), &tok, &ids);
+        let (text, stopped) = run(&mut TextStream::new(StopStrings::new(["xyz"]).unwrap(), true), &tok, &ids);
         assert!(!stopped);
         assert_eq!(text, "one two three four");
     }

@@ -128,6 +128,9 @@ impl JitCache {
         arch: &str,
     ) -> Result<(Vec<u8>, CacheOutcome)> {
         let path = self.entry_path(sources, family, instance, arch)?;
+        // Entries are loaded into the GPU: only from a folder of this user's.
+        crate::cache_dir::ensure_private_dir(&self.dir)
+            .map_err(|source| Error::Io { path: self.dir.clone(), source })?;
         let mut outcome = CacheOutcome::Compiled;
         match std::fs::read(&path) {
             Ok(bytes) => match decode_entry(&bytes) {

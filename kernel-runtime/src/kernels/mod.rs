@@ -75,13 +75,54 @@ unsafe impl Send for AotLibrary {}
 // SAFETY: as above.
 unsafe impl Sync for AotLibrary {}
 
+/// `dir/rel` for a path the manifest names, which must stay inside `dir`:
+/// relative, without `..` or a root (a manifest is data, not a way to load
+/// any file on the machine).
+pub fn confined(dir: &Path, rel: &str) -> Result<PathBuf> {
+    use std::path::Component;
+    let path = Path::new(rel);
+    if rel.is_empty() || !path.components().all(|c| matches!(c, Component::Normal(_) | Component::CurDir)) {
+        return Err(Error::Library {
+            path: dir.join(kernel_build::manifest::MANIFEST_FILE),
+            message: format!("artifact path {rel:?} leaves the manifest's folder"),
+        });
+    }
+    Ok(dir.join(path))
+}
+
+/// The path through which `file` (already open) is loaded: its descriptor in
+/// `/proc/self/fd` on Linux, else `path` itself.
+fn handle_path(file: &std::fs::File, path: &Path) -> PathBuf {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let fd_path = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+        if fd_path.exists() {
+            return fd_path;
+        }
+    }
+    let _ = file;
+    path.to_owned()
+}
+
 impl AotLibrary {
     /// Opens `dir/manifest.json` and its library, checking the format version, the
     /// library's SHA-256, the ABI version, every listed symbol and every family hash.
     pub fn open(dir: &Path, spec: &Spec, sources: &KernelSources) -> Result<AotLibrary> {
         let manifest = Manifest::read(dir)?;
-        let lib_path = dir.join(&manifest.library.path);
-        let bytes = std::fs::read(&lib_path).map_err(|source| Error::Io { path: lib_path.clone(), source })?;
+        let lib_path = confined(dir, &manifest.library.path)?;
+        for k in &manifest.kernels {
+            for c in &k.cubins {
+                confined(dir, &c.artifact.path)?;
+            }
+        }
+        // Hash and load the same file: read it through one handle and dlopen
+        // that handle (`/proc/self/fd/N`), so the file cannot be swapped
+        // between the check and the load.
+        let mut file = std::fs::File::open(&lib_path).map_err(|source| Error::Io { path: lib_path.clone(), source })?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut bytes)
+            .map_err(|source| Error::Io { path: lib_path.clone(), source })?;
         if kernel_build::sources::sha256_hex(&bytes) != manifest.library.sha256 {
             return Err(Error::Library {
                 path: lib_path,
@@ -94,8 +135,9 @@ impl AotLibrary {
         // Check every symbol by name first, for a message that names the missing one.
         // SAFETY: loading the library runs its initialisers: a CUDA library built by
         // our own toolchain, whose initialisers only register fatbins.
-        let raw = unsafe { libloading::Library::new(&lib_path) }
+        let raw = unsafe { libloading::Library::new(handle_path(&file, &lib_path)) }
             .map_err(|e| Error::Library { path: lib_path.clone(), message: format!("cannot be loaded: {e}") })?;
+        drop(file);
         for k in &manifest.kernels {
             for s in &k.symbols {
                 // SAFETY: only the address is looked up; nothing is called.
@@ -158,6 +200,34 @@ impl AotLibrary {
                 .manifest
                 .kernel(&family.name)
                 .is_some_and(|k| k.instances.iter().any(|m| Instance::from_map(family, m).as_ref() == Some(instance)))
+    }
+
+    /// Reads the AOT cubin at `path` (one the manifest lists) and checks it
+    /// against the manifest's SHA-256, so a replaced or corrupt cubin is an
+    /// error naming it rather than code loaded into the GPU.
+    pub fn read_cubin(&self, path: &Path) -> Result<Vec<u8>> {
+        let expected = self
+            .manifest
+            .kernels
+            .iter()
+            .flat_map(|k| &k.cubins)
+            .find(|c| self.dir.join(&c.artifact.path) == path)
+            .map(|c| c.artifact.sha256.as_str());
+        let image = std::fs::read(path).map_err(|source| Error::Io { path: path.to_owned(), source })?;
+        if expected != Some(kernel_build::sources::sha256_hex(&image).as_str()) {
+            return Err(Error::Library {
+                path: path.to_owned(),
+                message: "SHA-256 differs from the manifest's (or the manifest does not list it); rebuild with \
+                          `cargo xtask build-kernels`"
+                    .into(),
+            });
+        }
+        Ok(image)
+    }
+
+    /// Every AOT cubin the manifest lists, as paths.
+    pub fn cubin_paths(&self) -> Vec<PathBuf> {
+        self.manifest.kernels.iter().flat_map(|k| &k.cubins).map(|c| self.dir.join(&c.artifact.path)).collect()
     }
 
     fn cubin_path(&self, family: &Family, instance: &Instance, arch: &str) -> Option<PathBuf> {
@@ -452,7 +522,11 @@ pub fn resolve(device: &CudaDevice, family_name: &str, instance: &Instance) -> R
     let entry = family.jit_entry.as_deref().ok_or_else(|| Error::NoJitEntry { family: family_name.to_owned() })?;
     let loaded = match plan {
         Plan::AotCubin(path) => {
-            let image = std::fs::read(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
+            let aot = reg.aot.as_ref().ok_or_else(|| Error::Library {
+                path: path.clone(),
+                message: "an AOT cubin was planned without an AOT library".into(),
+            })?;
+            let image = aot.read_cubin(&path)?;
             load_cubin(device, &image, entry, "aot cubin")?
         }
         _ => {

@@ -114,6 +114,19 @@ impl GgufCheckpoint {
                             reason: format!("packed experts need 3 dimensions, found shape {shape:?}"),
                         });
                     };
+                    // The file's own count, not the tensor's shape, bounds the
+                    // per-expert entries (a shape of [2^40, 1, 1] is cheap to
+                    // write and would otherwise be looped over).
+                    let declared = count("num_experts");
+                    if num_experts != declared {
+                        return Err(GgufError::InvalidTensor {
+                            path: file.path().to_path_buf(),
+                            tensor: gguf_name,
+                            reason: format!(
+                                "packs {num_experts} experts, but the metadata declares {declared} (expert_count)"
+                            ),
+                        });
+                    }
                     for expert in 0..num_experts {
                         tensors.push(CheckpointTensor {
                             hf_name: expert_hf_name(layer, expert, proj),

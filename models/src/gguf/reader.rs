@@ -923,6 +923,12 @@ impl<'p, R: Read> Parser<'p, R> {
             for _ in 0..num_dims {
                 dims.push(self.u64()?);
             }
+            // A zero dimension makes the element count 0 whatever the others
+            // are, so the overflow and bounds checks below would pass a tensor
+            // whose other dimensions are absurd (and are trusted later).
+            if let Some(i) = dims.iter().position(|&d| d == 0) {
+                return Err(self.invalid_tensor(&name, format!("dimension {i} of {dims:?} is 0")));
+            }
             let type_id = self.u32()?;
             let offset = self.u64()?;
             let Some(ggml_type) = GgmlType::from_id(type_id) else {

@@ -27,6 +27,7 @@ pub fn cpu_f32(load_format: LoadFormat) -> LoadOptions {
         load_format,
         attn: AttnBackendSpec::single(AttnBackendKind::Paged),
         moe: MoeBackendKind::Fused,
+        max_context: None,
     }
 }
 

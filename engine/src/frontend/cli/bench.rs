@@ -120,7 +120,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(e),
     };
-    let model = load_causal_lm(&args.model)?;
+    let model = load_causal_lm(&args.model, args.engine.max_model_len)?;
     let model_vocab = model.vocab_size();
     let (vocab_size, vocab_from) = match (args.vocab_size, &tokenizer) {
         (Some(v), _) => (v, "--vocab-size"),

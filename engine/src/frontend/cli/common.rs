@@ -74,6 +74,14 @@ pub struct EngineArgs {
     /// Run every step eagerly: no CUDA graphs.
     #[arg(long)]
     pub disable_cuda_graph: bool,
+    /// Share of a request's remaining `max_tokens` whose KV pages are
+    /// reserved when it is admitted (SGLang's new-token ratio). Below 1, a
+    /// request whose `max_tokens` defaults to the rest of the context does
+    /// not hold the whole pool: requests share it, and the scheduler
+    /// preempts (and later resumes, with identical output) if decode runs
+    /// out of pages. 1 never preempts (mini-sglang).
+    #[arg(long, default_value_t = 0.25)]
+    pub decode_reserve: f64,
 }
 
 impl EngineArgs {
@@ -204,7 +212,9 @@ pub fn resolve_dtype(spec: &str) -> anyhow::Result<Option<DType>> {
 }
 
 /// The model with its options resolved: what `generate` and `load_model` share.
-pub fn load_causal_lm(args: &ModelArgs) -> anyhow::Result<Box<dyn models::CausalLm>> {
+/// Loads the model of `args`; `max_context` (`--max-model-len`) sizes its
+/// rotary table to the served context.
+pub fn load_causal_lm(args: &ModelArgs, max_context: Option<usize>) -> anyhow::Result<Box<dyn models::CausalLm>> {
     let device = resolve_device(&args.device)?;
     let options = models::LoadOptions {
         device,
@@ -212,6 +222,7 @@ pub fn load_causal_lm(args: &ModelArgs) -> anyhow::Result<Box<dyn models::Causal
         load_format: args.load_format.parse().map_err(|e: String| anyhow::anyhow!("--load-format: {e}"))?,
         attn: args.attn.parse().with_context(|| format!("--attn {}", args.attn))?,
         moe: args.moe.parse().map_err(|e: String| anyhow::anyhow!("--moe: {e}"))?,
+        max_context,
     };
     let started = std::time::Instant::now();
     let model =
@@ -284,7 +295,7 @@ pub fn engine_config(args: &EngineArgs, num_pages: usize, eos_token_ids: Vec<u32
             max_running_requests: args.max_running_requests,
             cache,
             policy: SchedulePolicy::PrefillFirst,
-            decode_reserve: 1.0,
+            decode_reserve: args.decode_reserve,
             eos_token_ids,
         },
     })
@@ -348,7 +359,10 @@ pub fn load_model(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::R
             std::fs::read_to_string(path).with_context(|| format!("reading the chat template {}", path.display()))?;
         chat.chat_template = Some(text);
     }
-    let model = load_causal_lm(model_args)?;
+    if engine_args.max_model_len == Some(0) {
+        anyhow::bail!("--max-model-len must be at least 1");
+    }
+    let model = load_causal_lm(model_args, engine_args.max_model_len)?;
     let num_pages = match engine_args.num_pages {
         Some(n) => n,
         None => default_num_pages(model.as_ref(), engine_args)?,

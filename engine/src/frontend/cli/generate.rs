@@ -66,7 +66,7 @@ impl SamplingArgs {
             min_p: self.min_p,
             seed: self.seed.map(|s| s.wrapping_add(i as u64)),
             max_tokens: self.max_tokens,
-            stop_token_ids: Vec::new(),
+            stop_token_ids: std::sync::Arc::from([]),
             ignore_eos: self.ignore_eos,
             penalties: Penalties {
                 repetition: self.repetition_penalty,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use crate::frontend::server::{self, ServerConfig};
+use crate::frontend::server::{self, ServerConfig, ServerLimits};
 
 /// Arguments of `minisgl serve`.
 #[derive(Args, Debug)]
@@ -27,8 +27,8 @@ pub struct ServeArgs {
     /// are aborted (a second signal aborts them at once).
     #[arg(long, default_value_t = 30.0)]
     pub shutdown_timeout: f64,
-    /// Require `Authorization: Bearer <key>` on /v1/* (default: the
-    /// MINISGL_API_KEY environment variable; none: open).
+    /// Require `Authorization: Bearer <key>` on every route but /health
+    /// (default: the MINISGL_API_KEY environment variable; none: open).
     #[arg(long)]
     pub api_key: Option<String>,
     /// Seconds between the load lines logged while requests run (0: none).
@@ -38,6 +38,22 @@ pub struct ServeArgs {
     /// not pulled yet.
     #[arg(long)]
     pub pull: bool,
+    /// With --api-key, leave /metrics open (for Prometheus scrapers).
+    #[arg(long)]
+    pub public_metrics: bool,
+    /// Largest request body in bytes (refused from Content-Length, unread).
+    #[arg(long, default_value_t = ServerLimits::defaults().max_body_bytes)]
+    pub max_request_bytes: usize,
+    /// Seconds a connection has to send a request head (new or idle).
+    #[arg(long, default_value_t = ServerLimits::defaults().header_read_timeout.as_secs_f64())]
+    pub header_timeout: f64,
+    /// Most open connections; more are closed at once.
+    #[arg(long, default_value_t = ServerLimits::defaults().max_connections)]
+    pub max_connections: usize,
+    /// Most requests (choices) waiting beyond --max-running-requests; more
+    /// are answered 503 with Retry-After.
+    #[arg(long, default_value_t = ServerLimits::defaults().max_queued_requests)]
+    pub max_queued_requests: usize,
 }
 
 /// Binds the port, loads the model, logs what it serves and serves until
@@ -49,6 +65,20 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<ExitCode> {
     if !(args.stats_interval.is_finite() && args.stats_interval >= 0.0) {
         anyhow::bail!("--stats-interval must be a number of seconds >= 0");
     }
+    if !(args.header_timeout.is_finite() && args.header_timeout > 0.0 && args.header_timeout <= 3600.0) {
+        anyhow::bail!("--header-timeout must be a number of seconds in (0, 3600]");
+    }
+    if args.max_connections == 0 || args.max_request_bytes == 0 {
+        anyhow::bail!("--max-connections and --max-request-bytes must be at least 1");
+    }
+    let limits = ServerLimits {
+        max_body_bytes: args.max_request_bytes,
+        header_read_timeout: Duration::from_secs_f64(args.header_timeout),
+        max_connections: args.max_connections,
+        max_queued_requests: args.max_queued_requests,
+        max_running_requests: args.engine.max_running_requests,
+        ..ServerLimits::defaults()
+    };
     let api_key = args.api_key.clone().or_else(|| std::env::var("MINISGL_API_KEY").ok()).filter(|k| !k.is_empty());
     // The port first: a port in use is found in a moment, not after the
     // model has loaded.
@@ -84,6 +114,8 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<ExitCode> {
             shutdown_timeout: Duration::from_secs_f64(args.shutdown_timeout),
             api_key,
             stats_interval: (args.stats_interval > 0.0).then(|| Duration::from_secs_f64(args.stats_interval)),
+            public_metrics: args.public_metrics,
+            limits,
         },
         listener,
     )?;

@@ -224,7 +224,7 @@ mod tests {
         let mut d = Detokenizer::new(tokenizer.clone(), Arc::new(Metrics::new()), ended_tx);
         let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
         let id = ReqId::new(7);
-        let text = TextStream::new(vec![" three".into()], true);
+        let text = TextStream::new(crate::text::tokenizer::StopStrings::new([" three"]).unwrap(), true);
         d.handle(DetokMsg::Start(Box::new(DetokRequest {
             id,
             events: events_tx,

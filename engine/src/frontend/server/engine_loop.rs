@@ -38,15 +38,15 @@ use super::metrics::Metrics;
 use crate::core::engine::{Engine, EngineError, GenerateRequest, LengthLimit, ModelRunner};
 use crate::core::req::{FinishReason, ReqId, SamplingParams, TokenEvent};
 use crate::text::text_stream::TextStream;
-use crate::text::tokenizer::Tokenizer;
+use crate::text::tokenizer::{StopStrings, Tokenizer};
 
 /// A request for the engine thread.
 #[derive(Debug)]
 pub struct Submission {
     pub prompt_ids: Vec<u32>,
     pub params: SamplingParams,
-    /// Stop strings, cut from the output.
-    pub stop: Vec<String>,
+    /// Stop strings, cut from the output (compiled once per request).
+    pub stop: StopStrings,
     pub skip_special_tokens: bool,
     /// `max_tokens` is the server's default (the client set none): shrink
     /// it to what the KV pool can hold instead of rejecting the request.

@@ -52,6 +52,9 @@ pub enum ApiError {
     Unauthorized,
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// The waiting queue is full (`--max-queued-requests`): retry later.
+    #[error("the server is overloaded: {in_flight} requests are queued or running; retry in {retry_after_secs} s")]
+    Overloaded { in_flight: usize, retry_after_secs: u64 },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -98,7 +101,7 @@ impl ApiError {
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::ShuttingDown | ApiError::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             _ => StatusCode::BAD_REQUEST,
         }
@@ -108,7 +111,7 @@ impl ApiError {
     pub fn kind(&self) -> &'static str {
         match self {
             ApiError::ModelNotFound { .. } | ApiError::RouteNotFound { .. } => "not_found_error",
-            ApiError::ShuttingDown | ApiError::Internal(_) => "server_error",
+            ApiError::ShuttingDown | ApiError::Overloaded { .. } | ApiError::Internal(_) => "server_error",
             _ => "invalid_request_error",
         }
     }
@@ -147,6 +150,7 @@ impl ApiError {
             ApiError::BadBody(_) => "invalid_body",
             ApiError::Unauthorized => "invalid_api_key",
             ApiError::ShuttingDown => "server_shutting_down",
+            ApiError::Overloaded { .. } => "server_overloaded",
             ApiError::Internal(_) => "internal_error",
         })
     }
@@ -202,6 +206,9 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status(), self.to_json()).into_response();
         response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        if let ApiError::Overloaded { retry_after_secs, .. } = &self {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_secs));
+        }
         response
     }
 }

@@ -24,6 +24,7 @@ use tokio::sync::mpsc::unbounded_channel;
 
 use super::engine_loop::{Event, EventReceiver, Finished, Submission, TokenLogprob};
 use super::error::ApiError;
+use super::limits::Slots;
 use super::request::{Sampling, StreamOptions};
 use super::request_log::RequestLog;
 use super::response::{
@@ -31,6 +32,7 @@ use super::response::{
     ChunkWriter, Completion, CompletionChoice, Usage,
 };
 use super::state::{json_response, unix_now, AppState};
+use crate::text::tokenizer::StopStrings;
 
 /// One prompt of a job, tokenized.
 pub struct JobPrompt {
@@ -65,6 +67,11 @@ struct Choice {
 /// stream.
 pub async fn generate(state: &Arc<AppState>, job: Job) -> Result<Response, ApiError> {
     let n = job.sampling.n.max(1);
+    // Every choice holds a queue slot until its response ends (the stream
+    // or the body owns them), or the request is refused with 503 now.
+    let slots = state.admission.admit(job.prompts.len() * n)?;
+    // One automaton for the request's stop strings, shared by its choices.
+    let stop = StopStrings::new(&job.sampling.stop).map_err(|e| ApiError::invalid_value("stop", e.to_string()))?;
     let mut choices = Vec::with_capacity(job.prompts.len() * n);
     for (p, prompt) in job.prompts.iter().enumerate() {
         for j in 0..n {
@@ -74,7 +81,7 @@ pub async fn generate(state: &Arc<AppState>, job: Job) -> Result<Response, ApiEr
             state.engine.submit(Submission {
                 prompt_ids: prompt.ids.clone(),
                 params,
-                stop: job.sampling.stop.clone(),
+                stop: stop.clone(),
                 skip_special_tokens: job.sampling.skip_special_tokens,
                 fit_max_tokens: job.sampling.max_tokens.is_none(),
                 arrival: job.arrival,
@@ -97,9 +104,11 @@ pub async fn generate(state: &Arc<AppState>, job: Job) -> Result<Response, ApiEr
     }
     let writer = ChunkWriter { id, created: unix_now(), model: state.model.name.clone(), chat: job.chat };
     if job.stream.stream {
-        Ok(stream_response(choices, &job, writer))
+        Ok(stream_response(choices, &job, writer, slots))
     } else {
-        full_response(choices, &job, &writer).await
+        let response = full_response(choices, &job, &writer).await;
+        drop(slots);
+        response
     }
 }
 
@@ -285,6 +294,8 @@ struct StreamState {
     usage: UsageSum,
     ready: VecDeque<String>,
     done: bool,
+    /// The request's queue slots, released with the stream.
+    _slots: Slots,
 }
 
 impl StreamState {
@@ -367,7 +378,7 @@ fn tagged(index: u32, rx: EventReceiver) -> BoxStream<'static, (u32, Option<Even
     .boxed()
 }
 
-fn stream_response(choices: Vec<Choice>, job: &Job, writer: ChunkWriter) -> Response {
+fn stream_response(choices: Vec<Choice>, job: &Job, writer: ChunkWriter, slots: Slots) -> Response {
     let mut ready = VecDeque::new();
     for c in &choices {
         if writer.chat {
@@ -399,6 +410,7 @@ fn stream_response(choices: Vec<Choice>, job: &Job, writer: ChunkWriter) -> Resp
         usage: UsageSum::new(job.prompts.len()),
         ready,
         done: false,
+        _slots: slots,
     };
     let stream = stream::unfold(state, |mut st| async move {
         loop {

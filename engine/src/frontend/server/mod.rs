@@ -15,6 +15,9 @@
 //! The log says what the server does: a line per finished request
 //! ([`request_log`], on the HTTP side) and, while busy, a periodic load
 //! line ([`stats_log`], a task reading [`metrics`]).
+//!   Prometheus text ([`metrics`]).
+//!   What one client may cost (connections, header timeout, body size,
+//!   preparation work, queue slots) is [`limits`]; `--api-key` is [`auth`].
 //!
 //! A client that disconnects drops its handler's event receiver (with the
 //! response future or the SSE body), and the engine thread aborts the
@@ -29,12 +32,14 @@
 //! and the OpenAI JSON types in the engine crate (its text handling is
 //! `crate::text`, which the shell shares).
 
+pub mod auth;
 pub mod chat_page;
 pub mod detokenize;
 pub mod engine_loop;
 pub mod error;
 pub mod fields;
 pub mod generation;
+pub mod limits;
 pub mod metrics;
 pub mod request;
 pub mod request_log;
@@ -43,7 +48,7 @@ pub mod routes;
 pub mod state;
 pub mod stats_log;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -54,6 +59,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 pub use error::ApiError;
+pub use limits::ServerLimits;
 pub use request::SamplingDefaults;
 
 use crate::core::engine::{Engine, ModelRunner};
@@ -94,12 +100,16 @@ pub struct ServerConfig {
     /// How long requests in flight may run after a shutdown signal before
     /// they are aborted.
     pub shutdown_timeout: Duration,
-    /// When set, `/v1/*` requests must send `Authorization: Bearer <key>`
-    /// (as vLLM's `--api-key`; `/health`, `/metrics` and the tokenizer routes
-    /// stay open).
+    /// When set, every request but `/health` must send
+    /// `Authorization: Bearer <key>` (vLLM's `--api-key`, extended to the
+    /// tokenizer and cache routes).
     pub api_key: Option<String>,
     /// How often the load line is logged while busy (`None`: never).
     pub stats_interval: Option<Duration>,
+    /// With an API key, `/metrics` stays open (for scrapers).
+    pub public_metrics: bool,
+    /// Connections, bodies, preparation work and the queue.
+    pub limits: ServerLimits,
 }
 
 /// Sampling defaults for a model folder: OpenAI's, with the sampling fields
@@ -274,8 +284,11 @@ where
     }
     let (engine, engine_thread) =
         engine_loop::spawn(engine, tokenizer.clone(), metrics.clone()).map_err(ServerError::Thread)?;
+    let max_prompt_bytes = limits::max_prompt_bytes(engine.info().max_context_len);
     let state = Arc::new(AppState {
-        api_key: config.api_key,
+        api_key: config.api_key.as_deref().map(|key| auth::ApiKey::new(key, config.public_metrics)),
+        admission: limits::Admission::new(&config.limits),
+        limits: config.limits.clone(),
         engine: engine.clone(),
         model: ServedModel {
             name: config.model_name,
@@ -285,6 +298,7 @@ where
             special_tokens: chat.special_tokens,
             defaults: config.defaults,
             created: state::unix_now(),
+            max_prompt_bytes,
         },
         metrics,
     });
@@ -322,7 +336,8 @@ async fn serve_http(
     listener.set_nonblocking(true).map_err(ServerError::Listen)?;
     let listener = tokio::net::TcpListener::from_std(listener).map_err(ServerError::Listen)?;
     let engine = state.engine.clone();
-    let app = routes::router(state);
+    let limits = state.limits.clone();
+    let app = limits::layer(routes::router(state), &limits);
     let (draining_tx, mut draining_rx) = tokio::sync::watch::channel(false);
 
     let watched = engine.clone();
@@ -350,7 +365,7 @@ async fn serve_http(
             engine.abort_all();
         });
     };
-    let server = axum::serve(listener, app).with_graceful_shutdown(graceful).into_future();
+    let server = limits::serve(listener, app, graceful, &limits);
     // After the drain and the abort, connections close within moments; a
     // client that stopped reading must not keep the process alive.
     let deadline = async move {

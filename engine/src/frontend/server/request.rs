@@ -10,6 +10,8 @@
 //! implement are accepted only at their neutral value (`echo: false`,
 //! `best_of: 1`, `suffix: ""`, no `tools`, ...) and refused otherwise.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value as Json};
 
 use super::error::ApiError;
@@ -124,7 +126,7 @@ pub struct Sampling {
     /// The length limit and the name of the field that set it.
     pub max_tokens: Option<(usize, &'static str)>,
     pub stop: Vec<String>,
-    pub stop_token_ids: Vec<u32>,
+    pub stop_token_ids: Arc<[u32]>,
     pub ignore_eos: bool,
     pub skip_special_tokens: bool,
     pub frequency_penalty: Option<f32>,
@@ -535,10 +537,21 @@ fn token_ids(v: &Json, param: &str) -> Result<Vec<u32>, ApiError> {
         .collect()
 }
 
-/// The sampling fields shared by chat and completions. `chat` also accepts
-/// `max_completion_tokens` (which wins over `max_tokens`, as in vLLM).
 /// The most choices one request may ask for (`n`).
 pub const MAX_N: usize = 128;
+
+/// The most stop strings one request may send. Matching costs the same per
+/// byte of output whatever their number (one automaton per request), so
+/// this bounds the automaton's memory, with [`MAX_STOP_STRING_BYTES`].
+pub const MAX_STOP_STRINGS: usize = 64;
+
+/// The longest stop string, in bytes: output is held back while it may be
+/// the start of one, so this also bounds the streaming delay.
+pub const MAX_STOP_STRING_BYTES: usize = 1024;
+
+/// The most `stop_token_ids` one request may send (each generated token is
+/// checked against the list).
+pub const MAX_STOP_TOKEN_IDS: usize = 1024;
 
 /// `top_logprobs` (chat) or `logprobs` (completions): 0 to 20 alternatives.
 fn check_top_logprobs(field: &str, n: i128) -> Result<(), ApiError> {
@@ -549,6 +562,8 @@ fn check_top_logprobs(field: &str, n: i128) -> Result<(), ApiError> {
     }
 }
 
+/// The sampling fields shared by chat and completions. `chat` also accepts
+/// `max_completion_tokens` (which wins over `max_tokens`, as in vLLM).
 fn parse_sampling(f: &mut Fields, chat: bool) -> Result<Sampling, ApiError> {
     let mut s = Sampling { skip_special_tokens: true, ..Sampling::default() };
     if let Some(t) = f.f64("temperature")? {
@@ -599,6 +614,12 @@ fn parse_sampling(f: &mut Fields, chat: bool) -> Result<Sampling, ApiError> {
     if let Some(stop) = f.take("stop") {
         s.stop = match stop {
             Json::String(x) => vec![x],
+            Json::Array(items) if items.len() > MAX_STOP_STRINGS => {
+                return Err(ApiError::invalid_value(
+                    "stop",
+                    format!("at most {MAX_STOP_STRINGS} stop strings, got {}", items.len()),
+                ))
+            }
             Json::Array(items) => items
                 .into_iter()
                 .enumerate()
@@ -612,9 +633,21 @@ fn parse_sampling(f: &mut Fields, chat: bool) -> Result<Sampling, ApiError> {
         if let Some(i) = s.stop.iter().position(String::is_empty) {
             return Err(ApiError::invalid_value(format!("stop.{i}"), "must not be empty"));
         }
+        if let Some((i, x)) = s.stop.iter().enumerate().find(|(_, x)| x.len() > MAX_STOP_STRING_BYTES) {
+            return Err(ApiError::invalid_value(
+                format!("stop.{i}"),
+                format!("at most {MAX_STOP_STRING_BYTES} bytes, got {}", x.len()),
+            ));
+        }
     }
     if let Some(ids) = f.take("stop_token_ids") {
-        s.stop_token_ids = token_ids(&ids, "stop_token_ids")?;
+        if let Some(n) = ids.as_array().map(Vec::len).filter(|&n| n > MAX_STOP_TOKEN_IDS) {
+            return Err(ApiError::invalid_value(
+                "stop_token_ids",
+                format!("at most {MAX_STOP_TOKEN_IDS} token ids, got {n}"),
+            ));
+        }
+        s.stop_token_ids = token_ids(&ids, "stop_token_ids")?.into();
     }
     s.ignore_eos = f.bool("ignore_eos")?.unwrap_or(false);
     s.skip_special_tokens = f.bool("skip_special_tokens")?.unwrap_or(true);

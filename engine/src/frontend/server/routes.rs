@@ -8,13 +8,16 @@
 //! | `POST /tokenize`, `POST /detokenize` | vLLM's tokenizer endpoints |
 //! | `GET /health` | 200 while the engine runs |
 //! | `GET /metrics` | Prometheus text format |
-//! | `GET/POST /flush_cache` | drop unused prefix-cache pages (SGLang) |
+//! | `POST /flush_cache` | drop unused prefix-cache pages (SGLang) |
 //! | `GET /version` | the server version |
 //! | `GET /` | the chat page ([`super::chat_page`]) |
 //!
 //! Template rendering and tokenization run on tokio's blocking pool: they
 //! are CPU work proportional to the prompt and must not stall the threads
-//! that serve streams.
+//! that serve streams. They take a permit of [`Admission::prepare`] first,
+//! and a prompt longer than [`ServedModel::max_prompt_bytes`] is refused
+//! before tokenizing. With `--api-key`, every route but `/health` needs the
+//! key ([`auth`](super::auth)).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -34,57 +37,37 @@ use super::generation::{generate, Job, JobPrompt};
 use super::request::{self, ChatRender, Prompt, TokenizeInput};
 use super::response::{to_json, DetokenizeResponse, ModelCard, ModelList, TokenizeResponse};
 use super::state::{json_response, AppState, ServedModel};
+use super::{auth, limits};
 use crate::text::chat_template::RenderOptions;
-
-/// Largest request body accepted (a long prompt as JSON fits easily).
-pub const MAX_BODY_BYTES: usize = 64 << 20;
 
 /// `max_tokens` of a completion request that sets none (OpenAI's default).
 const COMPLETION_DEFAULT_MAX_TOKENS: usize = 16;
 
 pub fn router(state: Arc<AppState>) -> Router {
-    let v1 = Router::new()
+    let max_body_bytes = state.limits.max_body_bytes;
+    Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(list_models))
         // A wildcard: served names often contain a slash (`Qwen/Qwen3-8B`).
         .route("/v1/models/{*model}", get(get_model))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_api_key));
-    Router::new()
-        .merge(v1)
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/health", get(health))
         .route("/metrics", get(metrics))
-        .route("/flush_cache", get(flush_cache).post(flush_cache))
+        // It changes state, so not on GET (a link or a prefetch must not flush).
+        .route("/flush_cache", post(flush_cache))
         .route("/version", get(version))
         .route("/", get(super::chat_page::chat_page))
         .fallback(not_found)
         .layer(middleware::from_fn(json_method_not_allowed))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(state.clone(), require_api_key))
+        .layer(DefaultBodyLimit::max(max_body_bytes))
         .with_state(state)
 }
 
-/// Refuses a `/v1/*` request without the server's API key (when it has one).
 async fn require_api_key(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
-    if let Some(key) = &state.api_key {
-        let sent = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        if !sent.is_some_and(|s| constant_time_eq(s.as_bytes(), key.as_bytes())) {
-            return ApiError::Unauthorized.into_response();
-        }
-    }
-    next.run(request).await
-}
-
-/// Compares secrets without stopping at the first difference, so response
-/// times do not reveal how much of a guess was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    auth::require_api_key(state.api_key.as_ref(), request, next).await
 }
 
 async fn not_found(method: Method, uri: Uri) -> ApiError {
@@ -108,10 +91,10 @@ async fn json_method_not_allowed(request: Request, next: Next) -> Response {
     json
 }
 
-fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+fn body_bytes(state: &AppState, body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::BodyTooLarge(format!("the limit is {MAX_BODY_BYTES} bytes"))
+            ApiError::BodyTooLarge(format!("the limit is {} bytes", state.limits.max_body_bytes))
         } else {
             ApiError::BadBody(rejection.body_text())
         }
@@ -157,7 +140,22 @@ impl ServedModel {
         }
     }
 
+    /// Tokenizes a prompt, refusing first one that could never fit the
+    /// context (tokenizing it would be the expensive part).
     fn encode(&self, text: &str, add_special_tokens: bool, param: &str) -> Result<Vec<u32>, ApiError> {
+        if text.len() > self.max_prompt_bytes {
+            return Err(ApiError::invalid_value(
+                param,
+                format!(
+                    "is {} bytes long; this server tokenizes at most {} bytes of prompt text \
+                     ({} per token of its {}-token context)",
+                    text.len(),
+                    self.max_prompt_bytes,
+                    limits::PROMPT_BYTES_PER_TOKEN,
+                    self.max_prompt_bytes / limits::PROMPT_BYTES_PER_TOKEN
+                ),
+            ));
+        }
         self.tokenizer.encode(text, add_special_tokens).map_err(|e| ApiError::invalid_value(param, e.to_string()))
     }
 }
@@ -183,20 +181,29 @@ fn continue_final_message(rendered: String, messages: &[Json]) -> Result<String,
     Ok(rendered)
 }
 
-/// Runs CPU work (rendering, tokenizing) off the async threads. A panic in
-/// it becomes a 500 for this request.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| ApiError::Internal(format!("request preparation failed: {e}")))?
+/// Runs CPU work (rendering, tokenizing) off the async threads, once a
+/// preparation permit is free. A panic in it becomes a 500 for this request.
+async fn blocking<T: Send + 'static>(
+    state: &AppState,
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let permit = state.admission.prepare().await?;
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        f()
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("request preparation failed: {e}")))?
 }
 
 async fn chat_completions(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
     let arrival = Instant::now();
     let result = async {
-        let body = body_bytes(body)?;
+        let body = body_bytes(&state, body)?;
         let req = request::parse_chat(&body)?;
         state.check_model(req.model.as_deref())?;
         let st = state.clone();
-        let (prompt_ids, req) = blocking(move || {
+        let (prompt_ids, req) = blocking(&state, move || {
             let text = st.model.render_chat(&req.messages, &req.render)?;
             let ids = st.model.encode(&text, req.add_special_tokens, "messages")?;
             Ok((ids, req))
@@ -224,7 +231,7 @@ async fn chat_completions(State(state): State<Arc<AppState>>, body: Result<Bytes
 async fn completions(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
     let arrival = Instant::now();
     let result = async {
-        let body = body_bytes(body)?;
+        let body = body_bytes(&state, body)?;
         let req = request::parse_completion(&body)?;
         state.check_model(req.model.as_deref())?;
         let default_max_tokens = state
@@ -233,7 +240,7 @@ async fn completions(State(state): State<Arc<AppState>>, body: Result<Bytes, Byt
             .max_new_tokens
             .map_or(COMPLETION_DEFAULT_MAX_TOKENS, |cap| cap.min(COMPLETION_DEFAULT_MAX_TOKENS));
         let st = state.clone();
-        let (prompts, req) = blocking(move || {
+        let (prompts, req) = blocking(&state, move || {
             let prompts = req
                 .prompts
                 .iter()
@@ -294,11 +301,11 @@ async fn get_model(State(state): State<Arc<AppState>>, Path(model): Path<String>
 
 async fn tokenize(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
     let result = async {
-        let body = body_bytes(body)?;
+        let body = body_bytes(&state, body)?;
         let req = request::parse_tokenize(&body)?;
         state.check_model(req.model.as_deref())?;
         let st = state.clone();
-        blocking(move || {
+        blocking(&state, move || {
             let (prompt, tokens) = match &req.input {
                 TokenizeInput::Prompt(Prompt::Text(text)) => {
                     (text.clone(), st.model.encode(text, req.add_special_tokens, "prompt")?)
@@ -339,7 +346,7 @@ async fn tokenize(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesR
 
 async fn detokenize(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
     let result = async {
-        let body = body_bytes(body)?;
+        let body = body_bytes(&state, body)?;
         let req = request::parse_detokenize(&body)?;
         state.check_model(req.model.as_deref())?;
         let vocab = state.model.tokenizer.vocab_size();
@@ -350,7 +357,7 @@ async fn detokenize(State(state): State<Arc<AppState>>, body: Result<Bytes, Byte
             ));
         }
         let st = state.clone();
-        blocking(move || {
+        blocking(&state, move || {
             st.model
                 .tokenizer
                 .decode(&req.tokens, false)

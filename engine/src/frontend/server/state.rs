@@ -10,7 +10,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+use super::auth::ApiKey;
 use super::engine_loop::EngineHandle;
+use super::limits::{Admission, ServerLimits};
 use super::metrics::Metrics;
 use super::request::SamplingDefaults;
 use crate::text::chat_template::{ChatTemplate, SpecialTokens};
@@ -29,15 +31,19 @@ pub struct ServedModel {
     pub defaults: SamplingDefaults,
     /// Unix time the server started (the model card's `created`).
     pub created: u64,
+    /// Longest prompt text tokenized ([`super::limits::max_prompt_bytes`]).
+    pub max_prompt_bytes: usize,
 }
 
 /// Everything the handlers share.
 pub struct AppState {
-    /// The key `/v1/*` requests must present, if any.
-    pub api_key: Option<String>,
+    /// The key requests must present, if any.
+    pub api_key: Option<ApiKey>,
     pub engine: EngineHandle,
     pub model: ServedModel,
     pub metrics: Arc<Metrics>,
+    pub limits: ServerLimits,
+    pub admission: Admission,
 }
 
 /// Seconds since the Unix epoch (the `created` field of responses).

@@ -24,7 +24,7 @@ use serde_json::Value as Json;
 use tokenizers::processors::template::TemplateProcessing;
 
 pub use crate::text::chat_template::SpecialTokens;
-pub use stop::{StopMatch, StopMatcher, StopOutcome};
+pub use stop::{StopMatch, StopMatcher, StopOutcome, StopStrings, StopStringsError};
 
 /// Why a tokenizer could not be loaded, or could not encode or decode.
 #[derive(Debug, thiserror::Error)]
@@ -249,6 +249,7 @@ mod tests {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<Tokenizer>();
         assert_send_sync::<StopMatcher>();
+        assert_send_sync::<StopStrings>();
     }
 
     #[test]

@@ -58,9 +58,23 @@ impl DecodeStream {
             return Ok(piece);
         }
         if self.ids.len() - self.prefix_len > MAX_HELD_TOKENS {
+            if text == self.prefix_text {
+                // The held tokens add no text at all (special tokens that are
+                // skipped): drop them, so a model that emits them forever
+                // does not grow the window (and each decode) without bound.
+                // The prefix stays, so the next token keeps its context.
+                self.ids.truncate(self.prefix_len);
+                return Ok(String::new());
+            }
             return self.emit_settled(tokenizer, &text);
         }
         Ok(String::new())
+    }
+
+    /// Tokens in the window (emitted prefix plus held back), for tests of
+    /// its bound.
+    pub fn window_len(&self) -> usize {
+        self.ids.len()
     }
 
     /// Whether `text` (the window's text) extends the emitted prefix.
