@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use kernel_runtime::cuda::Graph;
+use kernel_runtime::cuda::graph::Graph;
 use kernel_runtime::ops::{self, SampleRow};
 use kernel_runtime::{Device, Tensor};
 use models::{CausalLm, DecodeGraphInputs, ForwardBatch, KvCache, LogitRows, SeqStep};

@@ -12,7 +12,7 @@
 //! module imports neither.
 
 pub mod alloc;
-mod graph;
+pub mod graph;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -22,7 +22,6 @@ use cudarc::driver::{result, sys, CudaContext, CudaStream};
 use crate::error::{Error, Result};
 
 pub use alloc::AllocStats;
-pub use graph::Graph;
 
 /// One CUDA device with its compute stream and allocator.
 pub struct CudaDevice {

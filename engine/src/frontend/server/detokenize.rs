@@ -22,8 +22,8 @@ use std::time::Instant;
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use super::engine_loop::{Event, Finished, TokenLogprob};
 use super::error::ApiError;
+use super::events::{Event, Finished, TokenLogprob};
 use super::metrics::Metrics;
 use crate::core::req::{FinishReason, ReqId, TokenEvent};
 use crate::text::text_stream::TextStream;

@@ -37,6 +37,7 @@ pub mod chat_page;
 pub mod detokenize;
 pub mod engine_loop;
 pub mod error;
+pub mod events;
 pub mod fields;
 pub mod generation;
 pub mod limits;
