@@ -73,7 +73,7 @@ fn prefill(runner: &CausalLmRunner, lens: &[usize], extra: usize, r: &mut StdRng
         pages.push((first..first + n).collect::<Vec<u32>>());
         first += n;
     }
-    assert!(first as usize <= runner.kv_cache().num_pages() - 1, "the test's KV pool is too small");
+    assert!((first as usize) < runner.kv_cache().num_pages(), "the test's KV pool is too small");
     let prompts: Vec<Vec<u32>> = lens.iter().map(|&l| (0..l).map(|_| r.gen_range(0..vocab)).collect()).collect();
     let seqs: Vec<SeqStep<'_>> =
         prompts.iter().zip(&pages).map(|(p, pg)| SeqStep { new_tokens: p, cached_len: 0, pages: pg }).collect();

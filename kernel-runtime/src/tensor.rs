@@ -210,7 +210,7 @@ impl Tensor {
             [r, w] => (r, w),
             _ => (1, 1),
         };
-        let rows = if cols == 0 { 0 } else { data.len() / cols };
+        let rows = data.len().checked_div(cols).unwrap_or(0);
         if cols > width || rows > num_rows || rows * cols != data.len() {
             return Err(Error::arg(
                 OP,

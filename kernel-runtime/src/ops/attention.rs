@@ -142,6 +142,6 @@ pub fn decode_graph_splits(
 /// the decode kernel).
 pub fn decode_kernel_fits(dtype: DType, num_q_heads: usize, num_kv_heads: usize, head_dim: usize) -> bool {
     num_kv_heads > 0
-        && num_q_heads % num_kv_heads == 0
+        && num_q_heads.is_multiple_of(num_kv_heads)
         && crate::gpu::decode_kernel_fits(dtype, num_q_heads / num_kv_heads, head_dim)
 }
