@@ -46,6 +46,13 @@ struct DecodeGraphs {
     graphs: BTreeMap<usize, BucketGraph>,
 }
 
+/// The smallest bucket of `graphs` that holds a step of `rows` rows, with its
+/// graph (a function of the map alone, so that `DecodeGraphs::inputs` stays
+/// borrowable beside it).
+fn bucket_mut(graphs: &mut BTreeMap<usize, BucketGraph>, rows: usize) -> Option<(usize, &mut BucketGraph)> {
+    graphs.range_mut(rows.max(1)..).next().map(|(&bucket, graph)| (bucket, graph))
+}
+
 #[derive(Debug)]
 struct BucketGraph {
     graph: Graph,
@@ -208,15 +215,13 @@ impl CausalLmRunner {
     /// the graphs' shared buffer, valid until the next step), or `None` when the
     /// step is not one a graph holds.
     fn graph_logits(&mut self, batch: &PreparedBatch) -> Result<Option<Tensor>, RunnerError> {
+        let b = batch.num_rows();
         let Some(g) = self.graphs.as_mut() else {
             return Ok(None);
         };
-        let b = batch.num_rows();
         let every_row_samples = batch.logits_rows().iter().enumerate().all(|(i, &r)| r as usize == i);
-        if batch.q_lens().iter().any(|&q| q != 1) || batch.logits_rows().len() != b || !every_row_samples {
-            return Ok(None);
-        }
-        if !g.graphs.range(b..).any(|_| true) {
+        let decode = batch.q_lens().iter().all(|&q| q == 1) && batch.logits_rows().len() == b && every_row_samples;
+        if !decode || bucket_mut(&mut g.graphs, b).is_none() {
             return Ok(None);
         }
         self.replay_decode(&Self::seq_steps(batch))
@@ -230,7 +235,7 @@ impl CausalLmRunner {
         let Some(g) = self.graphs.as_mut() else {
             return Ok(None);
         };
-        let Some((&bucket, bucket_graph)) = g.graphs.range_mut(seqs.len().max(1)..).next() else {
+        let Some((bucket, bucket_graph)) = bucket_mut(&mut g.graphs, seqs.len()) else {
             return Ok(None);
         };
         let step = g.inputs.write(seqs, bucket, bucket_graph.splits)?;
@@ -244,7 +249,7 @@ impl CausalLmRunner {
     /// wrote (timing the graph alone; the logits land in the shared buffer).
     pub fn replay_again(&mut self, rows: usize) -> Result<(), RunnerError> {
         let g = self.graphs.as_mut().ok_or("no CUDA graphs were captured")?;
-        let (_, bucket_graph) = g.graphs.range_mut(rows.max(1)..).next().ok_or("no bucket holds the step")?;
+        let (_, bucket_graph) = bucket_mut(&mut g.graphs, rows).ok_or("no bucket holds the step")?;
         Ok(bucket_graph.graph.replay()?)
     }
 
@@ -254,8 +259,7 @@ impl CausalLmRunner {
     /// every bucket row, on the host. For tests.
     pub fn compare_graph_replay(&mut self, seqs: &[SeqStep<'_>]) -> Result<(Vec<f32>, Vec<f32>), RunnerError> {
         let g = self.graphs.as_mut().ok_or("no CUDA graphs were captured")?;
-        let (&bucket, bucket_graph) =
-            g.graphs.range_mut(seqs.len().max(1)..).next().ok_or("no bucket holds the step")?;
+        let (bucket, bucket_graph) = bucket_mut(&mut g.graphs, seqs.len()).ok_or("no bucket holds the step")?;
         // The eager run stores the same K/V the replay stores again: both read
         // what the step itself wrote.
         let step = g.inputs.write(seqs, bucket, bucket_graph.splits)?;
