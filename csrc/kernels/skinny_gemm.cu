@@ -23,36 +23,64 @@
  * 2t + 8, 2t + 9 physical 8t + 2, 8t + 3 in both operands, a permutation of k
  * that A and B share, so no shuffle or shared-memory staging is needed.
  *
- * Decomposition: a block of 8 warps owns 16 * M_TILES rows of w and all of K;
- * warp i reduces the i-th eighth of the k-steps (a contiguous range) for all its
- * rows, kUnroll / M_TILES k-steps of loads in flight at a time; the eight f32
- * partial tiles are summed through shared memory, the bias added and the result
- * rounded once. Rows of w past n and rows of x past m read as zeros.
+ * Decomposition: a block of 8 warps owns 16 * M_TILES rows of w and a range of
+ * K: all of it, or its 1/C share when the launcher groups C blocks (C = the K
+ * split) into a thread-block cluster, which it does when the tiles alone would
+ * leave SMs idle or a wave half empty (o_proj and down of small models: 64
+ * tiles on 132 SMs). Warp i reduces the i-th eighth of the block's k-steps (a
+ * contiguous range), loading the next kSkinnyUnroll / M_TILES k-steps while it
+ * multiplies the current ones (two register stages, so a warp never waits with
+ * nothing in flight); the eight f32 partial tiles are summed through shared
+ * memory, then rank 0 of the cluster adds the other blocks' sums, read from
+ * their shared memory in rank order (deterministic), adds the bias and rounds
+ * once. Rows of w past n and rows of x past m read as zeros.
+ *
+ * Gated (SiLU-and-mul fused into the down projection): each 16-byte x vector is
+ * silu(gate) * up of the two halves of a fused gate/up row, computed in f32 and
+ * rounded to the storage type as silu_mul does, so the product equals
+ * down(silu_mul(gate_up)) bit for bit while saving a launch and a round trip.
  */
 #include "minisgl/mma.cuh"
+#include "minisgl/device.cuh"
 
 namespace msgl {
 
 constexpr int kSkinnyWarps = 8;
 constexpr int kSkinnyThreads = kSkinnyWarps * kWarpSize;
-/* k-steps of 16 weight rows loaded before the first mma, per warp: 8 16-byte
- * loads per lane, 4 KiB per warp, 64 KiB per SM at two blocks an SM. */
-constexpr int kSkinnyUnroll = 4;
+/* k-steps of 16 weight rows per register stage, per warp (halved for M_TILES 2):
+ * 4 16-byte loads per lane, two stages in flight. Two stages of 4 k-steps would
+ * hold twice the loads but need more than the 128 registers that two blocks an
+ * SM leave a thread (ptxas spilled). */
+constexpr int kSkinnyUnroll = 2;
 
 /* A 16-byte load of streamed data: read-only path, not kept in L1 (so that x,
  * which every block re-reads, stays there). */
 __device__ __forceinline__ uint4 load_stream16(const void* p) {
   uint4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(p));
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
   return r;
 }
 
 __device__ __forceinline__ uint4 load_cached16(const void* p) {
   uint4 r;
-  asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
   return r;
+}
+
+/* 16 bytes of the row x multiplies: x itself, or silu(gate) * up of a fused
+ * gate/up row (`up_offset` bytes after the gate). */
+template <int DTYPE>
+__device__ __forceinline__ uint4 load_x16(const char* p, bool gated, long long up_offset) {
+  const uint4 raw = load_cached16(p);
+  if (!gated) return raw;
+  Vec16<DTYPE> g, u;
+  g.from_raw(raw);
+  u.from_raw(load_cached16(p + up_offset));
+#pragma unroll
+  for (int e = 0; e < Vec16<DTYPE>::kElems; ++e) g.v[e] = silu_f32(g.v[e]) * u.v[e];
+  return g.to_raw();
 }
 
 /* Two mmas of one k-step of 32: acc += w rows (lo = g, hi = g + 8) . x row. */
@@ -64,6 +92,12 @@ __device__ __forceinline__ void skinny_step(float (&acc)[4], const uint4& lo, co
   mma16816<DTYPE>(acc, a1, x.z, x.w);
 }
 
+/* One register stage: U k-steps of this lane's w rows and x rows. */
+template <int U, int M_TILES, int N_TILES> struct SkinnyStage {
+  uint4 w[U][M_TILES][2];
+  uint4 x[U][N_TILES];
+};
+
 template <int DTYPE, int N_TILES, int M_TILES>
 __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& p) {
   using T = typename DType<DTYPE>::Storage;
@@ -74,11 +108,18 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   const int g = lane / 4, t = lane % 4;
-  const long long n0 = static_cast<long long>(blockIdx.x) * 16 * M_TILES;
+  const unsigned splits = cluster_size();
+  const unsigned rank = cluster_rank();
+  const long long n0 = static_cast<long long>(blockIdx.x / splits) * 16 * M_TILES;
+  /* This block's k-steps, then this warp's eighth of them. */
   const long long steps = p.k / 32;
-  const long long s_begin = steps * warp / kSkinnyWarps;
-  const long long s_end = steps * (warp + 1) / kSkinnyWarps;
+  const long long b_begin = steps * rank / splits;
+  const long long b_steps = steps * (rank + 1) / splits - b_begin;
+  const long long s_begin = b_begin + b_steps * warp / kSkinnyWarps;
+  const long long s_end = b_begin + b_steps * (warp + 1) / kSkinnyWarps;
   const uint4 zero = make_uint4(0, 0, 0, 0);
+  const bool gated = p.gated != 0;
+  const long long up_offset = p.k * 2;
 
   /* This lane's rows: byte pointers to element 8t of k-step 0. */
   const char* w_row[M_TILES][2];
@@ -108,42 +149,47 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
 
-  long long s = s_begin;
-  for (; s + U <= s_end; s += U) {
-    uint4 wv[U][M_TILES][2], xv[U][N_TILES];
+  /* Loads k-steps [s, s + U) (zeros past s_end) into a stage. */
+  auto load_stage = [&](SkinnyStage<U, M_TILES, N_TILES>& st, long long s) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
+      const bool in = s + u < s_end;
       const long long off = (s + u) * 64;
 #pragma unroll
       for (int i = 0; i < M_TILES; ++i)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) wv[u][i][h] = w_ok[i][h] ? load_stream16(w_row[i][h] + off) : zero;
+        for (int h = 0; h < 2; ++h) st.w[u][i][h] = in && w_ok[i][h] ? load_stream16(w_row[i][h] + off) : zero;
 #pragma unroll
-      for (int j = 0; j < N_TILES; ++j) xv[u][j] = x_ok[j] ? load_cached16(x_row[j] + off) : zero;
+      for (int j = 0; j < N_TILES; ++j)
+        st.x[u][j] = in && x_ok[j] ? load_x16<DTYPE>(x_row[j] + off, gated, up_offset) : zero;
     }
+  };
+  auto multiply_stage = [&](const SkinnyStage<U, M_TILES, N_TILES>& st) {
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int i = 0; i < M_TILES; ++i)
 #pragma unroll
-        for (int j = 0; j < N_TILES; ++j) skinny_step<DTYPE>(acc[i][j], wv[u][i][0], wv[u][i][1], xv[u][j]);
-  }
-  for (; s < s_end; ++s) {
-    const long long off = s * 64;
-    uint4 wv[M_TILES][2], xv[N_TILES];
-#pragma unroll
-    for (int i = 0; i < M_TILES; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) wv[i][h] = w_ok[i][h] ? load_stream16(w_row[i][h] + off) : zero;
-#pragma unroll
-    for (int j = 0; j < N_TILES; ++j) xv[j] = x_ok[j] ? load_cached16(x_row[j] + off) : zero;
-#pragma unroll
-    for (int i = 0; i < M_TILES; ++i)
-#pragma unroll
-      for (int j = 0; j < N_TILES; ++j) skinny_step<DTYPE>(acc[i][j], wv[i][0], wv[i][1], xv[j]);
+        for (int j = 0; j < N_TILES; ++j) skinny_step<DTYPE>(acc[i][j], st.w[u][i][0], st.w[u][i][1], st.x[u][j]);
+  };
+
+  /* Two stages in turn: stage b is loaded while stage a is multiplied. */
+  SkinnyStage<U, M_TILES, N_TILES> a, b;
+  long long s = s_begin;
+  if (s < s_end) load_stage(a, s);
+  while (s < s_end) {
+    if (s + U < s_end) load_stage(b, s + U);
+    multiply_stage(a);
+    s += U;
+    if (s >= s_end) break;
+    if (s + U < s_end) load_stage(a, s + U);
+    multiply_stage(b);
+    s += U;
   }
 
-  /* Sum the warps' partial tiles: value ((i * N_TILES + j) * 4 + c) * 32 + lane. */
+  /* Sum the warps' partial tiles: value ((i * N_TILES + j) * 4 + c) * 32 + lane;
+   * each thread owns the values e = threadIdx.x (mod 256) and leaves their sum in
+   * partial[0][e]. */
 #pragma unroll
   for (int i = 0; i < M_TILES; ++i)
 #pragma unroll
@@ -151,33 +197,42 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
 #pragma unroll
       for (int c = 0; c < 4; ++c) partial[warp][((i * N_TILES + j) * 4 + c) * kWarpSize + lane] = acc[i][j][c];
   __syncthreads();
-  const T* bias = static_cast<const T*>(p.bias);
-  T* out = static_cast<T*>(p.out);
   for (int e = threadIdx.x; e < kTileValues; e += kSkinnyThreads) {
     float sum = 0.f;
 #pragma unroll
     for (int w = 0; w < kSkinnyWarps; ++w) sum += partial[w][e];
-    /* Accumulator c of lane (g', t') of tile (i, j): w row 16 i + g' + 8 (c / 2),
-     * x row 8 j + 2 t' + c % 2. */
-    const int l = e % kWarpSize;
-    const int c = (e / kWarpSize) % 4;
-    const int ij = e / (4 * kWarpSize);
-    const int i = ij / N_TILES, j = ij % N_TILES;
-    const long long n = n0 + 16 * i + l / 4 + 8 * (c / 2);
-    const long long m = 8 * j + 2 * (l % 4) + c % 2;
-    if (n < p.n && m < p.m) {
-      if (bias != nullptr) sum += DType<DTYPE>::to_f32(bias[n]);
-      out[m * p.n + n] = DType<DTYPE>::from_f32(sum);
+    partial[0][e] = sum;
+  }
+  if (splits > 1) cluster_sync(); /* every block's sums written and visible */
+  if (rank == 0) {
+    const T* bias = static_cast<const T*>(p.bias);
+    T* out = static_cast<T*>(p.out);
+    for (int e = threadIdx.x; e < kTileValues; e += kSkinnyThreads) {
+      float sum = partial[0][e];
+      for (unsigned r = 1; r < splits; ++r) sum += load_cluster_f32(&partial[0][e], r);
+      /* Accumulator c of lane (g', t') of tile (i, j): w row 16 i + g' + 8 (c / 2),
+       * x row 8 j + 2 t' + c % 2. */
+      const int l = e % kWarpSize;
+      const int c = (e / kWarpSize) % 4;
+      const int ij = e / (4 * kWarpSize);
+      const int i = ij / N_TILES, j = ij % N_TILES;
+      const long long n = n0 + 16 * i + l / 4 + 8 * (c / 2);
+      const long long m = 8 * j + 2 * (l % 4) + c % 2;
+      if (n < p.n && m < p.m) {
+        if (bias != nullptr) sum += DType<DTYPE>::to_f32(bias[n]);
+        out[m * p.n + n] = DType<DTYPE>::from_f32(sum);
+      }
     }
   }
+  if (splits > 1) cluster_sync(); /* rank 0 has read the others' shared memory */
 }
 
 }  // namespace msgl
 
 #if defined(MSGL_JIT_INSTANCE)
 /* One instance, compiled by NVRTC or into an AOT cubin; launched from Rust with
- * block = 256 and grid = ceil(n / (16 * M_TILES)). */
-extern "C" __global__ void __launch_bounds__(256) msgl_skinny_gemm_kernel(const msgl_skinny_gemm_params p) {
+ * block = 256 and grid = ceil(n / (16 * M_TILES)), without clusters (no K split). */
+extern "C" __global__ void __launch_bounds__(256, 2) msgl_skinny_gemm_kernel(const msgl_skinny_gemm_params p) {
   msgl::skinny_gemm_impl<MSGL_DTYPE, MSGL_N_TILES, MSGL_M_TILES>(p);
 }
 #endif
@@ -188,14 +243,15 @@ extern "C" __global__ void __launch_bounds__(256) msgl_skinny_gemm_kernel(const 
 
 namespace msgl {
 template <int DTYPE, int N_TILES, int M_TILES>
-__global__ void __launch_bounds__(256) skinny_gemm_kernel(const msgl_skinny_gemm_params p) {
+__global__ void __launch_bounds__(256, 2) skinny_gemm_kernel(const msgl_skinny_gemm_params p) {
   grid_prologue();
   skinny_gemm_impl<DTYPE, N_TILES, M_TILES>(p);
 }
 }  // namespace msgl
 
 extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x, const msgl_tensor* w,
-                                    const msgl_tensor* bias, int32_t m_tiles, msgl_stream stream) {
+                                    const msgl_tensor* bias, int32_t m_tiles, int32_t k_splits, int32_t gated,
+                                    msgl_stream stream) {
   using namespace msgl;
   const char* op = "skinny_gemm";
   constexpr uint32_t halves = dtype_bit(MSGL_F16) | dtype_bit(MSGL_BF16);
@@ -204,8 +260,8 @@ extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x
   MSGL_TRY(expect_tensor(w, op, "w", 2, halves));
   MSGL_TRY(expect_same(x, "x", out, "out", op));
   MSGL_TRY(expect_same(x, "x", w, "w", op));
-  const int64_t m = x->shape[0], k = x->shape[1], n = w->shape[0];
-  MSGL_TRY(expect_dim(w, op, "w", 1, k));
+  const int64_t m = x->shape[0], k = w->shape[1], n = w->shape[0];
+  MSGL_TRY(expect_dim(x, op, "x", 1, gated ? 2 * k : k));
   MSGL_TRY(expect_dim(out, op, "out", 0, m));
   MSGL_TRY(expect_dim(out, op, "out", 1, n));
   MSGL_TRY(expect_contiguous(out, op, "out"));
@@ -223,6 +279,9 @@ extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x
                      op, static_cast<long long>(m), static_cast<long long>(k));
   if (m_tiles != 1 && m_tiles != 2)
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: m_tiles %d must be 1 or 2", op, m_tiles);
+  if (k_splits < 1 || k_splits > 8 || k_splits > k / 32)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: k_splits %d must be 1..8 and at most k / 32 = %lld", op,
+                     k_splits, static_cast<long long>(k / 32));
   if (n == 0) return MSGL_OK;
 
   msgl_skinny_gemm_params p{};
@@ -233,16 +292,22 @@ extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x
   p.m = m;
   p.n = n;
   p.k = k;
-  p.x_stride = m > 1 ? x->strides[0] : k;
+  p.x_stride = m > 1 ? x->strides[0] : x->shape[1];
+  p.gated = gated != 0 ? 1 : 0;
   const int32_t n_tiles = m <= 8 ? 1 : 2;
   const int64_t rows_per_block = 16 * int64_t{m_tiles};
-  const dim3 grid(static_cast<unsigned>((n + rows_per_block - 1) / rows_per_block));
+  const int64_t tiles = (n + rows_per_block - 1) / rows_per_block;
+  if (tiles * k_splits > int64_t{0x7fffffff})
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: grid of %lld blocks is too large", op,
+                     static_cast<long long>(tiles * k_splits));
+  const dim3 grid(static_cast<unsigned>(tiles * k_splits));
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   bool launched = false;
-#define MSGL_CASE(D, NT, MT)                                                  \
-  if (!launched && x->dtype == D && n_tiles == NT && m_tiles == MT) {         \
-    (void)launch_pdl(skinny_gemm_kernel<D, NT, MT>, grid, dim3(kSkinnyThreads), 0, s, p); \
-    launched = true;                                                          \
+#define MSGL_CASE(D, NT, MT)                                                                                  \
+  if (!launched && x->dtype == D && n_tiles == NT && m_tiles == MT) {                                         \
+    (void)launch_pdl_cluster(skinny_gemm_kernel<D, NT, MT>, grid, dim3(kSkinnyThreads), 0, s,                 \
+                             static_cast<unsigned>(k_splits), p);                                              \
+    launched = true;                                                                                          \
   }
   MSGL_FOR_EACH_INSTANCE(MSGL_CASE)
 #undef MSGL_CASE

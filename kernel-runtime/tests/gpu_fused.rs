@@ -286,9 +286,78 @@ fn skinny_gemm_matches_cpu_linear() -> Result<()> {
                         let gx = if strided { view_like(&gpu(&wide)?, &x, 16)? } else { gpu(&x)? };
                         let gb = b.as_ref().map(gpu).transpose()?;
                         poison_next_alloc(m * n * dtype.size_in_bytes())?;
-                        let got = ops::skinny_gemm(&gx, &gpu(&w)?, gb.as_ref(), Some(m_tiles))
+                        let got = ops::skinny_gemm(&gx, &gpu(&w)?, gb.as_ref(), Some(m_tiles), None)
                             .with_context(|| what.clone())?;
                         assert_close(&what, &got, &want, tol(dtype))?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn skinny_gemm_k_splits_match_cpu_linear_and_each_other() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let mut r = rng(25);
+    for dtype in [DType::BF16, DType::F16] {
+        // Qwen3-0.6B's o_proj and down (the split's use), an odd n, and k / 32 = 3
+        // (splits of 1 and 2 k-steps, blocks whose warps get none).
+        for (n, k) in [(1024, 2048), (1024, 3072), (1000, 4096), (48, 96)] {
+            for m in [1, 5, 16] {
+                let x = random(&mut r, &[m, k], dtype, 0.0, 1.0)?;
+                let w = random(&mut r, &[n, k], dtype, 0.0, 0.05)?;
+                let b = random(&mut r, &[n], dtype, 0.0, 1.0)?;
+                let want = ops::linear(&x, &w, Some(&b))?;
+                let (gx, gw, gb) = (gpu(&x)?, gpu(&w)?, gpu(&b)?);
+                for splits in [1, 2, 3, 4, 8].into_iter().filter(|&s| s <= k / 32) {
+                    for m_tiles in [1, 2] {
+                        let what = format!("skinny_gemm {dtype} m={m} n={n} k={k} m_tiles={m_tiles} k_splits={splits}");
+                        let got = ops::skinny_gemm(&gx, &gw, Some(&gb), Some(m_tiles), Some(splits))
+                            .with_context(|| what.clone())?;
+                        assert_close(&what, &got, &want, tol(dtype))?;
+                        // The cluster sums in rank order: the same launch twice is bitwise equal.
+                        let again = ops::skinny_gemm(&gx, &gw, Some(&gb), Some(m_tiles), Some(splits))?;
+                        ensure!(got.to_host_bytes()? == again.to_host_bytes()?, "{what}: two runs differ");
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn silu_mul_linear_fused_equals_silu_mul_then_linear() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let mut r = rng(26);
+    for dtype in [DType::BF16, DType::F16] {
+        // Qwen3-0.6B's and Llama-3-8B's down projections, plus more rows than
+        // the fused kernel takes (the unfused fallback).
+        for (n, k) in [(1024, 3072), (4096, 14336), (256, 1024)] {
+            for m in [1, 3, 16, 17] {
+                for bias in [false, true] {
+                    let gate_up = random(&mut r, &[m, 2 * k], dtype, 0.0, 2.0)?;
+                    let w = random(&mut r, &[n, k], dtype, 0.0, 0.05)?;
+                    let b = bias.then(|| random(&mut r, &[n], dtype, 0.0, 1.0)).transpose()?;
+                    let what = format!("silu_mul_linear {dtype} m={m} n={n} k={k} bias={bias}");
+                    let want = ops::linear(&ops::silu_mul(&gate_up)?, &w, b.as_ref())?;
+                    let (gg, gw, gb) = (gpu(&gate_up)?, gpu(&w)?, b.as_ref().map(gpu).transpose()?);
+                    let got = ops::silu_mul_linear(&gg, &gw, gb.as_ref()).with_context(|| what.clone())?;
+                    assert_close(&what, &got, &want, tol(dtype))?;
+                    // Against the unfused GPU pair: the same rounded input, so only the
+                    // summation order of the GEMM may differ (the same kernel at m <= 16).
+                    let unfused = ops::linear(&ops::silu_mul(&gg)?, &gw, gb.as_ref())?;
+                    if m <= 16 {
+                        ensure!(
+                            got.to_host_bytes()? == unfused.to_host_bytes()?,
+                            "{what}: fused and unfused skinny products differ"
+                        );
                     }
                 }
             }
@@ -337,13 +406,13 @@ fn skinny_gemm_rejects_what_it_cannot_do() -> Result<()> {
     let dev = target();
     let x = Tensor::zeros(&[17, 64], DType::BF16, dev)?;
     let w = Tensor::zeros(&[32, 64], DType::BF16, dev)?;
-    let e = ops::skinny_gemm(&x, &w, None, None).unwrap_err().to_string();
+    let e = ops::skinny_gemm(&x, &w, None, None, None).unwrap_err().to_string();
     ensure!(e.contains("skinny_gemm"), "{e}");
     let x = Tensor::zeros(&[4, 48], DType::BF16, dev)?;
     let w = Tensor::zeros(&[32, 48], DType::BF16, dev)?;
-    ensure!(ops::skinny_gemm(&x, &w, None, None).is_err(), "k = 48 accepted");
+    ensure!(ops::skinny_gemm(&x, &w, None, None, None).is_err(), "k = 48 accepted");
     let x = Tensor::zeros(&[4, 64], DType::F32, dev)?;
     let w = Tensor::zeros(&[32, 64], DType::F32, dev)?;
-    ensure!(ops::skinny_gemm(&x, &w, None, None).is_err(), "f32 accepted");
+    ensure!(ops::skinny_gemm(&x, &w, None, None, None).is_err(), "f32 accepted");
     Ok(())
 }

@@ -40,6 +40,51 @@ __device__ __forceinline__ void grid_prologue() {
   grid_dependents_launch();
 }
 
+/* Thread-block clusters (sm_90; on older archs every block is a cluster of one).
+ * `cluster_rank` / `cluster_size`: this block's rank in its cluster and the
+ * cluster's block count (1 when launched without a cluster dimension);
+ * `cluster_sync`: a barrier of every thread of the cluster that also orders
+ * their shared-memory writes before the others' reads; `load_cluster_f32`: a
+ * float from another block's shared memory (the same variable, block `rank`). */
+__device__ __forceinline__ unsigned cluster_rank() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+#else
+  return 0;
+#endif
+}
+__device__ __forceinline__ unsigned cluster_size() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned r;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
+  return r;
+#else
+  return 1;
+#endif
+}
+__device__ __forceinline__ void cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+  __syncthreads();
+#endif
+}
+__device__ __forceinline__ float load_cluster_f32(const float* local, unsigned rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned addr, remote;
+  float v;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(addr) : "l"(local));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+#else
+  (void)rank;
+  return *local;
+#endif
+}
+
 /* The widest plain copy unit (in bytes) that divides `bytes`: 16, 8, 4, 2 or 1. */
 __host__ __device__ constexpr int vec_bytes_for(long long bytes) {
   return bytes % 16 == 0 ? 16 : bytes % 8 == 0 ? 8 : bytes % 4 == 0 ? 4 : bytes % 2 == 0 ? 2 : 1;

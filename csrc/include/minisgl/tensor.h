@@ -229,21 +229,28 @@ typedef struct msgl_rope_store_params {
  * skinny_gemm: out[m, n] = sum_k x[m, k] w[n, k] (+ bias[n]) for few rows m (the
  * weight-bound decode projections), on the tensor cores with the weights as the
  * A operand (out^T = w x^T). A block of 8 warps owns 16 * M_TILES rows of w and
- * the whole of K: each warp reduces a contiguous eighth of K, and the warps' f32
- * partials are summed in shared memory, so every weight byte is read once and
- * there is no second pass. Instance parameters: DTYPE (bf16 or f16), N_TILES
- * (x rows / 8, rounded up: 1 or 2, so m <= 16), M_TILES (16-row tiles of w per
- * warp: 1 or 2).
+ * a contiguous range of K (all of it, or a 1/C share when the launcher splits K
+ * across a cluster of C blocks): each warp reduces a contiguous eighth of the
+ * block's range, the warps' f32 partials are summed in shared memory, and the
+ * cluster's blocks sum theirs through distributed shared memory in rank order,
+ * so every weight byte is read once, there is no second pass, and the result
+ * does not depend on timing. With `gated`, x is a fused gate/up projection
+ * [m, 2k] and the row multiplied is silu(gate) * up, rounded to DTYPE exactly
+ * as silu_mul rounds it (SiLU-and-mul fused into the down projection).
+ * Instance parameters: DTYPE (bf16 or f16), N_TILES (x rows / 8, rounded up: 1
+ * or 2, so m <= 16), M_TILES (16-row tiles of w per warp: 1 or 2).
  */
 typedef struct msgl_skinny_gemm_params {
   void* out;                   /* device, [m, n] contiguous */
-  const void* x;               /* device, [m, k], rows x_stride elements apart, 16-byte aligned */
+  const void* x;               /* device, [m, k] ([m, 2k] gated), rows x_stride elements apart, 16-byte aligned */
   const void* w;               /* device, [n, k] contiguous, 16-byte aligned */
   const void* bias;            /* device, [n], or NULL */
   int64_t m;                   /* 1..8 * N_TILES */
   int64_t n;
   int64_t k;                   /* a multiple of 32 */
   int64_t x_stride;            /* elements, a multiple of 8 */
+  int32_t gated;               /* 1: x holds gate | up, multiply silu(gate) * up */
+  int32_t reserved;
 } msgl_skinny_gemm_params;
 
 /*
@@ -530,11 +537,13 @@ MSGL_API int32_t msgl_rope_store(const msgl_tensor* q, const msgl_tensor* k, con
                                  const msgl_tensor* k_weight, float eps, int32_t threads_per_head,
                                  int32_t vectorized, msgl_stream stream);
 
-/* skinny_gemm: out [m, n] contiguous, x [m, k] (unit last stride, 16-byte aligned rows),
- * w [n, k] contiguous, bias [n] or NULL; bf16/f16; m <= 16, k % 32 == 0. m_tiles: the
- * M_TILES instance (1 or 2). */
+/* skinny_gemm: out [m, n] contiguous, x [m, k] ([m, 2k] when gated; unit last stride,
+ * 16-byte aligned rows), w [n, k] contiguous, bias [n] or NULL; bf16/f16; m <= 16,
+ * k % 32 == 0. m_tiles: the M_TILES instance (1 or 2); k_splits: blocks of a cluster
+ * that share one tile's K (1..8, at most k / 32); gated: 1 for silu(gate) * up. */
 MSGL_API int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x, const msgl_tensor* w,
-                                  const msgl_tensor* bias, int32_t m_tiles, msgl_stream stream);
+                                  const msgl_tensor* bias, int32_t m_tiles, int32_t k_splits, int32_t gated,
+                                  msgl_stream stream);
 
 /* silu_mul: out [t, i] contiguous, x [t, 2i] contiguous, same dtype. */
 MSGL_API int32_t msgl_silu_mul(const msgl_tensor* out, const msgl_tensor* x, int32_t vectorized, msgl_stream stream);
@@ -638,7 +647,7 @@ static_assert(sizeof(msgl_moe_align_params) == 64, "msgl_moe_align_params layout
 static_assert(sizeof(msgl_moe_gemm_params) == 112, "msgl_moe_gemm_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_sum_params) == 64, "msgl_moe_sum_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_rope_store_params) == 192, "msgl_rope_store_params layout changed: run cargo xtask codegen");
-static_assert(sizeof(msgl_skinny_gemm_params) == 64, "msgl_skinny_gemm_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_skinny_gemm_params) == 72, "msgl_skinny_gemm_params layout changed: run cargo xtask codegen");
 #endif
 
 #endif /* MINISGL_TENSOR_H */

@@ -59,6 +59,13 @@ const DECODE_ROWS: [usize; 4] = [1, 2, 4, 8];
 const DECODE_UNSPLIT_WAVES: usize = 4;
 /// Waves of decode blocks a split batch aims for.
 const DECODE_SPLIT_WAVES: usize = 8;
+/// Waves of decode blocks a CUDA graph's fixed-split plan aims for. Fewer than
+/// [`DECODE_SPLIT_WAVES`]: the graph launches every split's block whatever the
+/// lengths turn out to be, and a block past its sequence's splits, though it
+/// returns at once, still costs a block launch (at 8 waves one 512-token
+/// sequence launched 2,560 blocks for 32 busy ones); two waves still let one
+/// long sequence fill the GPU.
+const DECODE_GRAPH_SPLIT_WAVES: usize = 2;
 /// Decode split granule, in keys (a multiple of every instance's keys per
 /// iteration).
 const DECODE_CHUNK_GRANULE: usize = 64;
@@ -199,7 +206,7 @@ fn decode_plan(
 
 /// The fixed split count of a decode step that a CUDA graph captures
 /// ([`PagedAttnMeta::decode_splits`]): `num_seqs` sequences of up to
-/// `max_kv_len` keys. It aims for the waves of [`decode_plan`] as if every
+/// `max_kv_len` keys. It aims for [`DECODE_GRAPH_SPLIT_WAVES`] waves as if every
 /// sequence were long, and is capped so that a split of the longest sequence
 /// still holds [`DECODE_CHUNK_MIN`] keys; shorter sequences use fewer splits
 /// (the rest of their blocks return at once).
@@ -220,7 +227,7 @@ pub(crate) fn decode_graph_splits(
         return 1;
     }
     let cap = max_kv_len.div_ceil(DECODE_CHUNK_MIN).max(1);
-    (DECODE_SPLIT_WAVES * slots).div_ceil(unsplit).clamp(1, cap)
+    (DECODE_GRAPH_SPLIT_WAVES * slots).div_ceil(unsplit).clamp(1, cap)
 }
 
 /// Whether 16-bit attention uses the tensor cores (`MINISGL_ATTENTION_MMA`, default 1).
@@ -536,6 +543,20 @@ mod tests {
         assert!(chunk.is_multiple_of(64) && chunk * splits >= 2000 && chunk * (splits - 1) < 2000);
         // A context shorter than one chunk is never split.
         assert_eq!(decode_plan(&[1], &[40], 8, 132, 3), (40, 1));
+    }
+
+    #[test]
+    fn graph_splits_aim_for_two_waves_and_long_batches_do_not_split() {
+        let bf = DType::BF16;
+        let slots = decode_blocks_per_sm(decode_smem_bytes(2, 128, 16)) * 132;
+        // One sequence, 8 kv heads, up to 40960 keys: two waves of blocks in all.
+        let s = decode_graph_splits(1, 8, 128, bf, 40960, 132);
+        assert_eq!(s, (2 * slots).div_ceil(8));
+        // A short model context caps the splits at 128 keys each.
+        assert_eq!(decode_graph_splits(1, 8, 128, bf, 1024, 132), 8);
+        // 256 sequences x 8 heads already make 4 waves: no split.
+        assert_eq!(decode_graph_splits(256, 8, 128, bf, 40960, 132), 1);
+        assert_eq!(decode_graph_splits(64, 8, 128, bf, 40960, 132), (2 * slots).div_ceil(512));
     }
 
     #[test]

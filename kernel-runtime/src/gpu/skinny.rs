@@ -49,7 +49,24 @@ pub(crate) fn enabled() -> bool {
     }
 }
 
-/// The dispatch rule of `linear` on CUDA: `Some(m_tiles)` to run the skinny kernel
+/// How the skinny kernel runs one product: `m_tiles` 16-row tiles of w per warp
+/// (the M_TILES instance) and `k_splits` blocks of a thread-block cluster sharing
+/// each tile's K (their partial sums added through distributed shared memory).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SkinnyPlan {
+    pub m_tiles: usize,
+    pub k_splits: usize,
+}
+
+/// Blocks of the kernel an SM holds (`__launch_bounds__(256, 2)` in the source).
+const BLOCKS_PER_SM: usize = 2;
+/// Fewest k-steps (32 values of K) a block of a split keeps: two per warp, so a
+/// split never leaves warps loading nothing.
+const MIN_STEPS_PER_BLOCK: usize = 16;
+/// The K splits tried, in order (cluster sizes that are portable on sm_90).
+const K_SPLITS: [usize; 4] = [1, 2, 4, 8];
+
+/// The dispatch rule of `linear` on CUDA: `Some(plan)` to run the skinny kernel
 /// for `out[m, n] = x[m, k] @ w[n, k]^T`, `None` for cuBLASLt.
 ///
 /// The rule, in one sentence: a decode-sized batch (m <= 16) of a 16-bit dtype
@@ -58,20 +75,67 @@ pub(crate) fn enabled() -> bool {
 /// f32, k not a multiple of 32, unaligned rows, weights outside that range) stays
 /// on cuBLASLt.
 /// `m_tiles` (16-row tiles of w per warp) is 2 when that still leaves two blocks
-/// per SM (n >= 64 x SMs), halving the re-reads of x, else 1 so the grid fills the GPU.
-pub(crate) fn plan(m: usize, n: usize, k: usize, dtype: DType, aligned: bool, sm_count: usize) -> Option<usize> {
+/// per SM (n >= 64 x SMs), halving the re-reads of x, else 1 so the grid fills the
+/// GPU; `k_splits` is [`k_splits_for`].
+pub(crate) fn plan(m: usize, n: usize, k: usize, dtype: DType, aligned: bool, sm_count: usize) -> Option<SkinnyPlan> {
     let fits = (1..=MAX_ROWS).contains(&m)
         && matches!(dtype, DType::BF16 | DType::F16)
         && k > 0
         && k.is_multiple_of(32)
         && aligned;
     (fits && (MIN_WEIGHT_BYTES..=MAX_WEIGHT_BYTES).contains(&(n * k * 2))).then(|| {
-        if n >= 64 * sm_count.max(1) {
-            2
-        } else {
-            1
-        }
+        let m_tiles = if n >= 64 * sm_count.max(1) { 2 } else { 1 };
+        SkinnyPlan { m_tiles, k_splits: k_splits_for(n.div_ceil(16 * m_tiles), k, sm_count) }
     })
+}
+
+/// The K split for `tiles` tiles of w over `k`: the smallest split whose grid
+/// fills at least 85% of the block slots of the waves it needs (two blocks per
+/// SM), or failing that the best-filled one, among the splits that keep every
+/// block at least [`MIN_STEPS_PER_BLOCK`] k-steps. A weight stream is as fast as
+/// the SMs pulling it, so a 64-tile o_proj on 132 SMs wants 4 blocks a tile, and a
+/// 384-tile gate_up (1.45 waves) wants 2.
+pub(crate) fn k_splits_for(tiles: usize, k: usize, sm_count: usize) -> usize {
+    let slots = BLOCKS_PER_SM * sm_count.max(1);
+    let steps = k / 32;
+    let fill = |s: usize| {
+        let blocks = tiles * s;
+        blocks as f64 / (blocks.div_ceil(slots) * slots) as f64
+    };
+    let allowed = K_SPLITS.iter().copied().filter(|&s| s == 1 || steps / s >= MIN_STEPS_PER_BLOCK);
+    let mut best = 1;
+    for s in allowed {
+        if fill(s) >= 0.85 {
+            return s;
+        }
+        if fill(s) > fill(best) {
+            best = s;
+        }
+    }
+    best
+}
+
+/// `silu_mul(gate_up) @ w^T (+ bias)` as one gated skinny kernel when `linear`'s
+/// rule would send the product (`[m, k]` by `w` `[n, k]`) to the skinny kernel and
+/// `gate_up` `[m, 2k]` is contiguous and of w's dtype; `None` otherwise (the caller
+/// runs silu_mul and linear).
+pub(crate) fn gated_linear(gate_up: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Option<Tensor>> {
+    const OP: &str = "silu_mul_linear";
+    let dev = device_of(OP, gate_up)?;
+    let [m, _] = gate_up.dims::<2>(OP, "gate_up")?;
+    let [n, k] = w.dims::<2>(OP, "w")?;
+    let operands_ok = enabled()
+        && gate_up.dtype() == w.dtype()
+        && gate_up.is_contiguous()
+        && bias.is_none_or(|b| b.is_contiguous() && b.dtype() == w.dtype() && b.shape() == [n])
+        && operands_aligned(gate_up, w);
+    let Some(plan) = operands_ok.then(|| plan(m, n, k, w.dtype(), true, dev.sm_count().max(1) as usize)).flatten()
+    else {
+        return Ok(None);
+    };
+    let out = Tensor::empty(&[m, n], w.dtype(), gate_up.device())?;
+    skinny_gemm(&out, gate_up, w, bias, plan, true)?;
+    Ok(Some(out))
 }
 
 /// Whether x, w and bias meet the kernel's alignment: 16-byte aligned rows of x and
@@ -80,16 +144,32 @@ pub(crate) fn operands_aligned(x: &Tensor, w: &Tensor) -> bool {
     rows_aligned(x, 16) && rows_aligned(w, 16) && w.is_contiguous()
 }
 
-/// Runs the kernel: `out` `[m, n]` contiguous, `x` `[m, k]`, `w` `[n, k]`
-/// contiguous, `bias` `[n]`, one 16-bit dtype, with `m_tiles` 1 or 2 (the caller
-/// checked shapes, dtypes, devices and [`operands_aligned`]).
-pub(crate) fn skinny_gemm(out: &Tensor, x: &Tensor, w: &Tensor, bias: Option<&Tensor>, m_tiles: usize) -> Result<()> {
+/// Runs the kernel: `out` `[m, n]` contiguous, `x` `[m, k]` (`[m, 2k]` gate | up
+/// when `gated`: the row multiplied is then `silu(gate) * up`), `w` `[n, k]`
+/// contiguous, `bias` `[n]`, one 16-bit dtype (the caller checked shapes, dtypes,
+/// devices and [`operands_aligned`]). A K split runs only through the AOT library
+/// (it needs a cluster launch); a JIT-compiled instance runs unsplit.
+pub(crate) fn skinny_gemm(
+    out: &Tensor,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    plan: SkinnyPlan,
+    gated: bool,
+) -> Result<()> {
     const OP: &str = "skinny_gemm";
     let dev = device_of(OP, x)?;
-    let [m, k] = x.dims::<2>(OP, "x")?;
-    let [n, _] = w.dims::<2>(OP, "w")?;
+    let [m, xk] = x.dims::<2>(OP, "x")?;
+    let [n, k] = w.dims::<2>(OP, "w")?;
+    let SkinnyPlan { m_tiles, k_splits } = plan;
+    if xk != if gated { 2 * k } else { k } {
+        return Err(Error::arg(OP, format!("argument `x` has {xk} columns, expected {} for w {:?}", if gated { 2 * k } else { k }, w.shape())));
+    }
     if !(1..=MAX_ROWS).contains(&m) || !k.is_multiple_of(32) || k == 0 || !matches!(m_tiles, 1 | 2) {
         return Err(Error::arg(OP, format!("needs 1..={MAX_ROWS} rows, k a positive multiple of 32 and 1 or 2 m_tiles, got m={m} k={k} m_tiles={m_tiles}")));
+    }
+    if !(1..=8).contains(&k_splits) || k_splits > k / 32 {
+        return Err(Error::arg(OP, format!("k_splits {k_splits} must be 1..=8 and at most k / 32 = {}", k / 32)));
     }
     if !operands_aligned(x, w) {
         return Err(Error::arg(OP, "arguments `x` and `w` need 16-byte aligned rows with unit inner stride"));
@@ -107,7 +187,9 @@ pub(crate) fn skinny_gemm(out: &Tensor, x: &Tensor, w: &Tensor, bias: Option<&Te
         m: m as i64,
         n: n as i64,
         k: k as i64,
-        x_stride: if m > 1 { x.strides()[0] as i64 } else { k as i64 },
+        x_stride: if m > 1 { x.strides()[0] as i64 } else { xk as i64 },
+        gated: gated as i32,
+        reserved: 0,
     };
     let (a, b, c) = (out.abi(), x.abi(), w.abi());
     let bias_abi = bias.map(Tensor::abi);
@@ -121,11 +203,14 @@ pub(crate) fn skinny_gemm(out: &Tensor, x: &Tensor, w: &Tensor, bias: Option<&Te
             // SAFETY: the views describe live device tensors checked by the caller
             // (bias_abi outlives the call); the launcher validates them again and
             // only enqueues work on `stream`.
-            unsafe { lib.msgl_skinny_gemm(&a, &b, &c, bias_ptr, m_tiles as i32, stream) }
+            unsafe {
+                lib.msgl_skinny_gemm(&a, &b, &c, bias_ptr, m_tiles as i32, k_splits as i32, gated as i32, stream)
+            }
         },
         |f| {
             // SAFETY: `p` is the msgl_skinny_gemm_params the entry takes, filled from
-            // tensors checked above (shapes, alignment, 1..=16 rows, k % 32 == 0).
+            // tensors checked above (shapes, alignment, 1..=16 rows, k % 32 == 0);
+            // launched without a cluster, the kernel reduces all of K per block.
             unsafe { f.launch(dev, grid, THREADS, 0, &p) }
         },
     )
@@ -140,12 +225,15 @@ mod tests {
         let bf = DType::BF16;
         // Qwen3-0.6B's projections at m = 1..16 on an H200 (132 SMs): qkv 8 MiB,
         // o 4 MiB, gate_up 12 MiB, down 6 MiB.
-        assert_eq!(plan(4, 4096, 1024, DType::F16, true, 132), Some(1));
-        assert_eq!(plan(1, 1024, 2048, bf, true, 132), Some(1));
-        assert_eq!(plan(16, 6144, 1024, bf, true, 132), Some(1));
-        assert_eq!(plan(1, 1024, 3072, bf, true, 132), Some(1));
-        assert_eq!(plan(1, 8192, 1024, bf, true, 132), Some(1)); // 16 MiB: the largest taken
-        assert_eq!(plan(1, 16384, 512, bf, true, 132), Some(2));
+        let p = |m_tiles, k_splits| Some(SkinnyPlan { m_tiles, k_splits });
+        // qkv: 256 tiles fill 264 slots; o_proj and down: 64 tiles split 4 ways;
+        // gate_up: 384 tiles (1.45 waves) split 2 ways.
+        assert_eq!(plan(4, 4096, 1024, DType::F16, true, 132), p(1, 1));
+        assert_eq!(plan(1, 1024, 2048, bf, true, 132), p(1, 4));
+        assert_eq!(plan(16, 6144, 1024, bf, true, 132), p(1, 2));
+        assert_eq!(plan(1, 1024, 3072, bf, true, 132), p(1, 4));
+        assert_eq!(plan(1, 8192, 1024, bf, true, 132), p(1, 1)); // 16 MiB: the largest taken
+        assert_eq!(plan(1, 16384, 512, bf, true, 132), p(2, 1));
         // Llama-3-8B's (32-224 MiB) and a vocab-wide lm_head: cuBLASLt measured faster.
         assert_eq!(plan(1, 6144, 4096, bf, true, 132), None);
         assert_eq!(plan(16, 4096, 4096, bf, true, 132), None);
@@ -158,6 +246,24 @@ mod tests {
         assert_eq!(plan(1, 4096, 4104, bf, true, 132), None);
         assert_eq!(plan(1, 4096, 4096, bf, false, 132), None);
         assert_eq!(plan(1, 256, 512, bf, true, 132), None);
+    }
+
+    #[test]
+    fn k_splits_fill_the_waves_and_keep_blocks_busy() {
+        // Enough tiles: no split.
+        assert_eq!(k_splits_for(256, 4096, 132), 1);
+        assert_eq!(k_splits_for(512, 4096, 132), 1); // 1.94 waves, 97% filled
+        // Too few tiles: split until the waves fill.
+        assert_eq!(k_splits_for(64, 2048, 132), 4);
+        assert_eq!(k_splits_for(32, 8192, 132), 8);
+        assert_eq!(k_splits_for(384, 4096, 132), 2);
+        assert_eq!(k_splits_for(896, 4096, 132), 2); // 3.4 waves (85%) or 6.8 (97%)
+        // Short K caps the split: 64 k-steps allow 4 blocks of 16, 32 allow 2.
+        assert_eq!(k_splits_for(16, 2048, 132), 4);
+        assert_eq!(k_splits_for(16, 1024, 132), 2);
+        assert_eq!(k_splits_for(16, 512, 132), 1);
+        // A small GPU needs less.
+        assert_eq!(k_splits_for(64, 2048, 16), 1);
     }
 
     #[test]

@@ -19,10 +19,17 @@ pub fn set_skinny_gemm(on: Option<bool>) {
 
 /// `x @ w^T (+ bias)` with the skinny kernel: `x` `[m, k]` (1 <= m <= 16, unit
 /// inner stride, rows 16-byte aligned), `w` `[n, k]` contiguous, `bias` `[n]`
-/// contiguous, bf16/f16, `k` a multiple of 32; `m_tiles` (1 or 2) overrides the
-/// rule's tile choice. Returns a new `[m, n]`. On the CPU this is the reference
-/// `linear` (the kernel's contract is the same function).
-pub fn skinny_gemm(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, m_tiles: Option<usize>) -> Result<Tensor> {
+/// contiguous, bf16/f16, `k` a multiple of 32; `m_tiles` (1 or 2) and `k_splits`
+/// (1..=8, at most k / 32) override the rule's choices. Returns a new `[m, n]`. On
+/// the CPU this is the reference `linear` (the kernel's contract is the same
+/// function).
+pub fn skinny_gemm(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    m_tiles: Option<usize>,
+    k_splits: Option<usize>,
+) -> Result<Tensor> {
     const OP: &str = "skinny_gemm";
     let device = common_device(OP, &[("x", x), ("w", w)])?;
     let [m, k] = x.dims::<2>(OP, "x")?;
@@ -48,6 +55,9 @@ pub fn skinny_gemm(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, m_tiles: Optio
     if let Some(t) = m_tiles.filter(|t| !matches!(t, 1 | 2)) {
         return Err(Error::arg(OP, format!("m_tiles {t} must be 1 or 2")));
     }
+    if let Some(s) = k_splits.filter(|&s| !(1..=8).contains(&s) || s > k / 32) {
+        return Err(Error::arg(OP, format!("k_splits {s} must be 1..=8 and at most k / 32 = {}", k / 32)));
+    }
     let out = Tensor::empty(&[m, n], x.dtype(), device)?;
     if n == 0 {
         return Ok(out);
@@ -56,8 +66,13 @@ pub fn skinny_gemm(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, m_tiles: Optio
         Device::Cpu => crate::cpu::dense::linear(&out, x, w, bias)?,
         Device::Cuda(_) => {
             let sms = x.cuda_device().map_or(1, |d| d.sm_count().max(1) as usize);
-            let tiles = m_tiles.or_else(|| crate::gpu::skinny::plan(m, n, k, x.dtype(), true, sms)).unwrap_or(1);
-            crate::gpu::skinny::skinny_gemm(&out, x, w, bias, tiles)?;
+            let rule = crate::gpu::skinny::plan(m, n, k, x.dtype(), true, sms);
+            let m_tiles = m_tiles.or(rule.map(|p| p.m_tiles)).unwrap_or(1);
+            let k_splits = k_splits
+                .or(rule.map(|p| p.k_splits))
+                .unwrap_or_else(|| crate::gpu::skinny::k_splits_for(n.div_ceil(16 * m_tiles), k, sms));
+            let plan = crate::gpu::skinny::SkinnyPlan { m_tiles, k_splits };
+            crate::gpu::skinny::skinny_gemm(&out, x, w, bias, plan, false)?;
         }
     }
     Ok(out)

@@ -502,12 +502,14 @@ pub struct msgl_skinny_gemm_params {
     pub n: i64,
     pub k: i64,
     pub x_stride: i64,
+    pub gated: i32,
+    pub reserved: i32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     [
         "Size of msgl_skinny_gemm_params",
-    ][::std::mem::size_of::<msgl_skinny_gemm_params>() - 64usize];
+    ][::std::mem::size_of::<msgl_skinny_gemm_params>() - 72usize];
     [
         "Alignment of msgl_skinny_gemm_params",
     ][::std::mem::align_of::<msgl_skinny_gemm_params>() - 8usize];
@@ -535,6 +537,12 @@ const _: () = {
     [
         "Offset of field: msgl_skinny_gemm_params::x_stride",
     ][::std::mem::offset_of!(msgl_skinny_gemm_params, x_stride) - 56usize];
+    [
+        "Offset of field: msgl_skinny_gemm_params::gated",
+    ][::std::mem::offset_of!(msgl_skinny_gemm_params, gated) - 64usize];
+    [
+        "Offset of field: msgl_skinny_gemm_params::reserved",
+    ][::std::mem::offset_of!(msgl_skinny_gemm_params, reserved) - 68usize];
 };
 impl Default for msgl_skinny_gemm_params {
     fn default() -> Self {
@@ -1234,6 +1242,8 @@ pub struct KernelLibrary {
         w: *const msgl_tensor,
         bias: *const msgl_tensor,
         m_tiles: i32,
+        k_splits: i32,
+        gated: i32,
         stream: msgl_stream,
     ) -> i32,
     pub msgl_silu_mul: unsafe extern "C" fn(
@@ -1568,9 +1578,11 @@ impl KernelLibrary {
         w: *const msgl_tensor,
         bias: *const msgl_tensor,
         m_tiles: i32,
+        k_splits: i32,
+        gated: i32,
         stream: msgl_stream,
     ) -> i32 {
-        (self.msgl_skinny_gemm)(out, x, w, bias, m_tiles, stream)
+        (self.msgl_skinny_gemm)(out, x, w, bias, m_tiles, k_splits, gated, stream)
     }
     pub unsafe fn msgl_silu_mul(
         &self,
