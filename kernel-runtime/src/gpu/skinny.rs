@@ -58,14 +58,6 @@ pub struct SkinnyPlan {
     pub k_splits: usize,
 }
 
-/// Blocks of the kernel an SM holds (`__launch_bounds__(256, 2)` in the source).
-const BLOCKS_PER_SM: usize = 2;
-/// Fewest k-steps (32 values of K) a block of a split keeps: two per warp, so a
-/// split never leaves warps loading nothing.
-const MIN_STEPS_PER_BLOCK: usize = 16;
-/// The K splits tried, in order (cluster sizes that are portable on sm_90).
-const K_SPLITS: [usize; 4] = [1, 2, 4, 8];
-
 /// The dispatch rule of `linear` on CUDA: `Some(plan)` to run the skinny kernel
 /// for `out[m, n] = x[m, k] @ w[n, k]^T`, `None` for cuBLASLt.
 ///
@@ -76,7 +68,11 @@ const K_SPLITS: [usize; 4] = [1, 2, 4, 8];
 /// on cuBLASLt.
 /// `m_tiles` (16-row tiles of w per warp) is 2 when that still leaves two blocks
 /// per SM (n >= 64 x SMs), halving the re-reads of x, else 1 so the grid fills the
-/// GPU; `k_splits` is [`k_splits_for`].
+/// GPU. K is not split: measured on the H200 (docs/PERF.md, 2026-12-01, third
+/// session), a cluster split of Qwen3-0.6B's projections at m = 1 lost more to
+/// the cluster launch and the extra waves of small blocks than it gained in SMs
+/// (gate_up 7.2 -> 10.8 us split in 2, down 5.6 -> 7.9 us split in 4; o_proj
+/// 7.7 -> 6.7 us, within the run-to-run spread of these few-microsecond kernels).
 pub(crate) fn plan(m: usize, n: usize, k: usize, dtype: DType, aligned: bool, sm_count: usize) -> Option<SkinnyPlan> {
     let fits = (1..=MAX_ROWS).contains(&m)
         && matches!(dtype, DType::BF16 | DType::F16)
@@ -85,34 +81,8 @@ pub(crate) fn plan(m: usize, n: usize, k: usize, dtype: DType, aligned: bool, sm
         && aligned;
     (fits && (MIN_WEIGHT_BYTES..=MAX_WEIGHT_BYTES).contains(&(n * k * 2))).then(|| {
         let m_tiles = if n >= 64 * sm_count.max(1) { 2 } else { 1 };
-        SkinnyPlan { m_tiles, k_splits: k_splits_for(n.div_ceil(16 * m_tiles), k, sm_count) }
+        SkinnyPlan { m_tiles, k_splits: 1 }
     })
-}
-
-/// The K split for `tiles` tiles of w over `k`: the smallest split whose grid
-/// fills at least 85% of the block slots of the waves it needs (two blocks per
-/// SM), or failing that the best-filled one, among the splits that keep every
-/// block at least [`MIN_STEPS_PER_BLOCK`] k-steps. A weight stream is as fast as
-/// the SMs pulling it, so a 64-tile o_proj on 132 SMs wants 4 blocks a tile, and a
-/// 384-tile gate_up (1.45 waves) wants 2.
-pub(crate) fn k_splits_for(tiles: usize, k: usize, sm_count: usize) -> usize {
-    let slots = BLOCKS_PER_SM * sm_count.max(1);
-    let steps = k / 32;
-    let fill = |s: usize| {
-        let blocks = tiles * s;
-        blocks as f64 / (blocks.div_ceil(slots) * slots) as f64
-    };
-    let allowed = K_SPLITS.iter().copied().filter(|&s| s == 1 || steps / s >= MIN_STEPS_PER_BLOCK);
-    let mut best = 1;
-    for s in allowed {
-        if fill(s) >= 0.85 {
-            return s;
-        }
-        if fill(s) > fill(best) {
-            best = s;
-        }
-    }
-    best
 }
 
 /// `silu_mul(gate_up) @ w^T (+ bias)` as one gated skinny kernel when `linear`'s
@@ -226,12 +196,11 @@ mod tests {
         // Qwen3-0.6B's projections at m = 1..16 on an H200 (132 SMs): qkv 8 MiB,
         // o 4 MiB, gate_up 12 MiB, down 6 MiB.
         let p = |m_tiles, k_splits| Some(SkinnyPlan { m_tiles, k_splits });
-        // qkv: 256 tiles fill 264 slots; o_proj and down: 64 tiles split 4 ways;
-        // gate_up: 384 tiles (1.45 waves) split 2 ways.
+        // qkv, o_proj, gate_up, down: one 16-row tile a warp, K whole.
         assert_eq!(plan(4, 4096, 1024, DType::F16, true, 132), p(1, 1));
-        assert_eq!(plan(1, 1024, 2048, bf, true, 132), p(1, 4));
-        assert_eq!(plan(16, 6144, 1024, bf, true, 132), p(1, 2));
-        assert_eq!(plan(1, 1024, 3072, bf, true, 132), p(1, 4));
+        assert_eq!(plan(1, 1024, 2048, bf, true, 132), p(1, 1));
+        assert_eq!(plan(16, 6144, 1024, bf, true, 132), p(1, 1));
+        assert_eq!(plan(1, 1024, 3072, bf, true, 132), p(1, 1));
         assert_eq!(plan(1, 8192, 1024, bf, true, 132), p(1, 1)); // 16 MiB: the largest taken
         assert_eq!(plan(1, 16384, 512, bf, true, 132), p(2, 1));
         // Llama-3-8B's (32-224 MiB) and a vocab-wide lm_head: cuBLASLt measured faster.
@@ -246,24 +215,6 @@ mod tests {
         assert_eq!(plan(1, 4096, 4104, bf, true, 132), None);
         assert_eq!(plan(1, 4096, 4096, bf, false, 132), None);
         assert_eq!(plan(1, 256, 512, bf, true, 132), None);
-    }
-
-    #[test]
-    fn k_splits_fill_the_waves_and_keep_blocks_busy() {
-        // Enough tiles: no split.
-        assert_eq!(k_splits_for(256, 4096, 132), 1);
-        assert_eq!(k_splits_for(512, 4096, 132), 1); // 1.94 waves, 97% filled
-        // Too few tiles: split until the waves fill.
-        assert_eq!(k_splits_for(64, 2048, 132), 4);
-        assert_eq!(k_splits_for(32, 8192, 132), 8);
-        assert_eq!(k_splits_for(384, 4096, 132), 2);
-        assert_eq!(k_splits_for(896, 4096, 132), 2); // 3.4 waves (85%) or 6.8 (97%)
-        // Short K caps the split: 64 k-steps allow 4 blocks of 16, 32 allow 2.
-        assert_eq!(k_splits_for(16, 2048, 132), 4);
-        assert_eq!(k_splits_for(16, 1024, 132), 2);
-        assert_eq!(k_splits_for(16, 512, 132), 1);
-        // A small GPU needs less.
-        assert_eq!(k_splits_for(64, 2048, 16), 1);
     }
 
     #[test]

@@ -68,9 +68,7 @@ pub fn skinny_gemm(
             let sms = x.cuda_device().map_or(1, |d| d.sm_count().max(1) as usize);
             let rule = crate::gpu::skinny::plan(m, n, k, x.dtype(), true, sms);
             let m_tiles = m_tiles.or(rule.map(|p| p.m_tiles)).unwrap_or(1);
-            let k_splits = k_splits
-                .or(rule.map(|p| p.k_splits))
-                .unwrap_or_else(|| crate::gpu::skinny::k_splits_for(n.div_ceil(16 * m_tiles), k, sms));
+            let k_splits = k_splits.or(rule.map(|p| p.k_splits)).unwrap_or(1);
             let plan = crate::gpu::skinny::SkinnyPlan { m_tiles, k_splits };
             crate::gpu::skinny::skinny_gemm(&out, x, w, bias, plan, false)?;
         }
