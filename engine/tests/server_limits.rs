@@ -12,6 +12,8 @@ mod server_support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use engine::core::engine::{Engine, EngineConfig};
@@ -149,6 +151,35 @@ fn victim_latency(addr: SocketAddr) -> Duration {
         .unwrap_or_default()
 }
 
+/// The victim check of acceptance 1 for one row: while `attack` runs over and
+/// over on other threads, an unrelated request keeps within 2x its solo
+/// latency, and `/health` answers. The server's fake model should take
+/// milliseconds a step, so that latencies are the engine's, not noise.
+fn assert_victim_unaffected(addr: SocketAddr, row: &str, attack: impl Fn() + Send + Sync + 'static) {
+    let solo = victim_latency(addr);
+    let stop = Arc::new(AtomicBool::new(false));
+    let attack = Arc::new(attack);
+    let attackers: Vec<_> = (0..2)
+        .map(|_| {
+            let (stop, attack) = (stop.clone(), attack.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    attack();
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(100));
+    let beside = victim_latency(addr);
+    let health = get(addr, "/health").status;
+    stop.store(true, Ordering::Relaxed);
+    for a in attackers {
+        a.join().expect("an attacker panicked");
+    }
+    assert_eq!(health, 200, "{row}: /health during the attack");
+    assert!(beside <= solo * 2, "{row}: the victim took {beside:?} during the attack, {solo:?} alone");
+}
+
 /// Row 1: stop strings are bounded in number and length, and the heaviest
 /// allowed set (n = 16 choices, 64 strings of 1 KiB) does not slow an
 /// unrelated request down.
@@ -212,6 +243,18 @@ fn stop_token_ids_are_bounded_and_checked() {
     assert_eq!(r.json()["choices"].as_array().map(Vec::len), Some(128));
     assert!(rss_bytes().saturating_sub(rss) < RSS_BUDGET);
     server.shutdown().unwrap();
+
+    // The heaviest allowed form, and refused ones, beside a victim.
+    let server = start(fake_lm(&tok, Duration::from_millis(5)), 4096, 1.0, ServerLimits::defaults());
+    let addr = server.addr();
+    let heavy = body.clone();
+    assert_victim_unaffected(addr, "stop_token_ids", move || {
+        assert_eq!(post_json(addr, "/v1/completions", &heavy).status, 200);
+        let mut bad = heavy.clone();
+        bad["stop_token_ids"] = json!(vec![1; 1025]);
+        assert_eq!(post_json(addr, "/v1/completions", &bad).status, 400);
+    });
+    server.shutdown().unwrap();
 }
 
 /// Row 3: prompt text is sized before it is tokenized, on every route
@@ -236,6 +279,17 @@ fn prompts_are_sized_before_tokenizing() {
     // A prompt within the limit still works.
     let ok = post_json(addr, "/tokenize", &json!({"prompt": "word ".repeat(2000)}));
     assert_eq!(ok.status, 200, "{}", ok.text());
+    server.shutdown().unwrap();
+
+    // Over-long prompts, refused before tokenizing, and the longest allowed
+    // prompt text to /tokenize, beside a victim.
+    let server = start(fake_lm(&tok, Duration::from_millis(5)), 4096, 1.0, ServerLimits::defaults());
+    let addr = server.addr();
+    let longest = "w".repeat(128 << 10);
+    assert_victim_unaffected(addr, "prompt size", move || {
+        assert_eq!(post_json(addr, "/v1/completions", &cmpl).status, 400);
+        assert_eq!(post_json(addr, "/tokenize", &json!({"prompt": longest})).status, 200);
+    });
     server.shutdown().unwrap();
 }
 
@@ -288,6 +342,11 @@ fn a_large_body_is_refused_before_it_is_sent() {
     assert!(answer.contains("request_too_large"), "{answer}");
     assert_eq!(get(addr, "/health").status, 200);
     server.shutdown().unwrap();
+
+    let server = start(fake_lm(&tok, Duration::from_millis(5)), 256, 1.0, ServerLimits::defaults());
+    let addr = server.addr();
+    assert_victim_unaffected(addr, "body size", move || refused_unread(addr, "/v1/completions", 60 << 20));
+    server.shutdown().unwrap();
 }
 
 /// Row 4: half-open connections (a partial request head, or nothing) are
@@ -337,14 +396,75 @@ fn half_open_connections_are_closed_and_connections_bounded() {
     let addr = server.addr();
     let held: Vec<TcpStream> = (0..4).map(|_| connect(addr)).collect();
     std::thread::sleep(Duration::from_millis(200));
+    // A fifth is shed gracefully: its request gets a 503 with Retry-After,
+    // then the connection closes.
     let mut fifth = connect(addr);
     fifth.set_read_timeout(Some(FAST)).unwrap();
-    assert!(closed_by_server(&mut fifth), "a fifth connection was kept beyond the limit of 4");
+    let t = Instant::now();
+    fifth.write_all(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    let _ = fifth.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 503"), "a fifth connection beyond the limit of 4 got: {answer}");
+    assert!(answer.to_ascii_lowercase().contains("retry-after: 1"), "{answer}");
+    assert!(answer.contains("server_overloaded"), "{answer}");
+    assert!(t.elapsed() < FAST, "shed after {:?}", t.elapsed());
+    let mut silent = connect(addr);
+    silent.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    assert!(closed_by_server(&mut silent), "a shed connection that sends nothing was kept");
     drop(held);
     assert!(
         wait_until(Duration::from_secs(5), || request(addr, "GET", "/health", None).is_ok_and(|r| r.status == 200)),
         "the server did not serve again once the connections closed"
     );
+    server.shutdown().unwrap();
+
+    // Half-open connections opened over and over beside a victim.
+    let limits = ServerLimits { header_read_timeout: Duration::from_secs(1), ..ServerLimits::defaults() };
+    let server = start(fake_lm(&tok, Duration::from_millis(5)), 256, 1.0, limits);
+    let addr = server.addr();
+    assert_victim_unaffected(addr, "half-open connections", move || {
+        let mut open: Vec<TcpStream> = (0..16).map(|_| connect(addr)).collect();
+        for s in open.iter_mut().step_by(2) {
+            let _ = s.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    });
+    server.shutdown().unwrap();
+}
+
+/// Row 4: requests beyond `--max-concurrent-requests` are shed by tower's
+/// load shedding with 503 and `Retry-After` at once; the probes stay open.
+#[test]
+fn requests_beyond_the_concurrency_limit_are_shed() {
+    let tok = tokenizer();
+    let limits = ServerLimits { max_concurrent_requests: 2, ..ServerLimits::defaults() };
+    let server = start(fake_lm(&tok, Duration::from_millis(10)), 4096, 1.0, limits);
+    let addr = server.addr();
+    let mut slow = completion("slow", 100);
+    slow["ignore_eos"] = json!(true);
+    let busy: Vec<_> = (0..2)
+        .map(|_| {
+            let slow = slow.clone();
+            std::thread::spawn(move || post_json(addr, "/v1/completions", &slow).status)
+        })
+        .collect();
+    assert!(
+        wait_until(Duration::from_secs(5), || {
+            metric(&get(addr, "/metrics").text(), "minisgl_num_requests_running") >= 2.0
+        }),
+        "the two slow requests never ran"
+    );
+    let t = Instant::now();
+    let r = post_json(addr, "/v1/completions", &completion("a third", 2));
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(t.elapsed() < FAST, "shed after {:?}", t.elapsed());
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(r.json()["error"]["code"], "server_overloaded");
+    assert_eq!(get(addr, "/health").status, 200);
+    for b in busy {
+        assert_eq!(b.join().expect("a slow request"), 200);
+    }
+    assert_eq!(post_json(addr, "/v1/completions", &completion("after", 2)).status, 200);
     server.shutdown().unwrap();
 }
 

@@ -50,6 +50,11 @@ pub struct ServeArgs {
     /// Most open connections; more are closed at once.
     #[arg(long, default_value_t = ServerLimits::defaults().max_connections)]
     pub max_connections: usize,
+    /// Most API requests inside the handlers at once; more are answered 503
+    /// with Retry-After at once (tower's load shedding; /health and /metrics
+    /// are exempt).
+    #[arg(long, default_value_t = ServerLimits::defaults().max_concurrent_requests)]
+    pub max_concurrent_requests: usize,
     /// Most requests (choices) waiting beyond --max-running-requests; more
     /// are answered 503 with Retry-After.
     #[arg(long, default_value_t = ServerLimits::defaults().max_queued_requests)]
@@ -68,13 +73,14 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<ExitCode> {
     if !(args.header_timeout.is_finite() && args.header_timeout > 0.0 && args.header_timeout <= 3600.0) {
         anyhow::bail!("--header-timeout must be a number of seconds in (0, 3600]");
     }
-    if args.max_connections == 0 || args.max_request_bytes == 0 {
-        anyhow::bail!("--max-connections and --max-request-bytes must be at least 1");
+    if args.max_connections == 0 || args.max_request_bytes == 0 || args.max_concurrent_requests == 0 {
+        anyhow::bail!("--max-connections, --max-concurrent-requests and --max-request-bytes must be at least 1");
     }
     let limits = ServerLimits {
         max_body_bytes: args.max_request_bytes,
         header_read_timeout: Duration::from_secs_f64(args.header_timeout),
         max_connections: args.max_connections,
+        max_concurrent_requests: args.max_concurrent_requests,
         max_queued_requests: args.max_queued_requests,
         max_running_requests: args.engine.max_running_requests,
         ..ServerLimits::defaults()

@@ -5,9 +5,17 @@
 //!   read timeout (a client that opens a connection and sends its request
 //!   head slowly, or not at all, is closed after it; it also bounds how long
 //!   an idle keep-alive connection is held) and at most
-//!   [`ServerLimits::max_connections`] at once (beyond it a new connection is
-//!   closed at once: shed, rather than queued behind the others). On shutdown
+//!   [`ServerLimits::max_connections`] at once. A connection beyond the limit
+//!   is shed gracefully: hyper reads its request head (within a short
+//!   timeout) and answers 503 with `Retry-After` and `Connection: close`, so
+//!   the client learns why instead of seeing a reset. On shutdown
 //!   hyper-util's graceful shutdown lets requests in flight finish.
+//! - **Requests** ([`shed`]): tower's `ConcurrencyLimit` bounds the API
+//!   requests inside the handlers at once ([`ServerLimits::max_concurrent_requests`])
+//!   and tower's `LoadShed` answers one more at once with 503 and
+//!   `Retry-After` instead of letting it wait for a permit; the probes
+//!   (`/health`, `/metrics`) are outside it, so a loaded server still looks
+//!   alive.
 //! - **Bodies** ([`layer`]): tower-http's body limit refuses a body whose
 //!   `Content-Length` exceeds [`ServerLimits::max_body_bytes`] before reading
 //!   it, and cuts a chunked one at the limit (413, as JSON); a body must
@@ -37,6 +45,11 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use axum::error_handling::HandleErrorLayer;
+use axum::BoxError;
+use tower::limit::ConcurrencyLimitLayer;
+use tower::load_shed::LoadShedLayer;
+use tower::ServiceBuilder;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 
@@ -56,6 +69,10 @@ pub struct ServerLimits {
     pub body_read_timeout: Duration,
     /// Open connections at once (`--max-connections`).
     pub max_connections: usize,
+    /// API requests inside the handlers at once (`--max-concurrent-requests`);
+    /// more are shed with 503. A stream holds its permit until its response
+    /// head is sent, a plain request until it is answered.
+    pub max_concurrent_requests: usize,
     /// Chat renderings and tokenizations running at once.
     pub max_concurrent_preparations: usize,
     /// Choices that may wait for the engine beyond its running set
@@ -70,8 +87,9 @@ pub struct ServerLimits {
 
 impl ServerLimits {
     /// 4 MiB bodies (a prompt filling a 128k context, as JSON, fits), 10 s
-    /// for a request head and 30 s for its body, 1024 connections, 2 preparations per core, 1024
-    /// queued choices beside 256 running, retry after 1 s.
+    /// for a request head and 30 s for its body, 1024 connections and as many
+    /// requests in the handlers, 2 preparations per core, 1024 queued choices
+    /// beside 256 running, retry after 1 s.
     pub fn defaults() -> Self {
         let cores = std::thread::available_parallelism().map_or(2, usize::from);
         Self {
@@ -79,6 +97,7 @@ impl ServerLimits {
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
             max_connections: 1024,
+            max_concurrent_requests: 1024,
             max_concurrent_preparations: 2 * cores,
             max_queued_requests: 1024,
             max_running_requests: 256,
@@ -165,6 +184,39 @@ pub fn layer(router: Router, limits: &ServerLimits) -> Router {
         .layer(RequestBodyTimeoutLayer::new(limits.body_read_timeout))
 }
 
+/// Wraps the API routes of `router` in tower's concurrency limit and load
+/// shedding: beyond [`ServerLimits::max_concurrent_requests`] requests in the
+/// handlers, the next is answered 503 with `Retry-After` at once. Routes added
+/// to the result afterwards (the probes) are outside it.
+pub fn shed<S: Clone + Send + Sync + 'static>(router: Router<S>, limits: &ServerLimits) -> Router<S> {
+    let limit = limits.max_concurrent_requests.max(1);
+    let retry_after_secs = limits.retry_after_secs;
+    router.layer(
+        ServiceBuilder::new()
+            .layer(HandleErrorLayer::new(move |error: BoxError| async move {
+                if error.is::<tower::load_shed::error::Overloaded>() {
+                    ApiError::Overloaded { in_flight: limit, retry_after_secs }.into_response()
+                } else {
+                    ApiError::Internal(error.to_string()).into_response()
+                }
+            }))
+            .layer(LoadShedLayer::new())
+            .layer(ConcurrencyLimitLayer::new(limit)),
+    )
+}
+
+/// The answer to a connection beyond [`ServerLimits::max_connections`]: 503,
+/// `Retry-After`, and the connection closed after it.
+fn connection_shed_response(max_connections: usize, retry_after_secs: u64) -> Response {
+    let mut response = ApiError::Overloaded { in_flight: max_connections, retry_after_secs }.into_response();
+    response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+    response
+}
+
+/// How long a shed connection has to send its request head before it is
+/// closed without an answer.
+const SHED_HEADER_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// tower-http answers 413 with a plain-text body; give it the JSON error.
 async fn json_too_large(request: Request, next: Next, max: usize) -> Response {
     let response = next.run(request).await;
@@ -204,8 +256,19 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let Ok(permit) = connections.clone().try_acquire_owned() else {
-            // Shed: closing at once tells the client more than a stall.
-            drop(stream);
+            // Shed, gracefully: one 503 and the connection closes. The shed
+            // connections are not counted, but each lives at most the short
+            // head timeout and serves one tiny answer.
+            let (max, retry) = (limits.max_connections, limits.retry_after_secs);
+            let mut shed = hyper::server::conn::http1::Builder::new();
+            shed.timer(TokioTimer::new()).header_read_timeout(SHED_HEADER_TIMEOUT).keep_alive(false);
+            let answer = hyper::service::service_fn(move |_request: hyper::Request<hyper::body::Incoming>| async move {
+                Ok::<_, std::convert::Infallible>(connection_shed_response(max, retry))
+            });
+            let conn = shed.serve_connection(TokioIo::new(stream), answer);
+            tokio::spawn(async move {
+                let _ = conn.await;
+            });
             continue;
         };
         let _ = stream.set_nodelay(true);

@@ -45,7 +45,7 @@ const COMPLETION_DEFAULT_MAX_TOKENS: usize = 16;
 
 pub fn router(state: Arc<AppState>) -> Router {
     let max_body_bytes = state.limits.max_body_bytes;
-    Router::new()
+    let api = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(list_models))
@@ -53,12 +53,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/v1/models/{*model}", get(get_model))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
-        .route("/health", get(health))
-        .route("/metrics", get(metrics))
         // It changes state, so not on GET (a link or a prefetch must not flush).
         .route("/flush_cache", post(flush_cache))
         .route("/version", get(version))
-        .route("/", get(super::chat_page::chat_page))
+        .route("/", get(super::chat_page::chat_page));
+    // Load shedding covers the routes above; the probes stay outside it.
+    limits::shed(api, &state.limits)
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
         .fallback(not_found)
         .layer(middleware::from_fn(json_method_not_allowed))
         .layer(middleware::from_fn_with_state(state.clone(), require_api_key))
