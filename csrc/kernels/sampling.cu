@@ -19,8 +19,10 @@
  * with coalesced loads. The top-k and top-p thresholds are found by bisection over
  * the order-preserving integer image of the (raw) logits, 32 passes each (a
  * count for top-k, an exp-sum for top-p); the draw is a tiled block scan in index
- * order. No sort, no scratch memory; kernel-runtime's CPU reference
- * (cpu::sampling) runs the same algorithm.
+ * order (each thread holding 4 consecutive values of a tile of 4096, the next
+ * tile's loads in flight while one is scanned). No sort, no scratch memory;
+ * kernel-runtime's CPU reference (cpu::sampling) runs the same algorithm (its
+ * sums in another order: rows at a rounding boundary may draw a neighbour).
  */
 #include "minisgl/dtype.cuh"
 
@@ -28,6 +30,9 @@ namespace msgl {
 
 constexpr int kSampleThreads = 1024;
 constexpr int kSampleWarps = kSampleThreads / kWarpSize;
+/* Values a thread holds per tile of the draw. */
+constexpr int kSamplePer = 4;
+constexpr long long kSampleTile = static_cast<long long>(kSampleThreads) * kSamplePer;
 
 /* Orders floats as unsigned integers: a < b  <=>  key(a) < key(b) (NaN aside). */
 __device__ __forceinline__ unsigned int sample_key(float v) {
@@ -85,6 +90,7 @@ __device__ void sample_impl(const msgl_sample_params& p) {
   /* The argmax: the answer when greedy, the max otherwise. */
   float best = -__int_as_float(0x7f800000);
   int best_i = 0x7fffffff;
+#pragma unroll 4
   for (long long i = threadIdx.x; i < vocab; i += kSampleThreads) {
     const float v = sample_load<DTYPE>(x, i);
     if (v > best) best = v, best_i = static_cast<int>(i);
@@ -141,6 +147,7 @@ __device__ void sample_impl(const msgl_sample_params& p) {
 
   /* The kept mass, then the draw by inverse CDF in index order, tile by tile. */
   float z = 0.f;
+#pragma unroll 4
   for (long long i = threadIdx.x; i < vocab; i += kSampleThreads) {
     const float v = sample_load<DTYPE>(x, i);
     const float s = (v - m) * inv_t;
@@ -152,24 +159,48 @@ __device__ void sample_impl(const msgl_sample_params& p) {
   int last_kept = best_i;
   const int lane = threadIdx.x % kWarpSize;
   const int warp = threadIdx.x / kWarpSize;
-  for (long long base = 0; base < vocab; base += kSampleThreads) {
-    const long long i = base + threadIdx.x;
-    float w = 0.f;
-    if (i < vocab) {
-      const float v = sample_load<DTYPE>(x, i);
-      const float s = (v - m) * inv_t;
-      if (sample_key(v) >= t_key && s >= min_scaled) {
-        w = __expf(s);
-        last_kept = static_cast<int>(i); /* per thread; the block max is taken below */
-      }
+  /* Tiles of kSamplePer consecutive values a thread (index order: thread t holds
+   * [base + t * kSamplePer, base + (t + 1) * kSamplePer)), the next tile's loads
+   * issued before this one is scanned, so the scan's barriers do not wait on
+   * memory one value at a time. */
+  float vals[kSamplePer], next[kSamplePer];
+  auto load_tile = [&](float (&dst)[kSamplePer], long long base) {
+#pragma unroll
+    for (int e = 0; e < kSamplePer; ++e) {
+      const long long i = base + static_cast<long long>(threadIdx.x) * kSamplePer + e;
+      dst[e] = i < vocab ? sample_load<DTYPE>(x, i) : 0.f;
     }
-    /* Inclusive scan of w over the block. */
-    float incl = w;
+  };
+  load_tile(vals, 0);
+  for (long long base = 0; base < vocab; base += kSampleTile) {
+    if (base + kSampleTile < vocab) load_tile(next, base + kSampleTile);
+    const long long first_i = base + static_cast<long long>(threadIdx.x) * kSamplePer;
+    float w[kSamplePer];
+    float local = 0.f;
+#pragma unroll
+    for (int e = 0; e < kSamplePer; ++e) {
+      w[e] = 0.f;
+      const long long i = first_i + e;
+      if (i < vocab) {
+        const float v = vals[e];
+        const float sc = (v - m) * inv_t;
+        if (sample_key(v) >= t_key && sc >= min_scaled) {
+          w[e] = __expf(sc);
+          last_kept = static_cast<int>(i); /* per thread; the block max is taken below */
+        }
+      }
+      local += w[e];
+    }
+    /* Scan of the threads' sums over the block: the exclusive prefix of this
+     * thread inside the tile, and the tile's total. */
+    float incl = local;
 #pragma unroll
     for (int o = 1; o < kWarpSize; o *= 2) {
       const float n = __shfl_up_sync(0xffffffffu, incl, o);
       if (lane >= o) incl += n;
     }
+    float excl = __shfl_up_sync(0xffffffffu, incl, 1);
+    if (lane == 0) excl = 0.f;
     __syncthreads();
     if (lane == kWarpSize - 1) s_f[warp] = incl;
     __syncthreads();
@@ -178,10 +209,15 @@ __device__ void sample_impl(const msgl_sample_params& p) {
       if (k < warp) before += s_f[k];
       tile_total += s_f[k];
     }
-    incl += before;
     if (running + tile_total > target) {
       /* The draw falls in this tile: the first index whose prefix passes target. */
-      const int mine = (w > 0.f && running + incl > target) ? static_cast<int>(i) : 0x7fffffff;
+      float acc = running + (before + excl);
+      int mine = 0x7fffffff;
+#pragma unroll
+      for (int e = 0; e < kSamplePer; ++e) {
+        acc += w[e];
+        if (mine == 0x7fffffff && w[e] > 0.f && acc > target) mine = static_cast<int>(first_i + e);
+      }
       int first = mine;
 #pragma unroll
       for (int o = kWarpSize / 2; o >= 1; o /= 2) {
@@ -199,6 +235,8 @@ __device__ void sample_impl(const msgl_sample_params& p) {
       }
     }
     running += tile_total;
+#pragma unroll
+    for (int e = 0; e < kSamplePer; ++e) vals[e] = next[e];
   }
   if (chosen < 0) {
     /* Rounding left the target past the last kept token: take that token. */
