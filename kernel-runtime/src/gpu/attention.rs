@@ -223,11 +223,22 @@ pub(crate) fn decode_graph_splits(
     let shared = decode_smem_bytes(dtype.size_in_bytes(), head_dim, rows);
     let slots = decode_blocks_per_sm(shared) * sms.max(1);
     let unsplit = num_seqs.max(1) * num_kv_heads.max(1);
-    if unsplit >= DECODE_UNSPLIT_WAVES * slots {
-        return 1;
-    }
     let cap = max_kv_len.div_ceil(DECODE_CHUNK_MIN).max(1);
+    if unsplit >= DECODE_UNSPLIT_WAVES * slots {
+        return graph_min_splits().clamp(1, cap);
+    }
     (DECODE_GRAPH_SPLIT_WAVES * slots).div_ceil(unsplit).clamp(1, cap)
+}
+
+/// The splits a graph's plan gives every sequence of a batch that fills the GPU
+/// anyway (`MINISGL_DECODE_GRAPH_SPLITS`, default 1): cutting each sequence in
+/// equal parts shortens the tail of a ragged batch (the last wave waits on the
+/// longest sequences) at the cost of the partials and the combine pass.
+fn graph_min_splits() -> usize {
+    static SPLITS: OnceLock<usize> = OnceLock::new();
+    *SPLITS.get_or_init(|| {
+        std::env::var("MINISGL_DECODE_GRAPH_SPLITS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1).clamp(1, 8)
+    })
 }
 
 /// Whether 16-bit attention uses the tensor cores (`MINISGL_ATTENTION_MMA`, default 1).
