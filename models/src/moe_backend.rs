@@ -46,8 +46,26 @@ impl MoeBackendKind {
     pub fn check(self, device: Device, dtype: DType, hidden: usize, inter: usize) -> Result<(), String> {
         match (self, device) {
             (MoeBackendKind::Fused, Device::Cuda(_)) => ops::moe::fused_experts_support(dtype, hidden, inter)
-                .map_err(|why| format!("--moe fused: {why} (use --moe naive, or --dtype bf16)")),
+                .map_err(|why| {
+                    let way_out = if matches!(dtype, DType::BF16 | DType::F16) {
+                        "use --moe naive"
+                    } else {
+                        "use --moe naive, or --dtype bf16"
+                    };
+                    format!("--moe fused: {why} ({way_out})")
+                }),
             _ => Ok(()),
+        }
+    }
+
+    /// The backend to load with: this one, or the naive backend when this is
+    /// the fused one and its kernels cannot run the experts (`hidden` x `inter`
+    /// in `dtype` on `device`), with the reason for the log. The naive backend
+    /// runs any shape and dtype, so a model never fails to load over it.
+    pub fn resolve(self, device: Device, dtype: DType, hidden: usize, inter: usize) -> (MoeBackendKind, Option<String>) {
+        match self.check(device, dtype, hidden, inter) {
+            Ok(()) => (self, None),
+            Err(why) => (MoeBackendKind::Naive, Some(why)),
         }
     }
 
@@ -118,5 +136,20 @@ mod tests {
         assert!(MoeBackendKind::Fused.check(cuda, DType::BF16, 100, 768).is_err());
         assert!(MoeBackendKind::Fused.check(Device::Cpu, DType::F32, 100, 30).is_ok());
         assert!(MoeBackendKind::Naive.check(cuda, DType::F32, 100, 30).is_ok());
+        // bf16 at an odd size: only the naive backend is the way out.
+        let e = MoeBackendKind::Fused.check(cuda, DType::BF16, 100, 768).unwrap_err();
+        assert!(e.contains("--moe naive") && !e.contains("--dtype"), "{e}");
+    }
+
+    #[test]
+    fn fused_falls_back_to_naive_for_what_it_cannot_run() {
+        let cuda = Device::Cuda(0);
+        assert_eq!(MoeBackendKind::Fused.resolve(cuda, DType::BF16, 2048, 768), (MoeBackendKind::Fused, None));
+        let (kind, why) = MoeBackendKind::Fused.resolve(cuda, DType::BF16, 2056, 776);
+        assert_eq!(kind, MoeBackendKind::Naive);
+        assert!(why.is_some_and(|w| w.contains("multiples of 64")));
+        assert_eq!(MoeBackendKind::Fused.resolve(cuda, DType::F32, 2048, 768).0, MoeBackendKind::Naive);
+        assert_eq!(MoeBackendKind::Fused.resolve(Device::Cpu, DType::F32, 100, 30), (MoeBackendKind::Fused, None));
+        assert_eq!(MoeBackendKind::Naive.resolve(cuda, DType::F32, 100, 30), (MoeBackendKind::Naive, None));
     }
 }

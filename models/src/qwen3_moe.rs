@@ -68,6 +68,17 @@ impl Qwen3MoeForCausalLM {
                 config.unsupported("Qwen3MoeForCausalLM needs num_experts (or num_local_experts) in config.json")
             );
         }
+        // Fused by default, naive where the fused kernels cannot run the experts.
+        let moe = match config.moe.as_ref() {
+            Some(m) => {
+                let (kind, why) = moe.resolve(weights.device(), weights.dtype(), config.hidden_size, m.moe_intermediate_size);
+                if let Some(why) = why {
+                    log::warn!("{why}; running the experts on --moe naive");
+                }
+                kind
+            }
+            None => moe,
+        };
         let config =
             &within_sliding_window(config, config.use_sliding_window.then_some(config.sliding_window).flatten());
         let options = AttnOptions { qkv_bias: config.attention_bias, o_bias: config.attention_bias, qk_norm: true };
