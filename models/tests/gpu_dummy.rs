@@ -1,5 +1,6 @@
-//! Real-size models with dummy weights on the GPU: a Llama-3-8B and a Qwen3-0.6B
-//! configuration load, prefill and decode; the time per decode step at batch 1
+//! Real-size models with dummy weights on the GPU: Llama-3-8B, Qwen3-0.6B and
+//! Qwen3-30B-A3B configurations load (dummy weights made on the GPU: the load
+//! time is printed), prefill and decode; the time per decode step at batch 1
 //! (median of warmed-up steps, the forward pass with the logits left on the GPU)
 //! is printed next to the weight-bandwidth bound (weight bytes / 4.25 TB/s).
 //!
@@ -34,10 +35,20 @@ fn run(config: &str, batch: usize) {
     let model = load_model(&dir, &options).unwrap();
     let load_s = started.elapsed().as_secs_f64();
     let c = model.config();
-    // Parameters read per decode step: every weight once (embedding rows aside).
-    let per_layer = c.hidden_size * (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim
-        + c.num_attention_heads * c.head_dim * c.hidden_size
-        + 3 * c.hidden_size * c.intermediate_size;
+    // Parameters read per decode step: every weight once (embedding rows aside);
+    // of a sparse MoE layer, the router and the experts the batch's tokens touch
+    // (expected count under uniform routing: E (1 - (1 - k / E)^batch)).
+    let attn = c.hidden_size * (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim
+        + c.num_attention_heads * c.head_dim * c.hidden_size;
+    let mlp = match &c.moe {
+        Some(m) => {
+            let (e, k) = (m.num_experts as f64, m.num_experts_per_tok as f64);
+            let touched = e * (1.0 - (1.0 - k / e).powi(batch as i32));
+            (touched * (3 * c.hidden_size * m.moe_intermediate_size) as f64) as usize + m.num_experts * c.hidden_size
+        }
+        None => 3 * c.hidden_size * c.intermediate_size,
+    };
+    let per_layer = attn + mlp;
     let params = c.num_hidden_layers * per_layer + c.vocab_size * c.hidden_size;
     let weight_bytes = params as f64 * 2.0;
 
@@ -95,4 +106,14 @@ fn qwen3_0_6b_dummy_decode_bs1() {
 #[test]
 fn llama3_8b_dummy_decode_bs64() {
     run("llama3-8b", 64);
+}
+
+#[test]
+fn qwen3_30b_a3b_dummy_decode_bs1() {
+    run("qwen3-30b-a3b", 1);
+}
+
+#[test]
+fn qwen3_30b_a3b_dummy_decode_bs64() {
+    run("qwen3-30b-a3b", 64);
 }

@@ -254,6 +254,19 @@ typedef struct msgl_skinny_gemm_params {
 } msgl_skinny_gemm_params;
 
 /*
+ * fill_uniform: out[i] = center + half_width * (2 u(seed, i) - 1) with u the top 24
+ * bits of splitmix64(seed + (i + 1) * 0x9e3779b97f4a7c15) over 2^24 (dummy weights;
+ * kernel-runtime's cpu::random computes the same values). Instance parameter: DTYPE.
+ */
+typedef struct msgl_fill_uniform_params {
+  void* out;                   /* device, [numel] contiguous */
+  int64_t numel;
+  uint64_t seed;
+  float center;
+  float half_width;
+} msgl_fill_uniform_params;
+
+/*
  * silu_mul: out[t, j] = silu(x[t, j]) * x[t, inter + j], f32 compute.
  * Instance parameter: DTYPE.
  */
@@ -545,6 +558,11 @@ MSGL_API int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x, 
                                   const msgl_tensor* bias, int32_t m_tiles, int32_t k_splits, int32_t gated,
                                   msgl_stream stream);
 
+/* fill_uniform: out [numel] contiguous, f32/f16/bf16; grid blocks of 256 threads
+ * (grid-stride loop: any positive grid gives the same values). */
+MSGL_API int32_t msgl_fill_uniform(const msgl_tensor* out, uint64_t seed, float center, float half_width,
+                                   int32_t grid, msgl_stream stream);
+
 /* silu_mul: out [t, i] contiguous, x [t, 2i] contiguous, same dtype. */
 MSGL_API int32_t msgl_silu_mul(const msgl_tensor* out, const msgl_tensor* x, int32_t vectorized, msgl_stream stream);
 
@@ -647,6 +665,7 @@ static_assert(sizeof(msgl_moe_align_params) == 64, "msgl_moe_align_params layout
 static_assert(sizeof(msgl_moe_gemm_params) == 112, "msgl_moe_gemm_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_sum_params) == 64, "msgl_moe_sum_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_rope_store_params) == 192, "msgl_rope_store_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_fill_uniform_params) == 32, "msgl_fill_uniform_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_skinny_gemm_params) == 72, "msgl_skinny_gemm_params layout changed: run cargo xtask codegen");
 #endif
 

@@ -8,6 +8,7 @@
 pub mod attention;
 pub mod dense;
 pub mod moe;
+pub mod random;
 pub mod sampling;
 
 use half::{bf16, f16};

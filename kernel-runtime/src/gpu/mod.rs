@@ -13,6 +13,7 @@
 //! | [`attention`] | `attention` | `paged_attention` |
 //! | [`convert`] | `cast`, `copy` | `cast`, strided `copy` |
 //! | [`sampling`] | `sampling` | `sample` |
+//! | [`random`] | `random` | `fill_uniform` |
 //! | [`moe`] | `moe_route`, `moe_align`, `moe_gemm`, `moe_sum` | the MoE ops and the tile plan |
 //!
 //! Every launcher follows `ops::store`: it checks what the kernel needs beyond the
@@ -29,6 +30,7 @@ pub(crate) mod gemm;
 mod launch;
 pub(crate) mod moe;
 mod norm;
+mod random;
 mod rope;
 mod rope_store;
 mod sampling;
@@ -42,4 +44,5 @@ pub(crate) use gemm::linear;
 pub(crate) use norm::{fused_add_rms_norm, head_rms_norm, rms_norm};
 pub(crate) use rope::rope;
 pub(crate) use rope_store::rope_store;
+pub(crate) use random::fill_uniform;
 pub(crate) use sampling::sample;

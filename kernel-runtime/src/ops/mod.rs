@@ -15,6 +15,7 @@
 //! | [`silu_mul_linear`] | `linear(silu_mul(gate_up))`, one skinny kernel at decode sizes on CUDA |
 //! | [`argmax`] | greedy token choice |
 //! | [`sample`] | one token per row: greedy, temperature, top-k, top-p, min-p |
+//! | [`fill_uniform`] | deterministic uniform values, the same on every device (dummy weights) |
 //! | [`paged_attention`] | attention over the paged KV cache (prefill and decode) |
 //! | [`moe_route`], [`moe_align`], [`moe_gemm`], [`moe_sum`], [`fused_experts`], [`fused_moe`] | mixture of experts (`moe` module) |
 
@@ -25,6 +26,7 @@ mod dense;
 mod fused;
 mod index;
 pub mod moe;
+mod random;
 mod sampling;
 mod skinny;
 mod store;
@@ -40,6 +42,7 @@ pub use moe::{
     fused_experts, fused_experts_with, fused_moe, moe_align, moe_gemm, moe_route, moe_sum, naive_experts, MoeAlignment,
     MoePlan, MoeRouting,
 };
+pub use random::fill_uniform;
 pub use sampling::{sample, SampleRow};
 pub use skinny::{set_skinny_gemm, skinny_gemm};
 pub use store::store_kv;

@@ -555,6 +555,48 @@ impl Default for msgl_skinny_gemm_params {
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct msgl_fill_uniform_params {
+    pub out: *mut ::std::os::raw::c_void,
+    pub numel: i64,
+    pub seed: u64,
+    pub center: f32,
+    pub half_width: f32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of msgl_fill_uniform_params",
+    ][::std::mem::size_of::<msgl_fill_uniform_params>() - 32usize];
+    [
+        "Alignment of msgl_fill_uniform_params",
+    ][::std::mem::align_of::<msgl_fill_uniform_params>() - 8usize];
+    [
+        "Offset of field: msgl_fill_uniform_params::out",
+    ][::std::mem::offset_of!(msgl_fill_uniform_params, out) - 0usize];
+    [
+        "Offset of field: msgl_fill_uniform_params::numel",
+    ][::std::mem::offset_of!(msgl_fill_uniform_params, numel) - 8usize];
+    [
+        "Offset of field: msgl_fill_uniform_params::seed",
+    ][::std::mem::offset_of!(msgl_fill_uniform_params, seed) - 16usize];
+    [
+        "Offset of field: msgl_fill_uniform_params::center",
+    ][::std::mem::offset_of!(msgl_fill_uniform_params, center) - 24usize];
+    [
+        "Offset of field: msgl_fill_uniform_params::half_width",
+    ][::std::mem::offset_of!(msgl_fill_uniform_params, half_width) - 28usize];
+};
+impl Default for msgl_fill_uniform_params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct msgl_silu_mul_params {
     pub out: *mut ::std::os::raw::c_void,
     pub x: *const ::std::os::raw::c_void,
@@ -1246,6 +1288,14 @@ pub struct KernelLibrary {
         gated: i32,
         stream: msgl_stream,
     ) -> i32,
+    pub msgl_fill_uniform: unsafe extern "C" fn(
+        out: *const msgl_tensor,
+        seed: u64,
+        center: f32,
+        half_width: f32,
+        grid: i32,
+        stream: msgl_stream,
+    ) -> i32,
     pub msgl_silu_mul: unsafe extern "C" fn(
         out: *const msgl_tensor,
         x: *const msgl_tensor,
@@ -1386,6 +1436,7 @@ impl KernelLibrary {
         let msgl_rope = __library.get(b"msgl_rope\0").map(|sym| *sym)?;
         let msgl_rope_store = __library.get(b"msgl_rope_store\0").map(|sym| *sym)?;
         let msgl_skinny_gemm = __library.get(b"msgl_skinny_gemm\0").map(|sym| *sym)?;
+        let msgl_fill_uniform = __library.get(b"msgl_fill_uniform\0").map(|sym| *sym)?;
         let msgl_silu_mul = __library.get(b"msgl_silu_mul\0").map(|sym| *sym)?;
         let msgl_argmax = __library.get(b"msgl_argmax\0").map(|sym| *sym)?;
         let msgl_sample = __library.get(b"msgl_sample\0").map(|sym| *sym)?;
@@ -1416,6 +1467,7 @@ impl KernelLibrary {
             msgl_rope,
             msgl_rope_store,
             msgl_skinny_gemm,
+            msgl_fill_uniform,
             msgl_silu_mul,
             msgl_argmax,
             msgl_sample,
@@ -1583,6 +1635,17 @@ impl KernelLibrary {
         stream: msgl_stream,
     ) -> i32 {
         (self.msgl_skinny_gemm)(out, x, w, bias, m_tiles, k_splits, gated, stream)
+    }
+    pub unsafe fn msgl_fill_uniform(
+        &self,
+        out: *const msgl_tensor,
+        seed: u64,
+        center: f32,
+        half_width: f32,
+        grid: i32,
+        stream: msgl_stream,
+    ) -> i32 {
+        (self.msgl_fill_uniform)(out, seed, center, half_width, grid, stream)
     }
     pub unsafe fn msgl_silu_mul(
         &self,
