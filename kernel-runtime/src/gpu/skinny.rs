@@ -158,7 +158,7 @@ pub(crate) fn skinny_gemm(
         n: n as i64,
         k: k as i64,
         x_stride: if m > 1 { x.strides()[0] as i64 } else { xk as i64 },
-        gated: gated as i32,
+        gated: i32::from(gated),
         reserved: 0,
     };
     let (a, b, c) = (out.abi(), x.abi(), w.abi());
@@ -168,7 +168,7 @@ pub(crate) fn skinny_gemm(
         OP,
         dev,
         "skinny_gemm",
-        &[("DTYPE", dtype_code(x)), ("N_TILES", n_tiles as i64), ("M_TILES", m_tiles as i64)],
+        &[("DTYPE", dtype_code(x)), ("N_TILES", n_tiles as i64), ("M_TILES", m_tiles as i64), ("GATED", i64::from(gated))],
         |lib, stream| {
             // SAFETY: the views describe live device tensors checked by the caller
             // (bias_abi outlives the call); the launcher validates them again and
