@@ -58,10 +58,16 @@ struct FakeLm {
     page_size: usize,
     kv: Vec<Option<u64>>,
     max_batch_rows: usize,
-    /// Sample "on the device" (`forward_sample`), as the GPU runner does: with
+    /// Sample "on the device" (`launch`/`wait`), as the GPU runner does: with
     /// the batch's sampling rows only, so penalties and log probabilities
     /// must make the engine take the host path instead.
     device_sampling: bool,
+    /// Ids of the steps launched on the "device" and not waited for.
+    launched: std::collections::VecDeque<Vec<u32>>,
+    /// For each of those steps, the pages it reads and whose they are.
+    in_flight_reads: std::collections::VecDeque<HashMap<usize, ReqId>>,
+    /// Pages written while a step in flight read them for another request.
+    page_violations: Vec<String>,
 }
 
 impl FakeLm {
@@ -71,12 +77,17 @@ impl FakeLm {
             kv: vec![None; config.scheduler.num_pages * config.scheduler.page_size],
             max_batch_rows: 0,
             device_sampling: false,
+            launched: Default::default(),
+            in_flight_reads: Default::default(),
+            page_violations: Vec::new(),
         }
     }
 }
 
-impl ModelRunner for FakeLm {
-    fn forward(&mut self, b: &PreparedBatch) -> Result<Logits, RunnerError> {
+impl FakeLm {
+    /// The forward pass over the step `b` feeding `ids` (its input ids with
+    /// the deferred ones filled in).
+    fn forward_ids(&mut self, b: &PreparedBatch, ids: &[u32]) -> Result<Logits, RunnerError> {
         let ps = self.page_size;
         if b.page_size() != ps {
             return Err("page size mismatch".into());
@@ -119,7 +130,7 @@ impl ModelRunner for FakeLm {
                     self.kv[slot_of(r, pos - 1)?]
                         .ok_or_else(|| format!("row {r}: read of unwritten KV at {}", pos - 1))?
                 };
-                self.kv[slot] = Some(chain(prev, b.input_ids()[i]));
+                self.kv[slot] = Some(chain(prev, ids[i]));
             }
         }
         let mut data = Vec::with_capacity(b.logits_rows().len() * VOCAB);
@@ -138,12 +149,70 @@ impl ModelRunner for FakeLm {
         Ok(Logits::new(data, VOCAB))
     }
 
-    fn forward_sample(&mut self, b: &PreparedBatch) -> Result<Option<Vec<u32>>, RunnerError> {
-        if !self.device_sampling {
-            return Ok(None);
+    /// Checks, at the launch of `b`, that no page it writes is read for
+    /// another request by a step launched before and not waited for (a page
+    /// released and handed out again too early), then records what `b` reads.
+    fn record_pages(&mut self, b: &PreparedBatch) {
+        let ps = self.page_size;
+        let width = b.max_num_pages();
+        let ids: Vec<ReqId> = b.req_ids().collect();
+        for (r, &id) in ids.iter().enumerate() {
+            for i in b.q_indptr()[r]..b.q_indptr()[r + 1] {
+                let page = b.out_loc()[i as usize] as usize / ps;
+                for (step, reads) in self.in_flight_reads.iter().enumerate() {
+                    if let Some(&owner) = reads.get(&page).filter(|&&owner| owner != id) {
+                        self.page_violations.push(format!(
+                            "{id} writes page {page}, which {owner} reads in the step {} launches back",
+                            self.in_flight_reads.len() - step
+                        ));
+                    }
+                }
+            }
         }
-        let logits = self.forward(b)?;
-        Ok(Some(sampling::sample(&logits, b.sampling())))
+        let mut reads = HashMap::new();
+        for (r, &id) in ids.iter().enumerate() {
+            let n = (b.kv_lens()[r] as usize).div_ceil(ps);
+            for &page in &b.page_table()[r * width..r * width + n] {
+                reads.insert(page as usize, id);
+            }
+        }
+        self.in_flight_reads.push_back(reads);
+    }
+}
+
+impl ModelRunner for FakeLm {
+    fn forward(&mut self, b: &PreparedBatch) -> Result<Logits, RunnerError> {
+        if !b.deferred().is_empty() {
+            return Err("the host path got deferred tokens".into());
+        }
+        self.forward_ids(b, b.input_ids())
+    }
+
+
+    /// "On the device": the work is done at launch, the ids come back at
+    /// `wait`; deferred tokens are fed from the previous launch's ids, as the
+    /// GPU runner feeds them from its device buffer.
+    fn launch(&mut self, b: &PreparedBatch) -> Result<bool, RunnerError> {
+        if !self.device_sampling {
+            return Ok(false);
+        }
+        let mut ids = b.input_ids().to_vec();
+        for d in b.deferred() {
+            let prev = self.launched.back().ok_or("deferred tokens with nothing launched")?;
+            ids[d.token as usize] = prev[d.row as usize];
+        }
+        self.record_pages(b);
+        let logits = self.forward_ids(b, &ids)?;
+        self.launched.push_back(sampling::sample(&logits, b.sampling()));
+        if self.launched.len() > 2 {
+            return Err("more than two steps launched and not waited for".into());
+        }
+        Ok(true)
+    }
+
+    fn wait(&mut self) -> Result<Vec<u32>, RunnerError> {
+        self.in_flight_reads.pop_front();
+        Ok(self.launched.pop_front().ok_or("nothing launched")?)
     }
 
     fn vocab_size(&self) -> usize {

@@ -27,6 +27,7 @@ use crate::core::kvcache::{CacheManager, ReqPages};
 use crate::core::sampling::logprobs::TokenLogprobs;
 use crate::core::sampling::penalties::Penalties;
 use crate::core::sampling::SamplingRow;
+use models::layout::StepLayout;
 
 /// Identifies a request for its whole life, across preemptions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -529,36 +530,45 @@ impl Batch {
     }
 }
 
+/// A token of a step whose id the previous launched step is still sampling
+/// (overlap scheduling): the runner feeds `input_ids[token]` from that step's
+/// `row`-th sampled id, on its device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeferredToken {
+    /// Index of the token in the step's `input_ids`.
+    pub token: u32,
+    /// Index among the previous step's sampled tokens.
+    pub row: u32,
+}
+
 /// Everything a model runner needs for one forward pass, as host vectors.
 ///
-/// Rows are requests; tokens of all rows are concatenated (`num_tokens`
-/// entries in `input_ids`, `positions`, `out_loc`). KV slot `s` is token
-/// `s % page_size` of page `s / page_size` of the KV cache.
+/// The token, position, slot and attention arrays are the model's own
+/// [`StepLayout`], built once here and consumed as it is: rows are requests;
+/// tokens of all rows are concatenated (`num_tokens` entries in `input_ids`,
+/// `positions`, `out_loc`). KV slot `s` is token `s % page_size` of page
+/// `s / page_size` of the KV cache.
 ///
 /// The runner must: write the KV of token `i` at `out_loc[i]`; let row `r`
 /// attend to its first `kv_lens[r]` tokens, found through
 /// `page_table[r * max_num_pages ..][.. ceil(kv_lens[r] / page_size)]`
-/// (the row's new tokens are the last `q_lens[r]` of those); and return
-/// logits for the last token of each row listed in `logits_rows`, in that
-/// order.
+/// (the row's new tokens are the last `q_lens[r]` of those); return logits
+/// for the last token of each row listed in `logits_rows`, in that order; and
+/// feed the [`Self::deferred`] tokens from the previous step's samples.
 #[derive(Debug)]
 pub struct PreparedBatch {
     pub(crate) phase: Phase,
-    pub(crate) page_size: usize,
     pub(crate) rows: Vec<BatchRow>,
-    pub(crate) input_ids: Vec<u32>,
-    pub(crate) positions: Vec<u32>,
-    pub(crate) out_loc: Vec<u32>,
-    pub(crate) q_indptr: Vec<u32>,
+    pub(crate) layout: StepLayout,
     pub(crate) q_lens: Vec<u32>,
-    pub(crate) kv_lens: Vec<u32>,
-    pub(crate) max_num_pages: usize,
-    pub(crate) page_table: Vec<u32>,
-    pub(crate) logits_rows: Vec<u32>,
     pub(crate) sampling: Vec<SamplingRow>,
     /// Some sampling row needs its logits on the host
     /// ([`SamplingParams::needs_host_logits`]).
     pub(crate) needs_host_logits: bool,
+    /// Tokens sampled by the previous launched step, not known on the host yet.
+    pub(crate) deferred: Vec<DeferredToken>,
+    /// The launched step the deferred tokens come from (0: none).
+    pub(crate) deferred_step: u64,
 }
 
 impl PreparedBatch {
@@ -566,8 +576,13 @@ impl PreparedBatch {
         self.phase
     }
 
+    /// The step's layout, as the model consumes it.
+    pub fn layout(&self) -> &StepLayout {
+        &self.layout
+    }
+
     pub fn page_size(&self) -> usize {
-        self.page_size
+        self.layout.page_size
     }
 
     pub fn num_rows(&self) -> usize {
@@ -575,7 +590,7 @@ impl PreparedBatch {
     }
 
     pub fn num_tokens(&self) -> usize {
-        self.input_ids.len()
+        self.layout.input_ids.len()
     }
 
     /// The request of each row.
@@ -587,24 +602,24 @@ impl PreparedBatch {
         &self.rows
     }
 
-    /// `[num_tokens]` token ids to feed.
+    /// `[num_tokens]` token ids to feed ([`Self::deferred`] ones hold 0).
     pub fn input_ids(&self) -> &[u32] {
-        &self.input_ids
+        &self.layout.input_ids
     }
 
     /// `[num_tokens]` position of each token in its sequence.
     pub fn positions(&self) -> &[u32] {
-        &self.positions
+        &self.layout.positions
     }
 
     /// `[num_tokens]` KV slot to write each token's keys and values to.
     pub fn out_loc(&self) -> &[u32] {
-        &self.out_loc
+        &self.layout.out_loc
     }
 
     /// `[num_rows + 1]` offsets of each row's tokens in the flat arrays.
     pub fn q_indptr(&self) -> &[u32] {
-        &self.q_indptr
+        &self.layout.q_indptr
     }
 
     /// `[num_rows]` tokens fed per row.
@@ -614,23 +629,23 @@ impl PreparedBatch {
 
     /// `[num_rows]` tokens each row attends to (cached + fed).
     pub fn kv_lens(&self) -> &[u32] {
-        &self.kv_lens
+        &self.layout.kv_lens
     }
 
     /// Width of [`Self::page_table`].
     pub fn max_num_pages(&self) -> usize {
-        self.max_num_pages
+        self.layout.width
     }
 
     /// `[num_rows, max_num_pages]` row-major page indices; entries past a
     /// row's pages are 0 and must not be read.
     pub fn page_table(&self) -> &[u32] {
-        &self.page_table
+        &self.layout.page_table
     }
 
     /// Rows that need logits (of their last token), in output order.
     pub fn logits_rows(&self) -> &[u32] {
-        &self.logits_rows
+        &self.layout.logits_rows
     }
 
     /// Sampling parameters for each logits row.
@@ -644,9 +659,23 @@ impl PreparedBatch {
         self.needs_host_logits
     }
 
+    /// Tokens whose ids the previous launched step is still sampling (overlap
+    /// scheduling); empty when every id is in [`Self::input_ids`].
+    pub fn deferred(&self) -> &[DeferredToken] {
+        &self.deferred
+    }
+
+    /// Fills the deferred tokens from `sampled`, the previous step's tokens
+    /// now known on the host.
+    pub fn resolve_deferred(&mut self, sampled: &[u32]) {
+        for d in self.deferred.drain(..) {
+            self.layout.input_ids[d.token as usize] = sampled[d.row as usize];
+        }
+    }
+
     /// The requests of the sampling rows, in the order of [`Self::logits_rows`].
     pub fn sampling_req_ids(&self) -> impl ExactSizeIterator<Item = ReqId> + '_ {
-        self.logits_rows.iter().map(|&r| self.rows[r as usize].id)
+        self.layout.logits_rows.iter().map(|&r| self.rows[r as usize].id)
     }
 }
 
