@@ -188,7 +188,6 @@ impl ModelRunner for FakeLm {
         self.forward_ids(b, b.input_ids())
     }
 
-
     /// "On the device": the work is done at launch, the ids come back at
     /// `wait`; deferred tokens are fed from the previous launch's ids, as the
     /// GPU runner feeds them from its device buffer.
@@ -850,4 +849,179 @@ fn boxed_runner_chosen_at_run_time() {
     let req = GenerateRequest { prompt_ids: vec![1, 2, 3], params: SamplingParams::random(6, 0.9, 4) };
     let out = engine.generate(vec![req.clone()]).expect("generate");
     assert_matches_oracle(&[req], &out);
+}
+
+// ---------------------------------------------------------------------------
+// Overlap scheduling: step n+1 is launched before step n's tokens are known.
+
+/// Requests that need nothing of the host (no penalties, no log
+/// probabilities), so that every step of a device-sampling runner is launched
+/// behind the one in flight; stop ids, EOS, `ignore_eos` and prefix sharing
+/// included.
+fn device_requests() -> Vec<GenerateRequest> {
+    sixteen_requests()
+        .into_iter()
+        .map(|mut r| {
+            r.params.penalties = Penalties::NONE;
+            r.params.logprobs = None;
+            r
+        })
+        .collect()
+}
+
+/// Runs `requests` with overlap on, checks them against the oracle (what the
+/// non-overlapped engine produces: every other test checks that), the stream
+/// against the reports, the fake device's page records, and the pool.
+fn check_overlapped(cfg: EngineConfig, requests: &[GenerateRequest], device_sampling: bool) -> Engine<FakeLm> {
+    let max_running = cfg.scheduler.max_running_requests;
+    let mut engine = new_engine(cfg);
+    engine.runner_mut().device_sampling = device_sampling;
+    engine.set_overlap(true).expect("idle");
+    let ids: Vec<ReqId> = requests.iter().map(|r| engine.add_request(r.clone()).expect("valid request")).collect();
+    let (streamed, finished, logprobs) = drive(&mut engine, max_running);
+    let outputs: Vec<GenerateOutput> = ids.iter().map(|id| finished[id].clone()).collect();
+    assert_matches_oracle(requests, &outputs);
+    for (i, (id, out)) in ids.iter().zip(&outputs).enumerate() {
+        assert_eq!(streamed[id], out.output_ids, "streamed tokens of {id}");
+        let want = oracle_with_logprobs(&requests[i]).2;
+        assert_eq!(logprobs.get(id).cloned().unwrap_or_default(), want, "log probabilities of request {i}");
+    }
+    assert!(engine.runner().page_violations.is_empty(), "{:?}", engine.runner().page_violations);
+    assert_pool_whole(&mut engine);
+    engine
+}
+
+macro_rules! overlap_cases {
+    ($($name:ident: $ps:expr, $pages:expr, $prefill:expr, $cache:expr, $policy:expr, $reserve:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            let mut cfg = config($ps, $pages, $prefill, $cache, $policy);
+            cfg.scheduler.decode_reserve = $reserve;
+            // On the "device": every step launched behind the one in flight.
+            let engine = check_overlapped(cfg.clone(), &device_requests(), true);
+            assert!(engine.stats().num_steps > 0);
+            // With penalties and log probabilities: those steps wait for the
+            // one in flight and sample on the host.
+            check_overlapped(cfg.clone(), &sixteen_requests(), true);
+            // A host-sampling runner (the CPU path), overlapped all the same.
+            check_overlapped(cfg, &sixteen_requests(), false);
+        }
+    )*};
+}
+
+overlap_cases! {
+    overlap_radix_prefill_first: 4, 512, 256, CacheKind::Radix, SchedulePolicy::PrefillFirst, 1.0;
+    overlap_radix_mixed: 4, 512, 256, CacheKind::Radix, SchedulePolicy::Mixed, 1.0;
+    overlap_naive_mixed: 4, 512, 256, CacheKind::Naive, SchedulePolicy::Mixed, 1.0;
+    overlap_page_size_1: 1, 2048, 256, CacheKind::Radix, SchedulePolicy::PrefillFirst, 1.0;
+    overlap_chunked_8_page_16: 16, 128, 8, CacheKind::Radix, SchedulePolicy::PrefillFirst, 1.0;
+    overlap_chunked_1_page_3_mixed: 3, 700, 1, CacheKind::Radix, SchedulePolicy::Mixed, 1.0;
+    // Small pools: pages are released and handed out again all the time,
+    // requests are preempted (after the step in flight is resolved).
+    overlap_small_pool_radix: 4, 64, 256, CacheKind::Radix, SchedulePolicy::PrefillFirst, 0.0;
+    overlap_small_pool_naive_mixed: 4, 64, 256, CacheKind::Naive, SchedulePolicy::Mixed, 0.0;
+    overlap_small_pool_page_size_1: 1, 120, 256, CacheKind::Radix, SchedulePolicy::Mixed, 0.0;
+}
+
+#[test]
+fn overlap_generate_equals_the_non_overlapped_engine() {
+    let requests = device_requests();
+    let cfg = config(4, 96, 16, CacheKind::Radix, SchedulePolicy::Mixed);
+    let run = |overlap: bool, device_sampling: bool| {
+        let mut engine = new_engine(cfg.clone());
+        engine.runner_mut().device_sampling = device_sampling;
+        engine.set_overlap(overlap).expect("idle");
+        let out = engine.generate(requests.clone()).expect("generate");
+        assert!(engine.runner().page_violations.is_empty(), "{:?}", engine.runner().page_violations);
+        assert_pool_whole(&mut engine);
+        // generate leaves nothing in flight: the engine takes the next batch.
+        assert!(!engine.has_work());
+        out
+    };
+    let plain = run(false, true);
+    assert_eq!(run(true, true), plain);
+    assert_eq!(run(true, false), plain);
+}
+
+/// Aborts and stop strings (`finish` from outside) while a step is in flight:
+/// the report has the tokens streamed so far, the token the step in flight
+/// samples for the request is never streamed, its pages come back once that
+/// step is resolved, and the other requests' outputs are untouched. The same
+/// script run without overlap gives the same reports.
+#[test]
+fn overlap_finish_from_outside_while_a_step_is_in_flight() {
+    let requests = device_requests();
+    let script = |overlap: bool| {
+        let cfg = config(4, 96, 16, CacheKind::Radix, SchedulePolicy::Mixed);
+        let mut engine = new_engine(cfg);
+        engine.runner_mut().device_sampling = true;
+        engine.set_overlap(overlap).expect("idle");
+        let ids: Vec<ReqId> = requests.iter().map(|r| engine.add_request(r.clone()).expect("valid")).collect();
+        let mut streamed: HashMap<ReqId, Vec<u32>> = HashMap::new();
+        let mut reports: HashMap<ReqId, GenerateOutput> = HashMap::new();
+        let mut guard = 0;
+        while engine.has_work() {
+            for event in engine.step().expect("step") {
+                assert!(!reports.contains_key(&event.id), "a token of {} after its end", event.id);
+                streamed.entry(event.id).or_default().push(event.token);
+                if let Some(f) = event.finished {
+                    reports.insert(f.id, GenerateOutput::from(f));
+                }
+            }
+            // After its third token, request 4 is aborted; after its fourth,
+            // request 8 is stopped (as by a stop string).
+            for (which, after, reason) in [(4, 3, FinishReason::Abort), (8, 4, FinishReason::Stop)] {
+                let id = ids[which];
+                if !reports.contains_key(&id) && streamed.get(&id).is_some_and(|s| s.len() >= after) {
+                    let done = engine.finish(id, reason).expect("still running");
+                    assert_eq!(done.output_ids, streamed[&id], "the report has what was streamed");
+                    reports.insert(id, GenerateOutput::from(done));
+                }
+            }
+            engine.check_integrity();
+            guard += 1;
+            assert!(guard < 10_000);
+        }
+        assert!(engine.runner().page_violations.is_empty(), "{:?}", engine.runner().page_violations);
+        assert_pool_whole(&mut engine);
+        let out: Vec<GenerateOutput> = ids.iter().map(|id| reports[id].clone()).collect();
+        for (i, o) in out.iter().enumerate() {
+            if i != 4 && i != 8 {
+                assert_eq!(o.output_ids, oracle(&requests[i]).0, "request {i}");
+            }
+        }
+        assert_eq!((out[4].output_ids.len(), out[4].finish_reason), (3, FinishReason::Abort));
+        assert_eq!((out[8].output_ids.len(), out[8].finish_reason), (4, FinishReason::Stop));
+        out
+    };
+    assert_eq!(script(true), script(false));
+}
+
+/// A runner whose device fails under a launched step: the error surfaces, the
+/// step's requests end, and nothing is left holding pages.
+#[test]
+fn overlap_device_failure_leaves_a_consistent_engine() {
+    let cfg = config(4, 64, 64, CacheKind::Radix, SchedulePolicy::PrefillFirst);
+    let mut engine = new_engine(cfg);
+    engine.runner_mut().device_sampling = true;
+    engine.set_overlap(true).expect("idle");
+    let req = GenerateRequest { prompt_ids: vec![1, 2, 3], params: SamplingParams::greedy(30) };
+    let id = engine
+        .add_request(GenerateRequest { params: SamplingParams { ignore_eos: true, ..req.params.clone() }, ..req })
+        .expect("valid");
+    engine.step().expect("step");
+    engine.step().expect("step");
+    engine.runner_mut().launched.clear();
+    assert!(engine.step().is_err(), "the lost ids surface as an error");
+    // What the server's engine loop does on an error: abort what is in flight.
+    engine.abort(id);
+    let mut guard = 0;
+    while engine.has_work() {
+        let _ = engine.step();
+        guard += 1;
+        assert!(guard < 10, "the engine does not settle after a failure");
+    }
+    assert!(!engine.abort(id));
+    engine.check_integrity();
+    assert_eq!(engine.stats().used_pages, 0);
 }

@@ -134,7 +134,8 @@ impl ForwardBatch {
         let (b, t) = (layout.num_rows(), layout.num_tokens());
         let width = layout.width.max(1);
         let table = if layout.width == 0 { vec![0; b] } else { i32s(&layout.page_table) };
-        let logit_rows: Vec<i32> = layout.logits_rows.iter().map(|&r| layout.q_indptr[r as usize + 1] as i32 - 1).collect();
+        let logit_rows: Vec<i32> =
+            layout.logits_rows.iter().map(|&r| layout.q_indptr[r as usize + 1] as i32 - 1).collect();
         Ok(ForwardBatch {
             input_ids: Tensor::from_slice(&i32s(&layout.input_ids), &[t], device)?,
             positions: Tensor::from_slice(&i32s(&layout.positions), &[t], device)?,

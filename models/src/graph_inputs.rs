@@ -150,7 +150,9 @@ impl StepInputs {
                     return Err(ModelError::Batch("eager step inputs cannot pad to a graph".into()));
                 };
                 if !empty && !layout.is_plain_decode() {
-                    return Err(ModelError::Batch("a padded step must be a decode step with logits of every row".into()));
+                    return Err(ModelError::Batch(
+                        "a padded step must be a decode step with logits of every row".into(),
+                    ));
                 }
                 if p.bucket < b.max(1) || p.bucket > self.max_batch() {
                     return Err(ModelError::Batch(format!(

@@ -92,11 +92,7 @@ impl StepLayout {
             return bad("page size 0".into());
         }
         if self.positions.len() != t || self.out_loc.len() != t {
-            return bad(format!(
-                "{t} tokens but {} positions and {} slots",
-                self.positions.len(),
-                self.out_loc.len()
-            ));
+            return bad(format!("{t} tokens but {} positions and {} slots", self.positions.len(), self.out_loc.len()));
         }
         if self.q_indptr.len() != b + 1 || self.q_indptr[0] != 0 || self.q_indptr[b] as usize != t {
             return bad(format!("q_indptr {:?} does not cut {t} tokens into {b} rows", self.q_indptr));

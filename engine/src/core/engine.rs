@@ -442,8 +442,11 @@ impl<R: ModelRunner> Engine<R> {
         let rows = prepared.logits_rows().len();
         self.last_step_rows = prepared.num_rows();
         let runner_start = Instant::now();
-        let on_device =
-            if prepared.needs_host_logits() { Ok(false) } else { self.runner.launch(&prepared).map_err(EngineError::Runner) };
+        let on_device = if prepared.needs_host_logits() {
+            Ok(false)
+        } else {
+            self.runner.launch(&prepared).map_err(EngineError::Runner)
+        };
         let on_device = match on_device {
             Ok(d) => d,
             Err(err) => {

@@ -299,7 +299,9 @@ impl Scheduler {
             .running
             .iter()
             .map(|r| {
-                pages_to_reserve(r.token_ids().len(), r.remaining_outputs(), ratio, r.pages().num_pages(), page_size)
+                // A request whose last output is launched (overlap) needs no more.
+                let remaining = r.remaining_outputs().max(1);
+                pages_to_reserve(r.token_ids().len(), remaining, ratio, r.pages().num_pages(), page_size)
             })
             .sum();
         while *budget > 0 && self.running.len() < self.config.max_running_requests {
@@ -383,7 +385,14 @@ impl Scheduler {
         self.cache.step_launched(step);
         let mut samples = Vec::with_capacity(batch.logits_rows().len());
         for row in batch.rows() {
-            let req = self.running.iter_mut().find(|r| r.id() == row.id).expect("a prepared row's request runs");
+            let Some(req) = self.running.iter_mut().find(|r| r.id() == row.id) else {
+                // Ended between prepare and launch (resolving the step in flight
+                // found its stop token): its token will be dropped.
+                if row.samples {
+                    samples.push(LaunchedSample { id: row.id, pos: usize::MAX, completes_prefill: false });
+                }
+                continue;
+            };
             if row.samples {
                 let completes_prefill = req.is_prefilling();
                 let pos = req.launch_sample(row.extend_len, step, samples.len() as u32);
@@ -631,5 +640,82 @@ mod tests {
         assert!(!s.has_work());
         s.check_integrity();
         assert_eq!(s.cache().num_used_pages(), 0);
+    }
+
+    /// The one layout the scheduler builds equals the old per-sequence
+    /// derivation (`models::ForwardBatch::new` over `SeqStep`s taken from the
+    /// requests themselves: their tokens, cached lengths and page tables) for
+    /// chunked prefill, prefix-cache hits and mixed prefill + decode steps.
+    #[test]
+    fn layout_equals_the_per_sequence_derivation() {
+        use kernel_runtime::Device;
+        use models::{ForwardBatch, LogitRows, SeqStep};
+
+        let mut s = Scheduler::new(config(256, 6, SchedulePolicy::Mixed));
+        let shared: Vec<u32> = (0..13).collect();
+        let with_prefix = |id: u64, own: usize, max_tokens: usize| {
+            let prompt = shared.iter().copied().chain((0..own as u32).map(|i| 500 + 10 * id as u32 + i)).collect();
+            PendingReq::new(ReqId::new(id), prompt, SamplingParams::greedy(max_tokens), 0)
+        };
+        s.add(with_prefix(1, 3, 6));
+        let (mut saw_chunk, mut saw_hit, mut saw_mixed) = (false, false, false);
+        for n in 0..40 {
+            if n == 6 {
+                // Arrives once request 1's prompt is cached: a radix hit.
+                s.add(with_prefix(2, 9, 5));
+                s.add(with_prefix(3, 2, 4));
+            }
+            let Some(batch) = s.schedule().batch() else {
+                break;
+            };
+            let prepared = s.prepare(batch);
+            let v = |t: &kernel_runtime::Tensor| t.to_vec::<i32>().unwrap();
+            let pages: Vec<Vec<u32>> = prepared
+                .rows()
+                .iter()
+                .map(|row| {
+                    let req = s.running_req(row.id).unwrap();
+                    req.pages().page_ids().map(|p| p.get()).collect()
+                })
+                .collect();
+            let seqs: Vec<SeqStep<'_>> = prepared
+                .rows()
+                .iter()
+                .zip(&pages)
+                .map(|(row, pages)| {
+                    let req = s.running_req(row.id).unwrap();
+                    let start = req.cached_len();
+                    let needed = (start + row.extend_len).div_ceil(4);
+                    SeqStep {
+                        new_tokens: &req.token_ids()[start..start + row.extend_len],
+                        cached_len: start,
+                        pages: &pages[..needed],
+                    }
+                })
+                .collect();
+            let which: Vec<usize> = prepared.logits_rows().iter().map(|&r| r as usize).collect();
+            let want = ForwardBatch::new(&seqs, 4, LogitRows::LastOf(which), Device::Cpu).unwrap();
+            let got = ForwardBatch::from_layout(prepared.layout(), Device::Cpu).unwrap();
+            assert_eq!(v(got.input_ids()), v(want.input_ids()), "step {n}: ids");
+            assert_eq!(v(got.positions()), v(want.positions()), "step {n}: positions");
+            assert_eq!(v(got.out_loc()), v(want.out_loc()), "step {n}: slots");
+            let (gm, wm) = (got.attn_meta(), want.attn_meta());
+            assert_eq!(v(gm.q_indptr), v(wm.q_indptr), "step {n}: q_indptr");
+            assert_eq!(v(gm.kv_lens), v(wm.kv_lens), "step {n}: kv_lens");
+            assert_eq!(v(gm.block_table), v(wm.block_table), "step {n}: page table");
+            assert_eq!(gm.q_lens_host, wm.q_lens_host);
+            assert_eq!(v(got.logit_rows().unwrap()), v(want.logit_rows().unwrap()), "step {n}: logits rows");
+            saw_chunk |= prepared.rows().iter().any(|r| !r.samples);
+            saw_hit |= seqs
+                .iter()
+                .zip(prepared.rows())
+                .any(|(q, r)| r.extend_len > 1 && q.cached_len > 0 && q.cached_len % 4 == 0 && r.id.get() > 1);
+            saw_mixed |=
+                prepared.rows().iter().any(|r| r.extend_len == 1) && prepared.rows().iter().any(|r| r.extend_len > 1);
+            let tokens = vec![7; prepared.logits_rows().len()];
+            s.complete(prepared, &tokens);
+            s.check_integrity();
+        }
+        assert!(saw_chunk && saw_hit && saw_mixed, "chunk {saw_chunk}, radix hit {saw_hit}, mixed {saw_mixed}");
     }
 }
