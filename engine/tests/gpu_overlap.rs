@@ -86,7 +86,7 @@ fn engine(model: Box<dyn CausalLm>, num_pages: usize, max_context: usize, max_ba
 /// Half greedy, half sampled with a seed (temperature, top-k, top-p), each with
 /// its own `max_tokens`.
 fn params(i: usize, max_tokens: usize) -> SamplingParams {
-    let mut p = if i % 2 == 0 {
+    let mut p = if i.is_multiple_of(2) {
         SamplingParams::greedy(max_tokens)
     } else {
         SamplingParams { top_k: Some(40), top_p: 0.95, ..SamplingParams::random(max_tokens, 0.8, 1000 + i as u64) }

@@ -115,6 +115,7 @@ impl FakeLm {
             if end - start != q_len || q_len == 0 || kv_len < q_len {
                 return Err(format!("row {r}: bad lengths").into());
             }
+            #[allow(clippy::needless_range_loop)] // i indexes positions, slots and ids alike
             for i in start..end {
                 let pos = b.positions()[i] as usize;
                 if pos != kv_len - q_len + (i - start) {

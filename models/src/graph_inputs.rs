@@ -302,6 +302,10 @@ impl StepLayout {
     }
 }
 
+fn i32s(v: &[u32]) -> impl Iterator<Item = i32> + '_ {
+    v.iter().map(|&x| x as i32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -392,8 +396,4 @@ mod tests {
         assert_eq!(v(from_layout.out_loc()), v(want.out_loc()));
         assert_eq!(v(from_layout.attn_meta().block_table), v(wm.block_table));
     }
-}
-
-fn i32s(v: &[u32]) -> impl Iterator<Item = i32> + '_ {
-    v.iter().map(|&x| x as i32)
 }

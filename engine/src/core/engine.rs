@@ -215,13 +215,17 @@ pub enum EngineError {
     Runner(#[source] RunnerError),
 }
 
+/// Tokens sampled on the host, with the log probabilities of the rows that
+/// asked for them.
+type HostSamples = (Vec<u32>, Vec<(ReqId, Option<TokenLogprobs>)>);
+
 /// A step handed to the runner, not resolved yet.
 #[derive(Debug)]
 struct InFlight {
     launched: LaunchedStep,
     /// Tokens and log probabilities of a step sampled on the host (known at
     /// launch); `None`: the runner's `wait` returns the tokens.
-    host: Option<(Vec<u32>, Vec<(ReqId, Option<TokenLogprobs>)>)>,
+    host: Option<HostSamples>,
 }
 
 /// The serving core: scheduler, prefix cache, model runner and sampler.
@@ -541,12 +545,7 @@ impl<R: ModelRunner> Engine<R> {
     /// and computes the log probabilities of the requests that asked for them
     /// (from the raw logits, see [`crate::core::sampling::logprobs`]). Returns the tokens and,
     /// for the rows that report log probabilities, `(request, logprobs)`.
-    #[allow(clippy::type_complexity)]
-    fn sample_on_host(
-        &self,
-        prepared: &PreparedBatch,
-        mut logits: Logits,
-    ) -> (Vec<u32>, Vec<(ReqId, Option<TokenLogprobs>)>) {
+    fn sample_on_host(&self, prepared: &PreparedBatch, mut logits: Logits) -> HostSamples {
         let ids: Vec<ReqId> = prepared.sampling_req_ids().collect();
         let mut raw_rows: Vec<(usize, usize, Vec<f32>)> = Vec::new();
         for (row, &id) in ids.iter().enumerate() {
