@@ -23,6 +23,7 @@ fn engine_args(num_pages: usize, page_size: usize, max_prefill: usize, cache: &s
         max_model_len: None,
         cuda_graph_max_bs: 256,
         disable_cuda_graph: false,
+        disable_overlap: false,
         decode_reserve: 1.0,
     }
 }

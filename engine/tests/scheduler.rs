@@ -58,10 +58,16 @@ struct FakeLm {
     page_size: usize,
     kv: Vec<Option<u64>>,
     max_batch_rows: usize,
-    /// Sample "on the device" (`forward_sample`), as the GPU runner does: with
+    /// Sample "on the device" (`launch`/`wait`), as the GPU runner does: with
     /// the batch's sampling rows only, so penalties and log probabilities
     /// must make the engine take the host path instead.
     device_sampling: bool,
+    /// Ids of the steps launched on the "device" and not waited for.
+    launched: std::collections::VecDeque<Vec<u32>>,
+    /// For each of those steps, the pages it reads and whose they are.
+    in_flight_reads: std::collections::VecDeque<HashMap<usize, ReqId>>,
+    /// Pages written while a step in flight read them for another request.
+    page_violations: Vec<String>,
 }
 
 impl FakeLm {
@@ -71,12 +77,17 @@ impl FakeLm {
             kv: vec![None; config.scheduler.num_pages * config.scheduler.page_size],
             max_batch_rows: 0,
             device_sampling: false,
+            launched: Default::default(),
+            in_flight_reads: Default::default(),
+            page_violations: Vec::new(),
         }
     }
 }
 
-impl ModelRunner for FakeLm {
-    fn forward(&mut self, b: &PreparedBatch) -> Result<Logits, RunnerError> {
+impl FakeLm {
+    /// The forward pass over the step `b` feeding `ids` (its input ids with
+    /// the deferred ones filled in).
+    fn forward_ids(&mut self, b: &PreparedBatch, ids: &[u32]) -> Result<Logits, RunnerError> {
         let ps = self.page_size;
         if b.page_size() != ps {
             return Err("page size mismatch".into());
@@ -104,6 +115,7 @@ impl ModelRunner for FakeLm {
             if end - start != q_len || q_len == 0 || kv_len < q_len {
                 return Err(format!("row {r}: bad lengths").into());
             }
+            #[allow(clippy::needless_range_loop)] // i indexes positions, slots and ids alike
             for i in start..end {
                 let pos = b.positions()[i] as usize;
                 if pos != kv_len - q_len + (i - start) {
@@ -119,7 +131,7 @@ impl ModelRunner for FakeLm {
                     self.kv[slot_of(r, pos - 1)?]
                         .ok_or_else(|| format!("row {r}: read of unwritten KV at {}", pos - 1))?
                 };
-                self.kv[slot] = Some(chain(prev, b.input_ids()[i]));
+                self.kv[slot] = Some(chain(prev, ids[i]));
             }
         }
         let mut data = Vec::with_capacity(b.logits_rows().len() * VOCAB);
@@ -138,12 +150,69 @@ impl ModelRunner for FakeLm {
         Ok(Logits::new(data, VOCAB))
     }
 
-    fn forward_sample(&mut self, b: &PreparedBatch) -> Result<Option<Vec<u32>>, RunnerError> {
-        if !self.device_sampling {
-            return Ok(None);
+    /// Checks, at the launch of `b`, that no page it writes is read for
+    /// another request by a step launched before and not waited for (a page
+    /// released and handed out again too early), then records what `b` reads.
+    fn record_pages(&mut self, b: &PreparedBatch) {
+        let ps = self.page_size;
+        let width = b.max_num_pages();
+        let ids: Vec<ReqId> = b.req_ids().collect();
+        for (r, &id) in ids.iter().enumerate() {
+            for i in b.q_indptr()[r]..b.q_indptr()[r + 1] {
+                let page = b.out_loc()[i as usize] as usize / ps;
+                for (step, reads) in self.in_flight_reads.iter().enumerate() {
+                    if let Some(&owner) = reads.get(&page).filter(|&&owner| owner != id) {
+                        self.page_violations.push(format!(
+                            "{id} writes page {page}, which {owner} reads in the step {} launches back",
+                            self.in_flight_reads.len() - step
+                        ));
+                    }
+                }
+            }
         }
-        let logits = self.forward(b)?;
-        Ok(Some(sampling::sample(&logits, b.sampling())))
+        let mut reads = HashMap::new();
+        for (r, &id) in ids.iter().enumerate() {
+            let n = (b.kv_lens()[r] as usize).div_ceil(ps);
+            for &page in &b.page_table()[r * width..r * width + n] {
+                reads.insert(page as usize, id);
+            }
+        }
+        self.in_flight_reads.push_back(reads);
+    }
+}
+
+impl ModelRunner for FakeLm {
+    fn forward(&mut self, b: &PreparedBatch) -> Result<Logits, RunnerError> {
+        if !b.deferred().is_empty() {
+            return Err("the host path got deferred tokens".into());
+        }
+        self.forward_ids(b, b.input_ids())
+    }
+
+    /// "On the device": the work is done at launch, the ids come back at
+    /// `wait`; deferred tokens are fed from the previous launch's ids, as the
+    /// GPU runner feeds them from its device buffer.
+    fn launch(&mut self, b: &PreparedBatch) -> Result<bool, RunnerError> {
+        if !self.device_sampling {
+            return Ok(false);
+        }
+        let mut ids = b.input_ids().to_vec();
+        for d in b.deferred() {
+            let prev = self.launched.back().ok_or("deferred tokens with nothing launched")?;
+            ids[d.token as usize] = prev[d.row as usize];
+        }
+        self.record_pages(b);
+        let logits = self.forward_ids(b, &ids)?;
+        self.launched.push_back(sampling::sample(&logits, b.sampling()));
+        if self.launched.len() > 2 {
+            return Err("more than two steps launched and not waited for".into());
+        }
+        Ok(true)
+    }
+
+    fn wait(&mut self) -> Result<Vec<u32>, RunnerError> {
+        self.in_flight_reads.pop_front();
+        Ok(self.launched.pop_front().ok_or("nothing launched")?)
     }
 
     fn vocab_size(&self) -> usize {
@@ -781,4 +850,179 @@ fn boxed_runner_chosen_at_run_time() {
     let req = GenerateRequest { prompt_ids: vec![1, 2, 3], params: SamplingParams::random(6, 0.9, 4) };
     let out = engine.generate(vec![req.clone()]).expect("generate");
     assert_matches_oracle(&[req], &out);
+}
+
+// ---------------------------------------------------------------------------
+// Overlap scheduling: step n+1 is launched before step n's tokens are known.
+
+/// Requests that need nothing of the host (no penalties, no log
+/// probabilities), so that every step of a device-sampling runner is launched
+/// behind the one in flight; stop ids, EOS, `ignore_eos` and prefix sharing
+/// included.
+fn device_requests() -> Vec<GenerateRequest> {
+    sixteen_requests()
+        .into_iter()
+        .map(|mut r| {
+            r.params.penalties = Penalties::NONE;
+            r.params.logprobs = None;
+            r
+        })
+        .collect()
+}
+
+/// Runs `requests` with overlap on, checks them against the oracle (what the
+/// non-overlapped engine produces: every other test checks that), the stream
+/// against the reports, the fake device's page records, and the pool.
+fn check_overlapped(cfg: EngineConfig, requests: &[GenerateRequest], device_sampling: bool) -> Engine<FakeLm> {
+    let max_running = cfg.scheduler.max_running_requests;
+    let mut engine = new_engine(cfg);
+    engine.runner_mut().device_sampling = device_sampling;
+    engine.set_overlap(true).expect("idle");
+    let ids: Vec<ReqId> = requests.iter().map(|r| engine.add_request(r.clone()).expect("valid request")).collect();
+    let (streamed, finished, logprobs) = drive(&mut engine, max_running);
+    let outputs: Vec<GenerateOutput> = ids.iter().map(|id| finished[id].clone()).collect();
+    assert_matches_oracle(requests, &outputs);
+    for (i, (id, out)) in ids.iter().zip(&outputs).enumerate() {
+        assert_eq!(streamed[id], out.output_ids, "streamed tokens of {id}");
+        let want = oracle_with_logprobs(&requests[i]).2;
+        assert_eq!(logprobs.get(id).cloned().unwrap_or_default(), want, "log probabilities of request {i}");
+    }
+    assert!(engine.runner().page_violations.is_empty(), "{:?}", engine.runner().page_violations);
+    assert_pool_whole(&mut engine);
+    engine
+}
+
+macro_rules! overlap_cases {
+    ($($name:ident: $ps:expr, $pages:expr, $prefill:expr, $cache:expr, $policy:expr, $reserve:expr;)*) => {$(
+        #[test]
+        fn $name() {
+            let mut cfg = config($ps, $pages, $prefill, $cache, $policy);
+            cfg.scheduler.decode_reserve = $reserve;
+            // On the "device": every step launched behind the one in flight.
+            let engine = check_overlapped(cfg.clone(), &device_requests(), true);
+            assert!(engine.stats().num_steps > 0);
+            // With penalties and log probabilities: those steps wait for the
+            // one in flight and sample on the host.
+            check_overlapped(cfg.clone(), &sixteen_requests(), true);
+            // A host-sampling runner (the CPU path), overlapped all the same.
+            check_overlapped(cfg, &sixteen_requests(), false);
+        }
+    )*};
+}
+
+overlap_cases! {
+    overlap_radix_prefill_first: 4, 512, 256, CacheKind::Radix, SchedulePolicy::PrefillFirst, 1.0;
+    overlap_radix_mixed: 4, 512, 256, CacheKind::Radix, SchedulePolicy::Mixed, 1.0;
+    overlap_naive_mixed: 4, 512, 256, CacheKind::Naive, SchedulePolicy::Mixed, 1.0;
+    overlap_page_size_1: 1, 2048, 256, CacheKind::Radix, SchedulePolicy::PrefillFirst, 1.0;
+    overlap_chunked_8_page_16: 16, 128, 8, CacheKind::Radix, SchedulePolicy::PrefillFirst, 1.0;
+    overlap_chunked_1_page_3_mixed: 3, 700, 1, CacheKind::Radix, SchedulePolicy::Mixed, 1.0;
+    // Small pools: pages are released and handed out again all the time,
+    // requests are preempted (after the step in flight is resolved).
+    overlap_small_pool_radix: 4, 64, 256, CacheKind::Radix, SchedulePolicy::PrefillFirst, 0.0;
+    overlap_small_pool_naive_mixed: 4, 64, 256, CacheKind::Naive, SchedulePolicy::Mixed, 0.0;
+    overlap_small_pool_page_size_1: 1, 120, 256, CacheKind::Radix, SchedulePolicy::Mixed, 0.0;
+}
+
+#[test]
+fn overlap_generate_equals_the_non_overlapped_engine() {
+    let requests = device_requests();
+    let cfg = config(4, 96, 16, CacheKind::Radix, SchedulePolicy::Mixed);
+    let run = |overlap: bool, device_sampling: bool| {
+        let mut engine = new_engine(cfg.clone());
+        engine.runner_mut().device_sampling = device_sampling;
+        engine.set_overlap(overlap).expect("idle");
+        let out = engine.generate(requests.clone()).expect("generate");
+        assert!(engine.runner().page_violations.is_empty(), "{:?}", engine.runner().page_violations);
+        assert_pool_whole(&mut engine);
+        // generate leaves nothing in flight: the engine takes the next batch.
+        assert!(!engine.has_work());
+        out
+    };
+    let plain = run(false, true);
+    assert_eq!(run(true, true), plain);
+    assert_eq!(run(true, false), plain);
+}
+
+/// Aborts and stop strings (`finish` from outside) while a step is in flight:
+/// the report has the tokens streamed so far, the token the step in flight
+/// samples for the request is never streamed, its pages come back once that
+/// step is resolved, and the other requests' outputs are untouched. The same
+/// script run without overlap gives the same reports.
+#[test]
+fn overlap_finish_from_outside_while_a_step_is_in_flight() {
+    let requests = device_requests();
+    let script = |overlap: bool| {
+        let cfg = config(4, 96, 16, CacheKind::Radix, SchedulePolicy::Mixed);
+        let mut engine = new_engine(cfg);
+        engine.runner_mut().device_sampling = true;
+        engine.set_overlap(overlap).expect("idle");
+        let ids: Vec<ReqId> = requests.iter().map(|r| engine.add_request(r.clone()).expect("valid")).collect();
+        let mut streamed: HashMap<ReqId, Vec<u32>> = HashMap::new();
+        let mut reports: HashMap<ReqId, GenerateOutput> = HashMap::new();
+        let mut guard = 0;
+        while engine.has_work() {
+            for event in engine.step().expect("step") {
+                assert!(!reports.contains_key(&event.id), "a token of {} after its end", event.id);
+                streamed.entry(event.id).or_default().push(event.token);
+                if let Some(f) = event.finished {
+                    reports.insert(f.id, GenerateOutput::from(f));
+                }
+            }
+            // After its third token, request 4 is aborted; after its fourth,
+            // request 8 is stopped (as by a stop string).
+            for (which, after, reason) in [(4, 3, FinishReason::Abort), (8, 4, FinishReason::Stop)] {
+                let id = ids[which];
+                if !reports.contains_key(&id) && streamed.get(&id).is_some_and(|s| s.len() >= after) {
+                    let done = engine.finish(id, reason).expect("still running");
+                    assert_eq!(done.output_ids, streamed[&id], "the report has what was streamed");
+                    reports.insert(id, GenerateOutput::from(done));
+                }
+            }
+            engine.check_integrity();
+            guard += 1;
+            assert!(guard < 10_000);
+        }
+        assert!(engine.runner().page_violations.is_empty(), "{:?}", engine.runner().page_violations);
+        assert_pool_whole(&mut engine);
+        let out: Vec<GenerateOutput> = ids.iter().map(|id| reports[id].clone()).collect();
+        for (i, o) in out.iter().enumerate() {
+            if i != 4 && i != 8 {
+                assert_eq!(o.output_ids, oracle(&requests[i]).0, "request {i}");
+            }
+        }
+        assert_eq!((out[4].output_ids.len(), out[4].finish_reason), (3, FinishReason::Abort));
+        assert_eq!((out[8].output_ids.len(), out[8].finish_reason), (4, FinishReason::Stop));
+        out
+    };
+    assert_eq!(script(true), script(false));
+}
+
+/// A runner whose device fails under a launched step: the error surfaces, the
+/// step's requests end, and nothing is left holding pages.
+#[test]
+fn overlap_device_failure_leaves_a_consistent_engine() {
+    let cfg = config(4, 64, 64, CacheKind::Radix, SchedulePolicy::PrefillFirst);
+    let mut engine = new_engine(cfg);
+    engine.runner_mut().device_sampling = true;
+    engine.set_overlap(true).expect("idle");
+    let req = GenerateRequest { prompt_ids: vec![1, 2, 3], params: SamplingParams::greedy(30) };
+    let id = engine
+        .add_request(GenerateRequest { params: SamplingParams { ignore_eos: true, ..req.params.clone() }, ..req })
+        .expect("valid");
+    engine.step().expect("step");
+    engine.step().expect("step");
+    engine.runner_mut().launched.clear();
+    assert!(engine.step().is_err(), "the lost ids surface as an error");
+    // What the server's engine loop does on an error: abort what is in flight.
+    engine.abort(id);
+    let mut guard = 0;
+    while engine.has_work() {
+        let _ = engine.step();
+        guard += 1;
+        assert!(guard < 10, "the engine does not settle after a failure");
+    }
+    assert!(!engine.abort(id));
+    engine.check_integrity();
+    assert_eq!(engine.stats().used_pages, 0);
 }

@@ -698,6 +698,7 @@ fn load(name: &str) -> LoadedModel {
             max_model_len: None,
             cuda_graph_max_bs: 256,
             disable_cuda_graph: false,
+            disable_overlap: false,
             decode_reserve: 1.0,
         },
     )

@@ -45,6 +45,7 @@ fn load(name: &str) -> LoadedModel {
             max_model_len: None,
             cuda_graph_max_bs: 256,
             disable_cuda_graph: false,
+            disable_overlap: false,
             decode_reserve: 1.0,
         },
     )
@@ -76,6 +77,7 @@ fn chat_template_and_max_model_len_options_apply() {
             max_model_len: Some(48),
             cuda_graph_max_bs: 256,
             disable_cuda_graph: false,
+            disable_overlap: false,
             decode_reserve: 1.0,
         },
     )

@@ -9,6 +9,7 @@
 //! | [`op_types`] | the argument and plan types `ops` hands to `cpu` and `gpu` (MoE routing and plans, sampling rows) |
 //! | [`ops`] | typed launchers that validate, then run on the CPU or the GPU |
 //! | [`cpu`] | the CPU reference of every op (f32 compute) |
+//! | [`staging`] | host-device copies through pinned memory that do not wait for the stream |
 //! | [`nccl`] | communicators over libnccl.so.2 |
 //! | [`sys`] | raw bindgen output (`cargo xtask codegen`) |
 //!
@@ -30,6 +31,7 @@ pub mod kernels;
 pub mod nccl;
 pub mod op_types;
 pub mod ops;
+pub mod staging;
 pub mod sys;
 pub mod tensor;
 

@@ -196,30 +196,12 @@ impl Tensor {
     /// what CUDA graphs need of their inputs.
     pub fn write_rows<T: Element>(&self, data: &[T], cols: usize) -> Result<()> {
         const OP: &str = "write_rows";
-        if T::DTYPE != self.dtype {
-            return Err(Error::arg(OP, format!("tensor has dtype {}, data is {}", self.dtype, T::DTYPE)));
-        }
-        if !self.is_contiguous() || self.rank() > 2 {
-            return Err(Error::arg(
-                OP,
-                format!("needs a contiguous tensor of rank 1 or 2, got shape {:?}", self.shape),
-            ));
-        }
-        let (num_rows, width) = match self.shape[..] {
-            [w] => (1, w),
-            [r, w] => (r, w),
-            _ => (1, 1),
-        };
-        let rows = data.len().checked_div(cols).unwrap_or(0);
-        if cols > width || rows > num_rows || rows * cols != data.len() {
-            return Err(Error::arg(
-                OP,
-                format!("{} values in rows of {cols} do not fit a tensor of shape {:?}", data.len(), self.shape),
-            ));
-        }
+        self.check_write_rows::<T>(OP, data.len(), cols)?;
         if data.is_empty() {
             return Ok(());
         }
+        let rows = data.len() / cols;
+        let width = self.write_rows_width();
         let elem = self.dtype.size_in_bytes();
         let bytes: &[u8] = bytemuck::cast_slice(data);
         match self.buffer.as_ref() {
@@ -238,6 +220,41 @@ impl Tensor {
                 Ok(())
             }
             Buffer::Device(d) => d.device.copy_htod_2d(self.device_ptr(), width * elem, bytes, cols * elem, rows),
+        }
+    }
+
+    /// Checks that `len` values of `T` in rows of `cols` fit the leading rows and
+    /// columns of this contiguous tensor of rank 1 or 2 ([`Self::write_rows`]).
+    pub(crate) fn check_write_rows<T: Element>(&self, op: &'static str, len: usize, cols: usize) -> Result<()> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::arg(op, format!("tensor has dtype {}, data is {}", self.dtype, T::DTYPE)));
+        }
+        if !self.is_contiguous() || self.rank() > 2 {
+            return Err(Error::arg(
+                op,
+                format!("needs a contiguous tensor of rank 1 or 2, got shape {:?}", self.shape),
+            ));
+        }
+        let (num_rows, width) = match self.shape[..] {
+            [w] => (1, w),
+            [r, w] => (r, w),
+            _ => (1, 1),
+        };
+        let rows = len.checked_div(cols).unwrap_or(0);
+        if cols > width || rows > num_rows || rows * cols != len {
+            return Err(Error::arg(
+                op,
+                format!("{len} values in rows of {cols} do not fit a tensor of shape {:?}", self.shape),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Elements per row of a tensor of rank 1 or 2, as [`Self::write_rows`] sees it.
+    pub(crate) fn write_rows_width(&self) -> usize {
+        match self.shape[..] {
+            [w] | [_, w] => w,
+            _ => 1,
         }
     }
 

@@ -20,6 +20,7 @@ use kernel_runtime::ops::PagedAttnMeta;
 use kernel_runtime::{DType, Device, Tensor};
 
 use crate::error::{ModelError, Result};
+use crate::layout::StepLayout;
 
 /// Which rows of the step's hidden states get logits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,7 +84,7 @@ pub struct ForwardBatch {
 }
 
 /// The parts of a [`ForwardBatch`] whose tensors something else filled (the
-/// persistent inputs of CUDA graphs, `graph_inputs`), checked by that builder.
+/// persistent step inputs of `graph_inputs`), checked by that builder.
 pub(crate) struct BatchParts {
     pub input_ids: Tensor,
     pub positions: Tensor,
@@ -91,18 +92,20 @@ pub(crate) struct BatchParts {
     pub q_indptr: Tensor,
     pub kv_lens: Tensor,
     pub block_table: Tensor,
+    /// `None`: logits of every row.
+    pub logit_rows: Option<Tensor>,
     pub input_ids_host: Vec<u32>,
+    pub q_lens: Vec<usize>,
     pub kv_lens_host: Vec<usize>,
+    pub num_logit_rows: usize,
     pub page_size: usize,
     pub max_page: Option<u32>,
     pub decode_splits: Option<usize>,
 }
 
 impl ForwardBatch {
-    /// A decode batch (one new token per sequence, logits of every row) over
-    /// tensors already on the device.
-    pub(crate) fn from_decode_parts(p: BatchParts) -> ForwardBatch {
-        let b = p.kv_lens_host.len();
+    /// A batch over tensors already on the device.
+    pub(crate) fn from_parts(p: BatchParts) -> ForwardBatch {
         ForwardBatch {
             device: p.input_ids.device(),
             input_ids: p.input_ids,
@@ -111,15 +114,45 @@ impl ForwardBatch {
             q_indptr: p.q_indptr,
             kv_lens: p.kv_lens,
             block_table: p.block_table,
-            logit_rows: None,
+            logit_rows: p.logit_rows,
             input_ids_host: p.input_ids_host,
-            q_lens: vec![1; b],
+            q_lens: p.q_lens,
             kv_lens_host: p.kv_lens_host,
-            num_logit_rows: b,
+            num_logit_rows: p.num_logit_rows,
             page_size: p.page_size,
             max_page: p.max_page,
             decode_splits: p.decode_splits,
         }
+    }
+
+    /// The scheduler's layout of a step, uploaded to `device` as it is (fresh
+    /// tensors; the engine's runner writes persistent buffers instead, through
+    /// `graph_inputs::StepInputs`).
+    pub fn from_layout(layout: &StepLayout, device: Device) -> Result<ForwardBatch> {
+        layout.check()?;
+        let i32s = |v: &[u32]| -> Vec<i32> { v.iter().map(|&x| x as i32).collect() };
+        let (b, t) = (layout.num_rows(), layout.num_tokens());
+        let width = layout.width.max(1);
+        let table = if layout.width == 0 { vec![0; b] } else { i32s(&layout.page_table) };
+        let logit_rows: Vec<i32> =
+            layout.logits_rows.iter().map(|&r| layout.q_indptr[r as usize + 1] as i32 - 1).collect();
+        Ok(ForwardBatch {
+            input_ids: Tensor::from_slice(&i32s(&layout.input_ids), &[t], device)?,
+            positions: Tensor::from_slice(&i32s(&layout.positions), &[t], device)?,
+            out_loc: Tensor::from_slice(&i32s(&layout.out_loc), &[t], device)?,
+            q_indptr: Tensor::from_slice(&i32s(&layout.q_indptr), &[b + 1], device)?,
+            kv_lens: Tensor::from_slice(&i32s(&layout.kv_lens), &[b], device)?,
+            block_table: Tensor::from_slice(&table, &[b, width], device)?,
+            num_logit_rows: logit_rows.len(),
+            logit_rows: Some(Tensor::from_slice(&logit_rows, &[logit_rows.len()], device)?),
+            input_ids_host: layout.input_ids.clone(),
+            q_lens: (0..b).map(|r| layout.q_len(r)).collect(),
+            kv_lens_host: layout.kv_lens.iter().map(|&l| l as usize).collect(),
+            page_size: layout.page_size,
+            max_page: layout.max_page(),
+            device,
+            decode_splits: None,
+        })
     }
 
     /// A batch of `seqs` for a cache of pages of `page_size` tokens, uploaded to

@@ -8,6 +8,7 @@
 //! | [`config`] | [`ModelConfig`] from `config.json` (classic and transformers-5 layouts) |
 //! | [`weights`] | safetensors / GGUF / dummy weights by HF name, fused per `MERGE_GROUPS` |
 //! | [`rotary`] | the cos/sin table of RoPE (default, linear, llama3 scaling) |
+//! | [`layout`] | [`StepLayout`]: a step's tokens, positions, slots and page table, built once by the scheduler |
 //! | [`ctx`] | [`ForwardBatch`], [`KvCache`], the [`AttnBackend`] trait, [`ForwardCtx`] |
 //! | [`attn_backend`] | the `--attn` registry and the paged backend |
 //! | [`moe_backend`] | the `--moe` registry: fused kernels or the naive loop over experts |
@@ -34,6 +35,7 @@ pub mod generate;
 pub mod gguf;
 pub mod graph_inputs;
 pub mod layers;
+pub mod layout;
 pub mod llama;
 pub mod mistral;
 pub mod moe_backend;
@@ -49,7 +51,8 @@ pub use causal_lm::CausalLm;
 pub use config::{ModelConfig, MoeConfig, RopeConfig, RopeScaling};
 pub use ctx::{AttnBackend, ForwardBatch, ForwardCtx, KvCache, KvCacheShape, LogitRows, SeqStep};
 pub use error::{ModelError, Result};
-pub use graph_inputs::DecodeGraphInputs;
+pub use graph_inputs::{DecodeGraphInputs, Padding, StepInputs};
+pub use layout::StepLayout;
 pub use moe_backend::MoeBackendKind;
 pub use registry::{load_model, supported_architectures, LoadOptions, MODEL_REGISTRY};
 pub use weights::{LoadFormat, Weights, MERGE_GROUPS};

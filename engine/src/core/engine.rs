@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use crate::core::req::{FinishReason, FinishedReq, PendingReq, PreparedBatch, ReqId, SamplingParams, TokenEvent};
 use crate::core::sampling::logprobs::{token_logprobs, TokenLogprobs};
 use crate::core::sampling::{self, Logits};
-use crate::core::scheduler::{Scheduler, SchedulerConfig};
+use crate::core::scheduler::{LaunchedStep, Scheduled, Scheduler, SchedulerConfig};
 
 /// The most alternatives a request may ask log probabilities of (OpenAI's
 /// limit for `top_logprobs`; vLLM's default `max_logprobs`).
@@ -37,11 +37,23 @@ pub type RunnerError = Box<dyn std::error::Error + Send + Sync>;
 /// step. The runner owns the weights and the KV cache tensors, which must
 /// have the geometry of the engine's pool (`num_pages` pages of `page_size`
 /// tokens, per layer); it keeps no per-request state.
+///
+/// Two ways to run a step:
+///
+/// - [`ModelRunner::forward`]: the logits on the host, sampled by the engine
+///   (the CPU path, and any step that needs host logits: penalties, log
+///   probabilities);
+/// - [`ModelRunner::launch`] then [`ModelRunner::wait`]: the runner samples
+///   on its own device, keeps the ids there and hands them back later. With
+///   overlap scheduling the engine launches step n+1 before it waits for step
+///   n, so `launch` must not wait for the device (a CPU runner may do all the
+///   work in `launch` and return the ids from `wait`).
 pub trait ModelRunner {
     /// Runs the step: writes the KV of every fed token at its `out_loc`
     /// slot, attends through the page table, and returns the logits of the
     /// last token of each row in `batch.logits_rows()`, in that order
-    /// (`[logits_rows.len(), vocab_size]`, f32, on the host).
+    /// (`[logits_rows.len(), vocab_size]`, f32, on the host). The engine
+    /// resolves `batch.deferred()` before calling it (it is empty).
     fn forward(&mut self, batch: &PreparedBatch) -> Result<Logits, RunnerError>;
 
     /// Width of the logits (token ids are `0..vocab_size`).
@@ -50,15 +62,24 @@ pub trait ModelRunner {
     /// Longest sequence (prompt plus outputs) the model supports.
     fn max_context_len(&self) -> usize;
 
-    /// Runs the step and samples on the runner's own device: one token per
-    /// entry of `batch.logits_rows()`, drawn by the rules of
+    /// Enqueues the step and its sampling on the runner's own device: one
+    /// token per entry of `batch.logits_rows()`, drawn by the rules of
     /// [`sampling`](crate::core::sampling) with the uniform numbers of
-    /// [`sampling::uniform`] (so that seeds reproduce). Runners whose logits
-    /// live on a GPU sample there instead of copying `[rows, vocab]` logits to
-    /// the host; `None` (the default) means "call [`ModelRunner::forward`]
-    /// and let the engine sample on the host".
-    fn forward_sample(&mut self, _batch: &PreparedBatch) -> Result<Option<Vec<u32>>, RunnerError> {
-        Ok(None)
+    /// [`sampling::uniform`] (so that seeds reproduce). The ids stay on the
+    /// device: the tokens of `batch.deferred()` are the ids sampled by the
+    /// step launched just before this one, which its `wait` may not have
+    /// returned yet. At most two steps are launched and not waited for.
+    ///
+    /// `false` (the default) means "this runner samples on the host": nothing
+    /// was done, and the engine calls [`ModelRunner::forward`] instead.
+    fn launch(&mut self, _batch: &PreparedBatch) -> Result<bool, RunnerError> {
+        Ok(false)
+    }
+
+    /// Waits for the oldest launched step not waited for yet and returns its
+    /// sampled ids, in the order of its `logits_rows`.
+    fn wait(&mut self) -> Result<Vec<u32>, RunnerError> {
+        Err("no step was launched on the device".into())
     }
 }
 
@@ -76,9 +97,18 @@ impl<R: ModelRunner + ?Sized> ModelRunner for Box<R> {
         (**self).max_context_len()
     }
 
-    fn forward_sample(&mut self, batch: &PreparedBatch) -> Result<Option<Vec<u32>>, RunnerError> {
-        (**self).forward_sample(batch)
+    fn launch(&mut self, batch: &PreparedBatch) -> Result<bool, RunnerError> {
+        (**self).launch(batch)
     }
+
+    fn wait(&mut self) -> Result<Vec<u32>, RunnerError> {
+        (**self).wait()
+    }
+}
+
+/// Whether `MINISGL_DISABLE_OVERLAP=1` asks for steps that wait for the GPU.
+pub fn overlap_disabled_by_env() -> bool {
+    std::env::var("MINISGL_DISABLE_OVERLAP").is_ok_and(|v| v == "1")
 }
 
 /// Engine knobs. No `Default`: the command line (or the test) decides.
@@ -185,10 +215,31 @@ pub enum EngineError {
     Runner(#[source] RunnerError),
 }
 
+/// Tokens sampled on the host, with the log probabilities of the rows that
+/// asked for them.
+type HostSamples = (Vec<u32>, Vec<(ReqId, Option<TokenLogprobs>)>);
+
+/// A step handed to the runner, not resolved yet.
+#[derive(Debug)]
+struct InFlight {
+    launched: LaunchedStep,
+    /// Tokens and log probabilities of a step sampled on the host (known at
+    /// launch); `None`: the runner's `wait` returns the tokens.
+    host: Option<HostSamples>,
+}
+
 /// The serving core: scheduler, prefix cache, model runner and sampler.
 pub struct Engine<R> {
     runner: R,
     scheduler: Scheduler,
+    /// Overlap scheduling: launch step n+1 before waiting for step n.
+    overlap: bool,
+    /// The launched step the next [`Engine::step`] resolves (overlap only).
+    in_flight: Option<InFlight>,
+    /// The last step whose tokens are known on the host, and those tokens:
+    /// what a later step's deferred tokens are filled from when it runs on
+    /// the host path.
+    host_tokens: Option<(u64, Vec<u32>)>,
     vocab_size: usize,
     max_context_len: usize,
     next_id: u64,
@@ -244,6 +295,9 @@ impl<R: ModelRunner> Engine<R> {
         Ok(Self {
             runner,
             scheduler,
+            overlap: false,
+            in_flight: None,
+            host_tokens: None,
             vocab_size,
             max_context_len,
             next_id: 0,
@@ -256,6 +310,30 @@ impl<R: ModelRunner> Engine<R> {
 
     pub fn runner(&self) -> &R {
         &self.runner
+    }
+
+    /// Turns overlap scheduling on or off (off by default; the command line
+    /// turns it on unless `--disable-overlap` or `MINISGL_DISABLE_OVERLAP=1`).
+    /// With overlap, [`Self::step`] launches the next step before it waits for
+    /// the one in flight, and returns the tokens of that one: one step behind.
+    /// Turning it off resolves the step in flight first.
+    pub fn set_overlap(&mut self, overlap: bool) -> Result<Vec<TokenEvent>, EngineError> {
+        let events = if overlap { Vec::new() } else { self.drain()? };
+        self.overlap = overlap;
+        Ok(events)
+    }
+
+    /// Whether overlap scheduling is on.
+    pub fn overlap(&self) -> bool {
+        self.overlap
+    }
+
+    /// Resolves the step in flight, if any, and returns its tokens.
+    pub fn drain(&mut self) -> Result<Vec<TokenEvent>, EngineError> {
+        match self.in_flight.take() {
+            Some(f) => self.resolve(f),
+            None => Ok(Vec::new()),
+        }
     }
 
     pub fn runner_mut(&mut self) -> &mut R {
@@ -273,27 +351,162 @@ impl<R: ModelRunner> Engine<R> {
     }
 
     /// Runs one step: schedule, forward, sample, advance. Returns the tokens
-    /// it produced (none when idle). On a runner error nothing advances and
-    /// the requests keep their state, so the step can be retried or the
-    /// requests aborted.
+    /// it produced (none when idle); with overlap, the tokens of the step
+    /// launched by the previous call, while the one launched now runs. On a
+    /// runner error at launch nothing advances and the requests keep their
+    /// state, so the step can be retried or the requests aborted; a step that
+    /// fails on the device ends its requests (aborted, not reported).
     pub fn step(&mut self) -> Result<Vec<TokenEvent>, EngineError> {
         let started = Instant::now();
-        let Some(batch) = self.scheduler.schedule() else {
+        let forward_before = self.forward_time;
+        let result = if self.overlap { self.step_overlapped() } else { self.step_sync() };
+        let runner_time = self.forward_time - forward_before;
+        self.host_time += started.elapsed().saturating_sub(runner_time);
+        result
+    }
+
+    fn step_sync(&mut self) -> Result<Vec<TokenEvent>, EngineError> {
+        let events = self.drain()?;
+        if !events.is_empty() {
+            return Ok(events);
+        }
+        let Some(batch) = self.scheduler.schedule().batch() else {
             return Ok(Vec::new());
         };
         let prepared = self.scheduler.prepare(batch);
+        let launched = self.launch(prepared)?;
+        self.resolve(launched)
+    }
+
+    /// One overlapped step: the step in flight (launched by the previous call,
+    /// or now when there is none) runs on the device while the host schedules,
+    /// prepares and launches the next one behind it; then the step in flight is
+    /// resolved and the new one stays in flight.
+    fn step_overlapped(&mut self) -> Result<Vec<TokenEvent>, EngineError> {
+        let in_flight = match self.in_flight.take() {
+            Some(f) => f,
+            None => match self.scheduler.schedule() {
+                Scheduled::Batch(batch) => {
+                    let prepared = self.scheduler.prepare(batch);
+                    self.launch(prepared)?
+                }
+                Scheduled::Idle | Scheduled::WaitForInFlight => return Ok(Vec::new()),
+            },
+        };
+        let batch = match self.scheduler.schedule() {
+            Scheduled::Batch(batch) => batch,
+            // Nothing else to run, or the next step needs what the one in
+            // flight holds: resolve it first.
+            Scheduled::Idle | Scheduled::WaitForInFlight => return self.resolve(in_flight),
+        };
+        let prepared = self.scheduler.prepare(batch);
+        if prepared.needs_host_logits() {
+            // Penalties and log probabilities are computed on the host from the
+            // request's known tokens (until they move to the GPU): such a step
+            // waits for the one in flight, and runs at once.
+            let events = self.resolve(in_flight)?;
+            self.in_flight = Some(self.launch(prepared)?);
+            return Ok(events);
+        }
+        let next = match self.launch(prepared) {
+            Ok(next) => next,
+            Err(err) => {
+                self.in_flight = Some(in_flight);
+                return Err(err);
+            }
+        };
+        match self.resolve(in_flight) {
+            Ok(events) => {
+                self.in_flight = Some(next);
+                Ok(events)
+            }
+            Err(err) => {
+                // The device failed under the step in flight: the one behind it
+                // cannot be trusted either.
+                if next.host.is_none() {
+                    let _ = self.runner.wait();
+                }
+                self.fail_step(next.launched);
+                Err(err)
+            }
+        }
+    }
+
+    /// Hands a prepared step to the runner: sampled on its device when it can
+    /// and the step needs no host logits, else forward and sampled on the host
+    /// at once. Then advances the scheduler past it.
+    fn launch(&mut self, mut prepared: PreparedBatch) -> Result<InFlight, EngineError> {
+        if !prepared.deferred().is_empty() {
+            if let Some((step, tokens)) = &self.host_tokens {
+                if *step == prepared.deferred_step {
+                    prepared.resolve_deferred(tokens);
+                }
+            }
+        }
         let rows = prepared.logits_rows().len();
         self.last_step_rows = prepared.num_rows();
-        let forward_start = Instant::now();
-        let device_tokens = if prepared.needs_host_logits() {
+        let runner_start = Instant::now();
+        let on_device = if prepared.needs_host_logits() {
+            Ok(false)
+        } else {
+            self.runner.launch(&prepared).map_err(EngineError::Runner)
+        };
+        let on_device = match on_device {
+            Ok(d) => d,
+            Err(err) => {
+                self.forward_time += runner_start.elapsed();
+                return Err(err);
+            }
+        };
+        let host = if on_device {
+            self.forward_time += runner_start.elapsed();
             None
         } else {
-            self.runner.forward_sample(&prepared).map_err(EngineError::Runner)?
+            if !prepared.deferred().is_empty() {
+                self.forward_time += runner_start.elapsed();
+                return Err(EngineError::Runner(
+                    "a step on the host path feeds tokens the previous step sampled on the device".into(),
+                ));
+            }
+            let logits = self.runner.forward(&prepared).map_err(EngineError::Runner);
+            self.forward_time += runner_start.elapsed();
+            let logits = logits?;
+            if logits.num_rows() != rows || logits.vocab_size() != self.vocab_size {
+                return Err(EngineError::LogitsShape {
+                    rows,
+                    vocab: self.vocab_size,
+                    got_rows: logits.num_rows(),
+                    got_vocab: logits.vocab_size(),
+                });
+            }
+            Some(self.sample_on_host(&prepared, logits))
         };
-        let mut logprobs = Vec::new();
-        let tokens = match device_tokens {
-            Some(tokens) => {
+        let launched = self.scheduler.launch(&prepared);
+        if let Some((tokens, _)) = &host {
+            self.host_tokens = Some((launched.step(), tokens.clone()));
+        }
+        Ok(InFlight { launched, host })
+    }
+
+    /// Gets a launched step's tokens (waiting for the device if it sampled
+    /// there) and applies them.
+    fn resolve(&mut self, f: InFlight) -> Result<Vec<TokenEvent>, EngineError> {
+        let (tokens, mut logprobs) = match f.host {
+            Some(host) => host,
+            None => {
+                let rows = f.launched.num_samples();
+                let wait_start = Instant::now();
+                let tokens = self.runner.wait();
+                self.forward_time += wait_start.elapsed();
+                let tokens = match tokens {
+                    Ok(t) => t,
+                    Err(err) => {
+                        self.fail_step(f.launched);
+                        return Err(EngineError::Runner(err));
+                    }
+                };
                 if tokens.len() != rows || tokens.iter().any(|&t| t as usize >= self.vocab_size) {
+                    self.fail_step(f.launched);
                     return Err(EngineError::LogitsShape {
                         rows,
                         vocab: self.vocab_size,
@@ -301,27 +514,12 @@ impl<R: ModelRunner> Engine<R> {
                         got_vocab: tokens.iter().map(|&t| t as usize + 1).max().unwrap_or(0),
                     });
                 }
-                tokens
-            }
-            None => {
-                let logits = self.runner.forward(&prepared).map_err(EngineError::Runner)?;
-                if logits.num_rows() != rows || logits.vocab_size() != self.vocab_size {
-                    return Err(EngineError::LogitsShape {
-                        rows,
-                        vocab: self.vocab_size,
-                        got_rows: logits.num_rows(),
-                        got_vocab: logits.vocab_size(),
-                    });
-                }
-                let (tokens, lps) = self.sample_on_host(&prepared, logits);
-                logprobs = lps;
-                tokens
+                self.host_tokens = Some((f.launched.step(), tokens.clone()));
+                (tokens, Vec::new())
             }
         };
         self.num_steps += 1;
-        let forward_end = Instant::now();
-        self.forward_time += forward_end - forward_start;
-        let mut events = self.scheduler.complete(prepared, &tokens);
+        let mut events = self.scheduler.resolve(f.launched, &tokens);
         if !logprobs.is_empty() {
             for event in &mut events {
                 if let Some(i) = logprobs.iter().position(|(id, _)| *id == event.id) {
@@ -329,20 +527,25 @@ impl<R: ModelRunner> Engine<R> {
                 }
             }
         }
-        self.host_time += (forward_start - started) + forward_end.elapsed();
         Ok(events)
+    }
+
+    /// A launched step failed on the device: its requests cannot go on (their
+    /// next tokens are unknown), so they end, and what waited for the step is
+    /// released.
+    fn fail_step(&mut self, launched: LaunchedStep) {
+        let ids: Vec<ReqId> = launched.req_ids().collect();
+        for id in ids {
+            self.scheduler.finish(id, FinishReason::Abort);
+        }
+        self.scheduler.mark_resolved(launched.step());
     }
 
     /// Samples a step's host logits: applies each request's penalties, samples,
     /// and computes the log probabilities of the requests that asked for them
     /// (from the raw logits, see [`crate::core::sampling::logprobs`]). Returns the tokens and,
     /// for the rows that report log probabilities, `(request, logprobs)`.
-    #[allow(clippy::type_complexity)]
-    fn sample_on_host(
-        &self,
-        prepared: &PreparedBatch,
-        mut logits: Logits,
-    ) -> (Vec<u32>, Vec<(ReqId, Option<TokenLogprobs>)>) {
+    fn sample_on_host(&self, prepared: &PreparedBatch, mut logits: Logits) -> HostSamples {
         let ids: Vec<ReqId> = prepared.sampling_req_ids().collect();
         let mut raw_rows: Vec<(usize, usize, Vec<f32>)> = Vec::new();
         for (row, &id) in ids.iter().enumerate() {
@@ -371,7 +574,7 @@ impl<R: ModelRunner> Engine<R> {
     /// tokens). Either every request is valid and queued, or none is.
     pub fn generate(&mut self, requests: Vec<GenerateRequest>) -> Result<Vec<GenerateOutput>, EngineError> {
         let in_flight = self.scheduler.num_waiting() + self.scheduler.num_running();
-        if in_flight > 0 {
+        if in_flight > 0 || self.in_flight.is_some() {
             return Err(EngineError::Busy { num_requests: in_flight });
         }
         for req in &requests {
@@ -400,6 +603,8 @@ impl<R: ModelRunner> Engine<R> {
                 }
             }
         }
+        // A step launched behind the last tokens only holds ended requests.
+        self.drain()?;
         Ok(outputs.into_iter().map(|o| o.expect("every request finished")).collect())
     }
 
@@ -421,9 +626,9 @@ impl<R: ModelRunner> Engine<R> {
         self.scheduler.running_req(id).map(|r| r.cached_tokens())
     }
 
-    /// Whether any request is queued or running.
+    /// Whether any request is queued or running, or a step is in flight.
     pub fn has_work(&self) -> bool {
-        self.scheduler.has_work()
+        self.scheduler.has_work() || self.in_flight.is_some()
     }
 
     pub fn stats(&self) -> EngineStats {

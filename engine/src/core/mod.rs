@@ -7,11 +7,13 @@
 //! | [`scheduler`] | admission, chunked prefill, prefill-first or mixed steps, preemption |
 //! | [`sampling`] | the CPU sampler, with [`sampling::penalties`] and [`sampling::logprobs`] |
 //! | [`runner`] | `CausalLmRunner`: a `models::CausalLm` as a `ModelRunner` (GPU sampling) |
-//! | [`engine`] | `Engine`: `add_request`, `step`, `abort`, `finish`, `generate` |
+//! | [`device_tokens`] | sampled ids kept on the GPU for the next step (overlap scheduling) |
+//! | [`engine`] | `Engine`: `add_request`, `step` (overlapped or not), `abort`, `finish`, `generate` |
 //!
 //! Nothing here knows about text, HTTP or the terminal (see `crate::text` and
 //! `crate::frontend`).
 
+pub mod device_tokens;
 pub mod engine;
 pub mod kvcache;
 pub mod req;

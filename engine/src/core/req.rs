@@ -27,6 +27,7 @@ use crate::core::kvcache::{CacheManager, ReqPages};
 use crate::core::sampling::logprobs::TokenLogprobs;
 use crate::core::sampling::penalties::Penalties;
 use crate::core::sampling::SamplingRow;
+use models::layout::StepLayout;
 
 /// Identifies a request for its whole life, across preemptions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -229,6 +230,8 @@ impl PendingReq {
             cached_len,
             pages,
             admission,
+            unresolved: Vec::new(),
+            last_step: 0,
         }
     }
 
@@ -239,11 +242,30 @@ impl PendingReq {
     }
 }
 
+/// An output token pushed when its step was launched, whose value that step
+/// is still computing (overlap scheduling): the next step feeds it from the
+/// device, the host learns it when the step is resolved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Unresolved {
+    /// Index in the request's `token_ids`.
+    pub pos: usize,
+    /// The launched step that samples it.
+    pub step: u64,
+    /// Its index among that step's sampled tokens.
+    pub row: u32,
+}
+
 /// A running request: it owns a page table and is scheduled every step until
 /// it finishes or is preempted.
 #[derive(Debug)]
 pub struct Req {
     base: ReqBase,
+    /// Tokens of `token_ids` still being sampled by launched steps (at most
+    /// two: the step in flight and the one launched behind it), oldest first.
+    unresolved: Vec<Unresolved>,
+    /// The last launched step this request is a row of (0: none yet): its
+    /// pages may be released only once that step is resolved.
+    last_step: u64,
     cached_tokens: usize,
     /// Invariant: `cached_len < token_ids.len()` and the page table holds at
     /// least `cached_len` tokens.
@@ -294,6 +316,21 @@ impl Req {
         &self.pages
     }
 
+    /// The last launched step this request is a row of (0: none).
+    pub fn last_step(&self) -> u64 {
+        self.last_step
+    }
+
+    /// The still unresolved token at `pos`, if it is one.
+    pub fn unresolved_at(&self, pos: usize) -> Option<Unresolved> {
+        self.unresolved.iter().find(|u| u.pos == pos).copied()
+    }
+
+    /// Whether some of its tokens are still being sampled by launched steps.
+    pub fn has_unresolved(&self) -> bool {
+        !self.unresolved.is_empty()
+    }
+
     /// Grows the page table to hold the KV of the next `extend_len` tokens.
     pub fn grow(&mut self, extend_len: usize, cache: &mut CacheManager) {
         assert!(
@@ -333,6 +370,12 @@ impl Req {
     /// A step fed the next `len` tokens but not the last one: nothing to
     /// sample yet.
     pub fn complete_chunk(&mut self, len: usize) {
+        self.launch_chunk(len, self.last_step);
+    }
+
+    /// Step `step` was launched feeding the next `len` tokens but not the
+    /// last one: their KV is (being) computed.
+    pub fn launch_chunk(&mut self, len: usize, step: u64) {
         assert!(
             0 < len && len < self.extend_len(),
             "{}: a chunk of {len} tokens must leave some of {}",
@@ -340,36 +383,82 @@ impl Req {
             self.extend_len()
         );
         self.cached_len += len;
+        self.last_step = step;
     }
 
-    /// A step fed all remaining tokens and sampled `token`. Returns why the
-    /// request ends, if it does.
-    pub fn complete_step(&mut self, len: usize, token: u32, eos_token_ids: &[u32]) -> Option<FinishReason> {
+    /// Step `step` was launched feeding all remaining tokens and samples the
+    /// next one as its `row`-th token: the token is pushed as a placeholder
+    /// (so that the next step can be scheduled before it is known) and its
+    /// position returned, for [`Self::resolve`].
+    pub fn launch_sample(&mut self, len: usize, step: u64, row: u32) -> usize {
         assert_eq!(len, self.extend_len(), "{}: a sampling step must feed every pending token", self.base.id);
+        assert!(self.remaining_outputs() > 0, "{}: sampling past max_tokens", self.base.id);
         self.cached_len += len;
-        self.base.token_ids.push(token);
+        let pos = self.base.token_ids.len();
+        self.base.token_ids.push(0);
+        self.unresolved.push(Unresolved { pos, step, row });
+        self.last_step = step;
+        pos
+    }
+
+    /// The token at `pos` (pushed by [`Self::launch_sample`]) is `token`.
+    /// Returns why the request ends there, if it does.
+    pub fn resolve(&mut self, pos: usize, token: u32, eos_token_ids: &[u32]) -> Option<FinishReason> {
+        let idx = self.unresolved.iter().position(|u| u.pos == pos).expect("resolving a token that is not pending");
+        self.unresolved.remove(idx);
+        self.base.token_ids[pos] = token;
         let is_eos = !self.base.params.ignore_eos && eos_token_ids.contains(&token);
         if is_eos || self.base.params.stop_token_ids.contains(&token) {
             Some(FinishReason::Stop)
-        } else if self.num_outputs() >= self.base.params.max_tokens {
+        } else if pos + 1 - self.base.prompt_len >= self.base.params.max_tokens {
             Some(FinishReason::Length)
         } else {
             None
         }
     }
 
+    /// A step fed all remaining tokens and sampled `token`. Returns why the
+    /// request ends, if it does.
+    pub fn complete_step(&mut self, len: usize, token: u32, eos_token_ids: &[u32]) -> Option<FinishReason> {
+        let pos = self.launch_sample(len, self.last_step, 0);
+        self.resolve(pos, token, eos_token_ids)
+    }
+
+    /// The known tokens: up to the first unresolved one.
+    fn resolved_token_ids(&self) -> Vec<u32> {
+        let end = self.unresolved.first().map_or(self.base.token_ids.len(), |u| u.pos);
+        self.base.token_ids[..end].to_vec()
+    }
+
     /// Stops running, keeping the outputs so far: the request gives its
     /// pages back (its computed prefix stays in the prefix cache, if any)
     /// and returns to the queue, to recompute its KV when admitted again.
     pub fn preempt(self, cache: &mut CacheManager) -> PendingReq {
+        assert!(self.unresolved.is_empty(), "{}: preempted while a step samples for it", self.base.id);
         cache.release(&self.base.token_ids[..self.cached_len], self.pages);
         PendingReq { base: self.base, cached_tokens: Some(self.cached_tokens) }
     }
 
     /// Ends the request and gives its pages back.
     pub fn finish(self, reason: FinishReason, cache: &mut CacheManager) -> FinishedReq {
+        let report = self.report(reason);
+        self.release(cache);
+        report
+    }
+
+    /// What the caller is told when the request ends with `reason`: its
+    /// outputs up to the first token a launched step is still sampling
+    /// (overlap scheduling drops that one).
+    pub fn report(&self, reason: FinishReason) -> FinishedReq {
+        FinishedReq::new(self.base.id, self.resolved_token_ids(), self.base.prompt_len, reason, self.cached_tokens)
+    }
+
+    /// Gives the pages back (once no launched step can read them). The
+    /// tokens whose KV is computed are all known by then: an unresolved
+    /// token is only ever the last one, which no step has fed.
+    pub fn release(self, cache: &mut CacheManager) {
+        debug_assert!(self.unresolved.iter().all(|u| u.pos >= self.cached_len));
         cache.release(&self.base.token_ids[..self.cached_len], self.pages);
-        FinishedReq::new(self.base.id, self.base.token_ids, self.base.prompt_len, reason, self.cached_tokens)
     }
 }
 
@@ -441,36 +530,45 @@ impl Batch {
     }
 }
 
+/// A token of a step whose id the previous launched step is still sampling
+/// (overlap scheduling): the runner feeds `input_ids[token]` from that step's
+/// `row`-th sampled id, on its device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeferredToken {
+    /// Index of the token in the step's `input_ids`.
+    pub token: u32,
+    /// Index among the previous step's sampled tokens.
+    pub row: u32,
+}
+
 /// Everything a model runner needs for one forward pass, as host vectors.
 ///
-/// Rows are requests; tokens of all rows are concatenated (`num_tokens`
-/// entries in `input_ids`, `positions`, `out_loc`). KV slot `s` is token
-/// `s % page_size` of page `s / page_size` of the KV cache.
+/// The token, position, slot and attention arrays are the model's own
+/// [`StepLayout`], built once here and consumed as it is: rows are requests;
+/// tokens of all rows are concatenated (`num_tokens` entries in `input_ids`,
+/// `positions`, `out_loc`). KV slot `s` is token `s % page_size` of page
+/// `s / page_size` of the KV cache.
 ///
 /// The runner must: write the KV of token `i` at `out_loc[i]`; let row `r`
 /// attend to its first `kv_lens[r]` tokens, found through
 /// `page_table[r * max_num_pages ..][.. ceil(kv_lens[r] / page_size)]`
-/// (the row's new tokens are the last `q_lens[r]` of those); and return
-/// logits for the last token of each row listed in `logits_rows`, in that
-/// order.
+/// (the row's new tokens are the last `q_lens[r]` of those); return logits
+/// for the last token of each row listed in `logits_rows`, in that order; and
+/// feed the [`Self::deferred`] tokens from the previous step's samples.
 #[derive(Debug)]
 pub struct PreparedBatch {
     pub(crate) phase: Phase,
-    pub(crate) page_size: usize,
     pub(crate) rows: Vec<BatchRow>,
-    pub(crate) input_ids: Vec<u32>,
-    pub(crate) positions: Vec<u32>,
-    pub(crate) out_loc: Vec<u32>,
-    pub(crate) q_indptr: Vec<u32>,
+    pub(crate) layout: StepLayout,
     pub(crate) q_lens: Vec<u32>,
-    pub(crate) kv_lens: Vec<u32>,
-    pub(crate) max_num_pages: usize,
-    pub(crate) page_table: Vec<u32>,
-    pub(crate) logits_rows: Vec<u32>,
     pub(crate) sampling: Vec<SamplingRow>,
     /// Some sampling row needs its logits on the host
     /// ([`SamplingParams::needs_host_logits`]).
     pub(crate) needs_host_logits: bool,
+    /// Tokens sampled by the previous launched step, not known on the host yet.
+    pub(crate) deferred: Vec<DeferredToken>,
+    /// The launched step the deferred tokens come from (0: none).
+    pub(crate) deferred_step: u64,
 }
 
 impl PreparedBatch {
@@ -478,8 +576,13 @@ impl PreparedBatch {
         self.phase
     }
 
+    /// The step's layout, as the model consumes it.
+    pub fn layout(&self) -> &StepLayout {
+        &self.layout
+    }
+
     pub fn page_size(&self) -> usize {
-        self.page_size
+        self.layout.page_size
     }
 
     pub fn num_rows(&self) -> usize {
@@ -487,7 +590,7 @@ impl PreparedBatch {
     }
 
     pub fn num_tokens(&self) -> usize {
-        self.input_ids.len()
+        self.layout.input_ids.len()
     }
 
     /// The request of each row.
@@ -499,24 +602,24 @@ impl PreparedBatch {
         &self.rows
     }
 
-    /// `[num_tokens]` token ids to feed.
+    /// `[num_tokens]` token ids to feed ([`Self::deferred`] ones hold 0).
     pub fn input_ids(&self) -> &[u32] {
-        &self.input_ids
+        &self.layout.input_ids
     }
 
     /// `[num_tokens]` position of each token in its sequence.
     pub fn positions(&self) -> &[u32] {
-        &self.positions
+        &self.layout.positions
     }
 
     /// `[num_tokens]` KV slot to write each token's keys and values to.
     pub fn out_loc(&self) -> &[u32] {
-        &self.out_loc
+        &self.layout.out_loc
     }
 
     /// `[num_rows + 1]` offsets of each row's tokens in the flat arrays.
     pub fn q_indptr(&self) -> &[u32] {
-        &self.q_indptr
+        &self.layout.q_indptr
     }
 
     /// `[num_rows]` tokens fed per row.
@@ -526,23 +629,23 @@ impl PreparedBatch {
 
     /// `[num_rows]` tokens each row attends to (cached + fed).
     pub fn kv_lens(&self) -> &[u32] {
-        &self.kv_lens
+        &self.layout.kv_lens
     }
 
     /// Width of [`Self::page_table`].
     pub fn max_num_pages(&self) -> usize {
-        self.max_num_pages
+        self.layout.width
     }
 
     /// `[num_rows, max_num_pages]` row-major page indices; entries past a
     /// row's pages are 0 and must not be read.
     pub fn page_table(&self) -> &[u32] {
-        &self.page_table
+        &self.layout.page_table
     }
 
     /// Rows that need logits (of their last token), in output order.
     pub fn logits_rows(&self) -> &[u32] {
-        &self.logits_rows
+        &self.layout.logits_rows
     }
 
     /// Sampling parameters for each logits row.
@@ -556,9 +659,23 @@ impl PreparedBatch {
         self.needs_host_logits
     }
 
+    /// Tokens whose ids the previous launched step is still sampling (overlap
+    /// scheduling); empty when every id is in [`Self::input_ids`].
+    pub fn deferred(&self) -> &[DeferredToken] {
+        &self.deferred
+    }
+
+    /// Fills the deferred tokens from `sampled`, the previous step's tokens
+    /// now known on the host.
+    pub fn resolve_deferred(&mut self, sampled: &[u32]) {
+        for d in self.deferred.drain(..) {
+            self.layout.input_ids[d.token as usize] = sampled[d.row as usize];
+        }
+    }
+
     /// The requests of the sampling rows, in the order of [`Self::logits_rows`].
     pub fn sampling_req_ids(&self) -> impl ExactSizeIterator<Item = ReqId> + '_ {
-        self.logits_rows.iter().map(|&r| self.rows[r as usize].id)
+        self.layout.logits_rows.iter().map(|&r| self.rows[r as usize].id)
     }
 }
 

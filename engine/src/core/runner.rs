@@ -1,8 +1,10 @@
-//! The bridge between the engine and a `models::CausalLm`: turns the scheduler's
-//! [`PreparedBatch`] (host vectors) into a `models::ForwardBatch` on the model's
-//! device, runs the forward pass over the runner-owned KV cache, and samples: on
-//! a GPU with `kernel_runtime::ops::sample` (only token ids cross to the host), on
-//! the CPU by handing the logits rows to the engine's sampler.
+//! The bridge between the engine and a `models::CausalLm`: writes the scheduler's
+//! step layout (`models::StepLayout`, consumed as it is) into persistent device
+//! buffers (`models::StepInputs`, through pinned staging), runs the forward pass
+//! over the runner-owned KV cache, and samples: on a GPU into a device buffer
+//! whose ids come back later ([`DeviceTokens`]; the next step can be launched
+//! before, feeding its deferred tokens from that buffer), on the CPU by handing
+//! the logits rows to the engine's sampler.
 //!
 //! On a GPU, decode steps replay CUDA graphs ([`CausalLmRunner::capture_decode_graphs`]):
 //! one per batch-size bucket ([`graph_buckets`]), captured at start over the
@@ -17,10 +19,11 @@ use std::time::{Duration, Instant};
 use kernel_runtime::cuda::graph::Graph;
 use kernel_runtime::ops::{self, SampleRow};
 use kernel_runtime::{Device, Tensor};
-use models::{CausalLm, DecodeGraphInputs, ForwardBatch, KvCache, LogitRows, SeqStep};
+use models::{CausalLm, KvCache, Padding, SeqStep, StepInputs, StepLayout};
 
+use crate::core::device_tokens::DeviceTokens;
 use crate::core::engine::{ModelRunner, RunnerError};
-use crate::core::req::PreparedBatch;
+use crate::core::req::{DeferredToken, PreparedBatch};
 use crate::core::sampling::{self, Logits, SamplingRow};
 
 /// A loaded model with its KV cache: the engine's [`ModelRunner`].
@@ -34,12 +37,16 @@ pub struct CausalLmRunner {
     /// scratch page of CUDA graphs' padding rows.
     num_pages: usize,
     graphs: Option<DecodeGraphs>,
+    /// Persistent inputs of steps no graph holds (made on first use).
+    eager_inputs: Option<StepInputs>,
+    /// Sampled ids on the GPU (made on first launch).
+    tokens: Option<DeviceTokens>,
 }
 
 /// The captured decode graphs of a runner (see the module header).
 #[derive(Debug)]
 struct DecodeGraphs {
-    inputs: DecodeGraphInputs,
+    inputs: StepInputs,
     /// `[largest bucket, vocab]`: every graph copies its logits rows here.
     logits: Tensor,
     /// Bucket (rows) -> its graph.
@@ -92,7 +99,7 @@ impl CausalLmRunner {
         // On a GPU, one page more: the padding rows of graphed steps write there.
         let cache_pages = if model.device() == Device::Cpu { num_pages } else { num_pages + 1 };
         let kv = model.new_kv_cache(cache_pages, page_size)?;
-        Ok(Self { model, kv, max_context_len, num_pages, graphs: None })
+        Ok(Self { model, kv, max_context_len, num_pages, graphs: None, eager_inputs: None, tokens: None })
     }
 
     /// The model.
@@ -148,7 +155,7 @@ impl CausalLmRunner {
         let largest = buckets.last().copied().unwrap_or(1);
         let c = self.model.config();
         let (hkv, head_dim, dtype) = (c.num_key_value_heads, c.head_dim, self.model.dtype());
-        let inputs = DecodeGraphInputs::new(
+        let mut inputs = StepInputs::new(
             largest,
             self.max_context_len,
             self.kv.page_size(),
@@ -160,7 +167,7 @@ impl CausalLmRunner {
         for &bucket in buckets.iter().rev() {
             let splits =
                 ops::decode_graph_splits(self.model.device(), bucket, hkv, head_dim, dtype, self.max_context_len)?;
-            let batch = inputs.write(&[], bucket, splits)?;
+            let batch = inputs.write_seqs(&[], bucket, splits)?;
             let warm = self.model.forward(&batch, &self.kv)?;
             let all = match &logits {
                 Some(l) => l.clone(),
@@ -193,38 +200,30 @@ impl CausalLmRunner {
         self.graphs.is_some()
     }
 
-    /// The rows of a prepared step as the model's [`SeqStep`]s.
-    fn seq_steps<'b>(batch: &'b PreparedBatch) -> Vec<SeqStep<'b>> {
-        let page_size = batch.page_size();
-        let width = batch.max_num_pages();
-        let (ids, indptr, q_lens, kv_lens, table) =
-            (batch.input_ids(), batch.q_indptr(), batch.q_lens(), batch.kv_lens(), batch.page_table());
-        (0..batch.num_rows())
-            .map(|r| {
-                let (start, q_len, kv_len) = (indptr[r] as usize, q_lens[r] as usize, kv_lens[r] as usize);
-                SeqStep {
-                    new_tokens: &ids[start..start + q_len],
-                    cached_len: kv_len - q_len,
-                    pages: &table[r * width..r * width + kv_len.div_ceil(page_size)],
-                }
-            })
-            .collect()
-    }
-
-    /// A decode step through its bucket's graph: the logits of its rows (a view of
-    /// the graphs' shared buffer, valid until the next step), or `None` when the
-    /// step is not one a graph holds.
-    fn graph_logits(&mut self, batch: &PreparedBatch) -> Result<Option<Tensor>, RunnerError> {
-        let b = batch.num_rows();
+    /// A decode step through its bucket's graph, its deferred tokens fed from
+    /// the device: the logits of its rows (a view of the graphs' shared buffer,
+    /// valid until the next step), or `None` when the step is not one a graph
+    /// holds (none captured, not a plain decode step, or more rows than the
+    /// largest bucket).
+    fn graph_logits(&mut self, layout: &StepLayout, deferred: &[DeferredToken]) -> Result<Option<Tensor>, RunnerError> {
         let Some(g) = self.graphs.as_mut() else {
             return Ok(None);
         };
-        let every_row_samples = batch.logits_rows().iter().enumerate().all(|(i, &r)| r as usize == i);
-        let decode = batch.q_lens().iter().all(|&q| q == 1) && batch.logits_rows().len() == b && every_row_samples;
-        if !decode || bucket_mut(&mut g.graphs, b).is_none() {
+        if !layout.is_plain_decode() {
             return Ok(None);
         }
-        self.replay_decode(&Self::seq_steps(batch))
+        let Some((bucket, bucket_graph)) = bucket_mut(&mut g.graphs, layout.num_rows()) else {
+            return Ok(None);
+        };
+        let step = g.inputs.write(layout, Some(Padding { bucket, decode_splits: bucket_graph.splits }))?;
+        let m = &self.model;
+        models::ctx::check_step(m.config(), m.dtype(), m.device(), &step, &self.kv)?;
+        if !deferred.is_empty() {
+            let tokens = self.tokens.as_mut().ok_or("deferred tokens but nothing was sampled on the device")?;
+            tokens.fill_deferred(step.input_ids(), deferred)?;
+        }
+        bucket_graph.graph.replay()?;
+        Ok(Some(g.logits.narrow(0, 0, layout.num_rows())?))
     }
 
     /// Runs a decode step (one new token per sequence) through the graph of the
@@ -232,17 +231,11 @@ impl CausalLmRunner {
     /// the graphs' shared buffer valid until the next step; `None` when no graph
     /// holds it (none captured, or more rows than the largest bucket).
     pub fn replay_decode(&mut self, seqs: &[SeqStep<'_>]) -> Result<Option<Tensor>, RunnerError> {
-        let Some(g) = self.graphs.as_mut() else {
-            return Ok(None);
-        };
-        let Some((bucket, bucket_graph)) = bucket_mut(&mut g.graphs, seqs.len()) else {
-            return Ok(None);
-        };
-        let step = g.inputs.write(seqs, bucket, bucket_graph.splits)?;
-        let m = &self.model;
-        models::ctx::check_step(m.config(), m.dtype(), m.device(), &step, &self.kv)?;
-        bucket_graph.graph.replay()?;
-        Ok(Some(g.logits.narrow(0, 0, seqs.len())?))
+        if let Some((i, _)) = seqs.iter().enumerate().find(|(_, s)| s.new_tokens.len() != 1) {
+            return Err(format!("sequence {i} of a decode step feeds more than one token").into());
+        }
+        let layout = StepLayout::from_seqs(seqs, self.kv.page_size())?;
+        self.graph_logits(&layout, &[])
     }
 
     /// Replays the graph that holds `rows` rows again on the inputs the last step
@@ -262,7 +255,7 @@ impl CausalLmRunner {
         let (bucket, bucket_graph) = bucket_mut(&mut g.graphs, seqs.len()).ok_or("no bucket holds the step")?;
         // The eager run stores the same K/V the replay stores again: both read
         // what the step itself wrote.
-        let step = g.inputs.write(seqs, bucket, bucket_graph.splits)?;
+        let step = g.inputs.write_seqs(seqs, bucket, bucket_graph.splits)?;
         let eager = self.model.forward(&step, &self.kv)?.to_f32_vec()?;
         bucket_graph.graph.replay()?;
         let graphed = g.logits.narrow(0, 0, bucket)?.to_f32_vec()?;
@@ -272,16 +265,23 @@ impl CausalLmRunner {
 
 impl CausalLmRunner {
     /// The forward pass: logits of the rows that sample, `[logits_rows, vocab]`,
-    /// left on the model's device.
+    /// left on the model's device. The step's layout is written into persistent
+    /// buffers as it is; deferred tokens come from the device's sampled ids.
     fn logits(&mut self, batch: &PreparedBatch) -> Result<Tensor, RunnerError> {
-        if let Some(logits) = self.graph_logits(batch)? {
+        let (layout, deferred) = (batch.layout(), batch.deferred());
+        if let Some(logits) = self.graph_logits(layout, deferred)? {
             return Ok(logits);
         }
-        let seqs = Self::seq_steps(batch);
-        // Logits only for the rows that sample (not for mid-prefill chunks).
-        let rows: Vec<usize> = batch.logits_rows().iter().map(|&r| r as usize).collect();
-        let forward = ForwardBatch::new(&seqs, batch.page_size(), LogitRows::LastOf(rows), self.model.device())?;
-        Ok(self.model.forward(&forward, &self.kv)?)
+        let inputs = match self.eager_inputs.as_mut() {
+            Some(inputs) => inputs,
+            None => self.eager_inputs.insert(StepInputs::eager(self.kv.page_size(), self.model.device())?),
+        };
+        let step = inputs.write(layout, None)?;
+        if !deferred.is_empty() {
+            let tokens = self.tokens.as_mut().ok_or("deferred tokens but nothing was sampled on the device")?;
+            tokens.fill_deferred(step.input_ids(), deferred)?;
+        }
+        Ok(self.model.forward(&step, &self.kv)?)
     }
 }
 
@@ -306,15 +306,24 @@ impl ModelRunner for CausalLmRunner {
         Ok(Logits::new(logits.to_f32_vec()?, vocab))
     }
 
-    /// On a GPU the logits stay there and only token ids come back; on the CPU the
-    /// engine's sampler runs on the host logits.
-    fn forward_sample(&mut self, batch: &PreparedBatch) -> Result<Option<Vec<u32>>, RunnerError> {
+    /// On a GPU the logits stay there and the ids stay in [`DeviceTokens`], on
+    /// their way to the host; nothing waits for the device. On the CPU the
+    /// engine's sampler runs on the host logits (`false`).
+    fn launch(&mut self, batch: &PreparedBatch) -> Result<bool, RunnerError> {
         if self.model.device() == Device::Cpu {
-            return Ok(None);
+            return Ok(false);
+        }
+        if self.tokens.is_none() {
+            self.tokens = Some(DeviceTokens::new(self.model.device())?);
         }
         let logits = self.logits(batch)?;
         let rows: Vec<SampleRow> = batch.sampling().iter().map(sample_row).collect();
-        Ok(Some(kernel_runtime::ops::sample(&logits, &rows)?))
+        self.tokens.as_mut().ok_or("device tokens")?.sample(&logits, &rows)?;
+        Ok(true)
+    }
+
+    fn wait(&mut self) -> Result<Vec<u32>, RunnerError> {
+        self.tokens.as_mut().ok_or("no step was launched on the device")?.wait()
     }
 
     fn vocab_size(&self) -> usize {

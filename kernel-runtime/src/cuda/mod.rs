@@ -212,6 +212,25 @@ impl CudaDevice {
         if src.is_empty() || rows == 0 {
             return Ok(());
         }
+        self.copy_htod_2d_async(dst, dst_pitch, src, row_bytes, rows)?;
+        // `src` may be dropped by the caller once this returns.
+        self.synchronize()
+    }
+
+    /// Enqueues the 2-D copy of [`Self::copy_htod_2d`] without waiting for it.
+    /// The caller keeps `src` alive and unchanged until the copy has run (pinned
+    /// staging memory with an event behind the copy, `staging::Upload`).
+    pub(crate) fn copy_htod_2d_async(
+        &self,
+        dst: sys::CUdeviceptr,
+        dst_pitch: usize,
+        src: &[u8],
+        row_bytes: usize,
+        rows: usize,
+    ) -> Result<()> {
+        if src.is_empty() || rows == 0 {
+            return Ok(());
+        }
         debug_assert!(src.len() >= row_bytes * rows && dst_pitch >= row_bytes);
         self.bind()?;
         let copy = sys::CUDA_MEMCPY2D {
@@ -234,12 +253,11 @@ impl CudaDevice {
         };
         // SAFETY: `src` holds `rows` rows of `row_bytes` bytes (the caller's shape
         // check), `dst` addresses `rows` rows of `dst_pitch >= row_bytes` bytes inside
-        // a live allocation of this device; the stream is synchronised before `src`
-        // can be dropped.
+        // a live allocation of this device; the caller keeps `src` alive until the
+        // copy has run (see the doc comment).
         unsafe { sys::cuMemcpy2DAsync_v2(&copy, self.cu_stream()) }
             .result()
-            .map_err(Error::driver("copying rows to the device"))?;
-        self.synchronize()
+            .map_err(Error::driver("copying rows to the device"))
     }
 
     /// Copies device bytes at `src` to the host and waits for the copy.

@@ -45,4 +45,4 @@ pub(crate) use norm::{fused_add_rms_norm, head_rms_norm, rms_norm};
 pub(crate) use rope::rope;
 pub(crate) use rope_store::rope_store;
 pub(crate) use random::fill_uniform;
-pub(crate) use sampling::sample;
+pub(crate) use sampling::{sample, sample_into};

@@ -15,13 +15,42 @@ use super::launch::{device_of, dispatch, dtype_code, grid_u32};
 const THREADS: u32 = 1024;
 
 pub(crate) fn sample(logits: &Tensor, params: &[SampleRow]) -> Result<Vec<u32>> {
+    let dev = device_of("sample", logits)?;
+    let out = Tensor::empty(&[params.len()], DType::I32, Device::Cuda(dev.ordinal()))?;
+    // No staging: the plain upload waits for the stream, and so does the read below.
+    launch(logits, params, &out, None)?;
+    Ok(out.to_vec::<i32>()?.into_iter().map(|t| t.max(0) as u32).collect())
+}
+
+/// Enqueues the sampling of every row of `logits` into `out` (`[rows]` i32 on the
+/// same device) without waiting: the settings go up through `upload`.
+pub(crate) fn sample_into(
+    logits: &Tensor,
+    params: &[SampleRow],
+    out: &Tensor,
+    upload: &mut crate::staging::Upload,
+) -> Result<()> {
+    launch(logits, params, out, Some(upload))
+}
+
+fn launch(
+    logits: &Tensor,
+    params: &[SampleRow],
+    out: &Tensor,
+    upload: Option<&mut crate::staging::Upload>,
+) -> Result<()> {
     const OP: &str = "sample";
     let dev = device_of(OP, logits)?;
     let [rows, vocab] = logits.dims::<2>(OP, "logits")?;
     let device = Device::Cuda(dev.ordinal());
     let host: Vec<f32> = params.iter().flat_map(|p| [p.temperature, p.top_k as f32, p.top_p, p.min_p, p.u]).collect();
-    let prm = Tensor::from_slice(&host, &[rows, 5], device)?;
-    let out = Tensor::empty(&[rows], DType::I32, device)?;
+    // A fresh block each step: the allocator hands it out again only to work
+    // enqueued after this kernel (one stream), so it needs no lifetime of its own.
+    let prm = Tensor::empty(&[rows, 5], DType::F32, device)?;
+    match upload {
+        Some(upload) => upload.write_rows(&prm, &host, 5)?,
+        None => prm.write_rows(&host, 5)?,
+    }
     let row_stride = if rows > 1 { logits.strides()[0] } else { vocab };
     let p = msgl_sample_params {
         logits: logits.device_ptr() as *const _,
@@ -39,12 +68,11 @@ pub(crate) fn sample(logits: &Tensor, params: &[SampleRow]) -> Result<Vec<u32>> 
         "sampling",
         &[("DTYPE", dtype_code(logits))],
         // SAFETY: the views describe live device tensors: the logits checked by the
-        // op, and the params and output made above, which outlive the enqueued work
-        // (the out copy below synchronises the stream).
+        // op, the output checked by the op, and the params made above, whose block
+        // the stream-ordered allocator reuses only for work enqueued later.
         |lib, stream| unsafe { lib.msgl_sample(&a, &b, &c, stream) },
         // SAFETY: `p` is the msgl_sample_params the entry takes, filled from the
         // same tensors.
         |f| unsafe { f.launch(dev, grid, THREADS, 0, &p) },
-    )?;
-    Ok(out.to_vec::<i32>()?.into_iter().map(|t| t.max(0) as u32).collect())
+    )
 }

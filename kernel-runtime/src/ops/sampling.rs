@@ -5,6 +5,7 @@
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::staging::Upload;
 use crate::tensor::Tensor;
 
 pub use crate::op_types::sampling::SampleRow;
@@ -12,6 +13,41 @@ pub use crate::op_types::sampling::SampleRow;
 /// Samples one token per row of `logits` (`[rows, vocab]`, float, unit stride in
 /// the last dimension) with `params[r]` for row r; returns the token ids.
 pub fn sample(logits: &Tensor, params: &[SampleRow]) -> Result<Vec<u32>> {
+    check(logits, params)?;
+    if params.is_empty() {
+        return Ok(Vec::new());
+    }
+    match logits.device() {
+        Device::Cpu => crate::cpu::sampling::sample(logits, params),
+        Device::Cuda(_) => crate::gpu::sample(logits, params),
+    }
+}
+
+/// [`sample`] into `out` (`[rows]` i32 on the device of the logits), without
+/// waiting for the device: on a GPU the settings go up through `upload` and the
+/// ids stay on the device (read them with a [`crate::staging::Readback`]), so
+/// the host can prepare the next step meanwhile.
+pub fn sample_into(logits: &Tensor, params: &[SampleRow], out: &Tensor, upload: &mut Upload) -> Result<()> {
+    const OP: &str = "sample";
+    check(logits, params)?;
+    out.expect_shape(OP, "out", &[params.len()])?.expect_dtype(OP, "out", &[DType::I32])?;
+    out.expect_contiguous(OP, "out")?;
+    if out.device() != logits.device() {
+        return Err(Error::arg(OP, "argument `out` is not on the device of `logits`"));
+    }
+    if params.is_empty() {
+        return Ok(());
+    }
+    match logits.device() {
+        Device::Cpu => {
+            let ids: Vec<i32> = crate::cpu::sampling::sample(logits, params)?.into_iter().map(|t| t as i32).collect();
+            out.write_rows(&ids, ids.len())
+        }
+        Device::Cuda(_) => crate::gpu::sample_into(logits, params, out, upload),
+    }
+}
+
+fn check(logits: &Tensor, params: &[SampleRow]) -> Result<()> {
     const OP: &str = "sample";
     let [rows, vocab] = logits.dims::<2>(OP, "logits")?;
     logits.expect_dtype(OP, "logits", &[DType::F32, DType::F16, DType::BF16])?;
@@ -42,11 +78,5 @@ pub fn sample(logits: &Tensor, params: &[SampleRow]) -> Result<Vec<u32>> {
             return Err(Error::arg(OP, format!("row {r}: `{field}` is out of range in {p:?}")));
         }
     }
-    if rows == 0 {
-        return Ok(Vec::new());
-    }
-    match logits.device() {
-        Device::Cpu => crate::cpu::sampling::sample(logits, params),
-        Device::Cuda(_) => crate::gpu::sample(logits, params),
-    }
+    Ok(())
 }

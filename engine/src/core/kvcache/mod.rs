@@ -64,6 +64,13 @@ pub struct CacheManager {
     num_req_pages: usize,
     /// Prompt tokens served from the prefix cache, summed over admissions.
     hit_tokens: u64,
+    /// Overlap scheduling: pages freed while steps that may read them are in
+    /// flight, with the last such step; they go back to the pool once it is
+    /// resolved.
+    held: Vec<(u64, Vec<Page>)>,
+    /// The last launched step, and the last resolved one.
+    launched_step: u64,
+    resolved_step: u64,
 }
 
 impl CacheManager {
@@ -72,7 +79,15 @@ impl CacheManager {
             CacheKind::Radix => Box::new(RadixCache::new(page_size)),
             CacheKind::Naive => Box::new(NaiveCache::new()),
         };
-        Self { pool: PagePool::new(page_size, num_pages), prefix, num_req_pages: 0, hit_tokens: 0 }
+        Self {
+            pool: PagePool::new(page_size, num_pages),
+            prefix,
+            num_req_pages: 0,
+            hit_tokens: 0,
+            held: Vec::new(),
+            launched_step: 0,
+            resolved_step: 0,
+        }
     }
 
     pub fn page_size(&self) -> usize {
@@ -108,6 +123,40 @@ impl CacheManager {
 
     pub fn hit_tokens(&self) -> u64 {
         self.hit_tokens
+    }
+
+    /// Pages freed but still held for steps in flight.
+    pub fn num_held_pages(&self) -> usize {
+        self.held.iter().map(|(_, pages)| pages.len()).sum()
+    }
+
+    /// Step `step` was launched: pages freed from now on may be read by it.
+    pub fn step_launched(&mut self, step: u64) {
+        self.launched_step = step;
+    }
+
+    /// Step `step` is resolved (it ran to completion): the pages held for it
+    /// and earlier steps go back to the pool.
+    pub fn step_resolved(&mut self, step: u64) {
+        self.resolved_step = step;
+        let (ready, keep): (Vec<_>, Vec<_>) = self.held.drain(..).partition(|(s, _)| *s <= step);
+        self.held = keep;
+        for (_, pages) in ready {
+            self.pool.free_all(pages);
+        }
+    }
+
+    /// Returns pages no request owns any more to the pool, or holds them while
+    /// a launched step may still read them.
+    fn free_pages(&mut self, pages: Vec<Page>) {
+        if pages.is_empty() {
+            return;
+        }
+        if self.launched_step > self.resolved_step {
+            self.held.push((self.launched_step, pages));
+        } else {
+            self.pool.free_all(pages);
+        }
     }
 
     /// Looks up the cached prefix of a sequence about to be prefilled. The
@@ -165,7 +214,9 @@ impl CacheManager {
         let duplicates = self.prefix.insert(&tokens[..num_full * page_size], pages);
         // Pages leave the request either into the cache or back to the pool.
         self.num_req_pages -= owned_before - pages.owned.len();
-        self.pool.free_all(duplicates);
+        // The request's page table held the duplicates until now: a step in
+        // flight may still read them.
+        self.free_pages(duplicates);
         debug_assert_eq!(pages.shared.len(), pages.handle.num_pages);
     }
 
@@ -194,12 +245,13 @@ impl CacheManager {
     pub fn check_integrity(&self) {
         self.prefix.check_integrity();
         assert_eq!(
-            self.pool.num_free() + self.prefix.num_cached_pages() + self.num_req_pages,
+            self.pool.num_free() + self.prefix.num_cached_pages() + self.num_req_pages + self.num_held_pages(),
             self.num_pages(),
-            "page accounting: free {} + cached {} + owned by requests {} != total",
+            "page accounting: free {} + cached {} + owned by requests {} + held {} != total",
             self.pool.num_free(),
             self.prefix.num_cached_pages(),
             self.num_req_pages,
+            self.num_held_pages(),
         );
     }
 }

@@ -1,15 +1,34 @@
 //! The scheduler: which requests run in the next step, with how many tokens
 //! each, and what happens to them when the step's tokens come back.
 //!
-//! A step goes through three calls, kept apart so that overlap scheduling
+//! A step goes through four calls, kept apart so that overlap scheduling
 //! can prepare step n+1 while the GPU runs step n:
 //!
 //! 1. [`Scheduler::schedule`] picks a [`Batch`] (policy, admission,
 //!    preemption; no KV memory changes hands except on preemption);
 //! 2. [`Scheduler::prepare`] gives the rows their pages and builds the
 //!    [`PreparedBatch`] the model runs on;
-//! 3. [`Scheduler::complete`] takes the sampled tokens, advances requests,
-//!    caches prefixes and releases finished requests.
+//! 3. [`Scheduler::launch`], once the step is handed to the runner, advances
+//!    the requests' lengths and pushes a placeholder for each token the step
+//!    samples, so that the next step can be scheduled before the tokens are
+//!    known;
+//! 4. [`Scheduler::resolve`] takes the sampled tokens, checks stop
+//!    conditions, caches prefixes and releases finished requests.
+//!
+//! [`Scheduler::complete`] is 3 and 4 at once (no overlap).
+//!
+//! # Overlap scheduling
+//!
+//! With overlap, step n+1 is launched before step n is resolved, so a request
+//! can end (a stop token, a stop string, an abort) while a launched step
+//! still reads its pages. Its report is made at once (with the tokens known
+//! up to then: the token the later step samples for it is dropped), but its
+//! pages stay with it, in `retiring`, until every step it is a row of is
+//! resolved; pages a running request gives up early (radix duplicates) are
+//! held by the cache the same way. A request whose last output has been
+//! launched is not scheduled again. Preempting a request a launched step
+//! reads cannot wait that way: [`Scheduler::schedule`] answers
+//! [`Scheduled::WaitForInFlight`] instead, and the engine resolves first.
 //!
 //! # Policy
 //!
@@ -52,6 +71,63 @@ use std::collections::VecDeque;
 
 use crate::core::kvcache::{CacheKind, CacheManager};
 use crate::core::req::{Batch, BatchRow, FinishReason, FinishedReq, PendingReq, PreparedBatch, Req, ReqId, TokenEvent};
+
+/// What [`Scheduler::schedule`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Scheduled {
+    /// The next step.
+    Batch(Batch),
+    /// Nothing to run now.
+    Idle,
+    /// The step needs pages that only preempting a request a launched step
+    /// reads (or pages held for such a step) would give: resolve the launched
+    /// steps, then schedule again.
+    WaitForInFlight,
+}
+
+impl Scheduled {
+    /// The batch, if there is one.
+    pub fn batch(self) -> Option<Batch> {
+        match self {
+            Scheduled::Batch(b) => Some(b),
+            Scheduled::Idle | Scheduled::WaitForInFlight => None,
+        }
+    }
+}
+
+/// A launched step's sampling rows, kept until its tokens come back.
+#[derive(Debug)]
+pub struct LaunchedStep {
+    step: u64,
+    /// One per sampled token, in the order of the step's logits rows.
+    samples: Vec<LaunchedSample>,
+}
+
+impl LaunchedStep {
+    /// The step's number (1 for the first launched).
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    /// Tokens the step samples.
+    pub fn num_samples(&self) -> usize {
+        self.samples.len()
+    }
+
+    /// The request of each sampled token.
+    pub fn req_ids(&self) -> impl ExactSizeIterator<Item = ReqId> + '_ {
+        self.samples.iter().map(|s| s.id)
+    }
+}
+
+#[derive(Debug)]
+struct LaunchedSample {
+    id: ReqId,
+    /// Where the placeholder of the token sits in the request's tokens.
+    pos: usize,
+    /// The step completes the request's prefill (its prompt goes to the cache).
+    completes_prefill: bool,
+}
 
 /// How prefill and decode share steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -103,8 +179,13 @@ pub struct Scheduler {
     waiting: VecDeque<PendingReq>,
     /// In admission order (oldest first).
     running: Vec<Req>,
+    /// Ended requests whose pages a launched step may still read.
+    retiring: Vec<Req>,
     next_admission: u64,
     counters: SchedulerCounters,
+    /// Steps launched and resolved so far (overlap keeps at most two apart).
+    launched_step: u64,
+    resolved_step: u64,
 }
 
 impl Scheduler {
@@ -118,8 +199,11 @@ impl Scheduler {
             cache,
             waiting: VecDeque::new(),
             running: Vec::new(),
+            retiring: Vec::new(),
             next_admission: 0,
             counters: SchedulerCounters::default(),
+            launched_step: 0,
+            resolved_step: 0,
         }
     }
 
@@ -167,8 +251,8 @@ impl Scheduler {
         self.waiting.push_back(req);
     }
 
-    /// Picks the next step, or `None` when there is nothing to run.
-    pub fn schedule(&mut self) -> Option<Batch> {
+    /// Picks the next step.
+    pub fn schedule(&mut self) -> Scheduled {
         let mut rows = Vec::new();
         let mut budget = self.config.max_prefill_length;
 
@@ -187,11 +271,24 @@ impl Scheduler {
         }
 
         if rows.is_empty() || self.config.policy == SchedulePolicy::Mixed {
-            rows.extend(self.running[..num_old].iter().filter(|r| !r.is_prefilling()).map(|r| row_for(r, 1)));
+            // A request whose last output is launched already only waits for it.
+            let decoding = self.running[..num_old].iter().filter(|r| !r.is_prefilling() && r.remaining_outputs() > 0);
+            rows.extend(decoding.map(|r| row_for(r, 1)));
         }
 
-        self.fit(&mut rows);
-        (!rows.is_empty()).then(|| Batch::new(rows))
+        if !self.fit(&mut rows) {
+            return Scheduled::WaitForInFlight;
+        }
+        if rows.is_empty() {
+            Scheduled::Idle
+        } else {
+            Scheduled::Batch(Batch::new(rows))
+        }
+    }
+
+    /// Whether a launched step that is not resolved yet reads `req`'s pages.
+    fn in_flight(&self, req: &Req) -> bool {
+        req.last_step() > self.resolved_step
     }
 
     /// Admits queued requests, FIFO, while budget, running slots and memory
@@ -202,7 +299,9 @@ impl Scheduler {
             .running
             .iter()
             .map(|r| {
-                pages_to_reserve(r.token_ids().len(), r.remaining_outputs(), ratio, r.pages().num_pages(), page_size)
+                // A request whose last output is launched (overlap) needs no more.
+                let remaining = r.remaining_outputs().max(1);
+                pages_to_reserve(r.token_ids().len(), remaining, ratio, r.pages().num_pages(), page_size)
             })
             .sum();
         while *budget > 0 && self.running.len() < self.config.max_running_requests {
@@ -232,8 +331,9 @@ impl Scheduler {
     }
 
     /// Preempts the newest requests until the pages `rows` need are
-    /// available.
-    fn fit(&mut self, rows: &mut Vec<BatchRow>) {
+    /// available. `false` when that would take a request (or held pages)
+    /// that a launched step still reads.
+    fn fit(&mut self, rows: &mut Vec<BatchRow>) -> bool {
         loop {
             let needed: usize = rows
                 .iter()
@@ -243,11 +343,17 @@ impl Scheduler {
                 })
                 .sum();
             if needed <= self.cache.num_available_pages() {
-                return;
+                return true;
+            }
+            if self.cache.num_held_pages() > 0 || !self.retiring.is_empty() {
+                return false;
             }
             assert!(self.running.len() > 1, "a lone request must fit the pool (checked at submission)");
             let newest =
                 self.running.iter().enumerate().max_by_key(|(_, r)| r.admission()).map(|(i, _)| i).expect("running");
+            if self.in_flight(&self.running[newest]) {
+                return false;
+            }
             let victim = self.running.remove(newest);
             rows.retain(|row| row.id != victim.id());
             log::debug!("preempting {} ({} tokens) to free KV pages", victim.id(), victim.token_ids().len());
@@ -265,52 +371,112 @@ impl Scheduler {
     /// Applies a finished step: `tokens[i]` was sampled for
     /// `batch.logits_rows()[i]`. Returns one event per sampled token.
     pub fn complete(&mut self, batch: PreparedBatch, tokens: &[u32]) -> Vec<TokenEvent> {
-        assert_eq!(tokens.len(), batch.logits_rows.len(), "one token per logits row");
-        let mut events = Vec::with_capacity(tokens.len());
-        let mut sampled = tokens.iter();
-        for row in &batch.rows {
-            let token = if row.samples { sampled.next().copied() } else { None };
-            // A request finished from outside while the step ran (possible
-            // with overlap scheduling) simply drops its row.
-            let Some(idx) = self.running.iter().position(|r| r.id() == row.id) else {
+        let launched = self.launch(&batch);
+        self.resolve(launched, tokens)
+    }
+
+    /// The runner has `batch`: advances each row's request as if its tokens
+    /// were known (chunks count as computed, sampled tokens are pushed as
+    /// placeholders), so that the next step can be scheduled and prepared
+    /// while this one runs. [`Self::resolve`] fills in the tokens.
+    pub fn launch(&mut self, batch: &PreparedBatch) -> LaunchedStep {
+        self.launched_step += 1;
+        let step = self.launched_step;
+        self.cache.step_launched(step);
+        let mut samples = Vec::with_capacity(batch.logits_rows().len());
+        for row in batch.rows() {
+            let Some(req) = self.running.iter_mut().find(|r| r.id() == row.id) else {
+                // Ended between prepare and launch (resolving the step in flight
+                // found its stop token): its token will be dropped.
+                if row.samples {
+                    samples.push(LaunchedSample { id: row.id, pos: usize::MAX, completes_prefill: false });
+                }
                 continue;
             };
-            let Some(token) = token else {
-                self.running[idx].complete_chunk(row.extend_len);
+            if row.samples {
+                let completes_prefill = req.is_prefilling();
+                let pos = req.launch_sample(row.extend_len, step, samples.len() as u32);
+                samples.push(LaunchedSample { id: row.id, pos, completes_prefill });
+            } else {
+                req.launch_chunk(row.extend_len, step);
+            }
+        }
+        LaunchedStep { step, samples }
+    }
+
+    /// A launched step came back with `tokens` (one per sampled row): checks
+    /// stop conditions, caches prefixes, ends requests. Returns one event per
+    /// token of a request still running; a request ended meanwhile (from
+    /// outside, or by its previous token) drops its token.
+    pub fn resolve(&mut self, launched: LaunchedStep, tokens: &[u32]) -> Vec<TokenEvent> {
+        assert_eq!(tokens.len(), launched.samples.len(), "one token per sampled row");
+        assert_eq!(launched.step, self.resolved_step + 1, "steps are resolved in launch order");
+        let mut events = Vec::with_capacity(tokens.len());
+        for (sample, &token) in launched.samples.iter().zip(tokens) {
+            let Some(idx) = self.running.iter().position(|r| r.id() == sample.id) else {
                 continue;
             };
             let req = &mut self.running[idx];
-            let completes_prefill = req.is_prefilling();
-            match req.complete_step(row.extend_len, token, &self.config.eos_token_ids) {
+            match req.resolve(sample.pos, token, &self.config.eos_token_ids) {
                 None => {
-                    if completes_prefill {
+                    if sample.completes_prefill {
                         // Prompt done: share its pages with later requests.
                         req.cache_prefix(&mut self.cache);
                     }
-                    events.push(TokenEvent { id: row.id, token, logprobs: None, finished: None });
+                    events.push(TokenEvent { id: sample.id, token, logprobs: None, finished: None });
                 }
                 Some(reason) => {
-                    let finished = self.running.remove(idx).finish(reason, &mut self.cache);
-                    self.counters.num_finished += 1;
-                    events.push(TokenEvent { id: row.id, token, logprobs: None, finished: Some(finished) });
+                    let req = self.running.remove(idx);
+                    let finished = self.end(req, reason);
+                    events.push(TokenEvent { id: sample.id, token, logprobs: None, finished: Some(finished) });
                 }
             }
         }
+        self.mark_resolved(launched.step);
         events
+    }
+
+    /// Step `step` is over (resolved, or failed): releases what waited for it.
+    pub fn mark_resolved(&mut self, step: u64) {
+        self.resolved_step = self.resolved_step.max(step);
+        self.cache.step_resolved(self.resolved_step);
+        let resolved = self.resolved_step;
+        let (done, keep): (Vec<Req>, Vec<Req>) = self.retiring.drain(..).partition(|r| r.last_step() <= resolved);
+        self.retiring = keep;
+        for req in done {
+            req.release(&mut self.cache);
+        }
+    }
+
+    /// The last launched step.
+    pub fn launched_step(&self) -> u64 {
+        self.launched_step
+    }
+
+    /// Ends a running request: its report now, its pages once no launched
+    /// step reads them.
+    fn end(&mut self, req: Req, reason: FinishReason) -> FinishedReq {
+        self.counters.num_finished += 1;
+        let report = req.report(reason);
+        if self.in_flight(&req) {
+            self.retiring.push(req);
+        } else {
+            req.release(&mut self.cache);
+        }
+        report
     }
 
     /// Ends a request from outside (abort, or a stop string matched by the
     /// detokenizer), freeing its pages. `None` if it is not known (already
     /// finished, or never added).
     ///
-    /// NOTE: with overlap scheduling, a request in the step the GPU is
-    /// running must not be finished until that step completes, or its pages
-    /// could be reused while the kernels still write them; mini-sglang defers
-    /// such frees (`pending_aborts`) the same way.
+    /// With overlap scheduling, a request in a launched step keeps its pages
+    /// until that step is resolved (mini-sglang defers such frees the same
+    /// way), and the token that step samples for it is dropped.
     pub fn finish(&mut self, id: ReqId, reason: FinishReason) -> Option<FinishedReq> {
         if let Some(idx) = self.running.iter().position(|r| r.id() == id) {
-            self.counters.num_finished += 1;
-            return Some(self.running.remove(idx).finish(reason, &mut self.cache));
+            let req = self.running.remove(idx);
+            return Some(self.end(req, reason));
         }
         let idx = self.waiting.iter().position(|r| r.id() == id)?;
         let pending = self.waiting.remove(idx).expect("index just found");
@@ -326,7 +492,7 @@ impl Scheduler {
     /// Asserts the page accounting (cheap enough for tests and debugging).
     pub fn check_integrity(&self) {
         self.cache.check_integrity();
-        if self.running.is_empty() {
+        if self.running.is_empty() && self.retiring.is_empty() && self.cache.num_held_pages() == 0 {
             assert_eq!(self.cache.num_used_pages(), 0, "pages in use with no request running");
         }
     }
@@ -366,7 +532,7 @@ mod tests {
 
     /// Runs one step, sampling token 7 for every row.
     fn step(s: &mut Scheduler) -> Option<StepTrace> {
-        let batch = s.schedule()?;
+        let batch = s.schedule().batch()?;
         let shape = batch.rows().iter().map(|r| (r.id.get(), r.extend_len)).collect();
         let prepared = s.prepare(batch);
         let phase = prepared.phase();
@@ -474,5 +640,82 @@ mod tests {
         assert!(!s.has_work());
         s.check_integrity();
         assert_eq!(s.cache().num_used_pages(), 0);
+    }
+
+    /// The one layout the scheduler builds equals the old per-sequence
+    /// derivation (`models::ForwardBatch::new` over `SeqStep`s taken from the
+    /// requests themselves: their tokens, cached lengths and page tables) for
+    /// chunked prefill, prefix-cache hits and mixed prefill + decode steps.
+    #[test]
+    fn layout_equals_the_per_sequence_derivation() {
+        use kernel_runtime::Device;
+        use models::{ForwardBatch, LogitRows, SeqStep};
+
+        let mut s = Scheduler::new(config(256, 6, SchedulePolicy::Mixed));
+        let shared: Vec<u32> = (0..13).collect();
+        let with_prefix = |id: u64, own: usize, max_tokens: usize| {
+            let prompt = shared.iter().copied().chain((0..own as u32).map(|i| 500 + 10 * id as u32 + i)).collect();
+            PendingReq::new(ReqId::new(id), prompt, SamplingParams::greedy(max_tokens), 0)
+        };
+        s.add(with_prefix(1, 3, 6));
+        let (mut saw_chunk, mut saw_hit, mut saw_mixed) = (false, false, false);
+        for n in 0..40 {
+            if n == 6 {
+                // Arrives once request 1's prompt is cached: a radix hit.
+                s.add(with_prefix(2, 9, 5));
+                s.add(with_prefix(3, 2, 4));
+            }
+            let Some(batch) = s.schedule().batch() else {
+                break;
+            };
+            let prepared = s.prepare(batch);
+            let v = |t: &kernel_runtime::Tensor| t.to_vec::<i32>().unwrap();
+            let pages: Vec<Vec<u32>> = prepared
+                .rows()
+                .iter()
+                .map(|row| {
+                    let req = s.running_req(row.id).unwrap();
+                    req.pages().page_ids().map(|p| p.get()).collect()
+                })
+                .collect();
+            let seqs: Vec<SeqStep<'_>> = prepared
+                .rows()
+                .iter()
+                .zip(&pages)
+                .map(|(row, pages)| {
+                    let req = s.running_req(row.id).unwrap();
+                    let start = req.cached_len();
+                    let needed = (start + row.extend_len).div_ceil(4);
+                    SeqStep {
+                        new_tokens: &req.token_ids()[start..start + row.extend_len],
+                        cached_len: start,
+                        pages: &pages[..needed],
+                    }
+                })
+                .collect();
+            let which: Vec<usize> = prepared.logits_rows().iter().map(|&r| r as usize).collect();
+            let want = ForwardBatch::new(&seqs, 4, LogitRows::LastOf(which), Device::Cpu).unwrap();
+            let got = ForwardBatch::from_layout(prepared.layout(), Device::Cpu).unwrap();
+            assert_eq!(v(got.input_ids()), v(want.input_ids()), "step {n}: ids");
+            assert_eq!(v(got.positions()), v(want.positions()), "step {n}: positions");
+            assert_eq!(v(got.out_loc()), v(want.out_loc()), "step {n}: slots");
+            let (gm, wm) = (got.attn_meta(), want.attn_meta());
+            assert_eq!(v(gm.q_indptr), v(wm.q_indptr), "step {n}: q_indptr");
+            assert_eq!(v(gm.kv_lens), v(wm.kv_lens), "step {n}: kv_lens");
+            assert_eq!(v(gm.block_table), v(wm.block_table), "step {n}: page table");
+            assert_eq!(gm.q_lens_host, wm.q_lens_host);
+            assert_eq!(v(got.logit_rows().unwrap()), v(want.logit_rows().unwrap()), "step {n}: logits rows");
+            saw_chunk |= prepared.rows().iter().any(|r| !r.samples);
+            saw_hit |= seqs
+                .iter()
+                .zip(prepared.rows())
+                .any(|(q, r)| r.extend_len > 1 && q.cached_len > 0 && q.cached_len % 4 == 0 && r.id.get() > 1);
+            saw_mixed |=
+                prepared.rows().iter().any(|r| r.extend_len == 1) && prepared.rows().iter().any(|r| r.extend_len > 1);
+            let tokens = vec![7; prepared.logits_rows().len()];
+            s.complete(prepared, &tokens);
+            s.check_integrity();
+        }
+        assert!(saw_chunk && saw_hit && saw_mixed, "chunk {saw_chunk}, radix hit {saw_hit}, mixed {saw_mixed}");
     }
 }

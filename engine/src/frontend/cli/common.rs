@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use kernel_runtime::{DType, Device};
 
-use crate::core::engine::{Engine, EngineConfig, ModelRunner};
+use crate::core::engine::{overlap_disabled_by_env, Engine, EngineConfig, ModelRunner};
 use crate::core::kvcache::CacheKind;
 use crate::core::runner::CausalLmRunner;
 use crate::core::scheduler::{SchedulePolicy, SchedulerConfig};
@@ -74,6 +74,10 @@ pub struct EngineArgs {
     /// Run every step eagerly: no CUDA graphs.
     #[arg(long)]
     pub disable_cuda_graph: bool,
+    /// Wait for each step's tokens before scheduling the next (no overlap
+    /// scheduling; also `MINISGL_DISABLE_OVERLAP=1`).
+    #[arg(long)]
+    pub disable_overlap: bool,
     /// Share of a request's remaining `max_tokens` whose KV pages are
     /// reserved when it is admitted (SGLang's new-token ratio). Below 1, a
     /// request whose `max_tokens` defaults to the rest of the context does
@@ -322,7 +326,11 @@ pub fn build_engine(
         .with_context(|| format!("allocating a KV cache of {num_pages} pages"))?;
     capture_graphs(&mut runner, engine_args);
     let config = engine_config(engine_args, num_pages, eos)?;
-    Ok(Engine::new(Box::new(runner) as Box<dyn ModelRunner + Send>, config)?)
+    let mut engine = Engine::new(Box::new(runner) as Box<dyn ModelRunner + Send>, config)?;
+    let overlap = !(engine_args.disable_overlap || overlap_disabled_by_env());
+    engine.set_overlap(overlap)?;
+    tracing::info!("overlap scheduling {}", if overlap { "on" } else { "off" });
+    Ok(engine)
 }
 
 /// Captures the runner's decode CUDA graphs unless they are off or the model
