@@ -190,7 +190,11 @@ pub fn build_with_progress(opts: &AotOptions, progress: &(dyn Fn(Progress<'_>) +
         args.push(family.source_path(&opts.csrc_dir).display().to_string());
         args.push("-o".into());
         args.push(obj.display().to_string());
-        jobs.push(Job { label: format!("{}.o", family.name), output: obj.clone(), stamp: hash.clone(), args });
+        // The object's launchers dispatch over the generated instance list, which
+        // the family hash (sources, headers, flags) does not cover: stamp both, so
+        // that adding an instance rebuilds the object and not only its cubin.
+        let stamp = format!("{hash} {}", sha256_hex(family.instances_include().as_bytes()));
+        jobs.push(Job { label: format!("{}.o", family.name), output: obj.clone(), stamp, args });
         objects.push(obj);
 
         let mut cubins = Vec::new();

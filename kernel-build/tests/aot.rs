@@ -165,6 +165,18 @@ fn builds_then_rebuilds_only_what_changed() {
     assert_ne!(after.kernel("store").unwrap().hash, manifest.kernel("store").unwrap().hash);
     assert_eq!(after.kernel("abi").unwrap().hash, manifest.kernel("abi").unwrap().hash);
 
+    // An added instance rebuilds that family's object too (its launchers
+    // dispatch over the instance list), not only the new cubin.
+    let toml = csrc.join("kernels.toml");
+    let text = std::fs::read_to_string(&toml).unwrap();
+    let old = "instances = { ROW_BYTES = [64,";
+    assert!(text.contains(old), "the store family's instance list moved");
+    std::fs::write(&toml, text.replacen(old, "instances = { ROW_BYTES = [32, 64,", 1)).unwrap();
+    let added = aot::build(&options(&csrc, &out, &nvcc)).unwrap();
+    assert!(added.compiled.contains(&"store.o".to_owned()), "{:?}", added.compiled);
+    assert!(added.compiled.iter().any(|c| c.contains("ROW_BYTES-32")), "{:?}", added.compiled);
+    assert!(added.compiled.iter().all(|c| c == "store.o" || c.starts_with("cubin/store/")), "{:?}", added.compiled);
+
     // A header change rebuilds everything.
     let header = csrc.join("include/minisgl/device.cuh");
     let text = std::fs::read_to_string(&header).unwrap();
