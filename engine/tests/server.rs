@@ -82,6 +82,7 @@ fn start_fake_with_key(lm: HashLm, num_pages: usize, api_key: Option<&str>) -> S
             stats_interval: None,
             public_metrics: false,
             limits: ServerLimits::defaults(),
+            parsers: server::OutputParsers { reasoning: None, tool_calls: None },
         },
         listener,
     )

@@ -13,6 +13,11 @@
 //! strings belong to the layers above, which end a request early with
 //! [`Engine::finish`].
 //!
+//! A request may carry a [`Grammar`] ([`Engine::set_grammar`], constrained
+//! decoding): each step that samples for it first computes its token mask
+//! ([`Engine::token_masks`]) and afterwards feeds it the sampled token
+//! ([`Engine::advance_grammars`]). With no grammar in flight neither runs.
+//!
 //! User input is validated once, in [`Engine::add_request`] (and
 //! [`Engine::new`] for the configuration): bad input is an [`EngineError`],
 //! never a panic, and nothing below this point re-checks it.
@@ -21,6 +26,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use crate::core::grammar::{apply_token_mask, Grammar, TokenMasks};
 use crate::core::req::{FinishReason, FinishedReq, PendingReq, PreparedBatch, ReqId, SamplingParams, TokenEvent};
 use crate::core::sampling::logprobs::{token_logprobs, TokenLogprobs};
 use crate::core::sampling::{self, Logits};
@@ -60,6 +66,18 @@ pub trait ModelRunner {
     fn forward_sample(&mut self, _batch: &PreparedBatch) -> Result<Option<Vec<u32>>, RunnerError> {
         Ok(None)
     }
+
+    /// [`ModelRunner::forward_sample`] with the logits of the rows in `masks`
+    /// set to -inf where their mask disallows the token (constrained
+    /// decoding), before sampling. `None` (the default) means "call
+    /// [`ModelRunner::forward`]"; the engine then masks on the host.
+    fn forward_sample_masked(
+        &mut self,
+        _batch: &PreparedBatch,
+        _masks: &TokenMasks,
+    ) -> Result<Option<Vec<u32>>, RunnerError> {
+        Ok(None)
+    }
 }
 
 /// Lets a server pick its model at run time (`Engine<Box<dyn ModelRunner>>`).
@@ -78,6 +96,14 @@ impl<R: ModelRunner + ?Sized> ModelRunner for Box<R> {
 
     fn forward_sample(&mut self, batch: &PreparedBatch) -> Result<Option<Vec<u32>>, RunnerError> {
         (**self).forward_sample(batch)
+    }
+
+    fn forward_sample_masked(
+        &mut self,
+        batch: &PreparedBatch,
+        masks: &TokenMasks,
+    ) -> Result<Option<Vec<u32>>, RunnerError> {
+        (**self).forward_sample_masked(batch, masks)
     }
 }
 
@@ -196,6 +222,8 @@ pub struct Engine<R> {
     forward_time: Duration,
     host_time: Duration,
     last_step_rows: usize,
+    /// The grammars of the requests in flight that have one.
+    grammars: HashMap<ReqId, Grammar>,
 }
 
 impl<R: fmt::Debug> fmt::Debug for Engine<R> {
@@ -251,6 +279,7 @@ impl<R: ModelRunner> Engine<R> {
             forward_time: Duration::ZERO,
             host_time: Duration::ZERO,
             last_step_rows: 0,
+            grammars: HashMap::new(),
         })
     }
 
@@ -284,11 +313,13 @@ impl<R: ModelRunner> Engine<R> {
         let prepared = self.scheduler.prepare(batch);
         let rows = prepared.logits_rows().len();
         self.last_step_rows = prepared.num_rows();
+        // NOTE: only requests with a grammar pay for constrained decoding.
+        let masks = if self.grammars.is_empty() { None } else { self.token_masks(&prepared) };
         let forward_start = Instant::now();
-        let device_tokens = if prepared.needs_host_logits() {
-            None
-        } else {
-            self.runner.forward_sample(&prepared).map_err(EngineError::Runner)?
+        let device_tokens = match &masks {
+            _ if prepared.needs_host_logits() => None,
+            Some(masks) => self.runner.forward_sample_masked(&prepared, masks).map_err(EngineError::Runner)?,
+            None => self.runner.forward_sample(&prepared).map_err(EngineError::Runner)?,
         };
         let mut logprobs = Vec::new();
         let tokens = match device_tokens {
@@ -313,7 +344,7 @@ impl<R: ModelRunner> Engine<R> {
                         got_vocab: logits.vocab_size(),
                     });
                 }
-                let (tokens, lps) = self.sample_on_host(&prepared, logits);
+                let (tokens, lps) = self.sample_on_host(&prepared, logits, masks.as_ref());
                 logprobs = lps;
                 tokens
             }
@@ -321,7 +352,11 @@ impl<R: ModelRunner> Engine<R> {
         self.num_steps += 1;
         let forward_end = Instant::now();
         self.forward_time += forward_end - forward_start;
+        let grammar_done = if masks.is_some() { self.advance_grammars(&prepared, &tokens) } else { Vec::new() };
         let mut events = self.scheduler.complete(prepared, &tokens);
+        if !grammar_done.is_empty() || !self.grammars.is_empty() {
+            self.end_grammar_requests(&mut events, &grammar_done);
+        }
         if !logprobs.is_empty() {
             for event in &mut events {
                 if let Some(i) = logprobs.iter().position(|(id, _)| *id == event.id) {
@@ -342,6 +377,7 @@ impl<R: ModelRunner> Engine<R> {
         &self,
         prepared: &PreparedBatch,
         mut logits: Logits,
+        masks: Option<&TokenMasks>,
     ) -> (Vec<u32>, Vec<(ReqId, Option<TokenLogprobs>)>) {
         let ids: Vec<ReqId> = prepared.sampling_req_ids().collect();
         let mut raw_rows: Vec<(usize, usize, Vec<f32>)> = Vec::new();
@@ -358,12 +394,70 @@ impl<R: ModelRunner> Engine<R> {
                 params.penalties.apply(logits.row_mut(row), prompt, outputs);
             }
         }
+        if let Some(masks) = masks {
+            for (i, &row) in masks.rows().iter().enumerate() {
+                apply_token_mask(logits.row_mut(row as usize), masks.mask(i));
+            }
+        }
         let tokens = sampling::sample(&logits, prepared.sampling());
         let logprobs = raw_rows
             .into_iter()
             .map(|(row, top_n, raw)| (ids[row], Some(token_logprobs(&raw, tokens[row], top_n))))
             .collect();
         (tokens, logprobs)
+    }
+
+    /// Constrains a request added with [`Self::add_request`] to `grammar`,
+    /// before its first step. `false` if the request is unknown.
+    pub fn set_grammar(&mut self, id: ReqId, grammar: Grammar) -> bool {
+        if !self.scheduler.contains(id) {
+            return false;
+        }
+        self.grammars.insert(id, grammar);
+        true
+    }
+
+    /// The token masks of a step's rows whose request has a grammar (`None`
+    /// when none has). Host work that depends only on the tokens sampled
+    /// before this step: an engine that overlaps the host with the forward
+    /// pass can run it while the previous step computes, once that step's
+    /// tokens have advanced the grammars.
+    pub fn token_masks(&mut self, prepared: &PreparedBatch) -> Option<TokenMasks> {
+        let mut masks = TokenMasks::new(self.vocab_size);
+        for (row, id) in prepared.sampling_req_ids().enumerate() {
+            if let Some(grammar) = self.grammars.get_mut(&id) {
+                grammar.fill_mask(masks.push_row(row as u32));
+            }
+        }
+        (!masks.is_empty()).then_some(masks)
+    }
+
+    /// Feeds each grammar the token its row sampled; returns the requests
+    /// whose grammar is done (complete, or failed), which end with the step.
+    pub fn advance_grammars(&mut self, prepared: &PreparedBatch, tokens: &[u32]) -> Vec<ReqId> {
+        let mut done = Vec::new();
+        for (id, &token) in prepared.sampling_req_ids().zip(tokens) {
+            if let Some(grammar) = self.grammars.get_mut(&id) {
+                if grammar.advance(token) {
+                    done.push(id);
+                }
+            }
+        }
+        done
+    }
+
+    /// Ends the requests of `done` that the step did not end itself (a
+    /// grammar complete without its end token being one of the engine's), and
+    /// forgets the grammars of the requests that ended.
+    fn end_grammar_requests(&mut self, events: &mut [TokenEvent], done: &[ReqId]) {
+        for event in events.iter_mut() {
+            if event.finished.is_none() && done.contains(&event.id) {
+                event.finished = self.scheduler.finish(event.id, FinishReason::Stop);
+            }
+            if event.finished.is_some() {
+                self.grammars.remove(&event.id);
+            }
+        }
     }
 
     /// Runs `requests` to completion and returns their outputs in order.
@@ -413,6 +507,7 @@ impl<R: ModelRunner> Engine<R> {
     /// detokenizer matched a stop string), freeing its pages; returns what it
     /// produced. `None` if it is unknown.
     pub fn finish(&mut self, id: ReqId, reason: FinishReason) -> Option<FinishedReq> {
+        self.grammars.remove(&id);
         self.scheduler.finish(id, reason)
     }
 
