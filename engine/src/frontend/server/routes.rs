@@ -226,8 +226,11 @@ async fn chat_completions(State(state): State<Arc<AppState>>, body: Result<Bytes
             };
             let grammars = st.model.grammars(spec.as_ref(), param, req.sampling.n)?;
             let parsers = st.model.parsers;
-            let output =
-                OutputPlan::new(parsers.reasoning, &text, req.tools.as_ref().map(|t| &t.choice), parsers.tool_calls);
+            // NOTE: a grammar constrains the output from its first token, so
+            // there is no reasoning to split off (vLLM instead lets the
+            // reasoning run free and constrains what follows).
+            let reasoning = parsers.reasoning.filter(|_| spec.is_none());
+            let output = OutputPlan::new(reasoning, &text, req.tools.as_ref().map(|t| &t.choice), parsers.tool_calls);
             Ok((ids, req, grammars, output))
         })
         .await?;
