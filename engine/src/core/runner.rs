@@ -2,7 +2,9 @@
 //! [`PreparedBatch`] (host vectors) into a `models::ForwardBatch` on the model's
 //! device, runs the forward pass over the runner-owned KV cache, and samples: on
 //! a GPU with `kernel_runtime::ops::sample` (only token ids cross to the host), on
-//! the CPU by handing the logits rows to the engine's sampler.
+//! the CPU by handing the logits rows to the engine's sampler. Rows with a grammar
+//! (constrained decoding) get their token masks applied on the GPU first
+//! (`kernel_runtime::ops::apply_token_mask`).
 //!
 //! On a GPU, decode steps replay CUDA graphs ([`CausalLmRunner::capture_decode_graphs`]):
 //! one per batch-size bucket ([`graph_buckets`]), captured at start over the
@@ -20,6 +22,7 @@ use kernel_runtime::{Device, Tensor};
 use models::{CausalLm, DecodeGraphInputs, ForwardBatch, KvCache, LogitRows, SeqStep};
 
 use crate::core::engine::{ModelRunner, RunnerError};
+use crate::core::grammar::TokenMasks;
 use crate::core::req::PreparedBatch;
 use crate::core::sampling::{self, Logits, SamplingRow};
 
@@ -313,6 +316,22 @@ impl ModelRunner for CausalLmRunner {
             return Ok(None);
         }
         let logits = self.logits(batch)?;
+        let rows: Vec<SampleRow> = batch.sampling().iter().map(sample_row).collect();
+        Ok(Some(kernel_runtime::ops::sample(&logits, &rows)?))
+    }
+
+    /// As [`Self::forward_sample`], masking the constrained rows' logits on the
+    /// device before sampling (the masks go up, a few KiB per row).
+    fn forward_sample_masked(
+        &mut self,
+        batch: &PreparedBatch,
+        masks: &TokenMasks,
+    ) -> Result<Option<Vec<u32>>, RunnerError> {
+        if self.model.device() == Device::Cpu {
+            return Ok(None);
+        }
+        let logits = self.logits(batch)?;
+        ops::apply_token_mask(&logits, masks.bits(), masks.words_per_row(), masks.rows())?;
         let rows: Vec<SampleRow> = batch.sampling().iter().map(sample_row).collect();
         Ok(Some(kernel_runtime::ops::sample(&logits, &rows)?))
     }

@@ -32,6 +32,7 @@ mod norm;
 mod rope;
 mod rope_store;
 mod sampling;
+mod token_mask;
 pub(crate) mod skinny;
 
 pub(crate) use activation::silu_mul;
@@ -43,3 +44,4 @@ pub(crate) use norm::{fused_add_rms_norm, head_rms_norm, rms_norm};
 pub(crate) use rope::rope;
 pub(crate) use rope_store::rope_store;
 pub(crate) use sampling::sample;
+pub(crate) use token_mask::apply_token_mask;

@@ -39,6 +39,6 @@ pub use moe::{
     fused_experts, fused_experts_with, fused_moe, moe_align, moe_gemm, moe_route, moe_sum, naive_experts, MoeAlignment,
     MoePlan, MoeRouting,
 };
-pub use sampling::{sample, SampleRow};
+pub use sampling::{apply_token_mask, sample, SampleRow};
 pub use skinny::{set_skinny_gemm, skinny_gemm};
 pub use store::store_kv;
