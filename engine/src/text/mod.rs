@@ -20,5 +20,5 @@ pub mod marker;
 pub mod reasoning;
 pub mod text_stream;
 pub mod token_env;
-pub mod tool_calls;
 pub mod tokenizer;
+pub mod tool_calls;

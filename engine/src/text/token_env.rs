@@ -36,7 +36,8 @@ pub fn token_env(tokenizer: &Tokenizer, vocab_size: usize) -> Result<TokEnv, Tok
     let mut words =
         llguidance::token_bytes_from_tokenizer_json(&json).map_err(|e| TokenEnvError::TokenBytes(e.to_string()))?;
     words.resize(vocab_size, Vec::new());
-    let eos = tokenizer.eos_token_ids().iter().copied().find(|&t| (t as usize) < vocab_size).ok_or(TokenEnvError::NoEos)?;
+    let eos =
+        tokenizer.eos_token_ids().iter().copied().find(|&t| (t as usize) < vocab_size).ok_or(TokenEnvError::NoEos)?;
     let vocab = u32::try_from(vocab_size).map_err(|_| TokenEnvError::TokenBytes(format!("{vocab_size} tokens")))?;
     let info = TokRxInfo::new(vocab, eos);
     // Greedy tokenization over the trie: llguidance only tokenizes to force

@@ -386,7 +386,10 @@ mod tests {
     fn formats_by_name_and_by_model() {
         assert_eq!("qwen25".parse::<ToolCallFormat>(), Ok(ToolCallFormat::Hermes));
         assert!("xml".parse::<ToolCallFormat>().unwrap_err().contains("mistral"));
-        assert_eq!(ToolCallFormat::detect(Some("{{ '<tool_call>' }}"), "LlamaForCausalLM"), Some(ToolCallFormat::Hermes));
+        assert_eq!(
+            ToolCallFormat::detect(Some("{{ '<tool_call>' }}"), "LlamaForCausalLM"),
+            Some(ToolCallFormat::Hermes)
+        );
         assert_eq!(ToolCallFormat::detect(None, "MistralForCausalLM"), Some(ToolCallFormat::Mistral));
         assert_eq!(ToolCallFormat::detect(None, "GPT2"), None);
     }

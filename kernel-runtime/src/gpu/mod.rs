@@ -32,8 +32,8 @@ mod norm;
 mod rope;
 mod rope_store;
 mod sampling;
-mod token_mask;
 pub(crate) mod skinny;
+mod token_mask;
 
 pub(crate) use activation::silu_mul;
 pub(crate) use argmax::argmax;

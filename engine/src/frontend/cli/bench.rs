@@ -21,8 +21,8 @@
 //!
 //! `--json-schema-fraction F` constrains that share of the requests (spread
 //! evenly through the draw) to a JSON schema (`--schema FILE`, default
-//! [`DEFAULT_SCHEMA`]: one string, so a constrained request writes until its
-//! `max_tokens` like the others), which measures what constrained decoding costs
+//! [`DEFAULT_SCHEMA`]: one long string, so a constrained request writes until
+//! its `max_tokens` like the others), which measures what constrained decoding costs
 //! a batch (issue 17: a quarter of the requests must cost at most 10%).
 
 mod py_random;
@@ -69,15 +69,18 @@ pub struct BenchArgs {
     /// Share of the requests (0 to 1) constrained to a JSON schema.
     #[arg(long, default_value_t = 0.0)]
     pub json_schema_fraction: f64,
-    /// The JSON schema of the constrained requests (default: an object with
-    /// one unbounded string).
+    /// The JSON schema of the constrained requests (default: a string no
+    /// draw can finish, `DEFAULT_SCHEMA`).
     #[arg(long)]
     pub schema: Option<std::path::PathBuf>,
 }
 
-/// The schema of `--json-schema-fraction` without `--schema`: the output
-/// stays inside one string, so it runs to `max_tokens`.
-pub const DEFAULT_SCHEMA: &str = r#"{"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}"#;
+/// The schema of `--json-schema-fraction` without `--schema`: one JSON string
+/// longer than any draw can write, so a constrained request runs to its
+/// `max_tokens` like the others (a schema it could complete would end it early
+/// and shrink the batch, which is not the cost being measured), with almost
+/// every token allowed at every step (the dearest masks to compute).
+pub const DEFAULT_SCHEMA: &str = r#"{"type": "string", "minLength": 200000}"#;
 
 /// Whether request `i` of the draw is constrained: an even spread of
 /// `fraction` of the requests.

@@ -36,8 +36,8 @@ use super::detokenize::{DetokMsg, DetokRequest, Detokenizer};
 use super::error::ApiError;
 pub use super::events::{Event, Finished, TokenLogprob};
 use super::metrics::Metrics;
-use crate::core::grammar::Grammar;
 use crate::core::engine::{Engine, EngineError, GenerateRequest, LengthLimit, ModelRunner};
+use crate::core::grammar::Grammar;
 use crate::core::req::{FinishReason, ReqId, SamplingParams, TokenEvent};
 use crate::text::text_stream::TextStream;
 use crate::text::tokenizer::{StopStrings, Tokenizer};
@@ -143,7 +143,8 @@ pub fn spawn<R>(
 where
     R: ModelRunner + Send + 'static,
 {
-    let info = EngineInfo { max_context_len: engine.runner().max_context_len(), vocab_size: engine.runner().vocab_size() };
+    let info =
+        EngineInfo { max_context_len: engine.runner().max_context_len(), vocab_size: engine.runner().vocab_size() };
     let (tx, rx) = mpsc::channel();
     let alive = Arc::new(AtomicBool::new(true));
     let stopped = Arc::new(Notify::new());

@@ -35,8 +35,8 @@ use super::output::{ChoiceOutput, OutputDelta, OutputPlan};
 use super::request::{Sampling, StreamOptions};
 use super::request_log::RequestLog;
 use super::response::{
-    chat_logprobs, completion_logprobs, finish_reason_str, to_json, tool_call_json, ChatChoice, ChatCompletion, ChatMessage,
-    ChunkWriter, Completion, CompletionChoice, Usage,
+    chat_logprobs, completion_logprobs, finish_reason_str, to_json, tool_call_json, ChatChoice, ChatCompletion,
+    ChatMessage, ChunkWriter, Completion, CompletionChoice, Usage,
 };
 use super::state::{json_response, unix_now, AppState};
 use crate::core::grammar::Grammar;
@@ -435,9 +435,13 @@ impl StreamState {
             }
             Some(Event::Finished(f)) => {
                 self.piece(index, &f.text, true);
-                let has_calls =
-                    self.choices.get(index as usize).and_then(|c| c.output.as_ref()).is_some_and(ChoiceOutput::has_tool_calls);
-                let reason = if self.chat { chat_finish_reason(f.reason, has_calls) } else { finish_reason_str(f.reason) };
+                let has_calls = self
+                    .choices
+                    .get(index as usize)
+                    .and_then(|c| c.output.as_ref())
+                    .is_some_and(ChoiceOutput::has_tool_calls);
+                let reason =
+                    if self.chat { chat_finish_reason(f.reason, has_calls) } else { finish_reason_str(f.reason) };
                 self.ready.push_back(self.writer.finish_str(index, reason));
                 if let Some(c) = self.choices.get_mut(index as usize) {
                     c.finished = true;

@@ -121,7 +121,6 @@ pub struct ServerConfig {
     pub parsers: OutputParsers,
 }
 
-
 /// Sampling defaults for a model folder: OpenAI's, with the sampling fields
 /// of its `generation_config.json` (if any) on top, as vLLM does. Prints
 /// which fields it took.

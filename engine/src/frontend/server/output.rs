@@ -95,7 +95,10 @@ enum ToolState {
     None,
     Native(ToolCallStream),
     /// Content held until the end.
-    Constrained { choice: ToolChoice, held: String },
+    Constrained {
+        choice: ToolChoice,
+        held: String,
+    },
 }
 
 /// One choice's output splitter.
@@ -214,8 +217,9 @@ mod tests {
 
     #[test]
     fn reasoning_then_a_native_call() {
-        let plan = OutputPlan::new(Some(ReasoningFormat::Qwen3), "", Some(&ToolChoice::Auto), Some(ToolCallFormat::Hermes))
-            .unwrap();
+        let plan =
+            OutputPlan::new(Some(ReasoningFormat::Qwen3), "", Some(&ToolChoice::Auto), Some(ToolCallFormat::Hermes))
+                .unwrap();
         let (out, calls) = run(
             &plan,
             &["<think>need weather</think>\n", "<tool_call>\n{\"name\": \"w\", ", "\"arguments\": {}}\n</tool_call>"],

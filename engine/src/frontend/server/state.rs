@@ -14,9 +14,9 @@ use super::auth::ApiKey;
 use super::engine_loop::EngineHandle;
 use super::limits::{Admission, ServerLimits};
 use super::metrics::Metrics;
+use super::output::OutputParsers;
 use super::request::SamplingDefaults;
 use super::structured::GrammarCompiler;
-use super::output::OutputParsers;
 use crate::text::chat_template::{ChatTemplate, SpecialTokens};
 use crate::text::tokenizer::Tokenizer;
 

@@ -32,7 +32,9 @@ pub enum ResponseFormat {
     /// Any JSON object.
     JsonObject,
     /// JSON valid against `schema`.
-    JsonSchema { schema: Json },
+    JsonSchema {
+        schema: Json,
+    },
 }
 
 impl ResponseFormat {
@@ -190,7 +192,9 @@ mod tests {
         let p = |v: Json| parse_response_format(v);
         assert_eq!(p(json!({"type": "text"})).unwrap(), ResponseFormat::Text);
         assert_eq!(p(json!({"type": "json_object"})).unwrap(), ResponseFormat::JsonObject);
-        let s = p(json!({"type": "json_schema", "json_schema": {"name": "x", "strict": true, "schema": {"type": "integer"}}}));
+        let s = p(
+            json!({"type": "json_schema", "json_schema": {"name": "x", "strict": true, "schema": {"type": "integer"}}}),
+        );
         assert_eq!(s.unwrap(), ResponseFormat::JsonSchema { schema: json!({"type": "integer"}) });
         let param = |v: Json| p(v).unwrap_err().param().map(str::to_owned);
         assert_eq!(param(json!({"type": "xml"})).as_deref(), Some("response_format.type"));
@@ -203,7 +207,11 @@ mod tests {
     fn rejected_schemas_name_the_problem() {
         let c = fixture_compiler();
         let err = c
-            .compile(&GrammarSpec::JsonSchema(json!({"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}})), "rf", 1)
+            .compile(
+                &GrammarSpec::JsonSchema(json!({"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}})),
+                "rf",
+                1,
+            )
             .unwrap_err();
         assert_eq!(err.param(), Some("rf"));
         assert!(c.compile(&GrammarSpec::JsonSchema(json!({"type": "integer"})), "rf", 3).unwrap().len() == 3);

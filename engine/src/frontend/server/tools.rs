@@ -101,11 +101,16 @@ pub fn parse_tools(f: &mut Fields) -> Result<Option<ToolRequest>, ApiError> {
         Some(Json::Array(items)) if items.len() > MAX_TOOLS => {
             return Err(ApiError::invalid_value("tools", format!("at most {MAX_TOOLS} tools, got {}", items.len())))
         }
-        Some(Json::Array(items)) => items.iter().enumerate().map(|(i, t)| parse_tool(t, i)).collect::<Result<_, _>>()?,
+        Some(Json::Array(items)) => {
+            items.iter().enumerate().map(|(i, t)| parse_tool(t, i)).collect::<Result<_, _>>()?
+        }
         Some(_) => return Err(ApiError::invalid_type("tools", "an array of tool objects")),
     };
     if let Some((i, t)) = tools.iter().enumerate().find(|(i, t)| tools[..*i].iter().any(|u| u.name == t.name)) {
-        return Err(ApiError::invalid_value(format!("tools.{i}.function.name"), format!("`{}` is declared twice", t.name)));
+        return Err(ApiError::invalid_value(
+            format!("tools.{i}.function.name"),
+            format!("`{}` is declared twice", t.name),
+        ));
     }
     let choice = match choice {
         None if tools.is_empty() => ToolChoice::None,
@@ -127,9 +132,11 @@ pub fn parse_tools(f: &mut Fields) -> Result<Option<ToolRequest>, ApiError> {
                 Some("function") => {}
                 _ => return Err(ApiError::invalid_value("tool_choice.type", "must be `function`")),
             }
-            let func = c.object("function")?.ok_or_else(|| ApiError::Missing { param: "tool_choice.function".into() })?;
+            let func =
+                c.object("function")?.ok_or_else(|| ApiError::Missing { param: "tool_choice.function".into() })?;
             let mut func = Fields::nested(func, "tool_choice.function");
-            let name = func.string("name")?.ok_or_else(|| ApiError::Missing { param: "tool_choice.function.name".into() })?;
+            let name =
+                func.string("name")?.ok_or_else(|| ApiError::Missing { param: "tool_choice.function.name".into() })?;
             func.finish(&[], &[])?;
             c.finish(&[], &[])?;
             ToolChoice::Function(name)
@@ -234,9 +241,11 @@ mod tests {
         let Some(GrammarSpec::JsonSchema(g)) = r.grammar() else { panic!() };
         assert_eq!(g["maxItems"], 1);
         assert_eq!(g["items"]["anyOf"][0]["properties"]["name"]["const"], "get_weather");
-        let r = parse(json!({"tools": [weather()], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}))
-            .unwrap()
-            .unwrap();
+        let r = parse(
+            json!({"tools": [weather()], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}),
+        )
+        .unwrap()
+        .unwrap();
         assert_eq!(r.grammar(), Some(GrammarSpec::JsonSchema(weather()["function"]["parameters"].clone())));
         let r = parse(json!({"tools": [weather()], "tool_choice": "none"})).unwrap().unwrap();
         assert!(r.template_tools().is_none());
