@@ -18,8 +18,9 @@ Checks, each through the client (non-streaming and streaming):
 - with `--thinking-template` (the server runs engine/tests/data/thinking_tools.jinja
   with `--reasoning-parser qwen3`): the output is split into `reasoning_content`
   exactly as the raw completion of the same prompt reads,
-  `chat_template_kwargs: {"enable_thinking": false}` gives content only, and a
-  conversation with an assistant tool call and a `tool` result renders.
+  `chat_template_kwargs: {"enable_thinking": false}` gives content only, the
+  template shows the tools (not with `tool_choice: none`), and a conversation
+  with an assistant tool call and a `tool` result renders.
 
 Outputs must finish by themselves (finish_reason "stop"): each schema bounds
 its strings, arrays and numbers (`multipleOf` bounds a number's digits, which
@@ -276,6 +277,11 @@ def check_reasoning(client, model, base_url):
             return json.load(resp)
 
     msgs = [{"role": "user", "content": "Why is the sky blue?"}]
+    # The template shows the tools (here through /tokenize, as chat requests do).
+    prompt = post("/tokenize", {"model": model, "messages": msgs, "tools": [WEATHER]})["prompt"]
+    check("\"get_weather\"" in prompt and "<tools>" in prompt, f"tools not rendered into the prompt: {prompt!r}")
+    prompt = post("/tokenize", {"model": model, "messages": msgs, "tools": [WEATHER], "tool_choice": "none"})["prompt"]
+    check("get_weather" not in prompt, f"tool_choice none still renders the tools: {prompt!r}")
     for kwargs, thinking in [({}, True), ({"enable_thinking": False}, False)]:
         name = f"reasoning (thinking={thinking})"
         prompt = post("/tokenize", {"model": model, "messages": msgs, "chat_template_kwargs": kwargs})["prompt"]

@@ -26,6 +26,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use rayon::prelude::*;
+
 use crate::core::grammar::{apply_token_mask, Grammar, TokenMasks};
 use crate::core::req::{FinishReason, FinishedReq, PendingReq, PreparedBatch, ReqId, SamplingParams, TokenEvent};
 use crate::core::sampling::logprobs::{token_logprobs, TokenLogprobs};
@@ -423,13 +425,30 @@ impl<R: ModelRunner> Engine<R> {
     /// pass can run it while the previous step computes, once that step's
     /// tokens have advanced the grammars.
     pub fn token_masks(&mut self, prepared: &PreparedBatch) -> Option<TokenMasks> {
-        let mut masks = TokenMasks::new(self.vocab_size);
-        for (row, id) in prepared.sampling_req_ids().enumerate() {
-            if let Some(grammar) = self.grammars.get_mut(&id) {
-                grammar.fill_mask(masks.push_row(row as u32));
+        let rows: HashMap<ReqId, u32> = prepared
+            .sampling_req_ids()
+            .enumerate()
+            .filter(|(_, id)| self.grammars.contains_key(id))
+            .map(|(row, id)| (id, row as u32))
+            .collect();
+        if rows.is_empty() {
+            return None;
+        }
+        let mut work: Vec<(u32, &mut Grammar)> =
+            self.grammars.iter_mut().filter_map(|(id, g)| rows.get(id).map(|&row| (row, g))).collect();
+        work.sort_unstable_by_key(|(row, _)| *row);
+        let mut masks = TokenMasks::zeroed(self.vocab_size, work.iter().map(|(row, _)| *row).collect());
+        let words = masks.words_per_row();
+        // Rows are independent and a mask can take a good fraction of a
+        // millisecond over a large vocabulary: spread them over the cores.
+        if work.len() > 1 {
+            masks.bits_mut().par_chunks_mut(words).zip(work.par_iter_mut()).for_each(|(out, (_, g))| g.fill_mask(out));
+        } else {
+            for (out, (_, g)) in masks.bits_mut().chunks_mut(words).zip(work.iter_mut()) {
+                g.fill_mask(out);
             }
         }
-        (!masks.is_empty()).then_some(masks)
+        Some(masks)
     }
 
     /// Feeds each grammar the token its row sampled; returns the requests

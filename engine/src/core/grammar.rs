@@ -133,6 +133,18 @@ impl TokenMasks {
         Self { words_per_row: mask_words(vocab_size), rows: Vec::new(), bits: Vec::new() }
     }
 
+    /// Masks over `vocab_size` tokens for the logits rows `rows`, all zero
+    /// (nothing allowed) until filled through [`Self::bits_mut`].
+    pub fn zeroed(vocab_size: usize, rows: Vec<u32>) -> Self {
+        let words_per_row = mask_words(vocab_size);
+        Self { words_per_row, bits: vec![0; rows.len() * words_per_row], rows }
+    }
+
+    /// Every mask's words, to fill (as [`Self::bits`]).
+    pub fn bits_mut(&mut self) -> &mut [u32] {
+        &mut self.bits
+    }
+
     /// Adds the mask of logits row `row`, returning its words to fill.
     pub fn push_row(&mut self, row: u32) -> &mut [u32] {
         self.rows.push(row);

@@ -223,7 +223,12 @@ pub struct CompletionRequest {
 #[derive(Clone, Debug, PartialEq)]
 pub enum TokenizeInput {
     Prompt(Prompt),
-    Chat { messages: Vec<Json>, render: ChatRender },
+    /// `tools`: what the chat template shows of the request's tools.
+    Chat {
+        messages: Vec<Json>,
+        render: ChatRender,
+        tools: Option<Json>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -318,7 +323,8 @@ pub fn parse_tokenize(body: &[u8]) -> Result<TokenizeRequest, ApiError> {
         (None, Some(m)) => {
             let messages = parse_messages(m)?;
             let render = parse_render(&mut f)?;
-            (TokenizeInput::Chat { messages, render }, false)
+            let tools = parse_tools(&mut f)?.and_then(|t| t.template_tools());
+            (TokenizeInput::Chat { messages, render, tools }, false)
         }
         (Some(_), Some(_)) => {
             return Err(ApiError::invalid_value("messages", "give either `prompt` or `messages`, not both"))
@@ -327,7 +333,7 @@ pub fn parse_tokenize(body: &[u8]) -> Result<TokenizeRequest, ApiError> {
     };
     let add_special_tokens = f.bool("add_special_tokens")?.unwrap_or(default_special);
     let return_token_strs = f.bool("return_token_strs")?.unwrap_or(false);
-    f.neutral("tools", is_empty_array, "tool calling is not implemented")?;
+    f.neutral("tools", is_empty_array, "tools are rendered only with `messages`")?;
     f.finish(&["user"], KNOWN_UNSUPPORTED)?;
     Ok(TokenizeRequest { model, input, add_special_tokens, return_token_strs })
 }

@@ -363,8 +363,8 @@ async fn tokenize(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesR
                         .map_err(|e| ApiError::invalid_value("prompt", e.to_string()))?;
                     (text, ids.clone())
                 }
-                TokenizeInput::Chat { messages, render } => {
-                    let text = st.model.render_chat(messages, render, None)?;
+                TokenizeInput::Chat { messages, render, tools } => {
+                    let text = st.model.render_chat(messages, render, tools.clone())?;
                     let ids = st.model.encode(&text, req.add_special_tokens, "messages")?;
                     (text, ids)
                 }
