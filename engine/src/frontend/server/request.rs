@@ -223,10 +223,11 @@ pub struct CompletionRequest {
 #[derive(Clone, Debug, PartialEq)]
 pub enum TokenizeInput {
     Prompt(Prompt),
-    /// `tools`: what the chat template shows of the request's tools.
+    /// `tools`: what the chat template shows of the request's tools. (The
+    /// render options are boxed: they are most of the variant's size.)
     Chat {
         messages: Vec<Json>,
-        render: ChatRender,
+        render: Box<ChatRender>,
         tools: Option<Json>,
     },
 }
@@ -324,7 +325,7 @@ pub fn parse_tokenize(body: &[u8]) -> Result<TokenizeRequest, ApiError> {
             let messages = parse_messages(m)?;
             let render = parse_render(&mut f)?;
             let tools = parse_tools(&mut f)?.and_then(|t| t.template_tools());
-            (TokenizeInput::Chat { messages, render, tools }, false)
+            (TokenizeInput::Chat { messages, render: Box::new(render), tools }, false)
         }
         (Some(_), Some(_)) => {
             return Err(ApiError::invalid_value("messages", "give either `prompt` or `messages`, not both"))

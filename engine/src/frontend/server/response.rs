@@ -365,6 +365,25 @@ mod tests {
         assert_eq!(usage["usage"]["total_tokens"], 7);
     }
 
+    #[test]
+    fn tool_call_and_reasoning_deltas_have_openai_fields() {
+        let w = ChunkWriter { id: "chatcmpl-1".into(), created: 5, model: "m".into(), chat: true };
+        let call = ToolCallOut { index: 1, id: "call_x".into(), name: "f".into(), arguments: r#"{"a":1}"#.into() };
+        let chunk: serde_json::Value = serde_json::from_str(&w.tool_call(0, &call, None)).unwrap();
+        let delta = &chunk["choices"][0]["delta"];
+        assert_eq!(
+            delta["tool_calls"],
+            json!([{"index": 1, "id": "call_x", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}}])
+        );
+        assert!(delta.get("content").is_none() && delta.get("role").is_none());
+        let chunk: serde_json::Value = serde_json::from_str(&w.reasoning(0, "hmm", None)).unwrap();
+        assert_eq!(chunk["choices"][0]["delta"], json!({"reasoning_content": "hmm"}));
+        let fin: serde_json::Value = serde_json::from_str(&w.finish_str(0, "tool_calls")).unwrap();
+        assert_eq!(fin["choices"][0]["finish_reason"], "tool_calls");
+        // In a whole message the call has no index.
+        assert!(tool_call_json(&call, false).get("index").is_none());
+    }
+
     fn token(token: &str, logprob: f32, top: &[(&str, f32)]) -> TokenLogprob {
         TokenLogprob { token: token.into(), logprob, top: top.iter().map(|&(t, p)| (t.to_owned(), p)).collect() }
     }
