@@ -52,11 +52,11 @@ _minisgl_libclang() {
 
 _minisgl_pydeps() {
   local dir="$MINISGL_ROOT/.pydeps"
-  local stamp="$dir/.minisgl-pydeps-2"
+  local stamp="$dir/.minisgl-pydeps-3"
   if [ ! -e "$stamp" ]; then
     _minisgl_log "installing the Python test clients into $dir"
     python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --target "$dir" \
-      "openai==2.8.1" "gguf==0.19.0" "numpy<3"
+      "openai==2.8.1" "gguf==0.19.0" "numpy<3" "jsonschema==4.23.0"
     touch "$stamp"
   fi
   export PYTHONPATH="$dir${PYTHONPATH:+:$PYTHONPATH}"

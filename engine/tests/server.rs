@@ -82,6 +82,7 @@ fn start_fake_with_key(lm: HashLm, num_pages: usize, api_key: Option<&str>) -> S
             stats_interval: None,
             public_metrics: false,
             limits: ServerLimits::defaults(),
+            parsers: server::OutputParsers { reasoning: None, tool_calls: None },
         },
         listener,
     )
@@ -481,8 +482,20 @@ fn check_bad_requests(addr: std::net::SocketAddr, model: &str, max_context_len: 
         bad(chat, with(json!({"stream_options": {"include_usage": true}})), 400, Some("stream_options")),
         bad(chat, with(json!({"stream": true, "stream_options": {"bogus": true}})), 400, Some("stream_options.bogus")),
         bad(chat, with(json!({"frequency_penalty": 2.5})), 400, Some("frequency_penalty")),
-        bad(chat, with(json!({"tools": [{"type": "function", "function": {"name": "f"}}]})), 400, Some("tools")),
-        bad(chat, with(json!({"response_format": {"type": "json_object"}})), 400, Some("response_format")),
+        bad(
+            chat,
+            with(json!({"tools": [{"type": "function", "function": {"name": "f g"}}]})),
+            400,
+            Some("tools.0.function.name"),
+        ),
+        bad(chat, with(json!({"tool_choice": "required"})), 400, Some("tool_choice")),
+        bad(chat, with(json!({"response_format": {"type": "xml"}})), 400, Some("response_format.type")),
+        bad(
+            chat,
+            with(json!({"response_format": {"type": "json_schema", "json_schema": {"schema": {"$ref": "#/nowhere"}}}})),
+            400,
+            Some("response_format"),
+        ),
         bad(chat, with(json!({"frobnicate": 1})), 400, Some("frobnicate")),
         bad(chat, with(json!({"chat_template_kwargs": {"messages": []}})), 400, Some("chat_template_kwargs.messages")),
         bad(

@@ -79,6 +79,7 @@ fn start(lm: HashLm, num_pages: usize, decode_reserve: f64, limits: ServerLimits
             public_metrics: false,
             stats_interval: None,
             limits,
+            parsers: server::OutputParsers { reasoning: None, tool_calls: None },
         },
         listener,
     )

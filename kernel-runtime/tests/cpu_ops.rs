@@ -441,3 +441,36 @@ fn paged_attention_rejects_bad_metadata() -> Result<()> {
     assert!(err.contains("kv_lens[0] = 5"), "{err}");
     Ok(())
 }
+
+/// `apply_token_mask`: exactly the disallowed logits of exactly the named rows
+/// become -inf (tokens past a short mask too); the others keep their bits.
+#[test]
+fn token_mask_sets_exactly_the_disallowed_logits() -> Result<()> {
+    let mut r = rng(23);
+    for dtype in FLOATS {
+        let (rows, vocab) = (4, 100);
+        let values = randv(&mut r, rows * vocab, 4.0);
+        let x = Tensor::from_slice(&values, &[rows, vocab], CPU)?.to_dtype(dtype)?;
+        let before = x.to_f32_vec()?;
+        let words = 3; // Covers tokens 0..96: 96..100 are disallowed.
+        let masked = [2u32, 0];
+        let mask: Vec<u32> = (0..masked.len() * words).map(|_| r.gen()).collect();
+        ops::apply_token_mask(&x, &mask, words, &masked)?;
+        let after = x.to_f32_vec()?;
+        for row in 0..rows {
+            let m = masked.iter().position(|&m| m as usize == row);
+            for t in 0..vocab {
+                let (b, a) = (before[row * vocab + t], after[row * vocab + t]);
+                let allowed = m.is_none_or(|i| t / 32 < words && mask[i * words + t / 32] >> (t % 32) & 1 == 1);
+                if allowed {
+                    assert_eq!(a.to_bits(), b.to_bits(), "{dtype}: row {row} token {t} changed");
+                } else {
+                    assert_eq!(a, f32::NEG_INFINITY, "{dtype}: row {row} token {t} not masked");
+                }
+            }
+        }
+        assert!(ops::apply_token_mask(&x, &mask, words, &[4, 0]).is_err(), "a row past the logits is refused");
+        assert!(ops::apply_token_mask(&x, &mask[1..], words, &masked).is_err(), "short masks are refused");
+    }
+    Ok(())
+}

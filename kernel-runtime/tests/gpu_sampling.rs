@@ -73,3 +73,40 @@ fn gpu_stratified_draws_follow_the_tempered_softmax() {
         assert!((*c as f64 - expected).abs() <= 2.0, "token {i}: {c} draws, expected {expected:.1}");
     }
 }
+
+/// Random masks (some rows all allowed, some with only a few tokens, words that
+/// stop short of the vocabulary) on random rows of a batch.
+fn token_mask_case(rng: &mut rand::rngs::StdRng, rows: usize, vocab: usize) -> (Vec<f32>, Vec<u32>, usize, Vec<u32>) {
+    let values: Vec<f32> = (0..rows * vocab).map(|_| rng.gen_range(-6.0f32..6.0)).collect();
+    let masked: Vec<u32> = (0..rows as u32).filter(|_| rng.gen_bool(0.5)).collect();
+    let words = vocab.div_ceil(32) - usize::from(vocab > 64 && rng.gen_bool(0.3));
+    let mask: Vec<u32> = (0..masked.len() * words)
+        .map(|i| match (i / words) % 3 {
+            0 => u32::MAX,
+            1 => rng.gen::<u32>() & rng.gen::<u32>() & rng.gen::<u32>(),
+            _ => rng.gen(),
+        })
+        .collect();
+    (values, mask, words, masked)
+}
+
+#[test]
+fn gpu_token_mask_matches_the_cpu_reference() {
+    if !enabled() {
+        return;
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+    for (rows, vocab) in [(1, 7), (3, 1000), (64, 32_000), (17, 151_936), (5, 262_145)] {
+        let (values, mask, words, masked) = token_mask_case(&mut rng, rows, vocab);
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let host = Tensor::from_slice(&values, &[rows, vocab], Device::Cpu).unwrap().to_dtype(dtype).unwrap();
+            let gpu = host.to_device(Device::Cuda(0)).unwrap();
+            kernel_runtime::ops::apply_token_mask(&host, &mask, words, &masked).unwrap();
+            kernel_runtime::ops::apply_token_mask(&gpu, &mask, words, &masked).unwrap();
+            let (want, got) = (host.to_f32_vec().unwrap(), gpu.to_f32_vec().unwrap());
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert!(bits(&want) == bits(&got), "{rows}x{vocab} {dtype}: the GPU masks differently");
+            assert!(want.iter().any(|x| x.is_infinite()) || masked.is_empty() || vocab < 32);
+        }
+    }
+}

@@ -13,7 +13,7 @@ use kernel_runtime::kernels::{self, jit};
 /// and the 16-bit CUDA-core fallback, head_dim 256).
 fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
     let mut out = Vec::new();
-    for family in ["norm", "rope", "rope_store", "activation", "argmax", "random"] {
+    for family in ["norm", "rope", "rope_store", "activation", "argmax", "random", "token_mask"] {
         for dtype in [0, 1, 2] {
             out.push((family, vec![("DTYPE", dtype)]));
         }
@@ -86,7 +86,9 @@ fn every_dense_and_attention_family_compiles_with_nvrtc_for_sm90() {
 #[test]
 fn every_new_family_has_a_jit_entry_and_aot_instances() {
     let (spec, _) = kernels::embedded().unwrap();
-    for name in ["norm", "rope", "rope_store", "skinny_gemm", "activation", "argmax", "random", "cast", "copy", "attention"] {
+    for name in [
+        "norm", "rope", "rope_store", "skinny_gemm", "activation", "argmax", "random", "token_mask", "cast", "copy", "attention",
+    ] {
         let family = spec.family(name).unwrap_or_else(|| panic!("family `{name}` is not in kernels.toml"));
         assert!(family.jit_entry.is_some(), "{name} has no jit_entry");
         assert!(!family.instances().is_empty(), "{name} has no AOT instance");

@@ -314,6 +314,21 @@ typedef struct msgl_sample_params {
 } msgl_sample_params;
 
 /*
+ * token_mask: logits[rows[i], t] = -inf where bit t % 32 of mask[i, t / 32] is clear
+ * (constrained decoding). Instance parameter: DTYPE of the logits.
+ */
+typedef struct msgl_token_mask_params {
+  void* logits;                /* device, [logits rows, vocab], row_stride elements apart */
+  const uint32_t* mask;        /* device, [num_masked, words_per_row] contiguous: packed allowed bits */
+  const int32_t* rows;         /* device, [num_masked]: the logits row of each mask */
+  int64_t vocab;
+  int64_t row_stride;          /* elements */
+  int64_t words_per_row;       /* tokens past words_per_row * 32 are disallowed */
+  int64_t num_masked;
+  int64_t blocks_per_row;      /* ceil(vocab / 1024): grid = num_masked * blocks_per_row */
+} msgl_token_mask_params;
+
+/*
  * cast / copy: dst[i] = convert(src[i]) over a strided n-d index space (shapes and
  * strides in elements, outermost first, dims already merged where both sides are
  * contiguous). Instance parameters: SRC, DST (msgl_dtype, floats) for cast;
@@ -577,6 +592,11 @@ MSGL_API int32_t msgl_argmax(const msgl_tensor* out, const msgl_tensor* x, const
 MSGL_API int32_t msgl_sample(const msgl_tensor* logits, const msgl_tensor* params, const msgl_tensor* out,
                              msgl_stream stream);
 
+/* token_mask: logits [rows, vocab] f32/f16/bf16 (unit inner stride), mask [num_masked, words]
+ * int32 (bits) contiguous, rows [num_masked] int32 contiguous (each < logits rows). */
+MSGL_API int32_t msgl_token_mask(const msgl_tensor* logits, const msgl_tensor* mask, const msgl_tensor* rows,
+                                 msgl_stream stream);
+
 /* cast: dst and src of one shape (any strides), float dtypes. */
 MSGL_API int32_t msgl_cast(const msgl_tensor* dst, const msgl_tensor* src, msgl_stream stream);
 
@@ -658,6 +678,7 @@ static_assert(sizeof(msgl_rope_params) == 104, "msgl_rope_params layout changed:
 static_assert(sizeof(msgl_silu_mul_params) == 40, "msgl_silu_mul_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_argmax_params) == 80, "msgl_argmax_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_sample_params) == 48, "msgl_sample_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_token_mask_params) == 64, "msgl_token_mask_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_convert_params) == 176, "msgl_convert_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_attention_params) == 152, "msgl_attention_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_route_params) == 120, "msgl_moe_route_params layout changed: run cargo xtask codegen");

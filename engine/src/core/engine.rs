@@ -13,6 +13,11 @@
 //! strings belong to the layers above, which end a request early with
 //! [`Engine::finish`].
 //!
+//! A request may carry a [`Grammar`] ([`Engine::set_grammar`], constrained
+//! decoding): each step that samples for it first computes its token mask
+//! ([`Engine::token_masks`]) and afterwards feeds it the sampled token
+//! ([`Engine::advance_grammars`]). With no grammar in flight neither runs.
+//!
 //! User input is validated once, in [`Engine::add_request`] (and
 //! [`Engine::new`] for the configuration): bad input is an [`EngineError`],
 //! never a panic, and nothing below this point re-checks it.
@@ -21,6 +26,9 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use rayon::prelude::*;
+
+use crate::core::grammar::{apply_token_mask, Grammar, TokenMasks};
 use crate::core::req::{FinishReason, FinishedReq, PendingReq, PreparedBatch, ReqId, SamplingParams, TokenEvent};
 use crate::core::sampling::logprobs::{token_logprobs, TokenLogprobs};
 use crate::core::sampling::{self, Logits};
@@ -81,6 +89,14 @@ pub trait ModelRunner {
     fn wait(&mut self) -> Result<Vec<u32>, RunnerError> {
         Err("no step was launched on the device".into())
     }
+
+    /// [`ModelRunner::launch`] with the logits of the rows in `masks` set to
+    /// -inf where their mask disallows the token (constrained decoding), before
+    /// sampling. `false` (the default) means "call [`ModelRunner::forward`]";
+    /// the engine then masks on the host.
+    fn launch_masked(&mut self, _batch: &PreparedBatch, _masks: &TokenMasks) -> Result<bool, RunnerError> {
+        Ok(false)
+    }
 }
 
 /// Lets a server pick its model at run time (`Engine<Box<dyn ModelRunner>>`).
@@ -99,6 +115,10 @@ impl<R: ModelRunner + ?Sized> ModelRunner for Box<R> {
 
     fn launch(&mut self, batch: &PreparedBatch) -> Result<bool, RunnerError> {
         (**self).launch(batch)
+    }
+
+    fn launch_masked(&mut self, batch: &PreparedBatch, masks: &TokenMasks) -> Result<bool, RunnerError> {
+        (**self).launch_masked(batch, masks)
     }
 
     fn wait(&mut self) -> Result<Vec<u32>, RunnerError> {
@@ -223,6 +243,9 @@ type HostSamples = (Vec<u32>, Vec<(ReqId, Option<TokenLogprobs>)>);
 #[derive(Debug)]
 struct InFlight {
     launched: LaunchedStep,
+    /// The requests of the step's sampled rows, in row order, when any had a
+    /// grammar (their grammars advance with the tokens).
+    grammar_rows: Option<Vec<ReqId>>,
     /// Tokens and log probabilities of a step sampled on the host (known at
     /// launch); `None`: the runner's `wait` returns the tokens.
     host: Option<HostSamples>,
@@ -247,6 +270,8 @@ pub struct Engine<R> {
     forward_time: Duration,
     host_time: Duration,
     last_step_rows: usize,
+    /// The grammars of the requests in flight that have one.
+    grammars: HashMap<ReqId, Grammar>,
 }
 
 impl<R: fmt::Debug> fmt::Debug for Engine<R> {
@@ -305,6 +330,7 @@ impl<R: ModelRunner> Engine<R> {
             forward_time: Duration::ZERO,
             host_time: Duration::ZERO,
             last_step_rows: 0,
+            grammars: HashMap::new(),
         })
     }
 
@@ -400,10 +426,11 @@ impl<R: ModelRunner> Engine<R> {
             Scheduled::Idle | Scheduled::WaitForInFlight => return self.resolve(in_flight),
         };
         let prepared = self.scheduler.prepare(batch);
-        if prepared.needs_host_logits() {
+        if prepared.needs_host_logits() || !self.grammars.is_empty() {
             // Penalties and log probabilities are computed on the host from the
-            // request's known tokens (until they move to the GPU): such a step
-            // waits for the one in flight, and runs at once.
+            // request's known tokens (until they move to the GPU), and a
+            // grammar's mask needs the token the step in flight samples: such a
+            // step waits for the one in flight, and runs at once.
             let events = self.resolve(in_flight)?;
             self.in_flight = Some(self.launch(prepared)?);
             return Ok(events);
@@ -446,10 +473,14 @@ impl<R: ModelRunner> Engine<R> {
         let rows = prepared.logits_rows().len();
         self.last_step_rows = prepared.num_rows();
         let runner_start = Instant::now();
-        let on_device = if prepared.needs_host_logits() {
-            Ok(false)
-        } else {
-            self.runner.launch(&prepared).map_err(EngineError::Runner)
+        // Only requests with a grammar pay for constrained decoding; the engine
+        // resolves the step before (`step_overlapped`), so their grammars have
+        // seen every token they sampled.
+        let masks = if self.grammars.is_empty() { None } else { self.token_masks(&prepared) };
+        let on_device = match &masks {
+            _ if prepared.needs_host_logits() => Ok(false),
+            Some(masks) => self.runner.launch_masked(&prepared, masks).map_err(EngineError::Runner),
+            None => self.runner.launch(&prepared).map_err(EngineError::Runner),
         };
         let on_device = match on_device {
             Ok(d) => d,
@@ -479,13 +510,14 @@ impl<R: ModelRunner> Engine<R> {
                     got_vocab: logits.vocab_size(),
                 });
             }
-            Some(self.sample_on_host(&prepared, logits))
+            Some(self.sample_on_host(&prepared, logits, masks.as_ref()))
         };
         let launched = self.scheduler.launch(&prepared);
         if let Some((tokens, _)) = &host {
             self.host_tokens = Some((launched.step(), tokens.clone()));
         }
-        Ok(InFlight { launched, host })
+        let grammar_rows = masks.is_some().then(|| prepared.sampling_req_ids().collect());
+        Ok(InFlight { launched, grammar_rows, host })
     }
 
     /// Gets a launched step's tokens (waiting for the device if it sampled
@@ -519,7 +551,14 @@ impl<R: ModelRunner> Engine<R> {
             }
         };
         self.num_steps += 1;
+        let grammar_done = match &f.grammar_rows {
+            Some(ids) => self.advance_grammars(ids, &tokens),
+            None => Vec::new(),
+        };
         let mut events = self.scheduler.resolve(f.launched, &tokens);
+        if !grammar_done.is_empty() || !self.grammars.is_empty() {
+            self.end_grammar_requests(&mut events, &grammar_done);
+        }
         if !logprobs.is_empty() {
             for event in &mut events {
                 if let Some(i) = logprobs.iter().position(|(id, _)| *id == event.id) {
@@ -545,7 +584,7 @@ impl<R: ModelRunner> Engine<R> {
     /// and computes the log probabilities of the requests that asked for them
     /// (from the raw logits, see [`crate::core::sampling::logprobs`]). Returns the tokens and,
     /// for the rows that report log probabilities, `(request, logprobs)`.
-    fn sample_on_host(&self, prepared: &PreparedBatch, mut logits: Logits) -> HostSamples {
+    fn sample_on_host(&self, prepared: &PreparedBatch, mut logits: Logits, masks: Option<&TokenMasks>) -> HostSamples {
         let ids: Vec<ReqId> = prepared.sampling_req_ids().collect();
         let mut raw_rows: Vec<(usize, usize, Vec<f32>)> = Vec::new();
         for (row, &id) in ids.iter().enumerate() {
@@ -561,12 +600,87 @@ impl<R: ModelRunner> Engine<R> {
                 params.penalties.apply(logits.row_mut(row), prompt, outputs);
             }
         }
+        if let Some(masks) = masks {
+            for (i, &row) in masks.rows().iter().enumerate() {
+                apply_token_mask(logits.row_mut(row as usize), masks.mask(i));
+            }
+        }
         let tokens = sampling::sample(&logits, prepared.sampling());
         let logprobs = raw_rows
             .into_iter()
             .map(|(row, top_n, raw)| (ids[row], Some(token_logprobs(&raw, tokens[row], top_n))))
             .collect();
         (tokens, logprobs)
+    }
+
+    /// Constrains a request added with [`Self::add_request`] to `grammar`,
+    /// before its first step. `false` if the request is unknown.
+    pub fn set_grammar(&mut self, id: ReqId, grammar: Grammar) -> bool {
+        if !self.scheduler.contains(id) {
+            return false;
+        }
+        self.grammars.insert(id, grammar);
+        true
+    }
+
+    /// The token masks of a step's rows whose request has a grammar (`None`
+    /// when none has). Host work that depends only on the tokens sampled
+    /// before this step: an engine that overlaps the host with the forward
+    /// pass can run it while the previous step computes, once that step's
+    /// tokens have advanced the grammars.
+    pub fn token_masks(&mut self, prepared: &PreparedBatch) -> Option<TokenMasks> {
+        let rows: HashMap<ReqId, u32> = prepared
+            .sampling_req_ids()
+            .enumerate()
+            .filter(|(_, id)| self.grammars.contains_key(id))
+            .map(|(row, id)| (id, row as u32))
+            .collect();
+        if rows.is_empty() {
+            return None;
+        }
+        let mut work: Vec<(u32, &mut Grammar)> =
+            self.grammars.iter_mut().filter_map(|(id, g)| rows.get(id).map(|&row| (row, g))).collect();
+        work.sort_unstable_by_key(|(row, _)| *row);
+        let mut masks = TokenMasks::zeroed(self.vocab_size, work.iter().map(|(row, _)| *row).collect());
+        let words = masks.words_per_row();
+        // Rows are independent and a mask can take a good fraction of a
+        // millisecond over a large vocabulary: spread them over the cores.
+        if work.len() > 1 {
+            masks.bits_mut().par_chunks_mut(words).zip(work.par_iter_mut()).for_each(|(out, (_, g))| g.fill_mask(out));
+        } else {
+            for (out, (_, g)) in masks.bits_mut().chunks_mut(words).zip(work.iter_mut()) {
+                g.fill_mask(out);
+            }
+        }
+        Some(masks)
+    }
+
+    /// Feeds each grammar the token its row sampled; returns the requests
+    /// whose grammar is done (complete, or failed), which end with the step.
+    pub fn advance_grammars(&mut self, row_ids: &[ReqId], tokens: &[u32]) -> Vec<ReqId> {
+        let mut done = Vec::new();
+        for (&id, &token) in row_ids.iter().zip(tokens) {
+            if let Some(grammar) = self.grammars.get_mut(&id) {
+                if grammar.advance(token) {
+                    done.push(id);
+                }
+            }
+        }
+        done
+    }
+
+    /// Ends the requests of `done` that the step did not end itself (a
+    /// grammar complete without its end token being one of the engine's), and
+    /// forgets the grammars of the requests that ended.
+    fn end_grammar_requests(&mut self, events: &mut [TokenEvent], done: &[ReqId]) {
+        for event in events.iter_mut() {
+            if event.finished.is_none() && done.contains(&event.id) {
+                event.finished = self.scheduler.finish(event.id, FinishReason::Stop);
+            }
+            if event.finished.is_some() {
+                self.grammars.remove(&event.id);
+            }
+        }
     }
 
     /// Runs `requests` to completion and returns their outputs in order.
@@ -618,6 +732,7 @@ impl<R: ModelRunner> Engine<R> {
     /// detokenizer matched a stop string), freeing its pages; returns what it
     /// produced. `None` if it is unknown.
     pub fn finish(&mut self, id: ReqId, reason: FinishReason) -> Option<FinishedReq> {
+        self.grammars.remove(&id);
         self.scheduler.finish(id, reason)
     }
 

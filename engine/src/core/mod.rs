@@ -5,6 +5,7 @@
 //! | [`req`] | `PendingReq`, `Req` (private lengths, named transitions), `Batch` -> `PreparedBatch`, sampling parameters |
 //! | [`kvcache`] | the page pool and the prefix caches (radix, naive) behind `CacheManager` |
 //! | [`scheduler`] | admission, chunked prefill, prefill-first or mixed steps, preemption |
+//! | [`grammar`] | constrained decoding: a request's `Grammar` (llguidance) and a step's `TokenMasks` |
 //! | [`sampling`] | the CPU sampler, with [`sampling::penalties`] and [`sampling::logprobs`] |
 //! | [`runner`] | `CausalLmRunner`: a `models::CausalLm` as a `ModelRunner` (GPU sampling) |
 //! | [`device_tokens`] | sampled ids kept on the GPU for the next step (overlap scheduling) |
@@ -15,6 +16,7 @@
 
 pub mod device_tokens;
 pub mod engine;
+pub mod grammar;
 pub mod kvcache;
 pub mod req;
 pub mod runner;

@@ -5,6 +5,8 @@
 //! whose ids come back later ([`DeviceTokens`]; the next step can be launched
 //! before, feeding its deferred tokens from that buffer), on the CPU by handing
 //! the logits rows to the engine's sampler.
+//! Rows with a grammar (constrained decoding) get their token masks applied on
+//! the GPU first (`kernel_runtime::ops::apply_token_mask`).
 //!
 //! On a GPU, decode steps replay CUDA graphs ([`CausalLmRunner::capture_decode_graphs`]):
 //! one per batch-size bucket ([`graph_buckets`]), captured at start over the
@@ -23,6 +25,7 @@ use models::{CausalLm, KvCache, Padding, SeqStep, StepInputs, StepLayout};
 
 use crate::core::device_tokens::DeviceTokens;
 use crate::core::engine::{ModelRunner, RunnerError};
+use crate::core::grammar::TokenMasks;
 use crate::core::req::{DeferredToken, PreparedBatch};
 use crate::core::sampling::{self, Logits, SamplingRow};
 
@@ -299,6 +302,27 @@ fn sample_row(row: &SamplingRow) -> SampleRow {
     }
 }
 
+impl CausalLmRunner {
+    /// Runs the step and samples on the device into the device token buffer
+    /// (masking the rows of `masks` first); `false` on the CPU, where the engine
+    /// samples the host logits.
+    fn launch_with(&mut self, batch: &PreparedBatch, masks: Option<&TokenMasks>) -> Result<bool, RunnerError> {
+        if self.model.device() == Device::Cpu {
+            return Ok(false);
+        }
+        if self.tokens.is_none() {
+            self.tokens = Some(DeviceTokens::new(self.model.device())?);
+        }
+        let logits = self.logits(batch)?;
+        if let Some(masks) = masks {
+            ops::apply_token_mask(&logits, masks.bits(), masks.words_per_row(), masks.rows())?;
+        }
+        let rows: Vec<SampleRow> = batch.sampling().iter().map(sample_row).collect();
+        self.tokens.as_mut().ok_or("device tokens")?.sample(&logits, &rows)?;
+        Ok(true)
+    }
+}
+
 impl ModelRunner for CausalLmRunner {
     fn forward(&mut self, batch: &PreparedBatch) -> Result<Logits, RunnerError> {
         let logits = self.logits(batch)?;
@@ -310,16 +334,13 @@ impl ModelRunner for CausalLmRunner {
     /// their way to the host; nothing waits for the device. On the CPU the
     /// engine's sampler runs on the host logits (`false`).
     fn launch(&mut self, batch: &PreparedBatch) -> Result<bool, RunnerError> {
-        if self.model.device() == Device::Cpu {
-            return Ok(false);
-        }
-        if self.tokens.is_none() {
-            self.tokens = Some(DeviceTokens::new(self.model.device())?);
-        }
-        let logits = self.logits(batch)?;
-        let rows: Vec<SampleRow> = batch.sampling().iter().map(sample_row).collect();
-        self.tokens.as_mut().ok_or("device tokens")?.sample(&logits, &rows)?;
-        Ok(true)
+        self.launch_with(batch, None)
+    }
+
+    /// As [`Self::launch`], masking the constrained rows' logits on the device
+    /// before sampling (the masks go up, a few KiB per row).
+    fn launch_masked(&mut self, batch: &PreparedBatch, masks: &TokenMasks) -> Result<bool, RunnerError> {
+        self.launch_with(batch, Some(masks))
     }
 
     fn wait(&mut self) -> Result<Vec<u32>, RunnerError> {

@@ -30,7 +30,7 @@ fn index_at(t: &Tensor, i: usize) -> Result<i64> {
 }
 
 /// Byte pointer of row `i` of a 2-D host tensor.
-fn row_ptr(t: &Tensor, i: usize) -> *mut u8 {
+pub(crate) fn row_ptr(t: &Tensor, i: usize) -> *mut u8 {
     // SAFETY: callers pass i < rows; the offset stays inside the buffer.
     unsafe { t.host_ptr().add(i * t.strides()[0] * t.dtype().size_in_bytes()) }
 }

@@ -3,6 +3,7 @@
 //! and top-p thresholds, min-p in the scaled log domain, inverse CDF in index
 //! order), with sums in f64.
 
+use crate::dtype::DType;
 use crate::error::Result;
 use crate::op_types::sampling::SampleRow;
 use crate::tensor::Tensor;
@@ -79,6 +80,32 @@ pub fn sample(logits: &Tensor, params: &[SampleRow]) -> Result<Vec<u32>> {
     let values = super::read_f32(logits)?;
     let vocab = logits.dim(1);
     Ok(values.chunks(vocab).zip(params).map(|(row, p)| sample_row(row, p)).collect())
+}
+
+/// CPU reference of `ops::apply_token_mask` (csrc/kernels/token_mask.cu): row
+/// `rows[i]` of `logits` gets -inf wherever mask `i` (`words_per_row` packed
+/// words, bit `t % 32` of word `t / 32`) does not allow token `t`.
+pub fn apply_token_mask(logits: &Tensor, mask: &[u32], words_per_row: usize, rows: &[u32]) -> Result<()> {
+    let vocab = logits.dim(1);
+    let elem = logits.dtype().size_in_bytes();
+    let neg_inf: [u8; 4] = match logits.dtype() {
+        DType::F16 => [0x00, 0xfc, 0, 0],
+        DType::BF16 => [0x80, 0xff, 0, 0],
+        _ => f32::NEG_INFINITY.to_le_bytes(),
+    };
+    for (i, &r) in rows.iter().enumerate() {
+        let words = &mask[i * words_per_row..(i + 1) * words_per_row];
+        let row = super::row_ptr(logits, r as usize);
+        for t in 0..vocab {
+            let allowed = words.get(t / 32).is_some_and(|w| w >> (t % 32) & 1 == 1);
+            if !allowed {
+                // SAFETY: t < vocab elements of a row the op checked (unit inner
+                // stride); the source is a local array of at least `elem` bytes.
+                unsafe { std::ptr::copy_nonoverlapping(neg_inf.as_ptr(), row.add(t * elem), elem) }
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -35,6 +35,7 @@ mod rope;
 mod rope_store;
 mod sampling;
 pub(crate) mod skinny;
+mod token_mask;
 
 pub(crate) use activation::silu_mul;
 pub(crate) use argmax::argmax;
@@ -46,3 +47,4 @@ pub(crate) use rope::rope;
 pub(crate) use rope_store::rope_store;
 pub(crate) use random::fill_uniform;
 pub(crate) use sampling::{sample, sample_into};
+pub(crate) use token_mask::apply_token_mask;

@@ -43,6 +43,6 @@ pub use moe::{
     MoePlan, MoeRouting,
 };
 pub use random::fill_uniform;
-pub use sampling::{sample, sample_into, SampleRow};
+pub use sampling::{apply_token_mask, sample, sample_into, SampleRow};
 pub use skinny::{set_skinny_gemm, skinny_gemm};
 pub use store::store_kv;

@@ -1,6 +1,8 @@
 //! `sample`: one next token per row of logits, on the device that holds them
 //! (csrc/kernels/sampling.cu on CUDA, `cpu::sampling` on the host), so a decode
-//! step returns token ids rather than a copy of the logits.
+//! step returns token ids rather than a copy of the logits; and
+//! `apply_token_mask` (csrc/kernels/token_mask.cu), which sets the logits a
+//! constrained row may not sample to -inf before it samples.
 
 use crate::device::Device;
 use crate::dtype::DType;
@@ -79,4 +81,34 @@ fn check(logits: &Tensor, params: &[SampleRow]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Sets `logits[rows[i], t]` (`[num_rows, vocab]`, float, unit stride in the last
+/// dimension; changed in place) to -inf wherever mask `i` does not allow token
+/// `t`: `mask` holds `rows.len()` masks of `words_per_row` packed words (bit
+/// `t % 32` of word `t / 32`; tokens past the words are disallowed). Rows not
+/// in `rows` are untouched.
+pub fn apply_token_mask(logits: &Tensor, mask: &[u32], words_per_row: usize, rows: &[u32]) -> Result<()> {
+    const OP: &str = "apply_token_mask";
+    let [num_rows, vocab] = logits.dims::<2>(OP, "logits")?;
+    logits.expect_dtype(OP, "logits", &[DType::F32, DType::F16, DType::BF16])?;
+    if vocab == 0 || vocab > (1 << 31) - 2 {
+        return Err(Error::arg(OP, format!("argument `logits` has {vocab} columns")));
+    }
+    if num_rows > 1 && logits.strides()[1] != 1 {
+        return Err(Error::arg(OP, "argument `logits` must have unit stride in its last dimension"));
+    }
+    if mask.len() != rows.len() * words_per_row {
+        return Err(Error::arg(OP, format!("{} mask words for {} rows of {words_per_row}", mask.len(), rows.len())));
+    }
+    if let Some(&r) = rows.iter().find(|&&r| r as usize >= num_rows) {
+        return Err(Error::arg(OP, format!("row {r} is outside the {num_rows} logits rows")));
+    }
+    if rows.is_empty() {
+        return Ok(());
+    }
+    match logits.device() {
+        Device::Cpu => crate::cpu::sampling::apply_token_mask(logits, mask, words_per_row, rows),
+        Device::Cuda(_) => crate::gpu::apply_token_mask(logits, mask, words_per_row, rows),
+    }
 }

@@ -759,6 +759,60 @@ impl Default for msgl_sample_params {
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct msgl_token_mask_params {
+    pub logits: *mut ::std::os::raw::c_void,
+    pub mask: *const u32,
+    pub rows: *const i32,
+    pub vocab: i64,
+    pub row_stride: i64,
+    pub words_per_row: i64,
+    pub num_masked: i64,
+    pub blocks_per_row: i64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of msgl_token_mask_params",
+    ][::std::mem::size_of::<msgl_token_mask_params>() - 64usize];
+    [
+        "Alignment of msgl_token_mask_params",
+    ][::std::mem::align_of::<msgl_token_mask_params>() - 8usize];
+    [
+        "Offset of field: msgl_token_mask_params::logits",
+    ][::std::mem::offset_of!(msgl_token_mask_params, logits) - 0usize];
+    [
+        "Offset of field: msgl_token_mask_params::mask",
+    ][::std::mem::offset_of!(msgl_token_mask_params, mask) - 8usize];
+    [
+        "Offset of field: msgl_token_mask_params::rows",
+    ][::std::mem::offset_of!(msgl_token_mask_params, rows) - 16usize];
+    [
+        "Offset of field: msgl_token_mask_params::vocab",
+    ][::std::mem::offset_of!(msgl_token_mask_params, vocab) - 24usize];
+    [
+        "Offset of field: msgl_token_mask_params::row_stride",
+    ][::std::mem::offset_of!(msgl_token_mask_params, row_stride) - 32usize];
+    [
+        "Offset of field: msgl_token_mask_params::words_per_row",
+    ][::std::mem::offset_of!(msgl_token_mask_params, words_per_row) - 40usize];
+    [
+        "Offset of field: msgl_token_mask_params::num_masked",
+    ][::std::mem::offset_of!(msgl_token_mask_params, num_masked) - 48usize];
+    [
+        "Offset of field: msgl_token_mask_params::blocks_per_row",
+    ][::std::mem::offset_of!(msgl_token_mask_params, blocks_per_row) - 56usize];
+};
+impl Default for msgl_token_mask_params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct msgl_convert_params {
     pub dst: *mut ::std::os::raw::c_void,
     pub src: *const ::std::os::raw::c_void,
@@ -1318,6 +1372,12 @@ pub struct KernelLibrary {
         out: *const msgl_tensor,
         stream: msgl_stream,
     ) -> i32,
+    pub msgl_token_mask: unsafe extern "C" fn(
+        logits: *const msgl_tensor,
+        mask: *const msgl_tensor,
+        rows: *const msgl_tensor,
+        stream: msgl_stream,
+    ) -> i32,
     pub msgl_cast: unsafe extern "C" fn(
         dst: *const msgl_tensor,
         src: *const msgl_tensor,
@@ -1440,6 +1500,7 @@ impl KernelLibrary {
         let msgl_silu_mul = __library.get(b"msgl_silu_mul\0").map(|sym| *sym)?;
         let msgl_argmax = __library.get(b"msgl_argmax\0").map(|sym| *sym)?;
         let msgl_sample = __library.get(b"msgl_sample\0").map(|sym| *sym)?;
+        let msgl_token_mask = __library.get(b"msgl_token_mask\0").map(|sym| *sym)?;
         let msgl_cast = __library.get(b"msgl_cast\0").map(|sym| *sym)?;
         let msgl_copy = __library.get(b"msgl_copy\0").map(|sym| *sym)?;
         let msgl_paged_attention = __library
@@ -1471,6 +1532,7 @@ impl KernelLibrary {
             msgl_silu_mul,
             msgl_argmax,
             msgl_sample,
+            msgl_token_mask,
             msgl_cast,
             msgl_copy,
             msgl_paged_attention,
@@ -1687,6 +1749,15 @@ impl KernelLibrary {
         stream: msgl_stream,
     ) -> i32 {
         (self.msgl_sample)(logits, params, out, stream)
+    }
+    pub unsafe fn msgl_token_mask(
+        &self,
+        logits: *const msgl_tensor,
+        mask: *const msgl_tensor,
+        rows: *const msgl_tensor,
+        stream: msgl_stream,
+    ) -> i32 {
+        (self.msgl_token_mask)(logits, mask, rows, stream)
     }
     pub unsafe fn msgl_cast(
         &self,

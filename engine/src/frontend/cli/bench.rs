@@ -18,17 +18,25 @@
 //! so a run meant to repeat mini-sglang's must draw with its `V`: with a
 //! stand-in tokenizer, or with config.json alone (Qwen3's says 151,936), pass
 //! `--vocab-size` (151,643 for Qwen3: 140,756 input and 148,643 output tokens).
+//!
+//! `--json-schema-fraction F` constrains that share of the requests (spread
+//! evenly through the draw) to a JSON schema (`--schema FILE`, default
+//! [`DEFAULT_SCHEMA`]: one long string, so a constrained request writes until
+//! its `max_tokens` like the others), which measures what constrained decoding costs
+//! a batch (issue 17: a quarter of the requests must cost at most 10%).
 
 mod py_random;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use clap::Args;
 
 use super::common::{build_engine, load_causal_lm, load_tokenizer, EngineArgs, ModelArgs};
 use crate::core::engine::GenerateRequest;
 use crate::core::req::SamplingParams;
+use crate::frontend::server::structured::{GrammarCompiler, GrammarSpec};
 use py_random::PyRandom;
 
 /// Arguments of `minisgl bench`.
@@ -58,6 +66,26 @@ pub struct BenchArgs {
     /// Print the result as one JSON object too.
     #[arg(long)]
     pub json: bool,
+    /// Share of the requests (0 to 1) constrained to a JSON schema.
+    #[arg(long, default_value_t = 0.0)]
+    pub json_schema_fraction: f64,
+    /// The JSON schema of the constrained requests (default: a string no
+    /// draw can finish, `DEFAULT_SCHEMA`).
+    #[arg(long)]
+    pub schema: Option<std::path::PathBuf>,
+}
+
+/// The schema of `--json-schema-fraction` without `--schema`: one JSON string
+/// longer than any draw can write, so a constrained request runs to its
+/// `max_tokens` like the others (a schema it could complete would end it early
+/// and shrink the batch, which is not the cost being measured), with almost
+/// every token allowed at every step (the dearest masks to compute).
+pub const DEFAULT_SCHEMA: &str = r#"{"type": "string", "minLength": 200000}"#;
+
+/// Whether request `i` of the draw is constrained: an even spread of
+/// `fraction` of the requests.
+fn constrained(i: usize, fraction: f64) -> bool {
+    ((i + 1) as f64 * fraction).floor() > (i as f64 * fraction).floor()
 }
 
 /// bench.py's workload: each request's prompt ids and its `max_tokens`.
@@ -110,6 +138,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     if args.min_len == 0 || args.min_len > args.max_len {
         anyhow::bail!("--min-len must be in 1..=--max-len");
     }
+    if !(0.0..=1.0).contains(&args.json_schema_fraction) {
+        anyhow::bail!("--json-schema-fraction must be in [0, 1]");
+    }
     // The benchmark draws random token ids, so a config.json without tokenizer
     // files (a dummy-weight benchmark of a real architecture) is enough.
     let tokenizer = match load_tokenizer(&args.model.model) {
@@ -138,6 +169,15 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let eos = tokenizer.as_ref().map(|t| t.eos_token_ids().to_vec()).unwrap_or_default();
+    let grammar_compiler = match (&tokenizer, args.json_schema_fraction > 0.0) {
+        (_, false) => None,
+        (None, true) => anyhow::bail!("--json-schema-fraction needs the model's tokenizer"),
+        (Some(t), true) => Some(GrammarCompiler::new(t, model_vocab)),
+    };
+    let schema_text = match &args.schema {
+        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+        None => DEFAULT_SCHEMA.to_owned(),
+    };
     let mut engine = build_engine(model, &args.engine, eos)?;
 
     let draw = Draw::new(DrawSpec {
@@ -164,6 +204,20 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         })
         .collect();
     let num_requests = requests.len();
+    let num_constrained = (0..num_requests).filter(|&i| constrained(i, args.json_schema_fraction)).count();
+    let mut grammars = match &grammar_compiler {
+        Some(compiler) => {
+            let schema: serde_json::Value = serde_json::from_str(&schema_text).context("the --schema file")?;
+            compiler
+                .compile(&GrammarSpec::JsonSchema(schema), "--schema", num_constrained.max(1))
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+        }
+        None => Vec::new(),
+    }
+    .into_iter();
+    if num_constrained > 0 {
+        println!("constrained:       {num_constrained} requests (JSON schema)");
+    }
 
     // Warm up (kernel loading, allocator, the sampler) outside the timed region.
     engine.generate(vec![GenerateRequest {
@@ -174,8 +228,13 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
     let steps_before = before.num_steps;
 
     let started = Instant::now();
-    for req in requests {
-        engine.add_request(req)?;
+    for (i, req) in requests.into_iter().enumerate() {
+        let id = engine.add_request(req)?;
+        if constrained(i, args.json_schema_fraction) {
+            if let Some(grammar) = grammars.next() {
+                engine.set_grammar(id, grammar);
+            }
+        }
     }
     let mut progress = Progress::new(num_requests, started);
     while engine.has_work() {
@@ -216,7 +275,7 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             "input_tokens": input_tokens, "output_tokens": output_tokens,
             "seconds": elapsed, "output_tok_per_s": output_tokens as f64 / elapsed,
             "total_tok_per_s": total_tokens as f64 / elapsed,
-            "steps": stats.num_steps - steps_before,
+            "steps": stats.num_steps - steps_before, "constrained": num_constrained,
         });
         println!("{obj}");
     }
@@ -310,6 +369,15 @@ mod tests {
         (12345, 256, 50, 140413, 147526, [526, 541, 219, 483, 858], [46, 0, 19, 23, 12, 17, 36, 27, 10, 23], [791, 638, 873, 135, 324]),
         (12345, 7, 50, 3728, 3897, [526, 541, 219, 483, 858], [46, 0, 19, 23, 12, 17, 36, 27, 10, 23], [888, 445, 607, 349, 288]),
     ];
+
+    #[test]
+    fn constrained_requests_are_spread_evenly() {
+        let picked: Vec<usize> = (0..8).filter(|&i| constrained(i, 0.25)).collect();
+        assert_eq!(picked, [3, 7]);
+        assert_eq!((0..256).filter(|&i| constrained(i, 0.25)).count(), 64);
+        assert!(!(0..256).any(|i| constrained(i, 0.0)));
+        assert!((0..256).all(|i| constrained(i, 1.0)));
+    }
 
     #[test]
     fn draw_matches_cpython() {

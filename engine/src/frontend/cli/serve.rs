@@ -6,7 +6,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use crate::frontend::server::{self, ServerConfig, ServerLimits};
+use crate::frontend::server::{self, OutputParsers, ServerConfig, ServerLimits};
+use crate::text::reasoning::ReasoningFormat;
+use crate::text::tool_calls::ToolCallFormat;
 
 /// Arguments of `minisgl serve`.
 #[derive(Args, Debug)]
@@ -59,6 +61,32 @@ pub struct ServeArgs {
     /// are answered 503 with Retry-After.
     #[arg(long, default_value_t = ServerLimits::defaults().max_queued_requests)]
     pub max_queued_requests: usize,
+    /// The syntax of the model's tool calls, parsed from `tool_choice: auto`
+    /// output: hermes (Qwen2.5, Qwen3), llama3_json, mistral, or none
+    /// (default: detected from the chat template and architecture).
+    #[arg(long)]
+    pub tool_call_parser: Option<String>,
+    /// Split the model's reasoning into `reasoning_content`: qwen3 (or
+    /// deepseek_r1: `<think>...</think>`), or none (default: detected from
+    /// the chat template).
+    #[arg(long)]
+    pub reasoning_parser: Option<String>,
+}
+
+/// The output parsers: what the flags say, else what the model implies.
+fn output_parsers(args: &ServeArgs, template: Option<&str>, architecture: &str) -> anyhow::Result<OutputParsers> {
+    let detected = OutputParsers::detect(template, architecture);
+    let tool_calls = match args.tool_call_parser.as_deref() {
+        None => detected.tool_calls,
+        Some("none") => None,
+        Some(name) => Some(name.parse::<ToolCallFormat>().map_err(|e| anyhow::anyhow!("--tool-call-parser: {e}"))?),
+    };
+    let reasoning = match args.reasoning_parser.as_deref() {
+        None => detected.reasoning,
+        Some("none") => None,
+        Some(name) => Some(name.parse::<ReasoningFormat>().map_err(|e| anyhow::anyhow!("--reasoning-parser: {e}"))?),
+    };
+    Ok(OutputParsers { reasoning, tool_calls })
 }
 
 /// Binds the port, loads the model, logs what it serves and serves until
@@ -95,6 +123,12 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<ExitCode> {
     args.model.model = super::common::resolve_model_path(&args.model.model, args.pull)?;
     let defaults = server::defaults_from_model_dir(&args.model.model)?;
     let loaded = super::common::load_model(&args.model, &args.engine)?;
+    let parsers = output_parsers(&args, loaded.chat.chat_template.as_deref(), &loaded.summary.architecture)?;
+    tracing::info!(
+        "output parsers: tool calls {}, reasoning {}",
+        parsers.tool_calls.map_or("none".to_owned(), |f| format!("{f:?}")),
+        parsers.reasoning.map_or("none".to_owned(), |f| format!("{f:?}"))
+    );
     // Without --served-model-name, clients may also use the path as typed
     // (vLLM's name for it).
     let model_aliases = match &args.served_model_name {
@@ -122,6 +156,7 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<ExitCode> {
             stats_interval: (args.stats_interval > 0.0).then(|| Duration::from_secs_f64(args.stats_interval)),
             public_metrics: args.public_metrics,
             limits,
+            parsers,
         },
         listener,
     )?;

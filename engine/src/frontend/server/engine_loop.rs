@@ -37,6 +37,7 @@ use super::error::ApiError;
 pub use super::events::{Event, Finished, TokenLogprob};
 use super::metrics::Metrics;
 use crate::core::engine::{Engine, EngineError, GenerateRequest, LengthLimit, ModelRunner};
+use crate::core::grammar::Grammar;
 use crate::core::req::{FinishReason, ReqId, SamplingParams, TokenEvent};
 use crate::text::text_stream::TextStream;
 use crate::text::tokenizer::{StopStrings, Tokenizer};
@@ -55,6 +56,8 @@ pub struct Submission {
     /// When the handler received the request (for time to first token).
     pub arrival: Instant,
     pub events: UnboundedSender<Event>,
+    /// The grammar the output must follow (structured outputs).
+    pub grammar: Option<Grammar>,
 }
 
 /// Messages to the engine thread.
@@ -75,6 +78,8 @@ pub enum Command {
 pub struct EngineInfo {
     /// The model's context length (prompt plus outputs).
     pub max_context_len: usize,
+    /// The model's logits width (token ids are below it).
+    pub vocab_size: usize,
 }
 
 /// A cheap, cloneable handle to the engine thread.
@@ -138,7 +143,8 @@ pub fn spawn<R>(
 where
     R: ModelRunner + Send + 'static,
 {
-    let info = EngineInfo { max_context_len: engine.runner().max_context_len() };
+    let info =
+        EngineInfo { max_context_len: engine.runner().max_context_len(), vocab_size: engine.runner().vocab_size() };
     let (tx, rx) = mpsc::channel();
     let alive = Arc::new(AtomicBool::new(true));
     let stopped = Arc::new(Notify::new());
@@ -313,6 +319,9 @@ impl<R: ModelRunner> EngineLoop<R> {
         }
         match result {
             Ok(id) => {
+                if let Some(grammar) = sub.grammar {
+                    self.engine.set_grammar(id, grammar);
+                }
                 let _ = sub.events.send(Event::Accepted { max_tokens: request.params.max_tokens });
                 let detok = DetokRequest {
                     id,

@@ -7,6 +7,12 @@
 //! cache shares the prompt's pages among them); with a `seed`, choice `j` draws
 //! with `seed + j`, so the choices differ and the whole answer reproduces.
 //!
+//! A chat request with tools or a reasoning parser has an
+//! [`OutputPlan`]: each choice's text goes through a [`ChoiceOutput`], which
+//! splits it into reasoning, content and tool calls (whole in a body, as
+//! deltas in a stream). A request with a grammar (structured outputs) hands
+//! each choice its own compiled [`Grammar`].
+//!
 //! `usage` counts each prompt once and every choice's completion tokens. If
 //! one choice fails, the request fails: the other choices' event receivers
 //! are dropped with it, which aborts them in the engine.
@@ -25,13 +31,16 @@ use tokio::sync::mpsc::unbounded_channel;
 use super::engine_loop::{Event, EventReceiver, Finished, Submission, TokenLogprob};
 use super::error::ApiError;
 use super::limits::Slots;
+use super::output::{ChoiceOutput, OutputDelta, OutputPlan};
 use super::request::{Sampling, StreamOptions};
 use super::request_log::RequestLog;
 use super::response::{
-    chat_logprobs, completion_logprobs, finish_reason_str, to_json, ChatChoice, ChatCompletion, ChatMessage,
-    ChunkWriter, Completion, CompletionChoice, Usage,
+    chat_logprobs, completion_logprobs, finish_reason_str, to_json, tool_call_json, ChatChoice, ChatCompletion,
+    ChatMessage, ChunkWriter, Completion, CompletionChoice, Usage,
 };
 use super::state::{json_response, unix_now, AppState};
+use crate::core::grammar::Grammar;
+use crate::core::req::FinishReason;
 use crate::text::tokenizer::StopStrings;
 
 /// One prompt of a job, tokenized.
@@ -52,6 +61,10 @@ pub struct Job {
     /// `messages` or `prompt`, for error messages.
     pub prompt_field: &'static str,
     pub arrival: Instant,
+    /// One grammar per choice (prompt-major, like the choices), or none.
+    pub grammars: Vec<Grammar>,
+    /// How chat output is split (`None`: all content).
+    pub output: Option<OutputPlan>,
 }
 
 /// One submitted choice.
@@ -65,8 +78,9 @@ struct Choice {
 
 /// Submits every choice of `job` and answers with the whole completion or a
 /// stream.
-pub async fn generate(state: &Arc<AppState>, job: Job) -> Result<Response, ApiError> {
+pub async fn generate(state: &Arc<AppState>, mut job: Job) -> Result<Response, ApiError> {
     let n = job.sampling.n.max(1);
+    let mut grammars = std::mem::take(&mut job.grammars).into_iter();
     // Every choice holds a queue slot until its response ends (the stream
     // or the body owns them), or the request is refused with 503 now.
     let slots = state.admission.admit(job.prompts.len() * n)?;
@@ -86,6 +100,7 @@ pub async fn generate(state: &Arc<AppState>, job: Job) -> Result<Response, ApiEr
                 fit_max_tokens: job.sampling.max_tokens.is_none(),
                 arrival: job.arrival,
                 events: tx,
+                grammar: grammars.next(),
             })?;
             choices.push(Choice { index: (p * n + j) as u32, prompt: p, rx, log: None });
         }
@@ -215,14 +230,36 @@ async fn full_response(choices: Vec<Choice>, job: &Job, writer: &ChunkWriter) ->
     }
     let usage = usage.usage();
     let body = if job.chat {
+        let split: Vec<Option<SplitOutput>> =
+            outputs.iter().map(|out| job.output.as_ref().map(|plan| SplitOutput::of(plan, &out.text))).collect();
         let choices = meta
             .iter()
             .zip(&outputs)
-            .map(|(&(index, _), out)| ChatChoice {
-                index,
-                message: ChatMessage { role: "assistant", content: &out.text, refusal: None, tool_calls: Vec::new() },
-                logprobs: logprobs_json(job.sampling.logprobs.is_some(), true, &out.logprobs, 0),
-                finish_reason: finish_reason_str(out.finished.reason),
+            .zip(&split)
+            .map(|((&(index, _), out), split)| {
+                let message = match split {
+                    None => ChatMessage {
+                        role: "assistant",
+                        content: Some(&out.text),
+                        reasoning_content: None,
+                        refusal: None,
+                        tool_calls: Vec::new(),
+                    },
+                    Some(s) => ChatMessage {
+                        role: "assistant",
+                        content: (!s.content.is_empty() || s.tool_calls.is_empty()).then_some(s.content.as_str()),
+                        reasoning_content: s.reasoning.as_deref(),
+                        refusal: None,
+                        tool_calls: s.tool_calls.clone(),
+                    },
+                };
+                let has_calls = split.as_ref().is_some_and(|s| !s.tool_calls.is_empty());
+                ChatChoice {
+                    index,
+                    message,
+                    logprobs: logprobs_json(job.sampling.logprobs.is_some(), true, &out.logprobs, 0),
+                    finish_reason: chat_finish_reason(out.finished.reason, has_calls),
+                }
             })
             .collect();
         to_json(&ChatCompletion {
@@ -270,6 +307,40 @@ async fn full_response(choices: Vec<Choice>, job: &Job, writer: &ChunkWriter) ->
     Ok(json_response(axum::http::StatusCode::OK, body))
 }
 
+/// OpenAI's `finish_reason` of a chat choice: `tool_calls` when it ended
+/// by itself with calls.
+fn chat_finish_reason(reason: FinishReason, has_tool_calls: bool) -> &'static str {
+    if has_tool_calls && reason == FinishReason::Stop {
+        "tool_calls"
+    } else {
+        finish_reason_str(reason)
+    }
+}
+
+/// A whole chat output, split by its plan.
+struct SplitOutput {
+    reasoning: Option<String>,
+    content: String,
+    tool_calls: Vec<Json>,
+}
+
+impl SplitOutput {
+    fn of(plan: &OutputPlan, text: &str) -> Self {
+        let mut c = ChoiceOutput::new(plan);
+        let mut deltas = c.push(text);
+        deltas.extend(c.finish());
+        let mut s = Self { reasoning: None, content: String::new(), tool_calls: Vec::new() };
+        for d in deltas {
+            match d {
+                OutputDelta::Reasoning(t) => s.reasoning.get_or_insert_with(String::new).push_str(&t),
+                OutputDelta::Content(t) => s.content.push_str(&t),
+                OutputDelta::ToolCall(call) => s.tool_calls.push(tool_call_json(&call, false)),
+            }
+        }
+        s
+    }
+}
+
 /// What a stream still tracks of one choice.
 struct ChoiceStream {
     prompt: usize,
@@ -279,6 +350,8 @@ struct ChoiceStream {
     pending_logprobs: Vec<TokenLogprob>,
     /// Characters of the choice's text sent so far (completions' `text_offset`).
     chars_sent: usize,
+    /// The splitter of a chat output with a plan.
+    output: Option<ChoiceOutput>,
 }
 
 /// The state of one SSE stream: chunks ready to send, and the events still
@@ -309,6 +382,36 @@ impl StreamState {
         self.ready.push_back(self.writer.text(index, text, logprobs));
     }
 
+    /// Sends a piece of a choice's text, split by its plan if it has one.
+    fn piece(&mut self, index: u32, text: &str, last: bool) {
+        let Some(c) = self.choices.get_mut(index as usize) else {
+            return;
+        };
+        let Some(output) = c.output.as_mut() else {
+            if !text.is_empty() || !c.pending_logprobs.is_empty() {
+                self.text_chunk(index, text);
+            }
+            return;
+        };
+        let mut deltas = output.push(text);
+        if last {
+            deltas.extend(output.finish());
+        }
+        for delta in deltas {
+            let Some(c) = self.choices.get_mut(index as usize) else {
+                return;
+            };
+            let tokens = std::mem::take(&mut c.pending_logprobs);
+            let logprobs = logprobs_json(self.logprobs, self.chat, &tokens, 0);
+            let chunk = match &delta {
+                OutputDelta::Content(t) => self.writer.text(index, t, logprobs),
+                OutputDelta::Reasoning(t) => self.writer.reasoning(index, t, logprobs),
+                OutputDelta::ToolCall(call) => self.writer.tool_call(index, call, logprobs),
+            };
+            self.ready.push_back(chunk);
+        }
+    }
+
     fn on_event(&mut self, index: u32, event: Option<Event>) {
         let finished = self.choices.get(index as usize).is_none_or(|c| c.finished);
         if finished {
@@ -324,18 +427,22 @@ impl StreamState {
             }
         }
         match event {
-            Some(Event::Text(text)) => self.text_chunk(index, &text),
+            Some(Event::Text(text)) => self.piece(index, &text, false),
             Some(Event::Logprobs(lp)) => {
                 if let Some(c) = self.choices.get_mut(index as usize) {
                     c.pending_logprobs.push(lp);
                 }
             }
             Some(Event::Finished(f)) => {
-                let has_logprobs = self.choices.get(index as usize).is_some_and(|c| !c.pending_logprobs.is_empty());
-                if !f.text.is_empty() || has_logprobs {
-                    self.text_chunk(index, &f.text);
-                }
-                self.ready.push_back(self.writer.finish(index, f.reason));
+                self.piece(index, &f.text, true);
+                let has_calls = self
+                    .choices
+                    .get(index as usize)
+                    .and_then(|c| c.output.as_ref())
+                    .is_some_and(ChoiceOutput::has_tool_calls);
+                let reason =
+                    if self.chat { chat_finish_reason(f.reason, has_calls) } else { finish_reason_str(f.reason) };
+                self.ready.push_back(self.writer.finish_str(index, reason));
                 if let Some(c) = self.choices.get_mut(index as usize) {
                     c.finished = true;
                     self.usage.add(c.prompt, &f);
@@ -397,6 +504,7 @@ fn stream_response(choices: Vec<Choice>, job: &Job, writer: ChunkWriter, slots: 
             log: c.log.take(),
             pending_logprobs: Vec::new(),
             chars_sent: job.prompts[c.prompt].echo.as_ref().map_or(0, |e| e.chars().count()),
+            output: job.output.as_ref().map(ChoiceOutput::new),
         })
         .collect();
     let events = stream::select_all(choices.into_iter().map(|c| tagged(c.index, c.rx)));

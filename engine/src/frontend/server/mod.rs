@@ -9,7 +9,9 @@
 //! - **the HTTP side** ([`routes`], axum on a tokio runtime) parses and
 //!   validates requests ([`request`], [`fields`]), renders chat templates and
 //!   tokenizes, submits the choices and answers with JSON or an SSE stream
-//!   ([`generation`], [`response`]). Errors are OpenAI's shape ([`error`]); `/metrics` is
+//!   ([`generation`], [`response`]). Structured outputs compile a grammar per
+//!   choice ([`structured`], [`tools`]); a chat choice's text is split into
+//!   reasoning, content and tool calls ([`output`]). Errors are OpenAI's shape ([`error`]); `/metrics` is
 //!   Prometheus text ([`metrics`]); `GET /` is a chat page ([`chat_page`]).
 //!
 //! The log says what the server does: a line per finished request
@@ -42,12 +44,15 @@ pub mod fields;
 pub mod generation;
 pub mod limits;
 pub mod metrics;
+pub mod output;
 pub mod request;
 pub mod request_log;
 pub mod response;
 pub mod routes;
 pub mod state;
 pub mod stats_log;
+pub mod structured;
+pub mod tools;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -61,6 +66,7 @@ use tokio::sync::oneshot;
 
 pub use error::ApiError;
 pub use limits::ServerLimits;
+pub use output::OutputParsers;
 pub use request::SamplingDefaults;
 
 use crate::core::engine::{Engine, ModelRunner};
@@ -111,6 +117,8 @@ pub struct ServerConfig {
     pub public_metrics: bool,
     /// Connections, bodies, preparation work and the queue.
     pub limits: ServerLimits,
+    /// How chat output is split into reasoning and tool calls.
+    pub parsers: OutputParsers,
 }
 
 /// Sampling defaults for a model folder: OpenAI's, with the sampling fields
@@ -286,6 +294,7 @@ where
     let (engine, engine_thread) =
         engine_loop::spawn(engine, tokenizer.clone(), metrics.clone()).map_err(ServerError::Thread)?;
     let max_prompt_bytes = limits::max_prompt_bytes(engine.info().max_context_len);
+    let grammars = structured::GrammarCompiler::new(&tokenizer, engine.info().vocab_size);
     let state = Arc::new(AppState {
         api_key: config.api_key.as_deref().map(|key| auth::ApiKey::new(key, config.public_metrics)),
         admission: limits::Admission::new(&config.limits),
@@ -300,6 +309,8 @@ where
             defaults: config.defaults,
             created: state::unix_now(),
             max_prompt_bytes,
+            grammars,
+            parsers: config.parsers,
         },
         metrics,
     });

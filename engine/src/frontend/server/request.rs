@@ -6,9 +6,11 @@
 //! `ignore_eos`, `stop_token_ids`, `skip_special_tokens`,
 //! `chat_template_kwargs`, `add_generation_prompt`, `continue_final_message`,
 //! `add_special_tokens` and `documents` (and `n`, the penalties and log
-//! probabilities, which the engine implements). Fields the server does not
+//! probabilities, which the engine implements), `response_format`
+//! ([`structured`](super::structured)) and `tools` / `tool_choice` /
+//! `parallel_tool_calls` ([`tools`](super::tools)). Fields the server does not
 //! implement are accepted only at their neutral value (`echo: false`,
-//! `best_of: 1`, `suffix: ""`, no `tools`, ...) and refused otherwise.
+//! `best_of: 1`, `suffix: ""`, ...) and refused otherwise.
 
 use std::sync::Arc;
 
@@ -16,26 +18,26 @@ use serde_json::{Map, Value as Json};
 
 use super::error::ApiError;
 use super::fields::{as_int, Fields};
+use super::structured::{parse_response_format, ResponseFormat};
+use super::tools::{parse_tools, ToolRequest};
 use crate::core::engine::MAX_TOP_LOGPROBS;
 use crate::core::req::SamplingParams;
 use crate::core::sampling::penalties::Penalties;
 
 /// Fields accepted and ignored on every generation endpoint: they carry no
 /// meaning for generation (`user` is an end-user id for abuse monitoring,
-/// `metadata`/`store` concern OpenAI's stored completions,
-/// `parallel_tool_calls` is moot without tools).
-const IGNORABLE: &[&str] =
-    &["user", "metadata", "store", "service_tier", "parallel_tool_calls", "prompt_cache_key", "safety_identifier"];
+/// `metadata`/`store` concern OpenAI's stored completions).
+const IGNORABLE: &[&str] = &["user", "metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier"];
 
 /// Fields of the OpenAI and vLLM APIs that this server does not implement
 /// (beyond their neutral values), for a precise error message.
 const KNOWN_UNSUPPORTED: &[&str] = &[
     "tools",
     "tool_choice",
+    "parallel_tool_calls",
     "functions",
     "function_call",
     "prompt_logprobs",
-    "response_format",
     "audio",
     "modalities",
     "prediction",
@@ -179,6 +181,9 @@ pub struct ChatRequest {
     pub add_special_tokens: bool,
     pub sampling: Sampling,
     pub stream: StreamOptions,
+    pub response_format: Option<ResponseFormat>,
+    /// `tools`, `tool_choice` and `parallel_tool_calls` (`None`: no tools).
+    pub tools: Option<ToolRequest>,
 }
 
 /// How to render a conversation (chat requests and `/tokenize`).
@@ -211,13 +216,20 @@ pub struct CompletionRequest {
     pub echo: bool,
     pub sampling: Sampling,
     pub stream: StreamOptions,
+    pub response_format: Option<ResponseFormat>,
 }
 
 /// `POST /tokenize`: a prompt, or a conversation to render first.
 #[derive(Clone, Debug, PartialEq)]
 pub enum TokenizeInput {
     Prompt(Prompt),
-    Chat { messages: Vec<Json>, render: ChatRender },
+    /// `tools`: what the chat template shows of the request's tools. (The
+    /// render options are boxed: they are most of the variant's size.)
+    Chat {
+        messages: Vec<Json>,
+        render: Box<ChatRender>,
+        tools: Option<Json>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -259,15 +271,18 @@ pub fn parse_chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
         sampling.logprobs = Some(top.map_or(0, |n| n as usize));
     }
     f.neutral("echo", |v| v == &Json::Bool(false), "")?;
-    f.neutral("tools", is_empty_array, "tool calling is not implemented")?;
-    f.neutral("tool_choice", |v| v == "none", "tool calling is not implemented")?;
-    f.neutral(
-        "response_format",
-        |v| v.get("type").and_then(Json::as_str) == Some("text") && v.as_object().is_some_and(|o| o.len() == 1),
-        "only {\"type\": \"text\"} is implemented",
-    )?;
+    let tools = parse_tools(&mut f)?;
+    let response_format = f.take("response_format").map(parse_response_format).transpose()?;
+    if response_format.as_ref().is_some_and(|r| r.grammar().is_some())
+        && tools.as_ref().is_some_and(|t| t.grammar().is_some())
+    {
+        return Err(ApiError::invalid_value(
+            "response_format",
+            "cannot be combined with a `tool_choice` that forces a tool call",
+        ));
+    }
     f.finish(IGNORABLE, KNOWN_UNSUPPORTED)?;
-    Ok(ChatRequest { model, messages, render, add_special_tokens, sampling, stream })
+    Ok(ChatRequest { model, messages, render, add_special_tokens, sampling, stream, response_format, tools })
 }
 
 pub fn parse_completion(body: &[u8]) -> Result<CompletionRequest, ApiError> {
@@ -288,6 +303,7 @@ pub fn parse_completion(body: &[u8]) -> Result<CompletionRequest, ApiError> {
         check_top_logprobs("logprobs", n)?;
         sampling.logprobs = Some(n as usize);
     }
+    let response_format = f.take("response_format").map(parse_response_format).transpose()?;
     f.finish(IGNORABLE, KNOWN_UNSUPPORTED)?;
     if prompts.len() * sampling.n > MAX_N {
         return Err(ApiError::invalid_value(
@@ -295,7 +311,7 @@ pub fn parse_completion(body: &[u8]) -> Result<CompletionRequest, ApiError> {
             format!("{} prompts x n = {} makes more than {MAX_N} choices", prompts.len(), sampling.n),
         ));
     }
-    Ok(CompletionRequest { model, prompts, add_special_tokens, echo, sampling, stream })
+    Ok(CompletionRequest { model, prompts, add_special_tokens, echo, sampling, stream, response_format })
 }
 
 pub fn parse_tokenize(body: &[u8]) -> Result<TokenizeRequest, ApiError> {
@@ -308,7 +324,8 @@ pub fn parse_tokenize(body: &[u8]) -> Result<TokenizeRequest, ApiError> {
         (None, Some(m)) => {
             let messages = parse_messages(m)?;
             let render = parse_render(&mut f)?;
-            (TokenizeInput::Chat { messages, render }, false)
+            let tools = parse_tools(&mut f)?.and_then(|t| t.template_tools());
+            (TokenizeInput::Chat { messages, render: Box::new(render), tools }, false)
         }
         (Some(_), Some(_)) => {
             return Err(ApiError::invalid_value("messages", "give either `prompt` or `messages`, not both"))
@@ -317,7 +334,7 @@ pub fn parse_tokenize(body: &[u8]) -> Result<TokenizeRequest, ApiError> {
     };
     let add_special_tokens = f.bool("add_special_tokens")?.unwrap_or(default_special);
     let return_token_strs = f.bool("return_token_strs")?.unwrap_or(false);
-    f.neutral("tools", is_empty_array, "tool calling is not implemented")?;
+    f.neutral("tools", is_empty_array, "tools are rendered only with `messages`")?;
     f.finish(&["user"], KNOWN_UNSUPPORTED)?;
     Ok(TokenizeRequest { model, input, add_special_tokens, return_token_strs })
 }
@@ -431,9 +448,25 @@ pub fn parse_messages(v: Json) -> Result<Vec<Json>, ApiError> {
             if let Some(content) = content {
                 msg.insert("content".to_owned(), Json::String(content));
             }
+            if let Some(Json::Array(calls)) = msg.get_mut("tool_calls") {
+                arguments_as_objects(calls);
+            }
             Ok(Json::Object(msg))
         })
         .collect()
+}
+
+/// Clients send a tool call's `function.arguments` as JSON text; chat
+/// templates (Qwen's, Llama's) print it with `tojson`, so they get it parsed,
+/// as vLLM does. Text that is not a JSON object stays text.
+fn arguments_as_objects(calls: &mut [Json]) {
+    for call in calls {
+        if let Some(args) = call.get_mut("function").and_then(|f| f.get_mut("arguments")) {
+            if let Some(obj @ Json::Object(_)) = args.as_str().and_then(|s| serde_json::from_str::<Json>(s).ok()) {
+                *args = obj;
+            }
+        }
+    }
 }
 
 fn join_text_parts(parts: Vec<Json>, msg_idx: usize) -> Result<String, ApiError> {

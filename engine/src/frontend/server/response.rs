@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::{json, Map, Value as Json};
 
 use super::engine_loop::TokenLogprob;
+use super::output::ToolCallOut;
 use crate::core::req::FinishReason;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -71,9 +72,26 @@ pub struct ChatChoice<'a> {
 #[derive(Serialize)]
 pub struct ChatMessage<'a> {
     pub role: &'static str,
-    pub content: &'a str,
+    /// `null` when the choice is only tool calls.
+    pub content: Option<&'a str>,
+    /// The thinking part (vLLM's field), with a reasoning parser.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<&'a str>,
     pub refusal: Option<&'a str>,
-    pub tool_calls: Vec<()>,
+    pub tool_calls: Vec<Json>,
+}
+
+/// A tool call as `message.tool_calls[]` holds it (`index` is for deltas).
+pub fn tool_call_json(call: &ToolCallOut, with_index: bool) -> Json {
+    let mut v = json!({
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    });
+    if with_index {
+        v["index"] = json!(call.index);
+    }
+    v
 }
 
 #[derive(Serialize)]
@@ -101,6 +119,10 @@ pub struct Delta<'a> {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<Json>>,
 }
 
 #[derive(Serialize)]
@@ -166,22 +188,39 @@ impl ChunkWriter {
     /// The first chat chunk of choice `index`: the assistant role and empty
     /// content.
     pub fn role(&self, index: u32) -> String {
-        self.chat_chunk(index, Delta { role: Some("assistant"), content: Some("") }, None, None)
+        self.chat_chunk(index, Delta { role: Some("assistant"), content: Some(""), ..Delta::default() }, None, None)
     }
 
     /// A chunk of generated (or, for `echo`, prompt) text of choice `index`,
     /// with the log probabilities of its tokens (already in the API's shape).
     pub fn text(&self, index: u32, text: &str, logprobs: Option<Json>) -> String {
         if self.chat {
-            self.chat_chunk(index, Delta { role: None, content: Some(text) }, logprobs, None)
+            self.chat_chunk(index, Delta { content: Some(text), ..Delta::default() }, logprobs, None)
         } else {
             self.completion_chunk(index, text, logprobs, None)
         }
     }
 
+    /// A chat chunk of reasoning text of choice `index`.
+    pub fn reasoning(&self, index: u32, text: &str, logprobs: Option<Json>) -> String {
+        self.chat_chunk(index, Delta { reasoning_content: Some(text), ..Delta::default() }, logprobs, None)
+    }
+
+    /// A chat chunk with one complete tool call of choice `index` (the
+    /// client's stream helpers assemble calls by `index`).
+    pub fn tool_call(&self, index: u32, call: &ToolCallOut, logprobs: Option<Json>) -> String {
+        let delta = Delta { tool_calls: Some(vec![tool_call_json(call, true)]), ..Delta::default() };
+        self.chat_chunk(index, delta, logprobs, None)
+    }
+
     /// The chunk that carries choice `index`'s `finish_reason`.
     pub fn finish(&self, index: u32, reason: FinishReason) -> String {
-        let reason = Some(finish_reason_str(reason));
+        self.finish_str(index, finish_reason_str(reason))
+    }
+
+    /// [`Self::finish`] with the reason as the API spells it (`tool_calls`).
+    pub fn finish_str(&self, index: u32, reason: &'static str) -> String {
+        let reason = Some(reason);
         if self.chat {
             self.chat_chunk(index, Delta::default(), None, reason)
         } else {
@@ -324,6 +363,25 @@ mod tests {
         let usage: serde_json::Value = serde_json::from_str(&w.usage(Usage::new(3, 4, 0))).unwrap();
         assert_eq!(usage["choices"], serde_json::json!([]));
         assert_eq!(usage["usage"]["total_tokens"], 7);
+    }
+
+    #[test]
+    fn tool_call_and_reasoning_deltas_have_openai_fields() {
+        let w = ChunkWriter { id: "chatcmpl-1".into(), created: 5, model: "m".into(), chat: true };
+        let call = ToolCallOut { index: 1, id: "call_x".into(), name: "f".into(), arguments: r#"{"a":1}"#.into() };
+        let chunk: serde_json::Value = serde_json::from_str(&w.tool_call(0, &call, None)).unwrap();
+        let delta = &chunk["choices"][0]["delta"];
+        assert_eq!(
+            delta["tool_calls"],
+            json!([{"index": 1, "id": "call_x", "type": "function", "function": {"name": "f", "arguments": "{\"a\":1}"}}])
+        );
+        assert!(delta.get("content").is_none() && delta.get("role").is_none());
+        let chunk: serde_json::Value = serde_json::from_str(&w.reasoning(0, "hmm", None)).unwrap();
+        assert_eq!(chunk["choices"][0]["delta"], json!({"reasoning_content": "hmm"}));
+        let fin: serde_json::Value = serde_json::from_str(&w.finish_str(0, "tool_calls")).unwrap();
+        assert_eq!(fin["choices"][0]["finish_reason"], "tool_calls");
+        // In a whole message the call has no index.
+        assert!(tool_call_json(&call, false).get("index").is_none());
     }
 
     fn token(token: &str, logprob: f32, top: &[(&str, f32)]) -> TokenLogprob {

@@ -34,10 +34,13 @@ use serde_json::Value as Json;
 
 use super::error::ApiError;
 use super::generation::{generate, Job, JobPrompt};
+use super::output::OutputPlan;
 use super::request::{self, ChatRender, Prompt, TokenizeInput};
 use super::response::{to_json, DetokenizeResponse, ModelCard, ModelList, TokenizeResponse};
 use super::state::{json_response, AppState, ServedModel};
+use super::structured::GrammarSpec;
 use super::{auth, limits};
+use crate::core::grammar::Grammar;
 use crate::text::chat_template::RenderOptions;
 
 /// `max_tokens` of a completion request that sets none (OpenAI's default).
@@ -125,7 +128,7 @@ impl AppState {
 
 impl ServedModel {
     /// Renders a conversation with the model's chat template.
-    fn render_chat(&self, messages: &[Json], render: &ChatRender) -> Result<String, ApiError> {
+    fn render_chat(&self, messages: &[Json], render: &ChatRender, tools: Option<Json>) -> Result<String, ApiError> {
         let template = match &self.template {
             Some(Ok(t)) => t,
             Some(Err(e)) => return Err(ApiError::Template(e.clone())),
@@ -134,11 +137,20 @@ impl ServedModel {
         let mut opts = RenderOptions::new(render.add_generation_prompt, self.special_tokens.clone());
         opts.extra = render.chat_template_kwargs.clone();
         opts.documents = render.documents.clone();
+        opts.tools = tools;
         let rendered = template.render(messages, &opts).map_err(|e| ApiError::Template(e.to_string()))?;
         if render.continue_final_message {
             continue_final_message(rendered, messages)
         } else {
             Ok(rendered)
+        }
+    }
+
+    /// One compiled grammar per choice for `spec` (none without one).
+    fn grammars(&self, spec: Option<&GrammarSpec>, param: &str, count: usize) -> Result<Vec<Grammar>, ApiError> {
+        match spec {
+            None => Ok(Vec::new()),
+            Some(spec) => self.grammars.compile(spec, param, count),
         }
     }
 
@@ -205,23 +217,45 @@ async fn chat_completions(State(state): State<Arc<AppState>>, body: Result<Bytes
         let req = request::parse_chat(&body)?;
         state.check_model(req.model.as_deref())?;
         let st = state.clone();
-        let (prompt_ids, req) = blocking(&state, move || {
-            let text = st.model.render_chat(&req.messages, &req.render)?;
+        let (prompt_ids, req, grammars, output) = blocking(&state, move || {
+            let tools = req.tools.as_ref().and_then(|t| t.template_tools());
+            let text = st.model.render_chat(&req.messages, &req.render, tools)?;
             let ids = st.model.encode(&text, req.add_special_tokens, "messages")?;
-            Ok((ids, req))
+            // A forced tool call, or the response format: one grammar at most.
+            let (spec, param) = match req.tools.as_ref().and_then(|t| t.grammar()) {
+                Some(spec) => (Some(spec), "tool_choice"),
+                None => (req.response_format.as_ref().and_then(|r| r.grammar()), "response_format"),
+            };
+            let grammars = st.model.grammars(spec.as_ref(), param, req.sampling.n)?;
+            let parsers = st.model.parsers;
+            // NOTE: a grammar constrains the output from its first token, so
+            // there is no reasoning to split off (vLLM instead lets the
+            // reasoning run free and constrains what follows).
+            let reasoning = parsers.reasoning.filter(|_| spec.is_none());
+            let output = OutputPlan::new(reasoning, &text, req.tools.as_ref().map(|t| &t.choice), parsers.tool_calls);
+            Ok((ids, req, grammars, output))
         })
         .await?;
+        let mut sampling = req.sampling;
+        if let Some(super::output::ToolPlan::Native(format)) = output.as_ref().map(|o| &o.tools) {
+            // The call marker is a special token: decoding must keep it.
+            if format.needs_special_tokens() {
+                sampling.skip_special_tokens = false;
+            }
+        }
         let room = state.engine.info().max_context_len.saturating_sub(prompt_ids.len()).max(1);
         let default_max_tokens = state.model.defaults.max_new_tokens.map_or(room, |cap| cap.min(room));
         generate(
             &state,
             Job {
                 prompts: vec![JobPrompt { ids: prompt_ids, echo: None, default_max_tokens }],
-                sampling: req.sampling,
+                sampling,
                 stream: req.stream,
                 chat: true,
                 prompt_field: "messages",
                 arrival,
+                grammars,
+                output,
             },
         )
         .await
@@ -242,7 +276,7 @@ async fn completions(State(state): State<Arc<AppState>>, body: Result<Bytes, Byt
             .max_new_tokens
             .map_or(COMPLETION_DEFAULT_MAX_TOKENS, |cap| cap.min(COMPLETION_DEFAULT_MAX_TOKENS));
         let st = state.clone();
-        let (prompts, req) = blocking(&state, move || {
+        let (prompts, req, grammars) = blocking(&state, move || {
             let prompts = req
                 .prompts
                 .iter()
@@ -266,12 +300,23 @@ async fn completions(State(state): State<Arc<AppState>>, body: Result<Bytes, Byt
                     Ok(JobPrompt { ids, echo: req.echo.then_some(text), default_max_tokens })
                 })
                 .collect::<Result<Vec<_>, ApiError>>()?;
-            Ok((prompts, req))
+            let spec = req.response_format.as_ref().and_then(|r| r.grammar());
+            let grammars = st.model.grammars(spec.as_ref(), "response_format", prompts.len() * req.sampling.n)?;
+            Ok((prompts, req, grammars))
         })
         .await?;
         generate(
             &state,
-            Job { prompts, sampling: req.sampling, stream: req.stream, chat: false, prompt_field: "prompt", arrival },
+            Job {
+                prompts,
+                sampling: req.sampling,
+                stream: req.stream,
+                chat: false,
+                prompt_field: "prompt",
+                arrival,
+                grammars,
+                output: None,
+            },
         )
         .await
     }
@@ -320,8 +365,8 @@ async fn tokenize(State(state): State<Arc<AppState>>, body: Result<Bytes, BytesR
                         .map_err(|e| ApiError::invalid_value("prompt", e.to_string()))?;
                     (text, ids.clone())
                 }
-                TokenizeInput::Chat { messages, render } => {
-                    let text = st.model.render_chat(messages, render)?;
+                TokenizeInput::Chat { messages, render, tools } => {
+                    let text = st.model.render_chat(messages, render, tools.clone())?;
                     let ids = st.model.encode(&text, req.add_special_tokens, "messages")?;
                     (text, ids)
                 }

@@ -14,7 +14,9 @@ use super::auth::ApiKey;
 use super::engine_loop::EngineHandle;
 use super::limits::{Admission, ServerLimits};
 use super::metrics::Metrics;
+use super::output::OutputParsers;
 use super::request::SamplingDefaults;
+use super::structured::GrammarCompiler;
 use crate::text::chat_template::{ChatTemplate, SpecialTokens};
 use crate::text::tokenizer::Tokenizer;
 
@@ -33,6 +35,9 @@ pub struct ServedModel {
     pub created: u64,
     /// Longest prompt text tokenized ([`super::limits::max_prompt_bytes`]).
     pub max_prompt_bytes: usize,
+    /// Compiles `response_format` and forced tool calls into grammars.
+    pub grammars: GrammarCompiler,
+    pub parsers: OutputParsers,
 }
 
 /// Everything the handlers share.
