@@ -34,14 +34,7 @@
  * memory, then rank 0 of the cluster adds the other blocks' sums, read from
  * their shared memory in rank order (deterministic), adds the bias and rounds
  * once. Rows of w past n and rows of x past m read as zeros.
- *
- * GATED (SiLU-and-mul fused into the down projection): each 16-byte x vector is
- * silu(gate) * up of the two halves of a fused gate/up row, computed in f32 and
- * rounded to the storage type as silu_mul does, so the product equals
- * down(silu_mul(gate_up)) bit for bit while saving a launch and a round trip.
- * Both halves are loaded with the stage and combined when it is multiplied (a
- * combine at load time made every stage wait for its x: 18.7 us for Qwen3-0.6B's
- * down projection instead of 5.6).
+
  */
 #include "minisgl/mma.cuh"
 #include "minisgl/device.cuh"
@@ -72,18 +65,6 @@ __device__ __forceinline__ uint4 load_cached16(const void* p) {
   return r;
 }
 
-/* silu(gate) * up of one 16-byte vector of each half of a fused gate/up row,
- * rounded to the storage type as silu_mul rounds it. */
-template <int DTYPE>
-__device__ __forceinline__ uint4 silu_mul16(const uint4& gate, const uint4& up) {
-  Vec16<DTYPE> g, u;
-  g.from_raw(gate);
-  u.from_raw(up);
-#pragma unroll
-  for (int e = 0; e < Vec16<DTYPE>::kElems; ++e) g.v[e] = silu_f32(g.v[e]) * u.v[e];
-  return g.to_raw();
-}
-
 /* Two mmas of one k-step of 32: acc += w rows (lo = g, hi = g + 8) . x row. */
 template <int DTYPE>
 __device__ __forceinline__ void skinny_step(float (&acc)[4], const uint4& lo, const uint4& hi, const uint4& x) {
@@ -93,16 +74,13 @@ __device__ __forceinline__ void skinny_step(float (&acc)[4], const uint4& lo, co
   mma16816<DTYPE>(acc, a1, x.z, x.w);
 }
 
-/* One register stage: U k-steps of this lane's w rows and x rows (and, gated,
- * the up half of x: the SiLU-and-mul waits until the stage is multiplied, so
- * that issuing a stage's loads never waits for their data). */
-template <int U, int M_TILES, int N_TILES, int GATED> struct SkinnyStage {
+/* One register stage: U k-steps of this lane's w rows and x rows. */
+template <int U, int M_TILES, int N_TILES> struct SkinnyStage {
   uint4 w[U][M_TILES][2];
   uint4 x[U][N_TILES];
-  uint4 up[GATED ? U : 1][GATED ? N_TILES : 1];
 };
 
-template <int DTYPE, int N_TILES, int M_TILES, int GATED>
+template <int DTYPE, int N_TILES, int M_TILES>
 __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& p) {
   using T = typename DType<DTYPE>::Storage;
   constexpr int U = kSkinnyUnroll / M_TILES;
@@ -122,7 +100,6 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
   const long long s_begin = b_begin + b_steps * warp / kSkinnyWarps;
   const long long s_end = b_begin + b_steps * (warp + 1) / kSkinnyWarps;
   const uint4 zero = make_uint4(0, 0, 0, 0);
-  const long long up_offset = p.k * 2;
 
   /* This lane's rows: byte pointers to element 8t of k-step 0. */
   const char* w_row[M_TILES][2];
@@ -153,7 +130,7 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
       for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
 
   /* Loads k-steps [s, s + U) (zeros past s_end) into a stage. */
-  auto load_stage = [&](SkinnyStage<U, M_TILES, N_TILES, GATED>& st, long long s) {
+  auto load_stage = [&](SkinnyStage<U, M_TILES, N_TILES>& st, long long s) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const bool in = s + u < s_end;
@@ -163,27 +140,20 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
 #pragma unroll
         for (int h = 0; h < 2; ++h) st.w[u][i][h] = in && w_ok[i][h] ? load_stream16(w_row[i][h] + off) : zero;
 #pragma unroll
-      for (int j = 0; j < N_TILES; ++j) {
-        const bool ok = in && x_ok[j];
-        st.x[u][j] = ok ? load_cached16(x_row[j] + off) : zero;
-        if constexpr (GATED) st.up[u][j] = ok ? load_cached16(x_row[j] + off + up_offset) : zero;
-      }
+      for (int j = 0; j < N_TILES; ++j) st.x[u][j] = in && x_ok[j] ? load_cached16(x_row[j] + off) : zero;
     }
   };
-  auto multiply_stage = [&](const SkinnyStage<U, M_TILES, N_TILES, GATED>& st) {
+  auto multiply_stage = [&](const SkinnyStage<U, M_TILES, N_TILES>& st) {
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int j = 0; j < N_TILES; ++j) {
-        uint4 x = st.x[u][j];
-        if constexpr (GATED) x = silu_mul16<DTYPE>(x, st.up[u][j]);
+      for (int j = 0; j < N_TILES; ++j)
 #pragma unroll
-        for (int i = 0; i < M_TILES; ++i) skinny_step<DTYPE>(acc[i][j], st.w[u][i][0], st.w[u][i][1], x);
-      }
+        for (int i = 0; i < M_TILES; ++i) skinny_step<DTYPE>(acc[i][j], st.w[u][i][0], st.w[u][i][1], st.x[u][j]);
   };
 
   /* Two stages in turn: stage b is loaded while stage a is multiplied. */
-  SkinnyStage<U, M_TILES, N_TILES, GATED> a, b;
+  SkinnyStage<U, M_TILES, N_TILES> a, b;
   long long s = s_begin;
   if (s < s_end) load_stage(a, s);
   while (s < s_end) {
@@ -242,25 +212,24 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
 /* One instance, compiled by NVRTC or into an AOT cubin; launched from Rust with
  * block = 256 and grid = ceil(n / (16 * M_TILES)), without clusters (no K split). */
 extern "C" __global__ void __launch_bounds__(256, 2) msgl_skinny_gemm_kernel(const msgl_skinny_gemm_params p) {
-  msgl::skinny_gemm_impl<MSGL_DTYPE, MSGL_N_TILES, MSGL_M_TILES, MSGL_GATED>(p);
+  msgl::skinny_gemm_impl<MSGL_DTYPE, MSGL_N_TILES, MSGL_M_TILES>(p);
 }
 #endif
 
 #if !defined(__CUDACC_RTC__)
 #include "minisgl/check.h"
-#include "msgl_instances.inc" /* MSGL_FOR_EACH_INSTANCE(X): X(DTYPE, N_TILES, M_TILES, GATED) for each AOT instance */
+#include "msgl_instances.inc" /* MSGL_FOR_EACH_INSTANCE(X): X(DTYPE, N_TILES, M_TILES) for each AOT instance */
 
 namespace msgl {
-template <int DTYPE, int N_TILES, int M_TILES, int GATED>
+template <int DTYPE, int N_TILES, int M_TILES>
 __global__ void __launch_bounds__(256, 2) skinny_gemm_kernel(const msgl_skinny_gemm_params p) {
   grid_prologue();
-  skinny_gemm_impl<DTYPE, N_TILES, M_TILES, GATED>(p);
+  skinny_gemm_impl<DTYPE, N_TILES, M_TILES>(p);
 }
 }  // namespace msgl
 
 extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x, const msgl_tensor* w,
-                                    const msgl_tensor* bias, int32_t m_tiles, int32_t k_splits, int32_t gated,
-                                    msgl_stream stream) {
+                                    const msgl_tensor* bias, int32_t m_tiles, int32_t k_splits, msgl_stream stream) {
   using namespace msgl;
   const char* op = "skinny_gemm";
   constexpr uint32_t halves = dtype_bit(MSGL_F16) | dtype_bit(MSGL_BF16);
@@ -269,8 +238,8 @@ extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x
   MSGL_TRY(expect_tensor(w, op, "w", 2, halves));
   MSGL_TRY(expect_same(x, "x", out, "out", op));
   MSGL_TRY(expect_same(x, "x", w, "w", op));
-  const int64_t m = x->shape[0], k = w->shape[1], n = w->shape[0];
-  MSGL_TRY(expect_dim(x, op, "x", 1, gated ? 2 * k : k));
+  const int64_t m = x->shape[0], k = x->shape[1], n = w->shape[0];
+  MSGL_TRY(expect_dim(w, op, "w", 1, k));
   MSGL_TRY(expect_dim(out, op, "out", 0, m));
   MSGL_TRY(expect_dim(out, op, "out", 1, n));
   MSGL_TRY(expect_contiguous(out, op, "out"));
@@ -301,8 +270,7 @@ extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x
   p.m = m;
   p.n = n;
   p.k = k;
-  p.x_stride = m > 1 ? x->strides[0] : x->shape[1];
-  p.gated = gated != 0 ? 1 : 0; /* the GATED instance below is what multiplies it */
+  p.x_stride = m > 1 ? x->strides[0] : k;
   const int32_t n_tiles = m <= 8 ? 1 : 2;
   const int64_t rows_per_block = 16 * int64_t{m_tiles};
   const int64_t tiles = (n + rows_per_block - 1) / rows_per_block;
@@ -312,17 +280,17 @@ extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x
   const dim3 grid(static_cast<unsigned>(tiles * k_splits));
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   bool launched = false;
-#define MSGL_CASE(D, NT, MT, G)                                                                               \
-  if (!launched && x->dtype == D && n_tiles == NT && m_tiles == MT && (gated != 0) == (G != 0)) {               \
-    (void)launch_pdl_cluster(skinny_gemm_kernel<D, NT, MT, G>, grid, dim3(kSkinnyThreads), 0, s,                \
-                             static_cast<unsigned>(k_splits), p);                                               \
-    launched = true;                                                                                            \
+#define MSGL_CASE(D, NT, MT)                                                                          \
+  if (!launched && x->dtype == D && n_tiles == NT && m_tiles == MT) {                                   \
+    (void)launch_pdl_cluster(skinny_gemm_kernel<D, NT, MT>, grid, dim3(kSkinnyThreads), 0, s,           \
+                             static_cast<unsigned>(k_splits), p);                                       \
+    launched = true;                                                                                    \
   }
   MSGL_FOR_EACH_INSTANCE(MSGL_CASE)
 #undef MSGL_CASE
   if (!launched)
-    return set_error(MSGL_ERR_NO_INSTANCE, "%s: no AOT instance DTYPE=%d N_TILES=%d M_TILES=%d GATED=%d", op, x->dtype,
-                     n_tiles, m_tiles, gated != 0 ? 1 : 0);
+    return set_error(MSGL_ERR_NO_INSTANCE, "%s: no AOT instance DTYPE=%d N_TILES=%d M_TILES=%d", op, x->dtype, n_tiles,
+                     m_tiles);
   return check_launch(op);
 }
 #endif

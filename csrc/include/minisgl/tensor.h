@@ -234,23 +234,18 @@ typedef struct msgl_rope_store_params {
  * block's range, the warps' f32 partials are summed in shared memory, and the
  * cluster's blocks sum theirs through distributed shared memory in rank order,
  * so every weight byte is read once, there is no second pass, and the result
- * does not depend on timing. With `gated`, x is a fused gate/up projection
- * [m, 2k] and the row multiplied is silu(gate) * up, rounded to DTYPE exactly
- * as silu_mul rounds it (SiLU-and-mul fused into the down projection).
- * Instance parameters: DTYPE (bf16 or f16), N_TILES (x rows / 8, rounded up: 1
+ * does not depend on timing. Instance parameters: DTYPE (bf16 or f16), N_TILES (x rows / 8, rounded up: 1
  * or 2, so m <= 16), M_TILES (16-row tiles of w per warp: 1 or 2).
  */
 typedef struct msgl_skinny_gemm_params {
   void* out;                   /* device, [m, n] contiguous */
-  const void* x;               /* device, [m, k] ([m, 2k] gated), rows x_stride elements apart, 16-byte aligned */
+  const void* x;               /* device, [m, k], rows x_stride elements apart, 16-byte aligned */
   const void* w;               /* device, [n, k] contiguous, 16-byte aligned */
   const void* bias;            /* device, [n], or NULL */
   int64_t m;                   /* 1..8 * N_TILES */
   int64_t n;
   int64_t k;                   /* a multiple of 32 */
   int64_t x_stride;            /* elements, a multiple of 8 */
-  int32_t gated;               /* 1: x holds gate | up, multiply silu(gate) * up */
-  int32_t reserved;
 } msgl_skinny_gemm_params;
 
 /*
@@ -565,13 +560,12 @@ MSGL_API int32_t msgl_rope_store(const msgl_tensor* q, const msgl_tensor* k, con
                                  const msgl_tensor* k_weight, float eps, int32_t threads_per_head,
                                  int32_t vectorized, msgl_stream stream);
 
-/* skinny_gemm: out [m, n] contiguous, x [m, k] ([m, 2k] when gated; unit last stride,
- * 16-byte aligned rows), w [n, k] contiguous, bias [n] or NULL; bf16/f16; m <= 16,
- * k % 32 == 0. m_tiles: the M_TILES instance (1 or 2); k_splits: blocks of a cluster
- * that share one tile's K (1..8, at most k / 32); gated: 1 for silu(gate) * up. */
+/* skinny_gemm: out [m, n] contiguous, x [m, k] (unit last stride, 16-byte aligned
+ * rows), w [n, k] contiguous, bias [n] or NULL; bf16/f16; m <= 16, k % 32 == 0.
+ * m_tiles: the M_TILES instance (1 or 2); k_splits: blocks of a cluster that share
+ * one tile's K (1..8, at most k / 32). */
 MSGL_API int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x, const msgl_tensor* w,
-                                  const msgl_tensor* bias, int32_t m_tiles, int32_t k_splits, int32_t gated,
-                                  msgl_stream stream);
+                                  const msgl_tensor* bias, int32_t m_tiles, int32_t k_splits, msgl_stream stream);
 
 /* fill_uniform: out [numel] contiguous, f32/f16/bf16; grid blocks of 256 threads
  * (grid-stride loop: any positive grid gives the same values). */
@@ -687,7 +681,7 @@ static_assert(sizeof(msgl_moe_gemm_params) == 112, "msgl_moe_gemm_params layout 
 static_assert(sizeof(msgl_moe_sum_params) == 64, "msgl_moe_sum_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_rope_store_params) == 192, "msgl_rope_store_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_fill_uniform_params) == 32, "msgl_fill_uniform_params layout changed: run cargo xtask codegen");
-static_assert(sizeof(msgl_skinny_gemm_params) == 72, "msgl_skinny_gemm_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_skinny_gemm_params) == 64, "msgl_skinny_gemm_params layout changed: run cargo xtask codegen");
 #endif
 
 #endif /* MINISGL_TENSOR_H */

@@ -249,7 +249,7 @@ pub(crate) fn linear(out: &Tensor, x: &Tensor, w: &Tensor, bias: Option<&Tensor>
     if super::skinny::enabled() && bias.is_none_or(Tensor::is_contiguous) {
         let aligned = super::skinny::operands_aligned(x, w);
         if let Some(plan) = super::skinny::plan(m, n, k, x.dtype(), aligned, dev.sm_count().max(1) as usize) {
-            return super::skinny::skinny_gemm(out, x, w, bias, plan, false);
+            return super::skinny::skinny_gemm(out, x, w, bias, plan);
         }
     }
     // B's leading dimension is x's row stride: rows must be dense and not overlap.

@@ -85,37 +85,13 @@ pub(crate) fn plan(m: usize, n: usize, k: usize, dtype: DType, aligned: bool, sm
     })
 }
 
-/// `silu_mul(gate_up) @ w^T (+ bias)` as one gated skinny kernel when `linear`'s
-/// rule would send the product (`[m, k]` by `w` `[n, k]`) to the skinny kernel and
-/// `gate_up` `[m, 2k]` is contiguous and of w's dtype; `None` otherwise (the caller
-/// runs silu_mul and linear).
-pub(crate) fn gated_linear(gate_up: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Option<Tensor>> {
-    const OP: &str = "silu_mul_linear";
-    let dev = device_of(OP, gate_up)?;
-    let [m, _] = gate_up.dims::<2>(OP, "gate_up")?;
-    let [n, k] = w.dims::<2>(OP, "w")?;
-    let operands_ok = enabled()
-        && gate_up.dtype() == w.dtype()
-        && gate_up.is_contiguous()
-        && bias.is_none_or(|b| b.is_contiguous() && b.dtype() == w.dtype() && b.shape() == [n])
-        && operands_aligned(gate_up, w);
-    let Some(plan) = operands_ok.then(|| plan(m, n, k, w.dtype(), true, dev.sm_count().max(1) as usize)).flatten()
-    else {
-        return Ok(None);
-    };
-    let out = Tensor::empty(&[m, n], w.dtype(), gate_up.device())?;
-    skinny_gemm(&out, gate_up, w, bias, plan, true)?;
-    Ok(Some(out))
-}
-
 /// Whether x, w and bias meet the kernel's alignment: 16-byte aligned rows of x and
 /// w (row stride a multiple of 8 elements), unit inner strides.
 pub(crate) fn operands_aligned(x: &Tensor, w: &Tensor) -> bool {
     rows_aligned(x, 16) && rows_aligned(w, 16) && w.is_contiguous()
 }
 
-/// Runs the kernel: `out` `[m, n]` contiguous, `x` `[m, k]` (`[m, 2k]` gate | up
-/// when `gated`: the row multiplied is then `silu(gate) * up`), `w` `[n, k]`
+/// Runs the kernel: `out` `[m, n]` contiguous, `x` `[m, k]`, `w` `[n, k]`
 /// contiguous, `bias` `[n]`, one 16-bit dtype (the caller checked shapes, dtypes,
 /// devices and [`operands_aligned`]). A K split runs only through the AOT library
 /// (it needs a cluster launch); a JIT-compiled instance runs unsplit.
@@ -125,15 +101,14 @@ pub(crate) fn skinny_gemm(
     w: &Tensor,
     bias: Option<&Tensor>,
     plan: SkinnyPlan,
-    gated: bool,
 ) -> Result<()> {
     const OP: &str = "skinny_gemm";
     let dev = device_of(OP, x)?;
     let [m, xk] = x.dims::<2>(OP, "x")?;
     let [n, k] = w.dims::<2>(OP, "w")?;
     let SkinnyPlan { m_tiles, k_splits } = plan;
-    if xk != if gated { 2 * k } else { k } {
-        return Err(Error::arg(OP, format!("argument `x` has {xk} columns, expected {} for w {:?}", if gated { 2 * k } else { k }, w.shape())));
+    if xk != k {
+        return Err(Error::arg(OP, format!("argument `x` has {xk} columns, expected {k} for w {:?}", w.shape())));
     }
     if !(1..=MAX_ROWS).contains(&m) || !k.is_multiple_of(32) || k == 0 || !matches!(m_tiles, 1 | 2) {
         return Err(Error::arg(OP, format!("needs 1..={MAX_ROWS} rows, k a positive multiple of 32 and 1 or 2 m_tiles, got m={m} k={k} m_tiles={m_tiles}")));
@@ -157,9 +132,7 @@ pub(crate) fn skinny_gemm(
         m: m as i64,
         n: n as i64,
         k: k as i64,
-        x_stride: if m > 1 { x.strides()[0] as i64 } else { xk as i64 },
-        gated: i32::from(gated),
-        reserved: 0,
+        x_stride: if m > 1 { x.strides()[0] as i64 } else { k as i64 },
     };
     let (a, b, c) = (out.abi(), x.abi(), w.abi());
     let bias_abi = bias.map(Tensor::abi);
@@ -168,13 +141,13 @@ pub(crate) fn skinny_gemm(
         OP,
         dev,
         "skinny_gemm",
-        &[("DTYPE", dtype_code(x)), ("N_TILES", n_tiles as i64), ("M_TILES", m_tiles as i64), ("GATED", i64::from(gated))],
+        &[("DTYPE", dtype_code(x)), ("N_TILES", n_tiles as i64), ("M_TILES", m_tiles as i64)],
         |lib, stream| {
             // SAFETY: the views describe live device tensors checked by the caller
             // (bias_abi outlives the call); the launcher validates them again and
             // only enqueues work on `stream`.
             unsafe {
-                lib.msgl_skinny_gemm(&a, &b, &c, bias_ptr, m_tiles as i32, k_splits as i32, gated as i32, stream)
+                lib.msgl_skinny_gemm(&a, &b, &c, bias_ptr, m_tiles as i32, k_splits as i32, stream)
             }
         },
         |f| {

@@ -169,31 +169,6 @@ pub fn silu_mul(x: &Tensor) -> Result<Tensor> {
     Ok(out)
 }
 
-/// `silu_mul(gate_up) @ w^T (+ bias)`: the second half of a gated MLP, `gate_up`
-/// `[t, 2k]` (gate then up), `w` `[n, k]`, `bias` `[n]`; returns a new `[t, n]`.
-/// The same numbers as [`silu_mul`] then [`linear`]; on CUDA, a decode-sized
-/// product that [`linear`] would give the skinny kernel runs as one kernel that
-/// computes SiLU-and-mul while loading its input (one launch and one round trip
-/// fewer per layer).
-pub fn silu_mul_linear(gate_up: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
-    const OP: &str = "silu_mul_linear";
-    let device = common_device(OP, &[("gate_up", gate_up), ("w", w)])?;
-    let [_, two_k] = gate_up.dims::<2>(OP, "gate_up")?;
-    let [_, k] = w.dims::<2>(OP, "w")?;
-    if two_k != 2 * k {
-        return Err(Error::arg(
-            OP,
-            format!("argument `gate_up` has shape {:?}, expected [_, {}] for `w` {:?}", gate_up.shape(), 2 * k, w.shape()),
-        ));
-    }
-    if matches!(device, Device::Cuda(_)) {
-        if let Some(out) = crate::gpu::skinny::gated_linear(gate_up, w, bias)? {
-            return Ok(out);
-        }
-    }
-    linear(&silu_mul(gate_up)?, w, bias)
-}
-
 /// Index of the largest value of each row of `x` `[b, v]` (the first one on ties);
 /// returns `[b]` int32.
 pub fn argmax(x: &Tensor) -> Result<Tensor> {

@@ -12,7 +12,6 @@
 //! | [`rope_store`] | q/k norm (optional) + rotary embedding + KV store, fused |
 //! | [`skinny_gemm`], [`set_skinny_gemm`] | the decode GEMM `linear` picks at m <= 16, and its switch |
 //! | [`silu_mul`] | SiLU(gate) * up |
-//! | [`silu_mul_linear`] | `linear(silu_mul(gate_up))`, one skinny kernel at decode sizes on CUDA |
 //! | [`argmax`] | greedy token choice |
 //! | [`sample`] | one token per row: greedy, temperature, top-k, top-p, min-p |
 //! | [`fill_uniform`] | deterministic uniform values, the same on every device (dummy weights) |
@@ -35,7 +34,7 @@ pub use attention::{
     decode_graph_splits, decode_kernel_fits, paged_attention, paged_attention_with, AttnKernel, PagedAttnMeta,
 };
 pub use convert::{cast, copy};
-pub use dense::{argmax, fused_add_rms_norm, head_rms_norm, linear, rms_norm, rope, silu_mul, silu_mul_linear};
+pub use dense::{argmax, fused_add_rms_norm, head_rms_norm, linear, rms_norm, rope, silu_mul};
 pub use fused::{rope_store, QkNorm, RopeStore};
 pub use index::{embedding, index};
 pub use moe::{

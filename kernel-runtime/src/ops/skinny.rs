@@ -70,7 +70,7 @@ pub fn skinny_gemm(
             let m_tiles = m_tiles.or(rule.map(|p| p.m_tiles)).unwrap_or(1);
             let k_splits = k_splits.or(rule.map(|p| p.k_splits)).unwrap_or(1);
             let plan = crate::gpu::skinny::SkinnyPlan { m_tiles, k_splits };
-            crate::gpu::skinny::skinny_gemm(&out, x, w, bias, plan, false)?;
+            crate::gpu::skinny::skinny_gemm(&out, x, w, bias, plan)?;
         }
     }
     Ok(out)

@@ -502,14 +502,12 @@ pub struct msgl_skinny_gemm_params {
     pub n: i64,
     pub k: i64,
     pub x_stride: i64,
-    pub gated: i32,
-    pub reserved: i32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     [
         "Size of msgl_skinny_gemm_params",
-    ][::std::mem::size_of::<msgl_skinny_gemm_params>() - 72usize];
+    ][::std::mem::size_of::<msgl_skinny_gemm_params>() - 64usize];
     [
         "Alignment of msgl_skinny_gemm_params",
     ][::std::mem::align_of::<msgl_skinny_gemm_params>() - 8usize];
@@ -537,12 +535,6 @@ const _: () = {
     [
         "Offset of field: msgl_skinny_gemm_params::x_stride",
     ][::std::mem::offset_of!(msgl_skinny_gemm_params, x_stride) - 56usize];
-    [
-        "Offset of field: msgl_skinny_gemm_params::gated",
-    ][::std::mem::offset_of!(msgl_skinny_gemm_params, gated) - 64usize];
-    [
-        "Offset of field: msgl_skinny_gemm_params::reserved",
-    ][::std::mem::offset_of!(msgl_skinny_gemm_params, reserved) - 68usize];
 };
 impl Default for msgl_skinny_gemm_params {
     fn default() -> Self {
@@ -1339,7 +1331,6 @@ pub struct KernelLibrary {
         bias: *const msgl_tensor,
         m_tiles: i32,
         k_splits: i32,
-        gated: i32,
         stream: msgl_stream,
     ) -> i32,
     pub msgl_fill_uniform: unsafe extern "C" fn(
@@ -1693,10 +1684,9 @@ impl KernelLibrary {
         bias: *const msgl_tensor,
         m_tiles: i32,
         k_splits: i32,
-        gated: i32,
         stream: msgl_stream,
     ) -> i32 {
-        (self.msgl_skinny_gemm)(out, x, w, bias, m_tiles, k_splits, gated, stream)
+        (self.msgl_skinny_gemm)(out, x, w, bias, m_tiles, k_splits, stream)
     }
     pub unsafe fn msgl_fill_uniform(
         &self,

@@ -45,12 +45,6 @@ impl Linear {
         Ok(ops::linear(x, &self.weight, self.bias.as_ref())?)
     }
 
-    /// `silu_mul(gate_up)` `[t, 2 in]` (gate then up) to a new `[t, out]`: the
-    /// SiLU-and-mul fused into the product where the device has such a kernel.
-    pub fn forward_gated(&self, gate_up: &Tensor) -> Result<Tensor> {
-        Ok(ops::silu_mul_linear(gate_up, &self.weight, self.bias.as_ref())?)
-    }
-
     /// The `[out, in]` weight.
     pub fn weight(&self) -> &Tensor {
         &self.weight
@@ -115,10 +109,5 @@ impl RowParallelLinear {
     /// `x` `[t, in]` to a new `[t, out]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.linear.forward(x)
-    }
-
-    /// `silu_mul(gate_up)` `[t, 2 in]` to a new `[t, out]` (see [`Linear::forward_gated`]).
-    pub fn forward_gated(&self, gate_up: &Tensor) -> Result<Tensor> {
-        self.linear.forward_gated(gate_up)
     }
 }

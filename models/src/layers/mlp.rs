@@ -1,7 +1,7 @@
 //! The gated MLP of LLaMA-family decoders: `down(silu(gate(x)) * up(x))`, with gate
-//! and up fused into one `gate_up_proj` (gate rows first, as `ops::silu_mul_linear` reads).
+//! and up fused into one `gate_up_proj` (gate rows first, as `ops::silu_mul` reads).
 
-use kernel_runtime::Tensor;
+use kernel_runtime::{ops, Tensor};
 
 use crate::config::ModelConfig;
 use crate::error::Result;
@@ -34,6 +34,6 @@ impl GatedMlp {
     /// `x` `[t, hidden]` to a new `[t, hidden]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let gate_up = self.gate_up_proj.forward(x)?;
-        self.down_proj.forward_gated(&gate_up)
+        self.down_proj.forward(&ops::silu_mul(&gate_up)?)
     }
 }
