@@ -6,8 +6,8 @@
 //! `ignore_eos`, `stop_token_ids`, `skip_special_tokens`,
 //! `chat_template_kwargs`, `add_generation_prompt`, `continue_final_message`,
 //! `add_special_tokens` and `documents` (and `n`, the penalties and log
-//! probabilities, which the engine implements), `response_format`
-//! ([`structured`](super::structured)) and `tools` / `tool_choice` /
+//! probabilities, which the engine implements), `response_format` and vLLM's
+//! `guided_*` ([`structured`](super::structured)) and `tools` / `tool_choice` /
 //! `parallel_tool_calls` ([`tools`](super::tools)). Fields the server does not
 //! implement are accepted only at their neutral value (`echo: false`,
 //! `best_of: 1`, `suffix: ""`, ...) and refused otherwise.
@@ -18,7 +18,7 @@ use serde_json::{Map, Value as Json};
 
 use super::error::ApiError;
 use super::fields::{as_int, Fields};
-use super::structured::{parse_response_format, ResponseFormat};
+use super::structured::{parse_output_format, ResponseFormat};
 use super::tools::{parse_tools, ToolRequest};
 use crate::core::engine::MAX_TOP_LOGPROBS;
 use crate::core::req::SamplingParams;
@@ -46,10 +46,6 @@ const KNOWN_UNSUPPORTED: &[&str] = &[
     "verbosity",
     "suffix",
     "best_of",
-    "guided_json",
-    "guided_regex",
-    "guided_choice",
-    "guided_grammar",
     "structured_outputs",
     "chat_template",
     "mm_processor_kwargs",
@@ -272,12 +268,12 @@ pub fn parse_chat(body: &[u8]) -> Result<ChatRequest, ApiError> {
     }
     f.neutral("echo", |v| v == &Json::Bool(false), "")?;
     let tools = parse_tools(&mut f)?;
-    let response_format = f.take("response_format").map(parse_response_format).transpose()?;
+    let response_format = parse_output_format(&mut f)?;
     if response_format.as_ref().is_some_and(|r| r.grammar().is_some())
         && tools.as_ref().is_some_and(|t| t.grammar().is_some())
     {
         return Err(ApiError::invalid_value(
-            "response_format",
+            response_format.as_ref().map_or("response_format", ResponseFormat::param),
             "cannot be combined with a `tool_choice` that forces a tool call",
         ));
     }
@@ -303,7 +299,7 @@ pub fn parse_completion(body: &[u8]) -> Result<CompletionRequest, ApiError> {
         check_top_logprobs("logprobs", n)?;
         sampling.logprobs = Some(n as usize);
     }
-    let response_format = f.take("response_format").map(parse_response_format).transpose()?;
+    let response_format = parse_output_format(&mut f)?;
     f.finish(IGNORABLE, KNOWN_UNSUPPORTED)?;
     if prompts.len() * sampling.n > MAX_N {
         return Err(ApiError::invalid_value(

@@ -224,7 +224,10 @@ async fn chat_completions(State(state): State<Arc<AppState>>, body: Result<Bytes
             // A forced tool call, or the response format: one grammar at most.
             let (spec, param) = match req.tools.as_ref().and_then(|t| t.grammar()) {
                 Some(spec) => (Some(spec), "tool_choice"),
-                None => (req.response_format.as_ref().and_then(|r| r.grammar()), "response_format"),
+                None => (
+                    req.response_format.as_ref().and_then(|r| r.grammar()),
+                    req.response_format.as_ref().map_or("response_format", |r| r.param()),
+                ),
             };
             let grammars = st.model.grammars(spec.as_ref(), param, req.sampling.n)?;
             let parsers = st.model.parsers;
@@ -301,7 +304,8 @@ async fn completions(State(state): State<Arc<AppState>>, body: Result<Bytes, Byt
                 })
                 .collect::<Result<Vec<_>, ApiError>>()?;
             let spec = req.response_format.as_ref().and_then(|r| r.grammar());
-            let grammars = st.model.grammars(spec.as_ref(), "response_format", prompts.len() * req.sampling.n)?;
+            let param = req.response_format.as_ref().map_or("response_format", |r| r.param());
+            let grammars = st.model.grammars(spec.as_ref(), param, prompts.len() * req.sampling.n)?;
             Ok((prompts, req, grammars))
         })
         .await?;

@@ -7,6 +7,10 @@
 //! step. A schema the library rejects is a 400 naming the problem; compiling
 //! runs on the blocking pool with the rest of the request's preparation.
 //!
+//! vLLM's `guided_json`, `guided_regex`, `guided_choice` and `guided_grammar`
+//! (a lark grammar, llguidance's dialect) are accepted too, one at most, in
+//! place of `response_format`.
+//!
 //! JSON is generated compactly (`", "` and `": "` separators, no free
 //! whitespace) unless the schema sets llguidance's own `x-guidance` options:
 //! free whitespace would let a weak model pad forever instead of closing the
@@ -35,6 +39,11 @@ pub enum ResponseFormat {
     JsonSchema {
         schema: Json,
     },
+    /// One of vLLM's `guided_*` fields (`field`).
+    Guided {
+        spec: GrammarSpec,
+        field: &'static str,
+    },
 }
 
 impl ResponseFormat {
@@ -44,8 +53,61 @@ impl ResponseFormat {
             Self::Text => None,
             Self::JsonObject => Some(GrammarSpec::JsonSchema(json!({"type": "object"}))),
             Self::JsonSchema { schema } => Some(GrammarSpec::JsonSchema(schema.clone())),
+            Self::Guided { spec, .. } => Some(spec.clone()),
         }
     }
+
+    /// The request field it came from, for errors.
+    pub fn param(&self) -> &'static str {
+        match self {
+            Self::Guided { field, .. } => field,
+            _ => "response_format",
+        }
+    }
+}
+
+/// `response_format`, or one of vLLM's `guided_*` fields instead.
+pub fn parse_output_format(f: &mut Fields) -> Result<Option<ResponseFormat>, ApiError> {
+    let mut found = f.take("response_format").map(parse_response_format).transpose()?;
+    for field in ["guided_json", "guided_regex", "guided_choice", "guided_grammar"] {
+        let Some(v) = f.take(field) else {
+            continue;
+        };
+        if let Some(other) = &found {
+            return Err(ApiError::invalid_value(field, format!("cannot be combined with `{}`", other.param())));
+        }
+        let spec = match (field, v) {
+            ("guided_json", Json::String(text)) => {
+                let schema = serde_json::from_str(&text)
+                    .map_err(|e| ApiError::invalid_value(field, format!("is not JSON: {e}")))?;
+                GrammarSpec::JsonSchema(schema)
+            }
+            ("guided_json", schema @ Json::Object(_)) => GrammarSpec::JsonSchema(schema),
+            ("guided_regex", Json::String(rx)) => GrammarSpec::Regex(rx),
+            ("guided_grammar", Json::String(lark)) => GrammarSpec::Lark(lark),
+            ("guided_choice", Json::Array(items)) if !items.is_empty() => {
+                // Lark string literals take JSON's escapes.
+                let choices = items
+                    .iter()
+                    .map(|c| c.as_str().map(|s| Json::String(s.to_owned()).to_string()))
+                    .collect::<Option<Vec<String>>>()
+                    .ok_or_else(|| ApiError::invalid_type(field, "a non-empty array of strings"))?;
+                GrammarSpec::Lark(format!("start: {}", choices.join(" | ")))
+            }
+            ("guided_choice", _) => return Err(ApiError::invalid_type(field, "a non-empty array of strings")),
+            ("guided_json", _) => return Err(ApiError::invalid_type(field, "a JSON schema (object or text)")),
+            _ => return Err(ApiError::invalid_type(field, "a string")),
+        };
+        let size = match &spec {
+            GrammarSpec::JsonSchema(schema) => schema.to_string().len(),
+            GrammarSpec::Regex(text) | GrammarSpec::Lark(text) => text.len(),
+        };
+        if size > MAX_SCHEMA_BYTES {
+            return Err(ApiError::invalid_value(field, format!("is {size} bytes; at most {MAX_SCHEMA_BYTES}")));
+        }
+        found = Some(ResponseFormat::Guided { spec, field });
+    }
+    Ok(found)
 }
 
 /// Parses `response_format`: `{"type": "text" | "json_object"}` or
@@ -102,12 +164,18 @@ pub fn check_schema_size(param: &str, schema: &Json) -> Result<(), ApiError> {
 #[derive(Clone, Debug, PartialEq)]
 pub enum GrammarSpec {
     JsonSchema(Json),
+    /// A regular expression the whole output matches.
+    Regex(String),
+    /// A lark grammar (llguidance's dialect).
+    Lark(String),
 }
 
 impl GrammarSpec {
     fn top_level(&self) -> TopLevelGrammar {
         match self {
             Self::JsonSchema(schema) => TopLevelGrammar::from_json_schema(compact_json(schema.clone())),
+            Self::Regex(rx) => TopLevelGrammar::from_regex(rx),
+            Self::Lark(lark) => TopLevelGrammar::from_lark(lark.clone()),
         }
     }
 }
@@ -201,6 +269,25 @@ mod tests {
         assert_eq!(param(json!({"type": "json_schema"})).as_deref(), Some("response_format.json_schema"));
         let big = json!({"type": "json_schema", "json_schema": {"schema": {"enum": vec!["x".repeat(100); 1000]}}});
         assert_eq!(param(big).as_deref(), Some("response_format.json_schema.schema"));
+    }
+
+    #[test]
+    fn guided_fields_of_vllm() {
+        let parse = |v: Json| {
+            let Json::Object(obj) = v else { unreachable!() };
+            parse_output_format(&mut Fields::nested(obj, "x"))
+        };
+        let g = parse(json!({"guided_choice": ["yes", "no \"way\""]})).unwrap().unwrap();
+        assert_eq!(g.param(), "guided_choice");
+        assert_eq!(g.grammar(), Some(GrammarSpec::Lark(r#"start: "yes" | "no \"way\"""#.into())));
+        let c = fixture_compiler();
+        assert!(c.compile(&g.grammar().unwrap(), "guided_choice", 1).is_ok());
+        let g = parse(json!({"guided_json": "{\"type\": \"integer\"}"})).unwrap().unwrap();
+        assert_eq!(g.grammar(), Some(GrammarSpec::JsonSchema(json!({"type": "integer"}))));
+        assert!(c.compile(&GrammarSpec::Regex("[0-9]{3}".into()), "guided_regex", 1).is_ok());
+        let err = parse(json!({"response_format": {"type": "json_object"}, "guided_regex": "a"})).unwrap_err();
+        assert_eq!(err.param(), Some("guided_regex"));
+        assert_eq!(parse(json!({"guided_choice": []})).unwrap_err().param(), Some("guided_choice"));
     }
 
     #[test]
