@@ -663,19 +663,26 @@ fn fill_uniform_on_the_gpu_equals_the_cpu_bit_for_bit() -> Result<()> {
         return Ok(());
     }
     for dtype in [DType::F32, DType::F16, DType::BF16] {
-        for (n, seed, center, half) in [(1usize, 1u64, 0.0f32, 1.0f32), (1000, 7, 1.0, 0.1), (3 << 20, 42, 0.0, 0.054)] {
+        for (n, seed, center, half) in [(1usize, 1u64, 0.0f32, 1.0f32), (1000, 7, 1.0, 0.1), (3 << 20, 42, 0.0, 0.054)]
+        {
             let cpu = Tensor::zeros(&[n], dtype, Device::Cpu)?;
             ops::fill_uniform(&cpu, seed, center, half)?;
             let dev = Tensor::zeros(&[n], dtype, target())?;
             ops::fill_uniform(&dev, seed, center, half)?;
-            ensure!(dev.to_host_bytes()? == cpu.to_host_bytes()?, "fill_uniform {dtype} n={n} seed={seed}: devices differ");
+            ensure!(
+                dev.to_host_bytes()? == cpu.to_host_bytes()?,
+                "fill_uniform {dtype} n={n} seed={seed}: devices differ"
+            );
         }
         // A row range of a matrix (how merged dummy weights are made) is filled as its own tensor.
         let whole = Tensor::zeros(&[96, 48], dtype, target())?;
         ops::fill_uniform(&whole.narrow(0, 32, 64)?, 5, 0.0, 1.0)?;
         let alone = Tensor::zeros(&[64, 48], dtype, Device::Cpu)?;
         ops::fill_uniform(&alone, 5, 0.0, 1.0)?;
-        ensure!(whole.narrow(0, 32, 64)?.contiguous()?.to_host_bytes()? == alone.to_host_bytes()?, "{dtype}: view fill");
+        ensure!(
+            whole.narrow(0, 32, 64)?.contiguous()?.to_host_bytes()? == alone.to_host_bytes()?,
+            "{dtype}: view fill"
+        );
         ensure!(whole.narrow(0, 0, 32)?.to_f32_vec()?.iter().all(|v| *v == 0.0), "{dtype}: wrote outside the view");
     }
     Ok(())

@@ -111,7 +111,11 @@ fn gpu_token_mask_matches_the_cpu_reference() {
             let covered = words * 32;
             let disallows = (0..masked.len())
                 .any(|r| (0..vocab).any(|t| t >= covered || (mask[r * words + t / 32] >> (t % 32)) & 1 == 0));
-            assert_eq!(want.iter().any(|x| x.is_infinite()), disallows, "{rows}x{vocab} {dtype}: -inf where no mask disallows");
+            assert_eq!(
+                want.iter().any(|x| x.is_infinite()),
+                disallows,
+                "{rows}x{vocab} {dtype}: -inf where no mask disallows"
+            );
         }
     }
 }

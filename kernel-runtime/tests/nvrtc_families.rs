@@ -87,7 +87,17 @@ fn every_dense_and_attention_family_compiles_with_nvrtc_for_sm90() {
 fn every_new_family_has_a_jit_entry_and_aot_instances() {
     let (spec, _) = kernels::embedded().unwrap();
     for name in [
-        "norm", "rope", "rope_store", "skinny_gemm", "activation", "argmax", "random", "token_mask", "cast", "copy", "attention",
+        "norm",
+        "rope",
+        "rope_store",
+        "skinny_gemm",
+        "activation",
+        "argmax",
+        "random",
+        "token_mask",
+        "cast",
+        "copy",
+        "attention",
     ] {
         let family = spec.family(name).unwrap_or_else(|| panic!("family `{name}` is not in kernels.toml"));
         assert!(family.jit_entry.is_some(), "{name} has no jit_entry");

@@ -45,15 +45,16 @@ impl MoeBackendKind {
     /// `device`; the reason (naming `--moe` and the way out) when it does not.
     pub fn check(self, device: Device, dtype: DType, hidden: usize, inter: usize) -> Result<(), String> {
         match (self, device) {
-            (MoeBackendKind::Fused, Device::Cuda(_)) => ops::moe::fused_experts_support(dtype, hidden, inter)
-                .map_err(|why| {
+            (MoeBackendKind::Fused, Device::Cuda(_)) => {
+                ops::moe::fused_experts_support(dtype, hidden, inter).map_err(|why| {
                     let way_out = if matches!(dtype, DType::BF16 | DType::F16) {
                         "use --moe naive"
                     } else {
                         "use --moe naive, or --dtype bf16"
                     };
                     format!("--moe fused: {why} ({way_out})")
-                }),
+                })
+            }
             _ => Ok(()),
         }
     }
@@ -62,7 +63,13 @@ impl MoeBackendKind {
     /// the fused one and its kernels cannot run the experts (`hidden` x `inter`
     /// in `dtype` on `device`), with the reason for the log. The naive backend
     /// runs any shape and dtype, so a model never fails to load over it.
-    pub fn resolve(self, device: Device, dtype: DType, hidden: usize, inter: usize) -> (MoeBackendKind, Option<String>) {
+    pub fn resolve(
+        self,
+        device: Device,
+        dtype: DType,
+        hidden: usize,
+        inter: usize,
+    ) -> (MoeBackendKind, Option<String>) {
         match self.check(device, dtype, hidden, inter) {
             Ok(()) => (self, None),
             Err(why) => (MoeBackendKind::Naive, Some(why)),

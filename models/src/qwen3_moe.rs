@@ -71,7 +71,8 @@ impl Qwen3MoeForCausalLM {
         // Fused by default, naive where the fused kernels cannot run the experts.
         let moe = match config.moe.as_ref() {
             Some(m) => {
-                let (kind, why) = moe.resolve(weights.device(), weights.dtype(), config.hidden_size, m.moe_intermediate_size);
+                let (kind, why) =
+                    moe.resolve(weights.device(), weights.dtype(), config.hidden_size, m.moe_intermediate_size);
                 if let Some(why) = why {
                     log::warn!("{why}; running the experts on --moe naive");
                 }

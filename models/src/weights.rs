@@ -489,8 +489,14 @@ mod tests {
         let fused = vb.get_merged("qkv_proj", "weight", &[64, 32, 32], &[48]).unwrap();
         let q = vb.get("q_proj.weight", &[64, 48]).unwrap();
         let v = vb.get("v_proj.weight", &[32, 48]).unwrap();
-        assert_eq!(fused.narrow(0, 0, 64).unwrap().contiguous().unwrap().to_host_bytes().unwrap(), q.to_host_bytes().unwrap());
-        assert_eq!(fused.narrow(0, 96, 32).unwrap().contiguous().unwrap().to_host_bytes().unwrap(), v.to_host_bytes().unwrap());
+        assert_eq!(
+            fused.narrow(0, 0, 64).unwrap().contiguous().unwrap().to_host_bytes().unwrap(),
+            q.to_host_bytes().unwrap()
+        );
+        assert_eq!(
+            fused.narrow(0, 96, 32).unwrap().contiguous().unwrap().to_host_bytes().unwrap(),
+            v.to_host_bytes().unwrap()
+        );
     }
 
     #[test]

@@ -43,8 +43,8 @@ pub(crate) use attention::{decode_graph_splits, decode_kernel_fits, paged_attent
 pub(crate) use convert::{cast, copy};
 pub(crate) use gemm::linear;
 pub(crate) use norm::{fused_add_rms_norm, head_rms_norm, rms_norm};
+pub(crate) use random::fill_uniform;
 pub(crate) use rope::rope;
 pub(crate) use rope_store::rope_store;
-pub(crate) use random::fill_uniform;
 pub(crate) use sampling::{sample, sample_into};
 pub(crate) use token_mask::apply_token_mask;

@@ -95,13 +95,7 @@ pub(crate) fn operands_aligned(x: &Tensor, w: &Tensor) -> bool {
 /// contiguous, `bias` `[n]`, one 16-bit dtype (the caller checked shapes, dtypes,
 /// devices and [`operands_aligned`]). A K split runs only through the AOT library
 /// (it needs a cluster launch); a JIT-compiled instance runs unsplit.
-pub(crate) fn skinny_gemm(
-    out: &Tensor,
-    x: &Tensor,
-    w: &Tensor,
-    bias: Option<&Tensor>,
-    plan: SkinnyPlan,
-) -> Result<()> {
+pub(crate) fn skinny_gemm(out: &Tensor, x: &Tensor, w: &Tensor, bias: Option<&Tensor>, plan: SkinnyPlan) -> Result<()> {
     const OP: &str = "skinny_gemm";
     let dev = device_of(OP, x)?;
     let [m, xk] = x.dims::<2>(OP, "x")?;
@@ -146,9 +140,7 @@ pub(crate) fn skinny_gemm(
             // SAFETY: the views describe live device tensors checked by the caller
             // (bias_abi outlives the call); the launcher validates them again and
             // only enqueues work on `stream`.
-            unsafe {
-                lib.msgl_skinny_gemm(&a, &b, &c, bias_ptr, m_tiles as i32, k_splits as i32, stream)
-            }
+            unsafe { lib.msgl_skinny_gemm(&a, &b, &c, bias_ptr, m_tiles as i32, k_splits as i32, stream) }
         },
         |f| {
             // SAFETY: `p` is the msgl_skinny_gemm_params the entry takes, filled from

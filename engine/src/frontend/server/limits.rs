@@ -36,17 +36,17 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::error_handling::HandleErrorLayer;
 use axum::extract::Request;
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use axum::BoxError;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use axum::error_handling::HandleErrorLayer;
-use axum::BoxError;
 use tower::limit::ConcurrencyLimitLayer;
 use tower::load_shed::LoadShedLayer;
 use tower::ServiceBuilder;
@@ -262,9 +262,10 @@ pub async fn serve(
             let (max, retry) = (limits.max_connections, limits.retry_after_secs);
             let mut shed = hyper::server::conn::http1::Builder::new();
             shed.timer(TokioTimer::new()).header_read_timeout(SHED_HEADER_TIMEOUT).keep_alive(false);
-            let answer = hyper::service::service_fn(move |_request: hyper::Request<hyper::body::Incoming>| async move {
-                Ok::<_, std::convert::Infallible>(connection_shed_response(max, retry))
-            });
+            let answer =
+                hyper::service::service_fn(move |_request: hyper::Request<hyper::body::Incoming>| async move {
+                    Ok::<_, std::convert::Infallible>(connection_shed_response(max, retry))
+                });
             let conn = shed.serve_connection(TokioIo::new(stream), answer);
             tokio::spawn(async move {
                 let _ = conn.await;
