@@ -90,11 +90,17 @@ pub trait ModelRunner {
         Err("no step was launched on the device".into())
     }
 
-    /// [`ModelRunner::launch`] with the logits of the rows in `masks` set to
-    /// -inf where their mask disallows the token (constrained decoding), before
-    /// sampling. `false` (the default) means "call [`ModelRunner::forward`]";
-    /// the engine then masks on the host.
-    fn launch_masked(&mut self, _batch: &PreparedBatch, _masks: &TokenMasks) -> Result<bool, RunnerError> {
+    /// [`ModelRunner::launch`] for a step with constrained rows: once the
+    /// forward pass is under way, `masks` computes the step's token masks (host
+    /// work the device overlaps), and the logits of their rows are set to -inf
+    /// where the mask disallows the token before sampling. `false` (the default,
+    /// `masks` not called) means "call [`ModelRunner::forward`]"; the engine then
+    /// masks on the host.
+    fn launch_masked(
+        &mut self,
+        _batch: &PreparedBatch,
+        _masks: &mut dyn FnMut() -> Option<TokenMasks>,
+    ) -> Result<bool, RunnerError> {
         Ok(false)
     }
 }
@@ -117,7 +123,11 @@ impl<R: ModelRunner + ?Sized> ModelRunner for Box<R> {
         (**self).launch(batch)
     }
 
-    fn launch_masked(&mut self, batch: &PreparedBatch, masks: &TokenMasks) -> Result<bool, RunnerError> {
+    fn launch_masked(
+        &mut self,
+        batch: &PreparedBatch,
+        masks: &mut dyn FnMut() -> Option<TokenMasks>,
+    ) -> Result<bool, RunnerError> {
         (**self).launch_masked(batch, masks)
     }
 
@@ -475,12 +485,17 @@ impl<R: ModelRunner> Engine<R> {
         let runner_start = Instant::now();
         // Only requests with a grammar pay for constrained decoding; the engine
         // resolves the step before (`step_overlapped`), so their grammars have
-        // seen every token they sampled.
-        let masks = if self.grammars.is_empty() { None } else { self.token_masks(&prepared) };
-        let on_device = match &masks {
-            _ if prepared.needs_host_logits() => Ok(false),
-            Some(masks) => self.runner.launch_masked(&prepared, masks).map_err(EngineError::Runner),
-            None => self.runner.launch(&prepared).map_err(EngineError::Runner),
+        // seen every token they sampled. On a device the masks are computed
+        // while the forward pass runs.
+        let constrained = !self.grammars.is_empty();
+        let on_device = if prepared.needs_host_logits() {
+            Ok(false)
+        } else if constrained {
+            let (grammars, vocab_size) = (&mut self.grammars, self.vocab_size);
+            let mut masks = || step_token_masks(grammars, vocab_size, &prepared);
+            self.runner.launch_masked(&prepared, &mut masks).map_err(EngineError::Runner)
+        } else {
+            self.runner.launch(&prepared).map_err(EngineError::Runner)
         };
         let on_device = match on_device {
             Ok(d) => d,
@@ -510,13 +525,14 @@ impl<R: ModelRunner> Engine<R> {
                     got_vocab: logits.vocab_size(),
                 });
             }
+            let masks = if constrained { self.token_masks(&prepared) } else { None };
             Some(self.sample_on_host(&prepared, logits, masks.as_ref()))
         };
         let launched = self.scheduler.launch(&prepared);
         if let Some((tokens, _)) = &host {
             self.host_tokens = Some((launched.step(), tokens.clone()));
         }
-        let grammar_rows = masks.is_some().then(|| prepared.sampling_req_ids().collect());
+        let grammar_rows = constrained.then(|| prepared.sampling_req_ids().collect());
         Ok(InFlight { launched, grammar_rows, host })
     }
 
@@ -629,30 +645,7 @@ impl<R: ModelRunner> Engine<R> {
     /// pass can run it while the previous step computes, once that step's
     /// tokens have advanced the grammars.
     pub fn token_masks(&mut self, prepared: &PreparedBatch) -> Option<TokenMasks> {
-        let rows: HashMap<ReqId, u32> = prepared
-            .sampling_req_ids()
-            .enumerate()
-            .filter(|(_, id)| self.grammars.contains_key(id))
-            .map(|(row, id)| (id, row as u32))
-            .collect();
-        if rows.is_empty() {
-            return None;
-        }
-        let mut work: Vec<(u32, &mut Grammar)> =
-            self.grammars.iter_mut().filter_map(|(id, g)| rows.get(id).map(|&row| (row, g))).collect();
-        work.sort_unstable_by_key(|(row, _)| *row);
-        let mut masks = TokenMasks::zeroed(self.vocab_size, work.iter().map(|(row, _)| *row).collect());
-        let words = masks.words_per_row();
-        // Rows are independent and a mask can take a good fraction of a
-        // millisecond over a large vocabulary: spread them over the cores.
-        if work.len() > 1 {
-            masks.bits_mut().par_chunks_mut(words).zip(work.par_iter_mut()).for_each(|(out, (_, g))| g.fill_mask(out));
-        } else {
-            for (out, (_, g)) in masks.bits_mut().chunks_mut(words).zip(work.iter_mut()) {
-                g.fill_mask(out);
-            }
-        }
-        Some(masks)
+        step_token_masks(&mut self.grammars, self.vocab_size, prepared)
     }
 
     /// Feeds each grammar the token its row sampled; returns the requests
@@ -837,4 +830,38 @@ impl<R: ModelRunner> Engine<R> {
         }
         Ok(())
     }
+}
+
+/// The token masks of a step's rows whose request has a grammar in `grammars`
+/// (`None` when none has): [`Engine::token_masks`], as a function of the
+/// grammars alone so that a runner can call it while the forward pass runs.
+fn step_token_masks(
+    grammars: &mut HashMap<ReqId, Grammar>,
+    vocab_size: usize,
+    prepared: &PreparedBatch,
+) -> Option<TokenMasks> {
+    let rows: HashMap<ReqId, u32> = prepared
+        .sampling_req_ids()
+        .enumerate()
+        .filter(|(_, id)| grammars.contains_key(id))
+        .map(|(row, id)| (id, row as u32))
+        .collect();
+    if rows.is_empty() {
+        return None;
+    }
+    let mut work: Vec<(u32, &mut Grammar)> =
+        grammars.iter_mut().filter_map(|(id, g)| rows.get(id).map(|&row| (row, g))).collect();
+    work.sort_unstable_by_key(|(row, _)| *row);
+    let mut masks = TokenMasks::zeroed(vocab_size, work.iter().map(|(row, _)| *row).collect());
+    let words = masks.words_per_row();
+    // Rows are independent and a mask can take a good fraction of a
+    // millisecond over a large vocabulary: spread them over the cores.
+    if work.len() > 1 {
+        masks.bits_mut().par_chunks_mut(words).zip(work.par_iter_mut()).for_each(|(out, (_, g))| g.fill_mask(out));
+    } else {
+        for (out, (_, g)) in masks.bits_mut().chunks_mut(words).zip(work.iter_mut()) {
+            g.fill_mask(out);
+        }
+    }
+    Some(masks)
 }

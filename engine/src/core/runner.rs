@@ -304,9 +304,14 @@ fn sample_row(row: &SamplingRow) -> SampleRow {
 
 impl CausalLmRunner {
     /// Runs the step and samples on the device into the device token buffer
-    /// (masking the rows of `masks` first); `false` on the CPU, where the engine
-    /// samples the host logits.
-    fn launch_with(&mut self, batch: &PreparedBatch, masks: Option<&TokenMasks>) -> Result<bool, RunnerError> {
+    /// (masking the rows of the masks `masks` computes, once the forward pass is
+    /// queued, first); `false` on the CPU, where the engine samples the host
+    /// logits.
+    fn launch_with(
+        &mut self,
+        batch: &PreparedBatch,
+        masks: Option<&mut dyn FnMut() -> Option<TokenMasks>>,
+    ) -> Result<bool, RunnerError> {
         if self.model.device() == Device::Cpu {
             return Ok(false);
         }
@@ -314,7 +319,7 @@ impl CausalLmRunner {
             self.tokens = Some(DeviceTokens::new(self.model.device())?);
         }
         let logits = self.logits(batch)?;
-        if let Some(masks) = masks {
+        if let Some(masks) = masks.and_then(|compute| compute()) {
             ops::apply_token_mask(&logits, masks.bits(), masks.words_per_row(), masks.rows())?;
         }
         let rows: Vec<SampleRow> = batch.sampling().iter().map(sample_row).collect();
@@ -338,8 +343,13 @@ impl ModelRunner for CausalLmRunner {
     }
 
     /// As [`Self::launch`], masking the constrained rows' logits on the device
-    /// before sampling (the masks go up, a few KiB per row).
-    fn launch_masked(&mut self, batch: &PreparedBatch, masks: &TokenMasks) -> Result<bool, RunnerError> {
+    /// before sampling: the masks are computed once the forward pass is queued
+    /// (the GPU runs it meanwhile) and go up through pinned staging.
+    fn launch_masked(
+        &mut self,
+        batch: &PreparedBatch,
+        masks: &mut dyn FnMut() -> Option<TokenMasks>,
+    ) -> Result<bool, RunnerError> {
         self.launch_with(batch, Some(masks))
     }
 

@@ -2,8 +2,12 @@
 //! constrained decoding go up as one `[num_masked, words]` int32 tensor with the
 //! row index of each, and the kernel sets the disallowed logits to -inf in place.
 
+use std::sync::Mutex;
+
 use crate::device::Device;
-use crate::error::Result;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::staging::Upload;
 use crate::sys::kernels::msgl_token_mask_params;
 use crate::tensor::Tensor;
 
@@ -17,13 +21,42 @@ const THREADS: usize = 1024;
 pub(crate) fn apply_token_mask(logits: &Tensor, mask: &[u32], words_per_row: usize, rows: &[u32]) -> Result<()> {
     const OP: &str = "apply_token_mask";
     let dev = device_of(OP, logits)?;
-    let [num_rows, vocab] = logits.dims::<2>(OP, "logits")?;
     let device = Device::Cuda(dev.ordinal());
-    // The kernel reads the words as unsigned: the cast keeps the bits.
-    let bits: Vec<i32> = mask.iter().map(|&w| w as i32).collect();
-    let idx: Vec<i32> = rows.iter().map(|&r| r as i32).collect();
-    let mask_t = Tensor::from_slice(&bits, &[rows.len(), words_per_row], device)?;
-    let rows_t = Tensor::from_slice(&idx, &[rows.len()], device)?;
+    let mask_t = Tensor::empty(&[rows.len(), words_per_row], DType::I32, device)?;
+    let rows_t = Tensor::empty(&[rows.len()], DType::I32, device)?;
+    {
+        // The masks go up through pinned staging, without waiting for the
+        // stream: the forward pass that makes these logits may still be running
+        // (a synchronous copy would wait for it, then leave the GPU idle).
+        let mut staging = STAGING.lock().map_err(|_| Error::arg(OP, "the mask staging was poisoned by a panic"))?;
+        let upload = match staging.iter_mut().position(|(o, _)| *o == dev.ordinal()) {
+            Some(i) => &mut staging[i].1,
+            None => {
+                staging.push((dev.ordinal(), Upload::new(device)?));
+                let last = staging.len() - 1;
+                &mut staging[last].1
+            }
+        };
+        upload.begin()?;
+        // The kernel reads the words as unsigned: the cast keeps the bits.
+        upload.write_rows(&mask_t, bytemuck::cast_slice::<u32, i32>(mask), words_per_row)?;
+        upload.write_rows(&rows_t, bytemuck::cast_slice::<u32, i32>(rows), 1)?;
+    }
+    apply_token_mask_tensors(logits, &mask_t, &rows_t)
+}
+
+/// Pinned staging for the masks, one per device (the engine's thread is the
+/// only user in a server; a lock keeps other callers correct).
+static STAGING: Mutex<Vec<(usize, Upload)>> = Mutex::new(Vec::new());
+
+/// Applies the masks already on the device: `mask` `[n, words]` int32 (the
+/// words' bits), `rows` `[n]` int32 row indices of `logits`, both contiguous
+/// (the op checked the host copies against the logits).
+fn apply_token_mask_tensors(logits: &Tensor, mask_t: &Tensor, rows_t: &Tensor) -> Result<()> {
+    const OP: &str = "apply_token_mask";
+    let dev = device_of(OP, logits)?;
+    let [num_rows, vocab] = logits.dims::<2>(OP, "logits")?;
+    let [num_masked, words_per_row] = mask_t.dims::<2>(OP, "mask")?;
     let row_stride = if num_rows > 1 { logits.strides()[0] } else { vocab };
     let blocks_per_row = vocab.div_ceil(THREADS);
     let p = msgl_token_mask_params {
@@ -33,19 +66,19 @@ pub(crate) fn apply_token_mask(logits: &Tensor, mask: &[u32], words_per_row: usi
         vocab: vocab as i64,
         row_stride: row_stride as i64,
         words_per_row: words_per_row as i64,
-        num_masked: rows.len() as i64,
+        num_masked: num_masked as i64,
         blocks_per_row: blocks_per_row as i64,
     };
-    let grid = grid_u32(OP, rows.len() * blocks_per_row)?;
+    let grid = grid_u32(OP, num_masked * blocks_per_row)?;
     let (a, b, c) = (logits.abi(), mask_t.abi(), rows_t.abi());
     dispatch(
         OP,
         dev,
         "token_mask",
         &[("DTYPE", dtype_code(logits))],
-        // SAFETY: the views describe live device tensors: the logits checked by the
-        // op, and the mask and rows uploaded above, which the caching allocator only
-        // reuses for work enqueued later on the same stream.
+        // SAFETY: the views describe live device tensors checked by the op (the
+        // logits, and the masks and rows it was given or uploaded), which the
+        // caching allocator only reuses for work enqueued later on the same stream.
         |lib, stream| unsafe { lib.msgl_token_mask(&a, &b, &c, stream) },
         // SAFETY: `p` is the msgl_token_mask_params the entry takes, filled from the
         // same tensors; the op checked every row index against the logits' rows.
