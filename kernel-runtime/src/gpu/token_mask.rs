@@ -40,7 +40,7 @@ pub(crate) fn apply_token_mask(logits: &Tensor, mask: &[u32], words_per_row: usi
         upload.begin()?;
         // The kernel reads the words as unsigned: the cast keeps the bits.
         upload.write_rows(&mask_t, bytemuck::cast_slice::<u32, i32>(mask), words_per_row)?;
-        upload.write_rows(&rows_t, bytemuck::cast_slice::<u32, i32>(rows), 1)?;
+        upload.write_rows(&rows_t, bytemuck::cast_slice::<u32, i32>(rows), rows.len())?;
     }
     apply_token_mask_tensors(logits, &mask_t, &rows_t)
 }
