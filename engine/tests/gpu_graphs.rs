@@ -14,46 +14,22 @@
 
 #[path = "../../models/tests/common/mod.rs"]
 mod common;
+mod gpu_support;
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use common::{argmax, cases, fixture, rel_l2, top2_gap, DENSE};
 use engine::core::runner::CausalLmRunner;
+use gpu_support::{dummy, gpu_enabled, load_fixture_gpu};
 use kernel_runtime::cuda::EventTimer;
 use kernel_runtime::ops::{self, SampleRow};
-use kernel_runtime::{DType, Device};
-use models::registry::model_loader;
-use models::{
-    load_model, AttnBackendKind, AttnBackendSpec, CausalLm, ForwardBatch, LoadFormat, LoadOptions, LogitRows,
-    ModelConfig, MoeBackendKind, SeqStep, Weights,
-};
+use models::{ForwardBatch, LogitRows, SeqStep};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const PAGE: usize = 16;
-
-fn gpu_enabled() -> bool {
-    if std::env::var("MINISGL_GPU_TESTS").as_deref() != Ok("1") {
-        eprintln!("skipped: set MINISGL_GPU_TESTS=1 on a machine with a GPU");
-        return false;
-    }
-    true
-}
-
-fn dummy(config: &str) -> Box<dyn CausalLm> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/configs").join(config);
-    let options = LoadOptions {
-        device: Device::Cuda(0),
-        dtype: Some(DType::BF16),
-        load_format: LoadFormat::Dummy,
-        attn: AttnBackendSpec::single(AttnBackendKind::Paged),
-        moe: MoeBackendKind::Fused,
-        // The runners below serve up to 4096 tokens.
-        max_context: Some(4096),
-    };
-    load_model(&dir, &options).unwrap()
-}
+/// The runners below serve up to 4096 tokens.
+const MAX_CONTEXT: usize = 4096;
 
 /// Sequences of the given prompt lengths with their own pages (room for `extra`
 /// more tokens), prefilled eagerly with random tokens.
@@ -96,7 +72,7 @@ fn graph_replay_equals_eager_step_gpu() {
     if !gpu_enabled() {
         return;
     }
-    let model = dummy("qwen3-0.6b");
+    let model = dummy("qwen3-0.6b", MAX_CONTEXT);
     let vocab = model.vocab_size();
     let mut runner = CausalLmRunner::new(model, 20_000, PAGE, 4096).unwrap();
     let capture = runner.capture_decode_graphs(256).unwrap();
@@ -130,15 +106,6 @@ fn graph_replay_equals_eager_step_gpu() {
     }
 }
 
-fn load_fixture_gpu(name: &str) -> Box<dyn CausalLm> {
-    let dir = fixture(name);
-    let mut config = ModelConfig::from_folder(&dir).unwrap();
-    config.rope.inv_freq_dtype = config.torch_dtype.expect("fixture configs state their dtype");
-    let weights = Weights::safetensors(&dir, DType::BF16, Device::Cuda(0)).unwrap();
-    let attn = AttnBackendKind::Paged.create().unwrap();
-    model_loader(&config.architecture).unwrap()(&config, &weights, attn, MoeBackendKind::Fused).unwrap()
-}
-
 /// The dense fixtures' teacher-forced decode with every step replayed from a
 /// graph, within the tolerance `models/tests/gpu_fixtures.rs` holds eager steps to.
 #[test]
@@ -147,7 +114,7 @@ fn dense_fixtures_decode_through_graphs_gpu() {
         return;
     }
     for name in DENSE {
-        let model = load_fixture_gpu(name);
+        let model = load_fixture_gpu(&fixture(name));
         let vocab = model.vocab_size();
         let mut runner = CausalLmRunner::new(model, 64, PAGE, 512).unwrap();
         runner.capture_decode_graphs(4).unwrap();
@@ -186,7 +153,7 @@ fn step_times(config: &str, batches: &[usize]) {
     if !gpu_enabled() {
         return;
     }
-    let model = dummy(config);
+    let model = dummy(config, MAX_CONTEXT);
     let mut runner = CausalLmRunner::new(model, 8192, PAGE, 4096).unwrap();
     runner.capture_decode_graphs(*batches.iter().max().unwrap_or(&1)).unwrap();
     let dev = kernel_runtime::cuda::device(0).unwrap();

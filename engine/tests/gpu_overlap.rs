@@ -13,8 +13,8 @@
 
 #[path = "../../models/tests/common/mod.rs"]
 mod common;
+mod gpu_support;
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use common::{cases, fixture, DENSE};
@@ -23,46 +23,14 @@ use engine::core::kvcache::CacheKind;
 use engine::core::req::SamplingParams;
 use engine::core::runner::CausalLmRunner;
 use engine::core::scheduler::{SchedulePolicy, SchedulerConfig};
-use kernel_runtime::{DType, Device};
-use models::registry::model_loader;
-use models::{
-    load_model, AttnBackendKind, AttnBackendSpec, CausalLm, LoadFormat, LoadOptions, ModelConfig, MoeBackendKind,
-    Weights,
-};
+use gpu_support::{dummy, gpu_enabled, load_fixture_gpu};
+use models::CausalLm;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 const PAGE: usize = 16;
-
-fn gpu_enabled() -> bool {
-    if std::env::var("MINISGL_GPU_TESTS").as_deref() != Ok("1") {
-        eprintln!("skipped: set MINISGL_GPU_TESTS=1 on a machine with a GPU");
-        return false;
-    }
-    true
-}
-
-fn dummy(config: &str) -> Box<dyn CausalLm> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/configs").join(config);
-    let options = LoadOptions {
-        device: Device::Cuda(0),
-        dtype: Some(DType::BF16),
-        load_format: LoadFormat::Dummy,
-        attn: AttnBackendSpec::single(AttnBackendKind::Paged),
-        moe: MoeBackendKind::Fused,
-        max_context: Some(2048),
-    };
-    load_model(&dir, &options).unwrap()
-}
-
-fn load_fixture_gpu(name: &str) -> Box<dyn CausalLm> {
-    let dir = fixture(name);
-    let mut config = ModelConfig::from_folder(&dir).unwrap();
-    config.rope.inv_freq_dtype = config.torch_dtype.expect("fixture configs state their dtype");
-    let weights = Weights::safetensors(&dir, DType::BF16, Device::Cuda(0)).unwrap();
-    let attn = AttnBackendKind::Paged.create().unwrap();
-    model_loader(&config.architecture).unwrap()(&config, &weights, attn, MoeBackendKind::Fused).unwrap()
-}
+/// Context the dummy model serves (the longest request below fits).
+const MAX_CONTEXT: usize = 2048;
 
 /// An engine over `model` with decode graphs up to `max_batch` rows.
 fn engine(model: Box<dyn CausalLm>, num_pages: usize, max_context: usize, max_batch: usize) -> Engine<CausalLmRunner> {
@@ -128,7 +96,7 @@ fn overlap_equals_no_overlap_qwen3_0_6b_gpu() {
     }
     let mut r = StdRng::seed_from_u64(17);
     for b in [1usize, 7, 64, 256] {
-        let model = dummy("qwen3-0.6b");
+        let model = dummy("qwen3-0.6b", MAX_CONTEXT);
         let vocab = model.vocab_size() as u32;
         let mut engine = engine(model, 256 * 2048 / PAGE + 64, 2048, b);
         let requests: Vec<GenerateRequest> = (0..b)
@@ -150,7 +118,7 @@ fn overlap_equals_no_overlap_dense_fixtures_gpu() {
         return;
     }
     for name in DENSE {
-        let model = load_fixture_gpu(name);
+        let model = load_fixture_gpu(&fixture(name));
         let mut engine = engine(model, 256, 512, 8);
         let requests: Vec<GenerateRequest> = cases(name)
             .iter()
