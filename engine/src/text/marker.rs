@@ -19,6 +19,23 @@ pub fn partial_marker_len(text: &str, markers: &[&str]) -> usize {
     longest
 }
 
+/// `text` cut into pieces of `step` bytes (each stretched to the next char
+/// boundary), as a stream would deliver it: the parsers' tests feed these.
+#[cfg(test)]
+pub(crate) fn stream_pieces(text: &str, step: usize) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    while start < text.len() {
+        let mut end = (start + step).min(text.len());
+        while !text.is_char_boundary(end) {
+            end += 1;
+        }
+        pieces.push(&text[start..end]);
+        start = end;
+    }
+    pieces
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -156,14 +156,8 @@ mod tests {
     fn split(prompt: &str, output: &str, step: usize) -> (String, String) {
         let mut s = ReasoningSplitter::new(prompt);
         let mut pieces = Vec::new();
-        let mut start = 0;
-        while start < output.len() {
-            let mut end = (start + step).min(output.len());
-            while !output.is_char_boundary(end) {
-                end += 1;
-            }
-            pieces.extend(s.push(&output[start..end]));
-            start = end;
+        for piece in crate::text::marker::stream_pieces(output, step) {
+            pieces.extend(s.push(piece));
         }
         pieces.extend(s.finish());
         let (mut reasoning, mut content) = (String::new(), String::new());

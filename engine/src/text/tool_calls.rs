@@ -301,14 +301,8 @@ mod tests {
     fn parse(format: ToolCallFormat, output: &str, step: usize) -> Vec<ToolPiece> {
         let mut s = ToolCallStream::new(format);
         let mut pieces = Vec::new();
-        let mut start = 0;
-        while start < output.len() {
-            let mut end = (start + step).min(output.len());
-            while !output.is_char_boundary(end) {
-                end += 1;
-            }
-            pieces.extend(s.push(&output[start..end]));
-            start = end;
+        for piece in crate::text::marker::stream_pieces(output, step) {
+            pieces.extend(s.push(piece));
         }
         pieces.extend(s.finish());
         let mut merged: Vec<ToolPiece> = Vec::new();
