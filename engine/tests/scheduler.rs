@@ -14,6 +14,7 @@ use std::collections::HashMap;
 
 use engine::core::engine::{
     Engine, EngineConfig, EngineError, GenerateOutput, GenerateRequest, LengthLimit, ModelRunner, RunnerError,
+    SampledStep,
 };
 use engine::core::kvcache::CacheKind;
 use engine::core::req::{FinishReason, PreparedBatch, ReqId, SamplingParams};
@@ -21,6 +22,9 @@ use engine::core::sampling::logprobs::{token_logprobs, TokenLogprobs};
 use engine::core::sampling::penalties::Penalties;
 use engine::core::sampling::{self, Logits, SamplingRow};
 use engine::core::scheduler::{SchedulePolicy, SchedulerConfig};
+use kernel_runtime::ops::{self, CountKind, RowLogprobs};
+use kernel_runtime::staging::Upload;
+use kernel_runtime::{DType, Device, Tensor};
 
 const VOCAB: usize = 48;
 const EOS: u32 = 0;
@@ -60,10 +64,16 @@ struct FakeLm {
     max_batch_rows: usize,
     /// Sample "on the device" (`launch`/`wait`), as the GPU runner does: with
     /// the batch's sampling rows only, so penalties and log probabilities
-    /// must make the engine take the host path instead.
+    /// must make the engine take the host path instead...
     device_sampling: bool,
+    /// ...unless the "device" also does those (`samples_extras`), as the GPU
+    /// runner does: with kernel-runtime's penalty and log-probability ops on
+    /// host tensors (their CPU references) and counters kept per penalty slot.
+    device_extras: bool,
+    /// The "device's" penalty counters.
+    counts: Option<Tensor>,
     /// Ids of the steps launched on the "device" and not waited for.
-    launched: std::collections::VecDeque<Vec<u32>>,
+    launched: std::collections::VecDeque<SampledStep>,
     /// For each of those steps, the pages it reads and whose they are.
     in_flight_reads: std::collections::VecDeque<HashMap<usize, ReqId>>,
     /// Pages written while a step in flight read them for another request.
@@ -77,6 +87,8 @@ impl FakeLm {
             kv: vec![None; config.scheduler.num_pages * config.scheduler.page_size],
             max_batch_rows: 0,
             device_sampling: false,
+            device_extras: false,
+            counts: None,
             launched: Default::default(),
             in_flight_reads: Default::default(),
             page_violations: Vec::new(),
@@ -85,6 +97,60 @@ impl FakeLm {
 }
 
 impl FakeLm {
+    /// Samples the step's rows with its extras, as the GPU runner's device
+    /// does: penalty slots set up and applied from their counters, the sampled
+    /// tokens counted, log probabilities of the raw logits.
+    fn sample_with_extras(&mut self, b: &PreparedBatch, logits: &Logits) -> Result<SampledStep, RunnerError> {
+        let extras = b.extras();
+        let rows = logits.num_rows();
+        let flat: Vec<f32> = (0..rows).flat_map(|r| logits.row(r).to_vec()).collect();
+        let raw = Tensor::from_slice(&flat, &[rows, VOCAB], Device::Cpu)?;
+        let work = ops::cast(&raw, DType::F32)?;
+        let mut upload = Upload::new(Device::Cpu)?;
+        let needed = extras.penalties.iter().map(|p| p.slot as usize + 1).max().unwrap_or(0);
+        if self.counts.as_ref().is_none_or(|c| c.dim(0) < needed) {
+            let grown = Tensor::zeros(&[needed.max(1), VOCAB], DType::I32, Device::Cpu)?;
+            if let Some(old) = self.counts.take() {
+                ops::copy(&grown.narrow(0, 0, old.dim(0))?, &old)?;
+            }
+            self.counts = Some(grown);
+        }
+        let counts = self.counts.clone().ok_or("counts")?;
+        for setup in &extras.setups {
+            counts.narrow(0, setup.slot as usize, 1)?.fill_zero()?;
+            for (kind, tokens) in [(CountKind::Prompt, &setup.prompt), (CountKind::Output, &setup.outputs)] {
+                let slots = vec![setup.slot as i32; tokens.len()];
+                let tokens: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+                let (slots_t, tokens_t) = (
+                    Tensor::from_slice(&slots, &[slots.len()], Device::Cpu)?,
+                    Tensor::from_slice(&tokens, &[tokens.len()], Device::Cpu)?,
+                );
+                ops::penalty_count(&counts, &slots_t, &tokens_t, kind)?;
+            }
+        }
+        ops::apply_penalties(&work, &counts, &extras.penalties, &mut upload)?;
+        let penalised = Logits::new(work.to_vec::<f32>()?, VOCAB);
+        let tokens = sampling::sample(&penalised, b.sampling());
+        let sampled_ids: Vec<i32> = tokens.iter().map(|&t| t as i32).collect();
+        let sampled = Tensor::from_slice(&sampled_ids, &[rows], Device::Cpu)?;
+        let slots = extras.row_slots(rows);
+        ops::penalty_count(&counts, &Tensor::from_slice(&slots, &[rows], Device::Cpu)?, &sampled, CountKind::Output)?;
+        let mut logprobs = Vec::new();
+        if !extras.logprobs.is_empty() {
+            let top_n = extras.max_top_logprobs();
+            let cols = ops::logprobs_cols(top_n);
+            let lp_rows: Vec<u32> = extras.logprobs.iter().map(|&(r, _)| r).collect();
+            let out = Tensor::zeros(&[lp_rows.len(), cols], DType::I32, Device::Cpu)?;
+            ops::logprobs(&raw, &lp_rows, &sampled, top_n, &out, &mut upload)?;
+            let words = out.to_vec::<i32>()?;
+            for (k, &(row, n)) in extras.logprobs.iter().enumerate() {
+                let RowLogprobs { token, logprob, top } = RowLogprobs::decode(&words[k * cols..(k + 1) * cols], n, VOCAB);
+                logprobs.push((row, TokenLogprobs { token, logprob, top }));
+            }
+        }
+        Ok(SampledStep { tokens, logprobs })
+    }
+
     /// The forward pass over the step `b` feeding `ids` (its input ids with
     /// the deferred ones filled in).
     fn forward_ids(&mut self, b: &PreparedBatch, ids: &[u32]) -> Result<Logits, RunnerError> {
@@ -196,23 +262,35 @@ impl ModelRunner for FakeLm {
         if !self.device_sampling {
             return Ok(false);
         }
+        if !b.extras().is_empty() && !self.device_extras {
+            return Err("extras for a runner that does not sample them".into());
+        }
         let mut ids = b.input_ids().to_vec();
         for d in b.deferred() {
             let prev = self.launched.back().ok_or("deferred tokens with nothing launched")?;
-            ids[d.token as usize] = prev[d.row as usize];
+            ids[d.token as usize] = prev.tokens[d.row as usize];
         }
         self.record_pages(b);
         let logits = self.forward_ids(b, &ids)?;
-        self.launched.push_back(sampling::sample(&logits, b.sampling()));
+        let sampled = if b.extras().is_empty() {
+            SampledStep::from(sampling::sample(&logits, b.sampling()))
+        } else {
+            self.sample_with_extras(b, &logits)?
+        };
+        self.launched.push_back(sampled);
         if self.launched.len() > 2 {
             return Err("more than two steps launched and not waited for".into());
         }
         Ok(true)
     }
 
-    fn wait(&mut self) -> Result<Vec<u32>, RunnerError> {
+    fn wait(&mut self) -> Result<SampledStep, RunnerError> {
         self.in_flight_reads.pop_front();
         Ok(self.launched.pop_front().ok_or("nothing launched")?)
+    }
+
+    fn samples_extras(&self) -> bool {
+        self.device_sampling && self.device_extras
     }
 
     fn vocab_size(&self) -> usize {
@@ -810,6 +888,36 @@ fn penalties_and_logprobs_take_the_host_path_next_to_device_sampling() {
     check_together_on(config(4, 512, 256, CacheKind::Radix, SchedulePolicy::Mixed), true);
 }
 
+/// Penalties and log probabilities on a "device" that does them, without
+/// overlap, and with slots handed out again: more penalised requests over
+/// time than run at once, in a pool small enough to preempt.
+#[test]
+fn penalties_and_logprobs_on_the_device_equal_the_host_path() {
+    for (pages, max_running) in [(512, 64), (64, 2)] {
+        let mut cfg = config(4, pages, 256, CacheKind::Radix, SchedulePolicy::Mixed);
+        cfg.scheduler.max_running_requests = max_running;
+        let requests = sixteen_requests();
+        let mut engine = new_engine(cfg);
+        engine.runner_mut().device_sampling = true;
+        engine.runner_mut().device_extras = true;
+        let ids: Vec<ReqId> = requests.iter().map(|r| engine.add_request(r.clone()).expect("valid")).collect();
+        let (_, finished, logprobs) = drive(&mut engine, max_running);
+        let outputs: Vec<GenerateOutput> = ids.iter().map(|id| finished[id].clone()).collect();
+        assert_matches_oracle(&requests, &outputs);
+        for (i, id) in ids.iter().enumerate() {
+            let want = oracle_with_logprobs(&requests[i]).2;
+            assert_eq!(logprobs.get(id).cloned().unwrap_or_default(), want, "log probabilities of request {i}");
+        }
+        assert_pool_whole(&mut engine);
+        let penalised = requests.iter().filter(|r| !r.params.penalties.is_neutral()).count();
+        let slots = engine.runner().counts.as_ref().map_or(0, |c| c.dim(0));
+        assert!(penalised > 0 && slots > 0, "no request had penalties");
+        if max_running < penalised {
+            assert!(slots <= max_running, "{slots} slots for at most {max_running} running requests");
+        }
+    }
+}
+
 #[test]
 fn penalties_change_what_is_sampled() {
     // Greedy with a strong repetition penalty never picks a token twice when
@@ -874,9 +982,25 @@ fn device_requests() -> Vec<GenerateRequest> {
 /// non-overlapped engine produces: every other test checks that), the stream
 /// against the reports, the fake device's page records, and the pool.
 fn check_overlapped(cfg: EngineConfig, requests: &[GenerateRequest], device_sampling: bool) -> Engine<FakeLm> {
+    check_overlapped_on(cfg, requests, device_sampling, false)
+}
+
+/// [`check_overlapped`] on a "device" that applies penalties and computes log
+/// probabilities itself: no step waits for the one in flight.
+fn check_overlapped_extras(cfg: EngineConfig, requests: &[GenerateRequest]) -> Engine<FakeLm> {
+    check_overlapped_on(cfg, requests, true, true)
+}
+
+fn check_overlapped_on(
+    cfg: EngineConfig,
+    requests: &[GenerateRequest],
+    device_sampling: bool,
+    device_extras: bool,
+) -> Engine<FakeLm> {
     let max_running = cfg.scheduler.max_running_requests;
     let mut engine = new_engine(cfg);
     engine.runner_mut().device_sampling = device_sampling;
+    engine.runner_mut().device_extras = device_extras;
     engine.set_overlap(true).expect("idle");
     let ids: Vec<ReqId> = requests.iter().map(|r| engine.add_request(r.clone()).expect("valid request")).collect();
     let (streamed, finished, logprobs) = drive(&mut engine, max_running);
@@ -902,8 +1026,10 @@ macro_rules! overlap_cases {
             let engine = check_overlapped(cfg.clone(), &device_requests(), true);
             assert!(engine.stats().num_steps > 0);
             // With penalties and log probabilities: those steps wait for the
-            // one in flight and sample on the host.
+            // one in flight and sample on the host...
             check_overlapped(cfg.clone(), &sixteen_requests(), true);
+            // ...or, on a "device" that does them, are launched behind it too.
+            check_overlapped_extras(cfg.clone(), &sixteen_requests());
             // A host-sampling runner (the CPU path), overlapped all the same.
             check_overlapped(cfg, &sixteen_requests(), false);
         }

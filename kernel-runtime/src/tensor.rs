@@ -159,6 +159,22 @@ impl Tensor {
         Ok(t)
     }
 
+    /// Sets every element of this contiguous tensor (or view) to zero bits,
+    /// enqueued on the device's stream without waiting (a plain write on the host).
+    pub fn fill_zero(&self) -> Result<()> {
+        self.expect_contiguous("fill_zero", "tensor")?;
+        let bytes = self.size_in_bytes();
+        match self.buffer.as_ref() {
+            Buffer::Device(d) => d.device.memset(self.device_ptr(), 0, bytes),
+            // SAFETY: the contiguous span of this view lies inside the host buffer;
+            // no other slice of it is live (ops' ordering rule).
+            Buffer::Host(_) => unsafe {
+                std::ptr::write_bytes(self.host_ptr(), 0, bytes);
+                Ok(())
+            },
+        }
+    }
+
     /// A tensor holding a copy of `data` (row-major) with `shape`.
     pub fn from_slice<T: Element>(data: &[T], shape: &[usize], device: Device) -> Result<Tensor> {
         Tensor::from_bytes(bytemuck::cast_slice(data), T::DTYPE, shape, device)

@@ -119,3 +119,132 @@ fn gpu_token_mask_matches_the_cpu_reference() {
         }
     }
 }
+
+/// Logits with what trips ordering and reductions up: exact ties (bf16 makes
+/// many more), +-0, -inf and NaN.
+fn awkward_logits(rng: &mut rand::rngs::StdRng, rows: usize, vocab: usize) -> Vec<f32> {
+    (0..rows * vocab)
+        .map(|_| match rng.gen_range(0..100) {
+            0 => f32::NEG_INFINITY,
+            1 => f32::NAN,
+            2 => 0.0,
+            3 => -0.0,
+            4..=20 => (rng.gen_range(-8..8) as f32) * 0.5,
+            _ => rng.gen_range(-9.0f32..9.0),
+        })
+        .collect()
+}
+
+/// `penalty_count` then `apply_penalties` on the device equal the CPU
+/// reference bit for bit (the same f32 operations), for every float dtype,
+/// with repeated and out-of-range tokens, skipped slots and rows not penalised.
+#[test]
+fn gpu_penalties_match_the_cpu_reference() {
+    if !common::enabled_or_dry_run() {
+        return;
+    }
+    use kernel_runtime::ops::{apply_penalties, penalty_count, CountKind, PenaltyRow};
+    use kernel_runtime::staging::Upload;
+    let dev = common::target();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(21);
+    for (rows, vocab, slots) in [(1, 7, 1), (5, 1000, 6), (33, 151_936, 40)] {
+        let values = awkward_logits(&mut rng, rows, vocab);
+        let entries = 4 * vocab.min(5000);
+        let slot_ids: Vec<i32> = (0..entries).map(|_| rng.gen_range(-1..slots as i32 + 1)).collect();
+        let tokens: Vec<i32> = (0..entries).map(|_| rng.gen_range(-2..vocab as i32 + 2)).collect();
+        let prompt_slots: Vec<i32> = slot_ids.iter().rev().copied().collect();
+        let penalised: Vec<PenaltyRow> = (0..rows)
+            .filter(|r| r % 4 != 3)
+            .map(|r| PenaltyRow {
+                row: r as u32,
+                slot: rng.gen_range(0..slots as u32),
+                repetition: [1.0, 1.3, 0.6][r % 3],
+                frequency: [0.0, 0.7, -0.25][(r / 3) % 3],
+                presence: [0.0, -1.5, 0.4][(r / 2) % 3],
+            })
+            .collect();
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let run = |device: Device| {
+                let counts = Tensor::zeros(&[slots, vocab], DType::I32, device).unwrap();
+                let up = |v: &[i32]| Tensor::from_slice(v, &[v.len()], device).unwrap();
+                penalty_count(&counts, &up(&prompt_slots), &up(&tokens), CountKind::Prompt).unwrap();
+                penalty_count(&counts, &up(&slot_ids), &up(&tokens), CountKind::Output).unwrap();
+                penalty_count(&counts, &up(&slot_ids[..entries / 2]), &up(&tokens[..entries / 2]), CountKind::Output)
+                    .unwrap();
+                let logits = Tensor::from_slice(&values, &[rows, vocab], Device::Cpu)
+                    .unwrap()
+                    .to_dtype(dtype)
+                    .unwrap()
+                    .to_device(device)
+                    .unwrap();
+                let mut upload = Upload::new(device).unwrap();
+                upload.begin().unwrap();
+                apply_penalties(&logits, &counts, &penalised, &mut upload).unwrap();
+                (counts.to_vec::<i32>().unwrap(), logits.to_dtype(DType::F32).unwrap().to_vec::<f32>().unwrap())
+            };
+            let (want_counts, want) = run(Device::Cpu);
+            let (got_counts, got) = run(dev);
+            assert_eq!(got_counts, want_counts, "{rows}x{vocab} {dtype}: counters");
+            let bits = |v: &[f32]| v.iter().map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() }).collect::<Vec<_>>();
+            assert_eq!(bits(&got), bits(&want), "{rows}x{vocab} {dtype}: penalised logits");
+            assert!(want_counts.iter().any(|&c| c > 1 && c & (1 << 30) != 0), "the case has repeats in prompt and output");
+        }
+    }
+}
+
+/// `logprobs` on the device against the CPU reference: the same sampled token
+/// and alternatives (ids exactly, ties and -0/+0 included), log probabilities
+/// within f32 rounding of the f64 reference, and rows whose logits have no
+/// finite value reported as -inf.
+#[test]
+fn gpu_logprobs_match_the_cpu_reference() {
+    if !common::enabled_or_dry_run() {
+        return;
+    }
+    use kernel_runtime::ops::{logprobs, logprobs_cols, RowLogprobs};
+    use kernel_runtime::staging::Upload;
+    let dev = common::target();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(31);
+    for (rows, vocab, top_n) in [(1, 5, 20), (4, 1000, 0), (9, 32_000, 5), (21, 151_936, 20)] {
+        let mut values = awkward_logits(&mut rng, rows, vocab);
+        // Row 0 has no finite logit at all.
+        values[..vocab].iter_mut().for_each(|v| *v = f32::NEG_INFINITY);
+        let sampled: Vec<i32> = (0..rows).map(|r| if r == 1 { vocab as i32 + 3 } else { rng.gen_range(0..vocab as i32) }).collect();
+        let report: Vec<u32> = (0..rows as u32).rev().filter(|r| r % 3 != 2).collect();
+        let cols = logprobs_cols(top_n) + 1;
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let run = |device: Device| {
+                let logits = Tensor::from_slice(&values, &[rows, vocab], Device::Cpu)
+                    .unwrap()
+                    .to_dtype(dtype)
+                    .unwrap()
+                    .to_device(device)
+                    .unwrap();
+                let ids = Tensor::from_slice(&sampled, &[rows], device).unwrap();
+                let out = Tensor::zeros(&[report.len(), cols], DType::I32, device).unwrap();
+                let mut upload = Upload::new(device).unwrap();
+                upload.begin().unwrap();
+                logprobs(&logits, &report, &ids, top_n, &out, &mut upload).unwrap();
+                let words = out.to_vec::<i32>().unwrap();
+                (0..report.len()).map(|k| RowLogprobs::decode(&words[k * cols..(k + 1) * cols], top_n, vocab)).collect::<Vec<_>>()
+            };
+            let want = run(Device::Cpu);
+            let got = run(dev);
+            let close = |a: f32, b: f32| a == b || (a - b).abs() <= 2e-5 * (1.0 + b.abs());
+            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                let what = format!("{rows}x{vocab} {dtype} top {top_n}: row {}", report[k]);
+                assert_eq!(g.token, w.token, "{what}");
+                assert!(close(g.logprob, w.logprob), "{what}: {} vs {}", g.logprob, w.logprob);
+                let ids = |r: &RowLogprobs| r.top.iter().map(|t| t.0).collect::<Vec<_>>();
+                assert_eq!(ids(g), ids(w), "{what}: alternatives");
+                for (a, b) in g.top.iter().zip(&w.top) {
+                    assert!(close(a.1, b.1), "{what}: {a:?} vs {b:?}");
+                }
+                assert_eq!(g.top.len(), top_n.min(vocab), "{what}");
+                if report[k] == 0 || report[k] == 1 {
+                    assert_eq!(g.logprob, f32::NEG_INFINITY, "{what}: no probability");
+                }
+            }
+        }
+    }
+}

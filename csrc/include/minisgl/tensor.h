@@ -324,6 +324,65 @@ typedef struct msgl_token_mask_params {
 } msgl_token_mask_params;
 
 /*
+ * Penalties on the GPU (repetition, frequency, presence; the engine's
+ * sampling::penalties): per penalty slot (one per request that has penalties) a
+ * row of `vocab` int32 counters: bit 30 set when the token is in the prompt, the
+ * low 30 bits its number of occurrences in the output so far.
+ *
+ * penalty_count: for i < n with 0 <= slots[i] < num_slots and 0 <= tokens[i] < vocab,
+ * counts[slots[i], tokens[i]] += 1 (MODE 0: an output token) or |= bit 30 (MODE 1:
+ * a prompt token). Instance parameter: MODE.
+ */
+typedef struct msgl_penalty_count_params {
+  int32_t* counts;             /* device, [num_slots, vocab] contiguous */
+  const int32_t* slots;        /* device, [n]; entries < 0 are skipped */
+  const int32_t* tokens;       /* device, [n] */
+  int64_t vocab;
+  int64_t num_slots;
+  int64_t n;
+} msgl_penalty_count_params;
+
+/*
+ * apply_penalties: for i < n, logits row rows[i] (f32 math, stored back in DTYPE)
+ * with c = counts[slots[i], t]: when c != 0 and repetition != 1, a positive logit
+ * is divided by the repetition penalty and a negative one multiplied by it; then,
+ * with k = c & (2^30 - 1) > 0, logit -= frequency * k + presence (round to nearest
+ * at every operation, no fused multiply-add: the CPU reference's arithmetic).
+ * Instance parameter: DTYPE of the logits.
+ */
+typedef struct msgl_apply_penalties_params {
+  void* logits;                /* device, [logits rows, vocab], row_stride elements apart */
+  const int32_t* counts;       /* device, [num_slots, vocab] contiguous */
+  const int32_t* rows;         /* device, [n]: the logits row of each penalised row */
+  const int32_t* slots;        /* device, [n]: its penalty slot */
+  const float* penalties;      /* device, [n, 3]: repetition, frequency, presence */
+  int64_t vocab;
+  int64_t row_stride;          /* elements */
+  int64_t n;
+  int64_t blocks_per_row;      /* ceil(vocab / 1024): grid = n * blocks_per_row */
+} msgl_apply_penalties_params;
+
+/*
+ * logprobs: for i < n, with row = logits[rows[i]] (NaN counted as -inf) and its
+ * log-sum-exp L: out[i, 0] = the token sampled[rows[i]], out[i, 1] = the bits of
+ * its f32 log probability row[token] - L, then top_n pairs (id, bits of row[id] - L)
+ * of the most likely tokens, most likely first, lower id first on ties (pairs past
+ * the vocabulary are (INT32_MAX, -inf)); -inf when the token has no probability.
+ * Instance parameter: DTYPE of the logits.
+ */
+typedef struct msgl_logprobs_params {
+  const void* logits;          /* device, [logits rows, vocab], row_stride elements apart */
+  const int32_t* rows;         /* device, [n] */
+  const int32_t* sampled;      /* device, [logits rows]: the step's sampled ids */
+  int32_t* out;                /* device, [n, out_stride] */
+  int64_t vocab;
+  int64_t row_stride;          /* elements */
+  int64_t n;
+  int64_t top_n;               /* <= 20 */
+  int64_t out_stride;          /* >= 2 + 2 * top_n */
+} msgl_logprobs_params;
+
+/*
  * cast / copy: dst[i] = convert(src[i]) over a strided n-d index space (shapes and
  * strides in elements, outermost first, dims already merged where both sides are
  * contiguous). Instance parameters: SRC, DST (msgl_dtype, floats) for cast;
@@ -591,6 +650,23 @@ MSGL_API int32_t msgl_sample(const msgl_tensor* logits, const msgl_tensor* param
 MSGL_API int32_t msgl_token_mask(const msgl_tensor* logits, const msgl_tensor* mask, const msgl_tensor* rows,
                                  msgl_stream stream);
 
+/* penalty_count: counts [num_slots, vocab] int32 contiguous, slots and tokens [n] int32
+ * contiguous; mode 0 counts output tokens, mode 1 marks prompt tokens. */
+MSGL_API int32_t msgl_penalty_count(const msgl_tensor* counts, const msgl_tensor* slots, const msgl_tensor* tokens,
+                                    int32_t mode, msgl_stream stream);
+
+/* apply_penalties: logits [rows, vocab] f32/f16/bf16 (unit inner stride), counts [slots,
+ * vocab] int32 contiguous, rows and slots [n] int32, penalties [n, 3] f32, all contiguous
+ * (row and slot indices checked by the caller). */
+MSGL_API int32_t msgl_apply_penalties(const msgl_tensor* logits, const msgl_tensor* counts, const msgl_tensor* rows,
+                                      const msgl_tensor* slots, const msgl_tensor* penalties, msgl_stream stream);
+
+/* logprobs: logits [rows, vocab] f32/f16/bf16 (unit inner stride), rows [n] int32 (each <
+ * logits rows, checked by the caller), sampled [logits rows] int32, out [n, >= 2 + 2 *
+ * top_n] int32, all contiguous but the logits; top_n <= 20. */
+MSGL_API int32_t msgl_logprobs(const msgl_tensor* logits, const msgl_tensor* rows, const msgl_tensor* sampled,
+                               const msgl_tensor* out, int64_t top_n, msgl_stream stream);
+
 /* cast: dst and src of one shape (any strides), float dtypes. */
 MSGL_API int32_t msgl_cast(const msgl_tensor* dst, const msgl_tensor* src, msgl_stream stream);
 
@@ -673,6 +749,9 @@ static_assert(sizeof(msgl_silu_mul_params) == 40, "msgl_silu_mul_params layout c
 static_assert(sizeof(msgl_argmax_params) == 80, "msgl_argmax_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_sample_params) == 48, "msgl_sample_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_token_mask_params) == 64, "msgl_token_mask_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_penalty_count_params) == 48, "msgl_penalty_count_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_apply_penalties_params) == 72, "msgl_apply_penalties_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_logprobs_params) == 72, "msgl_logprobs_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_convert_params) == 176, "msgl_convert_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_attention_params) == 152, "msgl_attention_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_route_params) == 120, "msgl_moe_route_params layout changed: run cargo xtask codegen");

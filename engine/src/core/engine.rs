@@ -26,11 +26,13 @@ use std::collections::HashMap;
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use kernel_runtime::ops::PenaltyRow;
 use rayon::prelude::*;
 
 use crate::core::grammar::{apply_token_mask, Grammar, TokenMasks};
 use crate::core::req::{FinishReason, FinishedReq, PendingReq, PreparedBatch, ReqId, SamplingParams, TokenEvent};
 use crate::core::sampling::logprobs::{token_logprobs, TokenLogprobs};
+use crate::core::sampling::extras::{PenaltySlots, SlotSetup, StepExtras};
 use crate::core::sampling::{self, Logits};
 use crate::core::scheduler::{LaunchedStep, Scheduled, Scheduler, SchedulerConfig};
 
@@ -85,9 +87,17 @@ pub trait ModelRunner {
     }
 
     /// Waits for the oldest launched step not waited for yet and returns its
-    /// sampled ids, in the order of its `logits_rows`.
-    fn wait(&mut self) -> Result<Vec<u32>, RunnerError> {
+    /// sampled ids, in the order of its `logits_rows`, with the log
+    /// probabilities of its `extras().logprobs` rows.
+    fn wait(&mut self) -> Result<SampledStep, RunnerError> {
         Err("no step was launched on the device".into())
+    }
+
+    /// Whether [`ModelRunner::launch`] also applies penalties and computes log
+    /// probabilities on the device ([`PreparedBatch::extras`]); `false` (the
+    /// default) sends steps that need them to [`ModelRunner::forward`].
+    fn samples_extras(&self) -> bool {
+        false
     }
 
     /// [`ModelRunner::launch`] for a step with constrained rows: once the
@@ -131,8 +141,28 @@ impl<R: ModelRunner + ?Sized> ModelRunner for Box<R> {
         (**self).launch_masked(batch, masks)
     }
 
-    fn wait(&mut self) -> Result<Vec<u32>, RunnerError> {
+    fn wait(&mut self) -> Result<SampledStep, RunnerError> {
         (**self).wait()
+    }
+
+    fn samples_extras(&self) -> bool {
+        (**self).samples_extras()
+    }
+}
+
+/// What a launched step sampled on the runner's device.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SampledStep {
+    /// One token per sampling row.
+    pub tokens: Vec<u32>,
+    /// `(sampling row, log probabilities)` of the step's `extras().logprobs`
+    /// rows, in that order.
+    pub logprobs: Vec<(u32, TokenLogprobs)>,
+}
+
+impl From<Vec<u32>> for SampledStep {
+    fn from(tokens: Vec<u32>) -> Self {
+        SampledStep { tokens, logprobs: Vec::new() }
     }
 }
 
@@ -259,6 +289,9 @@ struct InFlight {
     /// Tokens and log probabilities of a step sampled on the host (known at
     /// launch); `None`: the runner's `wait` returns the tokens.
     host: Option<HostSamples>,
+    /// The requests of the rows whose log probabilities the device computes,
+    /// in the order of `PreparedBatch::extras().logprobs`.
+    device_logprobs: Vec<ReqId>,
 }
 
 /// The serving core: scheduler, prefix cache, model runner and sampler.
@@ -282,6 +315,9 @@ pub struct Engine<R> {
     last_step_rows: usize,
     /// The grammars of the requests in flight that have one.
     grammars: HashMap<ReqId, Grammar>,
+    /// The penalty slots of requests with penalties, on a runner that applies
+    /// them on its device.
+    penalty_slots: PenaltySlots,
 }
 
 impl<R: fmt::Debug> fmt::Debug for Engine<R> {
@@ -341,6 +377,7 @@ impl<R: ModelRunner> Engine<R> {
             host_time: Duration::ZERO,
             last_step_rows: 0,
             grammars: HashMap::new(),
+            penalty_slots: PenaltySlots::default(),
         })
     }
 
@@ -436,11 +473,11 @@ impl<R: ModelRunner> Engine<R> {
             Scheduled::Idle | Scheduled::WaitForInFlight => return self.resolve(in_flight),
         };
         let prepared = self.scheduler.prepare(batch);
-        if prepared.needs_host_logits() || !self.grammars.is_empty() {
-            // Penalties and log probabilities are computed on the host from the
-            // request's known tokens (until they move to the GPU), and a
-            // grammar's mask needs the token the step in flight samples: such a
-            // step waits for the one in flight, and runs at once.
+        if self.on_host_path(&prepared) || !self.grammars.is_empty() {
+            // On the host path penalties and log probabilities are computed from
+            // the request's known tokens, and a grammar's mask needs the token the
+            // step in flight samples: such a step waits for the one in flight, and
+            // runs at once.
             let events = self.resolve(in_flight)?;
             self.in_flight = Some(self.launch(prepared)?);
             return Ok(events);
@@ -488,7 +525,12 @@ impl<R: ModelRunner> Engine<R> {
         // seen every token they sampled. On a device the masks are computed
         // while the forward pass runs.
         let constrained = !self.grammars.is_empty();
-        let on_device = if prepared.needs_host_logits() {
+        let device_logprobs = if prepared.needs_host_logits() && self.runner.samples_extras() {
+            self.attach_extras(&mut prepared)
+        } else {
+            Vec::new()
+        };
+        let on_device = if self.on_host_path(&prepared) {
             Ok(false)
         } else if constrained {
             let (grammars, vocab_size) = (&mut self.grammars, self.vocab_size);
@@ -533,7 +575,51 @@ impl<R: ModelRunner> Engine<R> {
             self.host_tokens = Some((launched.step(), tokens.clone()));
         }
         let grammar_rows = constrained.then(|| prepared.sampling_req_ids().collect());
-        Ok(InFlight { launched, grammar_rows, host })
+        Ok(InFlight { launched, grammar_rows, host, device_logprobs })
+    }
+
+    /// Whether the step samples on the host: it needs penalties or log
+    /// probabilities and the runner cannot do them on its device.
+    fn on_host_path(&self, prepared: &PreparedBatch) -> bool {
+        prepared.needs_host_logits() && !self.runner.samples_extras()
+    }
+
+    /// Fills the step's device-side penalties and log probabilities (a penalty
+    /// slot for each request with penalties, set up on its first step) and
+    /// returns the requests of its log-probability rows, in order.
+    fn attach_extras(&mut self, prepared: &mut PreparedBatch) -> Vec<ReqId> {
+        let mut extras = StepExtras::default();
+        let mut logprob_ids = Vec::new();
+        let ids: Vec<ReqId> = prepared.sampling_req_ids().collect();
+        for (row, &id) in ids.iter().enumerate() {
+            let Some(req) = self.scheduler.running_req(id) else {
+                continue;
+            };
+            let params = req.params();
+            let pen = params.penalties;
+            if !pen.is_neutral() {
+                let (slot, new) = self.penalty_slots.slot(id);
+                if new {
+                    // A slot is given at the request's first sampling step, when
+                    // every token it has is known on the host.
+                    let (prompt, outputs) = req.token_ids().split_at(req.prompt_len());
+                    extras.setups.push(SlotSetup { slot, prompt: prompt.to_vec(), outputs: outputs.to_vec() });
+                }
+                extras.penalties.push(PenaltyRow {
+                    row: row as u32,
+                    slot,
+                    repetition: pen.repetition,
+                    frequency: pen.frequency,
+                    presence: pen.presence,
+                });
+            }
+            if let Some(top_n) = params.logprobs {
+                extras.logprobs.push((row as u32, top_n));
+                logprob_ids.push(id);
+            }
+        }
+        prepared.extras = extras;
+        logprob_ids
     }
 
     /// Gets a launched step's tokens (waiting for the device if it sampled
@@ -546,8 +632,8 @@ impl<R: ModelRunner> Engine<R> {
                 let wait_start = Instant::now();
                 let tokens = self.runner.wait();
                 self.forward_time += wait_start.elapsed();
-                let tokens = match tokens {
-                    Ok(t) => t,
+                let (tokens, device_logprobs) = match tokens {
+                    Ok(t) => (t.tokens, t.logprobs),
                     Err(err) => {
                         self.fail_step(f.launched);
                         return Err(EngineError::Runner(err));
@@ -562,8 +648,20 @@ impl<R: ModelRunner> Engine<R> {
                         got_vocab: tokens.iter().map(|&t| t as usize + 1).max().unwrap_or(0),
                     });
                 }
+                if device_logprobs.len() != f.device_logprobs.len() {
+                    self.fail_step(f.launched);
+                    return Err(EngineError::Runner(
+                        format!(
+                            "the runner returned {} rows of log probabilities for {}",
+                            device_logprobs.len(),
+                            f.device_logprobs.len()
+                        )
+                        .into(),
+                    ));
+                }
                 self.host_tokens = Some((f.launched.step(), tokens.clone()));
-                (tokens, Vec::new())
+                let logprobs = f.device_logprobs.iter().zip(device_logprobs).map(|(&id, (_, lp))| (id, Some(lp)));
+                (tokens, logprobs.collect())
             }
         };
         self.num_steps += 1;
@@ -582,6 +680,10 @@ impl<R: ModelRunner> Engine<R> {
                 }
             }
         }
+        // A finished request's penalty slot can go to another request: the
+        // device sets it up again behind every step already launched.
+        let scheduler = &self.scheduler;
+        self.penalty_slots.release_unless(|id| scheduler.contains(id));
         Ok(events)
     }
 

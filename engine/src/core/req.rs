@@ -24,6 +24,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::core::kvcache::{CacheManager, ReqPages};
+use crate::core::sampling::extras::StepExtras;
 use crate::core::sampling::logprobs::TokenLogprobs;
 use crate::core::sampling::penalties::Penalties;
 use crate::core::sampling::SamplingRow;
@@ -569,6 +570,9 @@ pub struct PreparedBatch {
     pub(crate) deferred: Vec<DeferredToken>,
     /// The launched step the deferred tokens come from (0: none).
     pub(crate) deferred_step: u64,
+    /// Penalties and log probabilities for a runner that does them on its
+    /// device (set by the engine at launch; empty otherwise).
+    pub(crate) extras: StepExtras,
 }
 
 impl PreparedBatch {
@@ -653,10 +657,18 @@ impl PreparedBatch {
         &self.sampling
     }
 
-    /// Whether some sampling row needs its logits on the host (penalties or
-    /// log probabilities): the step then runs [`crate::core::engine::ModelRunner::forward`].
+    /// Whether some sampling row has penalties or reports log probabilities:
+    /// the step runs [`crate::core::engine::ModelRunner::forward`] unless the
+    /// runner does them on its device ([`Self::extras`]).
     pub fn needs_host_logits(&self) -> bool {
         self.needs_host_logits
+    }
+
+    /// The penalties and log probabilities the runner computes on its device
+    /// (empty unless [`Self::needs_host_logits`] and the runner
+    /// [`samples_extras`](crate::core::engine::ModelRunner::samples_extras)).
+    pub fn extras(&self) -> &StepExtras {
+        &self.extras
     }
 
     /// Tokens whose ids the previous launched step is still sampling (overlap

@@ -6,7 +6,8 @@
 //! before, feeding its deferred tokens from that buffer), on the CPU by handing
 //! the logits rows to the engine's sampler.
 //! Rows with a grammar (constrained decoding) get their token masks applied on
-//! the GPU first (`kernel_runtime::ops::apply_token_mask`).
+//! the GPU first (`kernel_runtime::ops::apply_token_mask`), and penalties and
+//! log probabilities are computed there as well (`PreparedBatch::extras`).
 //!
 //! On a GPU, decode steps replay CUDA graphs ([`CausalLmRunner::capture_decode_graphs`]):
 //! one per batch-size bucket ([`graph_buckets`]), captured at start over the
@@ -24,7 +25,7 @@ use kernel_runtime::{Device, Tensor};
 use models::{CausalLm, KvCache, Padding, SeqStep, StepInputs, StepLayout};
 
 use crate::core::device_tokens::DeviceTokens;
-use crate::core::engine::{ModelRunner, RunnerError};
+use crate::core::engine::{ModelRunner, RunnerError, SampledStep};
 use crate::core::grammar::TokenMasks;
 use crate::core::req::{DeferredToken, PreparedBatch};
 use crate::core::sampling::{self, Logits, SamplingRow};
@@ -319,11 +320,9 @@ impl CausalLmRunner {
             self.tokens = Some(DeviceTokens::new(self.model.device())?);
         }
         let logits = self.logits(batch)?;
-        if let Some(masks) = masks.and_then(|compute| compute()) {
-            ops::apply_token_mask(&logits, masks.bits(), masks.words_per_row(), masks.rows())?;
-        }
+        let masks = masks.and_then(|compute| compute());
         let rows: Vec<SampleRow> = batch.sampling().iter().map(sample_row).collect();
-        self.tokens.as_mut().ok_or("device tokens")?.sample(&logits, &rows)?;
+        self.tokens.as_mut().ok_or("device tokens")?.sample(&logits, &rows, batch.extras(), masks.as_ref())?;
         Ok(true)
     }
 }
@@ -353,8 +352,13 @@ impl ModelRunner for CausalLmRunner {
         self.launch_with(batch, Some(masks))
     }
 
-    fn wait(&mut self) -> Result<Vec<u32>, RunnerError> {
+    fn wait(&mut self) -> Result<SampledStep, RunnerError> {
         self.tokens.as_mut().ok_or("no step was launched on the device")?.wait()
+    }
+
+    /// On a GPU, penalties and log probabilities are computed there too.
+    fn samples_extras(&self) -> bool {
+        self.model.device() != Device::Cpu
     }
 
     fn vocab_size(&self) -> usize {

@@ -7,7 +7,9 @@
 
 pub mod attention;
 pub mod dense;
+pub mod logprobs;
 pub mod moe;
+pub mod penalties;
 pub mod random;
 pub mod sampling;
 

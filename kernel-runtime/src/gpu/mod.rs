@@ -13,6 +13,9 @@
 //! | [`attention`] | `attention` | `paged_attention` |
 //! | [`convert`] | `cast`, `copy` | `cast`, strided `copy` |
 //! | [`sampling`] | `sampling` | `sample` |
+//! | [`token_mask`] | `token_mask` | `apply_token_mask` |
+//! | [`penalties`] | `penalty_count`, `apply_penalties` | `penalty_count`, `apply_penalties` |
+//! | [`logprobs`] | `logprobs` | `logprobs` |
 //! | [`random`] | `random` | `fill_uniform` |
 //! | [`moe`] | `moe_route`, `moe_align`, `moe_gemm`, `moe_sum` | the MoE ops and the tile plan |
 //!
@@ -28,8 +31,10 @@ mod attention;
 mod convert;
 pub(crate) mod gemm;
 mod launch;
+mod logprobs;
 pub(crate) mod moe;
 mod norm;
+mod penalties;
 mod random;
 mod rope;
 mod rope_store;
@@ -42,7 +47,9 @@ pub(crate) use argmax::argmax;
 pub(crate) use attention::{decode_graph_splits, decode_kernel_fits, paged_attention};
 pub(crate) use convert::{cast, copy};
 pub(crate) use gemm::linear;
+pub(crate) use logprobs::logprobs;
 pub(crate) use norm::{fused_add_rms_norm, head_rms_norm, rms_norm};
+pub(crate) use penalties::{apply_penalties, penalty_count};
 pub(crate) use random::fill_uniform;
 pub(crate) use rope::rope;
 pub(crate) use rope_store::rope_store;

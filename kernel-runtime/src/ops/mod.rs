@@ -14,6 +14,9 @@
 //! | [`silu_mul`] | SiLU(gate) * up |
 //! | [`argmax`] | greedy token choice |
 //! | [`sample`] | one token per row: greedy, temperature, top-k, top-p, min-p |
+//! | [`apply_token_mask`] | constrained decoding's token masks, -inf where disallowed |
+//! | [`penalty_count`], [`apply_penalties`] | repetition/frequency/presence penalties from per-slot counters |
+//! | [`logprobs`] | log probabilities of sampled tokens and the top alternatives |
 //! | [`fill_uniform`] | deterministic uniform values, the same on every device (dummy weights) |
 //! | [`paged_attention`] | attention over the paged KV cache (prefill and decode) |
 //! | [`moe_route`], [`moe_align`], [`moe_gemm`], [`moe_sum`], [`fused_experts`], [`fused_moe`] | mixture of experts (`moe` module) |
@@ -24,7 +27,9 @@ mod convert;
 mod dense;
 mod fused;
 mod index;
+mod logprobs;
 pub mod moe;
+mod penalties;
 mod random;
 mod sampling;
 mod skinny;
@@ -37,10 +42,12 @@ pub use convert::{cast, copy};
 pub use dense::{argmax, fused_add_rms_norm, head_rms_norm, linear, rms_norm, rope, silu_mul};
 pub use fused::{rope_store, QkNorm, RopeStore};
 pub use index::{embedding, index};
+pub use logprobs::{logprobs, logprobs_cols, RowLogprobs, MAX_TOP_LOGPROBS};
 pub use moe::{
     fused_experts, fused_experts_with, fused_moe, moe_align, moe_gemm, moe_route, moe_sum, naive_experts, MoeAlignment,
     MoePlan, MoeRouting,
 };
+pub use penalties::{apply_penalties, penalty_count, CountKind, PenaltyRow, PROMPT_BIT};
 pub use random::fill_uniform;
 pub use sampling::{apply_token_mask, sample, sample_into, SampleRow};
 pub use skinny::{set_skinny_gemm, skinny_gemm};

@@ -805,6 +805,168 @@ impl Default for msgl_token_mask_params {
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct msgl_penalty_count_params {
+    pub counts: *mut i32,
+    pub slots: *const i32,
+    pub tokens: *const i32,
+    pub vocab: i64,
+    pub num_slots: i64,
+    pub n: i64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of msgl_penalty_count_params",
+    ][::std::mem::size_of::<msgl_penalty_count_params>() - 48usize];
+    [
+        "Alignment of msgl_penalty_count_params",
+    ][::std::mem::align_of::<msgl_penalty_count_params>() - 8usize];
+    [
+        "Offset of field: msgl_penalty_count_params::counts",
+    ][::std::mem::offset_of!(msgl_penalty_count_params, counts) - 0usize];
+    [
+        "Offset of field: msgl_penalty_count_params::slots",
+    ][::std::mem::offset_of!(msgl_penalty_count_params, slots) - 8usize];
+    [
+        "Offset of field: msgl_penalty_count_params::tokens",
+    ][::std::mem::offset_of!(msgl_penalty_count_params, tokens) - 16usize];
+    [
+        "Offset of field: msgl_penalty_count_params::vocab",
+    ][::std::mem::offset_of!(msgl_penalty_count_params, vocab) - 24usize];
+    [
+        "Offset of field: msgl_penalty_count_params::num_slots",
+    ][::std::mem::offset_of!(msgl_penalty_count_params, num_slots) - 32usize];
+    [
+        "Offset of field: msgl_penalty_count_params::n",
+    ][::std::mem::offset_of!(msgl_penalty_count_params, n) - 40usize];
+};
+impl Default for msgl_penalty_count_params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct msgl_apply_penalties_params {
+    pub logits: *mut ::std::os::raw::c_void,
+    pub counts: *const i32,
+    pub rows: *const i32,
+    pub slots: *const i32,
+    pub penalties: *const f32,
+    pub vocab: i64,
+    pub row_stride: i64,
+    pub n: i64,
+    pub blocks_per_row: i64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of msgl_apply_penalties_params",
+    ][::std::mem::size_of::<msgl_apply_penalties_params>() - 72usize];
+    [
+        "Alignment of msgl_apply_penalties_params",
+    ][::std::mem::align_of::<msgl_apply_penalties_params>() - 8usize];
+    [
+        "Offset of field: msgl_apply_penalties_params::logits",
+    ][::std::mem::offset_of!(msgl_apply_penalties_params, logits) - 0usize];
+    [
+        "Offset of field: msgl_apply_penalties_params::counts",
+    ][::std::mem::offset_of!(msgl_apply_penalties_params, counts) - 8usize];
+    [
+        "Offset of field: msgl_apply_penalties_params::rows",
+    ][::std::mem::offset_of!(msgl_apply_penalties_params, rows) - 16usize];
+    [
+        "Offset of field: msgl_apply_penalties_params::slots",
+    ][::std::mem::offset_of!(msgl_apply_penalties_params, slots) - 24usize];
+    [
+        "Offset of field: msgl_apply_penalties_params::penalties",
+    ][::std::mem::offset_of!(msgl_apply_penalties_params, penalties) - 32usize];
+    [
+        "Offset of field: msgl_apply_penalties_params::vocab",
+    ][::std::mem::offset_of!(msgl_apply_penalties_params, vocab) - 40usize];
+    [
+        "Offset of field: msgl_apply_penalties_params::row_stride",
+    ][::std::mem::offset_of!(msgl_apply_penalties_params, row_stride) - 48usize];
+    [
+        "Offset of field: msgl_apply_penalties_params::n",
+    ][::std::mem::offset_of!(msgl_apply_penalties_params, n) - 56usize];
+    [
+        "Offset of field: msgl_apply_penalties_params::blocks_per_row",
+    ][::std::mem::offset_of!(msgl_apply_penalties_params, blocks_per_row) - 64usize];
+};
+impl Default for msgl_apply_penalties_params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct msgl_logprobs_params {
+    pub logits: *const ::std::os::raw::c_void,
+    pub rows: *const i32,
+    pub sampled: *const i32,
+    pub out: *mut i32,
+    pub vocab: i64,
+    pub row_stride: i64,
+    pub n: i64,
+    pub top_n: i64,
+    pub out_stride: i64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of msgl_logprobs_params",
+    ][::std::mem::size_of::<msgl_logprobs_params>() - 72usize];
+    [
+        "Alignment of msgl_logprobs_params",
+    ][::std::mem::align_of::<msgl_logprobs_params>() - 8usize];
+    [
+        "Offset of field: msgl_logprobs_params::logits",
+    ][::std::mem::offset_of!(msgl_logprobs_params, logits) - 0usize];
+    [
+        "Offset of field: msgl_logprobs_params::rows",
+    ][::std::mem::offset_of!(msgl_logprobs_params, rows) - 8usize];
+    [
+        "Offset of field: msgl_logprobs_params::sampled",
+    ][::std::mem::offset_of!(msgl_logprobs_params, sampled) - 16usize];
+    [
+        "Offset of field: msgl_logprobs_params::out",
+    ][::std::mem::offset_of!(msgl_logprobs_params, out) - 24usize];
+    [
+        "Offset of field: msgl_logprobs_params::vocab",
+    ][::std::mem::offset_of!(msgl_logprobs_params, vocab) - 32usize];
+    [
+        "Offset of field: msgl_logprobs_params::row_stride",
+    ][::std::mem::offset_of!(msgl_logprobs_params, row_stride) - 40usize];
+    [
+        "Offset of field: msgl_logprobs_params::n",
+    ][::std::mem::offset_of!(msgl_logprobs_params, n) - 48usize];
+    [
+        "Offset of field: msgl_logprobs_params::top_n",
+    ][::std::mem::offset_of!(msgl_logprobs_params, top_n) - 56usize];
+    [
+        "Offset of field: msgl_logprobs_params::out_stride",
+    ][::std::mem::offset_of!(msgl_logprobs_params, out_stride) - 64usize];
+};
+impl Default for msgl_logprobs_params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct msgl_convert_params {
     pub dst: *mut ::std::os::raw::c_void,
     pub src: *const ::std::os::raw::c_void,
@@ -1369,6 +1531,29 @@ pub struct KernelLibrary {
         rows: *const msgl_tensor,
         stream: msgl_stream,
     ) -> i32,
+    pub msgl_penalty_count: unsafe extern "C" fn(
+        counts: *const msgl_tensor,
+        slots: *const msgl_tensor,
+        tokens: *const msgl_tensor,
+        mode: i32,
+        stream: msgl_stream,
+    ) -> i32,
+    pub msgl_apply_penalties: unsafe extern "C" fn(
+        logits: *const msgl_tensor,
+        counts: *const msgl_tensor,
+        rows: *const msgl_tensor,
+        slots: *const msgl_tensor,
+        penalties: *const msgl_tensor,
+        stream: msgl_stream,
+    ) -> i32,
+    pub msgl_logprobs: unsafe extern "C" fn(
+        logits: *const msgl_tensor,
+        rows: *const msgl_tensor,
+        sampled: *const msgl_tensor,
+        out: *const msgl_tensor,
+        top_n: i64,
+        stream: msgl_stream,
+    ) -> i32,
     pub msgl_cast: unsafe extern "C" fn(
         dst: *const msgl_tensor,
         src: *const msgl_tensor,
@@ -1492,6 +1677,11 @@ impl KernelLibrary {
         let msgl_argmax = __library.get(b"msgl_argmax\0").map(|sym| *sym)?;
         let msgl_sample = __library.get(b"msgl_sample\0").map(|sym| *sym)?;
         let msgl_token_mask = __library.get(b"msgl_token_mask\0").map(|sym| *sym)?;
+        let msgl_penalty_count = __library.get(b"msgl_penalty_count\0").map(|sym| *sym)?;
+        let msgl_apply_penalties = __library
+            .get(b"msgl_apply_penalties\0")
+            .map(|sym| *sym)?;
+        let msgl_logprobs = __library.get(b"msgl_logprobs\0").map(|sym| *sym)?;
         let msgl_cast = __library.get(b"msgl_cast\0").map(|sym| *sym)?;
         let msgl_copy = __library.get(b"msgl_copy\0").map(|sym| *sym)?;
         let msgl_paged_attention = __library
@@ -1524,6 +1714,9 @@ impl KernelLibrary {
             msgl_argmax,
             msgl_sample,
             msgl_token_mask,
+            msgl_penalty_count,
+            msgl_apply_penalties,
+            msgl_logprobs,
             msgl_cast,
             msgl_copy,
             msgl_paged_attention,
@@ -1748,6 +1941,38 @@ impl KernelLibrary {
         stream: msgl_stream,
     ) -> i32 {
         (self.msgl_token_mask)(logits, mask, rows, stream)
+    }
+    pub unsafe fn msgl_penalty_count(
+        &self,
+        counts: *const msgl_tensor,
+        slots: *const msgl_tensor,
+        tokens: *const msgl_tensor,
+        mode: i32,
+        stream: msgl_stream,
+    ) -> i32 {
+        (self.msgl_penalty_count)(counts, slots, tokens, mode, stream)
+    }
+    pub unsafe fn msgl_apply_penalties(
+        &self,
+        logits: *const msgl_tensor,
+        counts: *const msgl_tensor,
+        rows: *const msgl_tensor,
+        slots: *const msgl_tensor,
+        penalties: *const msgl_tensor,
+        stream: msgl_stream,
+    ) -> i32 {
+        (self.msgl_apply_penalties)(logits, counts, rows, slots, penalties, stream)
+    }
+    pub unsafe fn msgl_logprobs(
+        &self,
+        logits: *const msgl_tensor,
+        rows: *const msgl_tensor,
+        sampled: *const msgl_tensor,
+        out: *const msgl_tensor,
+        top_n: i64,
+        stream: msgl_stream,
+    ) -> i32 {
+        (self.msgl_logprobs)(logits, rows, sampled, out, top_n, stream)
     }
     pub unsafe fn msgl_cast(
         &self,

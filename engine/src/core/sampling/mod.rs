@@ -22,9 +22,11 @@
 //!   chunking or preemption.
 //!
 //! Beside it, [`penalties`] (repetition, frequency, presence) and [`logprobs`]
-//! (raw log-softmax, top alternatives): a step whose requests need either takes
-//! the host path (`ModelRunner::forward`, logits copied to the host).
+//! (raw log-softmax, top alternatives), the host's definitions: a GPU runner
+//! computes both on the device with the same arithmetic ([`extras`]: penalty
+//! slots and the step's device-side work), a CPU runner on the host logits.
 
+pub mod extras;
 pub mod logprobs;
 pub mod penalties;
 

@@ -14,6 +14,7 @@ use models::layout::StepLayout;
 
 use crate::core::kvcache::{pages_for, CacheManager};
 use crate::core::req::{Batch, DeferredToken, PreparedBatch, Req};
+use crate::core::sampling::extras::StepExtras;
 
 /// Builds the step. Every row's request must be in `running` (the scheduler
 /// just picked them).
@@ -84,5 +85,15 @@ pub(super) fn prepare(batch: Batch, running: &mut [Req], cache: &mut CacheManage
     layout.width = width;
     layout.page_table = page_table;
 
-    PreparedBatch { phase, rows, layout, q_lens, sampling, needs_host_logits, deferred, deferred_step }
+    PreparedBatch {
+        phase,
+        rows,
+        layout,
+        q_lens,
+        sampling,
+        needs_host_logits,
+        deferred,
+        deferred_step,
+        extras: StepExtras::default(),
+    }
 }
