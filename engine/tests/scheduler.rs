@@ -72,6 +72,8 @@ struct FakeLm {
     device_extras: bool,
     /// The "device's" penalty counters.
     counts: Option<Tensor>,
+    /// Steps run through `forward` (the host path).
+    host_forwards: usize,
     /// Ids of the steps launched on the "device" and not waited for.
     launched: std::collections::VecDeque<SampledStep>,
     /// For each of those steps, the pages it reads and whose they are.
@@ -89,6 +91,7 @@ impl FakeLm {
             device_sampling: false,
             device_extras: false,
             counts: None,
+            host_forwards: 0,
             launched: Default::default(),
             in_flight_reads: Default::default(),
             page_violations: Vec::new(),
@@ -144,7 +147,8 @@ impl FakeLm {
             ops::logprobs(&raw, &lp_rows, &sampled, top_n, &out, &mut upload)?;
             let words = out.to_vec::<i32>()?;
             for (k, &(row, n)) in extras.logprobs.iter().enumerate() {
-                let RowLogprobs { token, logprob, top } = RowLogprobs::decode(&words[k * cols..(k + 1) * cols], n, VOCAB);
+                let RowLogprobs { token, logprob, top } =
+                    RowLogprobs::decode(&words[k * cols..(k + 1) * cols], n, VOCAB);
                 logprobs.push((row, TokenLogprobs { token, logprob, top }));
             }
         }
@@ -252,6 +256,7 @@ impl ModelRunner for FakeLm {
         if !b.deferred().is_empty() {
             return Err("the host path got deferred tokens".into());
         }
+        self.host_forwards += 1;
         self.forward_ids(b, b.input_ids())
     }
 
@@ -885,7 +890,8 @@ fn generate_needs_an_idle_engine() {
 
 #[test]
 fn penalties_and_logprobs_take_the_host_path_next_to_device_sampling() {
-    check_together_on(config(4, 512, 256, CacheKind::Radix, SchedulePolicy::Mixed), true);
+    let engine = check_together_on(config(4, 512, 256, CacheKind::Radix, SchedulePolicy::Mixed), true);
+    assert!(engine.runner().host_forwards > 0);
 }
 
 /// Penalties and log probabilities on a "device" that does them, without
@@ -909,6 +915,9 @@ fn penalties_and_logprobs_on_the_device_equal_the_host_path() {
             assert_eq!(logprobs.get(id).cloned().unwrap_or_default(), want, "log probabilities of request {i}");
         }
         assert_pool_whole(&mut engine);
+        // Not one step went to the host path: the penalised requests and those
+        // reporting log probabilities did not take their batches there.
+        assert_eq!(engine.runner().host_forwards, 0);
         let penalised = requests.iter().filter(|r| !r.params.penalties.is_neutral()).count();
         let slots = engine.runner().counts.as_ref().map_or(0, |c| c.dim(0));
         assert!(penalised > 0 && slots > 0, "no request had penalties");
@@ -988,7 +997,9 @@ fn check_overlapped(cfg: EngineConfig, requests: &[GenerateRequest], device_samp
 /// [`check_overlapped`] on a "device" that applies penalties and computes log
 /// probabilities itself: no step waits for the one in flight.
 fn check_overlapped_extras(cfg: EngineConfig, requests: &[GenerateRequest]) -> Engine<FakeLm> {
-    check_overlapped_on(cfg, requests, true, true)
+    let engine = check_overlapped_on(cfg, requests, true, true);
+    assert_eq!(engine.runner().host_forwards, 0, "a step took the host path");
+    engine
 }
 
 fn check_overlapped_on(

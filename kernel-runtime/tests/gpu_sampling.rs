@@ -185,9 +185,13 @@ fn gpu_penalties_match_the_cpu_reference() {
             let (want_counts, want) = run(Device::Cpu);
             let (got_counts, got) = run(dev);
             assert_eq!(got_counts, want_counts, "{rows}x{vocab} {dtype}: counters");
-            let bits = |v: &[f32]| v.iter().map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() }).collect::<Vec<_>>();
+            let bits =
+                |v: &[f32]| v.iter().map(|x| if x.is_nan() { u32::MAX } else { x.to_bits() }).collect::<Vec<_>>();
             assert_eq!(bits(&got), bits(&want), "{rows}x{vocab} {dtype}: penalised logits");
-            assert!(want_counts.iter().any(|&c| c > 1 && c & (1 << 30) != 0), "the case has repeats in prompt and output");
+            assert!(
+                want_counts.iter().any(|&c| c > 1 && c & (1 << 30) != 0),
+                "the case has repeats in prompt and output"
+            );
         }
     }
 }
@@ -209,7 +213,8 @@ fn gpu_logprobs_match_the_cpu_reference() {
         let mut values = awkward_logits(&mut rng, rows, vocab);
         // Row 0 has no finite logit at all.
         values[..vocab].iter_mut().for_each(|v| *v = f32::NEG_INFINITY);
-        let sampled: Vec<i32> = (0..rows).map(|r| if r == 1 { vocab as i32 + 3 } else { rng.gen_range(0..vocab as i32) }).collect();
+        let sampled: Vec<i32> =
+            (0..rows).map(|r| if r == 1 { vocab as i32 + 3 } else { rng.gen_range(0..vocab as i32) }).collect();
         let report: Vec<u32> = (0..rows as u32).rev().filter(|r| r % 3 != 2).collect();
         let cols = logprobs_cols(top_n) + 1;
         for dtype in [DType::F32, DType::F16, DType::BF16] {
@@ -226,7 +231,9 @@ fn gpu_logprobs_match_the_cpu_reference() {
                 upload.begin().unwrap();
                 logprobs(&logits, &report, &ids, top_n, &out, &mut upload).unwrap();
                 let words = out.to_vec::<i32>().unwrap();
-                (0..report.len()).map(|k| RowLogprobs::decode(&words[k * cols..(k + 1) * cols], top_n, vocab)).collect::<Vec<_>>()
+                (0..report.len())
+                    .map(|k| RowLogprobs::decode(&words[k * cols..(k + 1) * cols], top_n, vocab))
+                    .collect::<Vec<_>>()
             };
             let want = run(Device::Cpu);
             let got = run(dev);

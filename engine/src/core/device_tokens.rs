@@ -142,7 +142,8 @@ impl DeviceTokens {
             logits.clone()
         };
         self.extras_upload.begin()?;
-        let counts = if penalised || !extras.setups.is_empty() { Some(self.set_up_slots(extras, logits.dim(1))?) } else { None };
+        let counts =
+            if penalised || !extras.setups.is_empty() { Some(self.set_up_slots(extras, logits.dim(1))?) } else { None };
         if let Some(counts) = &counts {
             ops::apply_penalties(&work, counts, &extras.penalties, &mut self.extras_upload)?;
         }
@@ -293,7 +294,13 @@ mod tests {
             let t = Tensor::from_slice(&raw, &[3, VOCAB], Device::Cpu).expect("tensor");
             let penalty_row = |r: usize, slot: u32| {
                 let p = pens[r];
-                PenaltyRow { row: r as u32, slot, repetition: p.repetition, frequency: p.frequency, presence: p.presence }
+                PenaltyRow {
+                    row: r as u32,
+                    slot,
+                    repetition: p.repetition,
+                    frequency: p.frequency,
+                    presence: p.presence,
+                }
             };
             let setups = if step == 0 {
                 [(0usize, 4u32), (2, 1)]

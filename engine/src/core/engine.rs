@@ -31,8 +31,8 @@ use rayon::prelude::*;
 
 use crate::core::grammar::{apply_token_mask, Grammar, TokenMasks};
 use crate::core::req::{FinishReason, FinishedReq, PendingReq, PreparedBatch, ReqId, SamplingParams, TokenEvent};
-use crate::core::sampling::logprobs::{token_logprobs, TokenLogprobs};
 use crate::core::sampling::extras::{PenaltySlots, SlotSetup, StepExtras};
+use crate::core::sampling::logprobs::{token_logprobs, TokenLogprobs};
 use crate::core::sampling::{self, Logits};
 use crate::core::scheduler::{LaunchedStep, Scheduled, Scheduler, SchedulerConfig};
 

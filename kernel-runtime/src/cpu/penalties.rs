@@ -34,7 +34,13 @@ pub fn penalty_count(counts: &Tensor, slots: &Tensor, tokens: &Tensor, kind: Cou
 /// Penalises row `rows[i]` of `logits` from the counters of slot `slots[i]`
 /// with `penalties[i] = (repetition, frequency, presence)` (see
 /// apply_penalties.cu); the op checked every index.
-pub fn apply_penalties(logits: &Tensor, counts: &Tensor, rows: &Tensor, slots: &Tensor, penalties: &Tensor) -> Result<()> {
+pub fn apply_penalties(
+    logits: &Tensor,
+    counts: &Tensor,
+    rows: &Tensor,
+    slots: &Tensor,
+    penalties: &Tensor,
+) -> Result<()> {
     let vocab = logits.dim(1);
     let rows = rows.to_vec::<i32>()?;
     let slots = slots.to_vec::<i32>()?;

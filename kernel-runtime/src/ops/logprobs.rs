@@ -41,7 +41,10 @@ pub fn logprobs(
     let [out_rows, cols] = out.dims::<2>(OP, "out")?;
     out.expect_dtype(OP, "out", &[DType::I32])?.expect_contiguous(OP, "out")?;
     if out_rows != rows.len() || cols < logprobs_cols(top_n) {
-        return Err(Error::arg(OP, format!("argument `out` is [{out_rows}, {cols}] for {} rows of {top_n}", rows.len())));
+        return Err(Error::arg(
+            OP,
+            format!("argument `out` is [{out_rows}, {cols}] for {} rows of {top_n}", rows.len()),
+        ));
     }
     if sampled.device() != logits.device() || out.device() != logits.device() {
         return Err(Error::arg(OP, "arguments `sampled` and `out` must be on the device of `logits`"));
