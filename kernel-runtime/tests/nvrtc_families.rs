@@ -13,7 +13,7 @@ use kernel_runtime::kernels::{self, jit};
 /// and the 16-bit CUDA-core fallback, head_dim 256).
 fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
     let mut out = Vec::new();
-    for family in ["norm", "rope", "rope_store", "activation", "argmax", "random", "token_mask"] {
+    for family in ["norm", "rope", "rope_store", "activation", "argmax", "random", "token_mask", "apply_penalties", "logprobs"] {
         for dtype in [0, 1, 2] {
             out.push((family, vec![("DTYPE", dtype)]));
         }
@@ -25,6 +25,9 @@ fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
     }
     for bytes in [1, 2, 4, 8] {
         out.push(("copy", vec![("ELEM_BYTES", bytes)]));
+    }
+    for mode in [0, 1] {
+        out.push(("penalty_count", vec![("MODE", mode)]));
     }
     for dtype in [1, 2] {
         for n_tiles in [1, 2] {
@@ -95,6 +98,9 @@ fn every_new_family_has_a_jit_entry_and_aot_instances() {
         "argmax",
         "random",
         "token_mask",
+        "penalty_count",
+        "apply_penalties",
+        "logprobs",
         "cast",
         "copy",
         "attention",
