@@ -13,7 +13,9 @@ use kernel_runtime::kernels::{self, jit};
 /// and the 16-bit CUDA-core fallback, head_dim 256).
 fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
     let mut out = Vec::new();
-    for family in ["norm", "rope", "rope_store", "activation", "argmax", "random", "token_mask", "apply_penalties", "logprobs"] {
+    for family in
+        ["norm", "rope", "rope_store", "activation", "argmax", "random", "token_mask", "apply_penalties", "logprobs"]
+    {
         for dtype in [0, 1, 2] {
             out.push((family, vec![("DTYPE", dtype)]));
         }

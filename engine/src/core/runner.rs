@@ -45,6 +45,9 @@ pub struct CausalLmRunner {
     eager_inputs: Option<StepInputs>,
     /// Sampled ids on the GPU (made on first launch).
     tokens: Option<DeviceTokens>,
+    /// On the CPU, sample through the GPU's path all the same (`DeviceTokens`
+    /// over host tensors): the tests' stand-in for a GPU.
+    device_path_on_cpu: bool,
 }
 
 /// The captured decode graphs of a runner (see the module header).
@@ -103,7 +106,16 @@ impl CausalLmRunner {
         // On a GPU, one page more: the padding rows of graphed steps write there.
         let cache_pages = if model.device() == Device::Cpu { num_pages } else { num_pages + 1 };
         let kv = model.new_kv_cache(cache_pages, page_size)?;
-        Ok(Self { model, kv, max_context_len, num_pages, graphs: None, eager_inputs: None, tokens: None })
+        Ok(Self {
+            model,
+            kv,
+            max_context_len,
+            num_pages,
+            graphs: None,
+            eager_inputs: None,
+            tokens: None,
+            device_path_on_cpu: false,
+        })
     }
 
     /// The model.
@@ -197,6 +209,18 @@ impl CausalLmRunner {
         dev.synchronize()?;
         self.graphs = Some(DecodeGraphs { inputs, logits, graphs });
         Ok(GraphCapture { buckets, elapsed: started.elapsed(), pool_bytes: dev.alloc_stats().graph_pool_bytes })
+    }
+
+    /// On the CPU, samples through the GPU runner's path (`launch` / `wait`,
+    /// the device-side penalties and log probabilities) with host tensors
+    /// standing in for device memory, instead of handing the engine host
+    /// logits: for tests of that path on machines without a GPU.
+    pub fn set_device_path_on_cpu(&mut self, on: bool) {
+        self.device_path_on_cpu = on;
+    }
+
+    fn samples_on_device(&self) -> bool {
+        self.model.device() != Device::Cpu || self.device_path_on_cpu
     }
 
     /// Whether decode steps replay CUDA graphs.
@@ -313,7 +337,7 @@ impl CausalLmRunner {
         batch: &PreparedBatch,
         masks: Option<&mut dyn FnMut() -> Option<TokenMasks>>,
     ) -> Result<bool, RunnerError> {
-        if self.model.device() == Device::Cpu {
+        if !self.samples_on_device() {
             return Ok(false);
         }
         if self.tokens.is_none() {
@@ -358,7 +382,7 @@ impl ModelRunner for CausalLmRunner {
 
     /// On a GPU, penalties and log probabilities are computed there too.
     fn samples_extras(&self) -> bool {
-        self.model.device() != Device::Cpu
+        self.samples_on_device()
     }
 
     fn vocab_size(&self) -> usize {
