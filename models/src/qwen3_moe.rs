@@ -39,10 +39,14 @@ impl DecoderMlp for Qwen3MoeMlp {
         }
     }
 
-    /// The sparse block's routing and expert tiles are planned on the host
-    /// (the naive path reads the routing back), so MoE layers run eagerly.
+    /// Dense layers, and sparse ones on the fused backend (launches sized by the
+    /// row count, routing read on the device); the naive backend reads the
+    /// routing back to the host, so its layers run eagerly.
     fn graph_capturable(&self) -> bool {
-        matches!(self, Qwen3MoeMlp::Dense(_))
+        match self {
+            Qwen3MoeMlp::Dense(_) => true,
+            Qwen3MoeMlp::Sparse(moe) => moe.graph_capturable(),
+        }
     }
 }
 

@@ -136,7 +136,7 @@ impl CausalLmRunner {
             return Some("the model runs on the CPU".into());
         }
         if !m.graph_capturable() {
-            return Some("the model's layers plan on the host (MoE)".into());
+            return Some("the model's layers read results back to the host (the naive MoE backend)".into());
         }
         if !m.attn_backend().decode_graph_safe() {
             return Some(format!("--attn {} plans decode attention on the host", m.attn_backend().name()));

@@ -128,6 +128,14 @@ impl SparseMoeBlock {
         Ok(self.backend.forward(x, &router_logits, &self.w13, &self.w2, self.top_k, self.norm_topk_prob)?)
     }
 
+    /// Whether its forward pass can be captured in a CUDA graph: the fused
+    /// kernels size every launch from the row count and read the routing on the
+    /// device; the naive backend copies the routing to the host. (The router
+    /// probe records in eager passes only.)
+    pub fn graph_capturable(&self) -> bool {
+        self.backend == MoeBackendKind::Fused
+    }
+
     /// The packed experts `(w13 [E, 2I, H], w2 [E, H, I])`.
     pub fn experts(&self) -> (&Tensor, &Tensor) {
         (&self.w13, &self.w2)
