@@ -186,7 +186,9 @@ __device__ __forceinline__ void moe_tiled_impl(const msgl_moe_gemm_params& p) {
   const int e = __ldcg(p.block_experts + r0 / p.block_m);
   const int end = __ldcg(p.expert_offsets + e + 1) - r0;
   const int rows = end < BM ? end : BM;  // rows of this tile (a multiple of block_m)
-  const int K = p.k, KT = K / BK;
+  // k is a multiple of 8 (16-byte chunks); the last stage of a k that is not a
+  // multiple of BK zero-fills its chunks past k, which add nothing to the products.
+  const int K = p.k, KT = (K + BK - 1) / BK;
 
   // A thread copies the 16-byte chunk `lc` of rows lr, lr + RSTEP, ... of each
   // tile: addresses are recomputed per copy from a row index, so that the
@@ -212,7 +214,7 @@ __device__ __forceinline__ void moe_tiled_impl(const msgl_moe_gemm_params& p) {
       const int r = lr + i * RSTEP;
       // Gate rows j0.. in the first half of the tile, the matching up rows n + j0.. in the second.
       const int row = GATE_UP && i * RSTEP >= BN / 2 ? p.n + j0 + r - BN / 2 : j0 + r;
-      const bool valid = b_valid >> i & 1u;
+      const bool valid = (b_valid >> i & 1u) && kt * BK + lc * 8 < K;
       cp_async16(bs + r * ROW, w + (valid ? static_cast<long long>(row) * K + kt * BK : 0), valid ? 16 : 0);
     }
   };
@@ -242,7 +244,7 @@ __device__ __forceinline__ void moe_tiled_impl(const msgl_moe_gemm_params& p) {
 #pragma unroll
     for (int i = 0; i < A_ITERS; ++i) {
       const int r = lr + i * RSTEP;
-      const bool valid = a_row[i] >= 0;
+      const bool valid = a_row[i] >= 0 && kt * BK + lc * 8 < K;
       cp_async16(as + r * ROW, a + (valid ? static_cast<long long>(a_row[i]) * p.a_stride + kt * BK : 0), valid ? 16 : 0);
     }
   };
@@ -406,10 +408,9 @@ extern "C" int32_t msgl_moe_gemm(const msgl_tensor* out, const msgl_tensor* a, c
   if (gate_up && w->shape[1] % 2 != 0)
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the gate_up weight has an odd row count %lld", op,
                      static_cast<long long>(w->shape[1]));
-  const int bk = moe_tile_bm(tile, true);
-  if (k % 64 != 0 || k % bk != 0 || n % 8 != 0 || k == 0)
-    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: tile %d needs k %% %d == 0 and n %% 8 == 0, got k = %lld, n = %lld", op,
-                     tile, bk > 64 ? bk : 64, static_cast<long long>(k), static_cast<long long>(n));
+  if (k % 8 != 0 || n % 8 != 0 || k == 0)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: tile %d needs k %% 8 == 0 and n %% 8 == 0, got k = %lld, n = %lld", op,
+                     tile, static_cast<long long>(k), static_cast<long long>(n));
   const int64_t blocks = block_experts->shape[0];
   const int64_t block_m = blocks > 0 ? rows / blocks : 0;
   if (blocks == 0 || block_m * blocks != rows || block_m % 16 != 0 || bm % block_m != 0)

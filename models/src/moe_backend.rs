@@ -7,7 +7,7 @@
 //!
 //! | name | CUDA | CPU |
 //! | --- | --- | --- |
-//! | `fused` | `ops::fused_moe`: router top-k (with the sort, for decode), sort by expert, two grouped tensor-core GEMMs (SiLU-and-mul and the routing weight fused into their epilogues), top-k sum; bf16/f16, hidden and intermediate sizes multiples of 64 | the fused op's f32 reference (`cpu::moe`): there is nothing to fuse on the CPU, so it runs the same math as `naive` one expert at a time |
+//! | `fused` | `ops::fused_moe`: router top-k (with the sort, for decode), sort by expert, two grouped tensor-core GEMMs (SiLU-and-mul and the routing weight fused into their epilogues), top-k sum; bf16/f16, hidden and intermediate sizes multiples of 8 (a k that is not a multiple of a tile's stage zero-fills its last stage) | the fused op's f32 reference (`cpu::moe`): there is nothing to fuse on the CPU, so it runs the same math as `naive` one expert at a time |
 //! | `naive` | `ops::moe_route`, then per expert `embedding` (gather), `linear`, `silu_mul`, `linear`, and a weighted `moe_sum`: the reference of the fused kernels, any dtype and shape | the same, on the CPU reference ops |
 //!
 //! `fused` is the default on CUDA; both give the same results on the CPU within
@@ -152,9 +152,11 @@ mod tests {
     fn fused_falls_back_to_naive_for_what_it_cannot_run() {
         let cuda = Device::Cuda(0);
         assert_eq!(MoeBackendKind::Fused.resolve(cuda, DType::BF16, 2048, 768), (MoeBackendKind::Fused, None));
-        let (kind, why) = MoeBackendKind::Fused.resolve(cuda, DType::BF16, 2056, 776);
+        // Multiples of 8 that no tile divides: the fused kernels' tail stages.
+        assert_eq!(MoeBackendKind::Fused.resolve(cuda, DType::BF16, 2056, 776), (MoeBackendKind::Fused, None));
+        let (kind, why) = MoeBackendKind::Fused.resolve(cuda, DType::BF16, 2052, 770);
         assert_eq!(kind, MoeBackendKind::Naive);
-        assert!(why.is_some_and(|w| w.contains("multiples of 64")));
+        assert!(why.is_some_and(|w| w.contains("multiples of 8")));
         assert_eq!(MoeBackendKind::Fused.resolve(cuda, DType::F32, 2048, 768).0, MoeBackendKind::Naive);
         assert_eq!(MoeBackendKind::Fused.resolve(Device::Cpu, DType::F32, 100, 30), (MoeBackendKind::Fused, None));
         assert_eq!(MoeBackendKind::Naive.resolve(cuda, DType::F32, 100, 30), (MoeBackendKind::Naive, None));

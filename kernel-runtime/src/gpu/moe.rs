@@ -302,12 +302,12 @@ pub(crate) fn gemm(
             format!("the grouped GEMM takes bf16 or f16 tensors of one dtype, got {} and {}", a.dtype(), w.dtype()),
         ));
     }
-    if cfg.bm != align.tile_m || k % cfg.bk != 0 || k % 64 != 0 || n % 8 != 0 {
+    if cfg.bm != align.tile_m || !k.is_multiple_of(8) || !n.is_multiple_of(8) || k == 0 {
         return Err(Error::arg(
             OP,
             format!(
-                "tile {tile_index} ({}-row tiles, k % {}) does not fit tiles of {} rows, k = {k}, n = {n}",
-                cfg.bm, cfg.bk, align.tile_m
+                "tile {tile_index} ({}-row tiles) does not fit tiles of {} rows, k = {k}, n = {n} (multiples of 8)",
+                cfg.bm, align.tile_m
             ),
         ));
     }

@@ -147,13 +147,13 @@ fn check_experts(op: &'static str, x: &Tensor, w13: &Tensor, w2: &Tensor) -> Res
 }
 
 /// Whether the CUDA fused kernels take these shapes and dtype (bf16/f16, hidden
-/// and intermediate sizes multiples of 64); the reason when they do not.
+/// and intermediate sizes multiples of 8); the reason when they do not.
 pub fn fused_experts_support(dtype: DType, hidden: usize, inter: usize) -> std::result::Result<(), String> {
     if !matches!(dtype, DType::BF16 | DType::F16) {
         return Err(format!("the fused MoE kernels take bf16 or f16, not {dtype}"));
     }
-    if !hidden.is_multiple_of(64) || !inter.is_multiple_of(64) || hidden == 0 || inter == 0 {
-        return Err(format!("the fused MoE kernels need hidden and intermediate sizes that are multiples of 64, got {hidden} and {inter}"));
+    if !hidden.is_multiple_of(8) || !inter.is_multiple_of(8) || hidden == 0 || inter == 0 {
+        return Err(format!("the fused MoE kernels need hidden and intermediate sizes that are multiples of 8, got {hidden} and {inter}"));
     }
     Ok(())
 }
@@ -161,7 +161,7 @@ pub fn fused_experts_support(dtype: DType, hidden: usize, inter: usize) -> std::
 /// The MoE experts of a batch: `out[t] = sum_s w[t, s] down_e(silu(gate_e(x_t)) *
 /// up_e(x_t))`, `e = ids[t, s]`, with `x` `[t, H]`, `w13` `[E, 2I, H]` (gate rows
 /// then up rows per expert) and `w2` `[E, H, I]` of x's dtype; returns a new
-/// `[t, H]` tensor. On CUDA: bf16/f16 and sizes that are multiples of 64 (see
+/// `[t, H]` tensor. On CUDA: bf16/f16 and sizes that are multiples of 8 (see
 /// [`fused_experts_support`]); the activation and the per-pair outputs are rounded
 /// to x's dtype, sums are f32. On the CPU: the f32 reference.
 pub fn fused_experts(x: &Tensor, w13: &Tensor, w2: &Tensor, routing: &MoeRouting) -> Result<Tensor> {
@@ -348,6 +348,6 @@ mod tests {
         assert_eq!(moe_tile_entries(128, 8, 128, 16), 2 + 8 + 8);
         assert!(fused_experts_support(DType::BF16, 2048, 768).is_ok());
         assert!(fused_experts_support(DType::F32, 2048, 768).unwrap_err().contains("bf16"));
-        assert!(fused_experts_support(DType::F16, 2048, 100).unwrap_err().contains("multiples of 64"));
+        assert!(fused_experts_support(DType::F16, 2048, 100).unwrap_err().contains("multiples of 8"));
     }
 }
