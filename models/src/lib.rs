@@ -19,6 +19,7 @@
 //! | [`registry`] | [`MODEL_REGISTRY`], [`load_model`] |
 //! | [`generate`] | greedy generation of one prompt |
 //! | [`gguf`] | GGUF files as checkpoints |
+//! | [`tp`] | tensor parallelism: shard arithmetic, the `Collective` trait, its TCP (CPU) and NCCL (GPU) backends |
 //!
 //! A typical use: `load_model(path, &options)?`, a [`KvCache`] from
 //! [`CausalLm::new_kv_cache`], then per step a [`ForwardBatch`] and
@@ -44,6 +45,7 @@ pub mod qwen3;
 pub mod qwen3_moe;
 pub mod registry;
 pub mod rotary;
+pub mod tp;
 pub mod weights;
 
 pub use attn_backend::{AttnBackendKind, AttnBackendSpec};
