@@ -56,5 +56,8 @@ pub use error::{ModelError, Result};
 pub use graph_inputs::{DecodeGraphInputs, Padding, StepInputs};
 pub use layout::StepLayout;
 pub use moe_backend::MoeBackendKind;
-pub use registry::{load_model, supported_architectures, LoadOptions, MODEL_REGISTRY};
-pub use weights::{LoadFormat, Weights, MERGE_GROUPS};
+pub use registry::{
+    load_model, load_model_counting, load_model_sharded, supported_architectures, LoadOptions, MODEL_REGISTRY,
+};
+pub use tp::{Collective, Shard, TpGroup};
+pub use weights::{LoadFormat, Slice, Weights, MERGE_GROUPS};

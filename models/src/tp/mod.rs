@@ -21,5 +21,5 @@ pub mod shard;
 pub mod tcp;
 
 pub use collective::{Collective, TpGroup};
-pub use shard::{HeadShard, Shard, VocabShard};
+pub use shard::{rank_config, HeadShard, Shard, VocabShard};
 pub use tcp::TcpCollective;

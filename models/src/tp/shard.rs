@@ -18,6 +18,9 @@
 
 use std::ops::Range;
 
+use crate::config::ModelConfig;
+use crate::error::Result as ModelResult;
+
 /// This rank's place in a tensor-parallel group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Shard {
@@ -110,6 +113,17 @@ impl Shard {
         let len = padded.min(vocab_size - start);
         VocabShard { start, len, padded }
     }
+}
+
+/// `config` as rank `shard` sees it: its query and KV heads, which size its KV
+/// cache and its attention kernels (everything else, the vocabulary included,
+/// is the model's: the logits are all-gathered).
+pub fn rank_config(config: &ModelConfig, shard: Shard) -> ModelResult<ModelConfig> {
+    let heads = shard.heads(config.num_attention_heads, config.num_key_value_heads).map_err(|m| config.unsupported(m))?;
+    let mut local = config.clone();
+    local.num_attention_heads = heads.q.len();
+    local.num_key_value_heads = heads.kv.len();
+    Ok(local)
 }
 
 #[cfg(test)]

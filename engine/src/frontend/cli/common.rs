@@ -13,6 +13,7 @@ use crate::core::runner::CausalLmRunner;
 use crate::core::scheduler::{SchedulePolicy, SchedulerConfig};
 use crate::text::chat_template::{ModelChatConfig, SpecialTokens};
 use crate::text::tokenizer::Tokenizer;
+use super::tp::TpArgs;
 
 /// Which model and how to run it.
 #[derive(Args, Debug, Clone)]
@@ -219,15 +220,8 @@ pub fn resolve_dtype(spec: &str) -> anyhow::Result<Option<DType>> {
 /// Loads the model of `args`; `max_context` (`--max-model-len`) sizes its
 /// rotary table to the served context.
 pub fn load_causal_lm(args: &ModelArgs, max_context: Option<usize>) -> anyhow::Result<Box<dyn models::CausalLm>> {
-    let device = resolve_device(&args.device)?;
-    let options = models::LoadOptions {
-        device,
-        dtype: resolve_dtype(&args.dtype)?,
-        load_format: args.load_format.parse().map_err(|e: String| anyhow::anyhow!("--load-format: {e}"))?,
-        attn: args.attn.parse().with_context(|| format!("--attn {}", args.attn))?,
-        moe: args.moe.parse().map_err(|e: String| anyhow::anyhow!("--moe: {e}"))?,
-        max_context,
-    };
+    let options = load_options(args, max_context)?;
+    let device = options.device;
     let started = std::time::Instant::now();
     let model =
         models::load_model(&args.model, &options).with_context(|| format!("loading {}", args.model.display()))?;
@@ -238,6 +232,19 @@ pub fn load_causal_lm(args: &ModelArgs, max_context: Option<usize>) -> anyhow::R
         started.elapsed().as_secs_f64()
     );
     Ok(model)
+}
+
+/// The load options of `args` (`--device`, `--dtype`, `--load-format`,
+/// `--attn`, `--moe`), serving `max_context` tokens.
+pub fn load_options(args: &ModelArgs, max_context: Option<usize>) -> anyhow::Result<models::LoadOptions> {
+    Ok(models::LoadOptions {
+        device: resolve_device(&args.device)?,
+        dtype: resolve_dtype(&args.dtype)?,
+        load_format: args.load_format.parse().map_err(|e: String| anyhow::anyhow!("--load-format: {e}"))?,
+        attn: args.attn.parse().with_context(|| format!("--attn {}", args.attn))?,
+        moe: args.moe.parse().map_err(|e: String| anyhow::anyhow!("--moe: {e}"))?,
+        max_context,
+    })
 }
 
 /// The tokenizer and chat configuration of a model folder or GGUF file.
@@ -325,8 +332,18 @@ pub fn build_engine(
     let mut runner = CausalLmRunner::new(model, num_pages, engine_args.page_size, max_context)
         .with_context(|| format!("allocating a KV cache of {num_pages} pages"))?;
     capture_graphs(&mut runner, engine_args);
+    engine_over(Box::new(runner), engine_args, num_pages, eos)
+}
+
+/// The engine over a ready runner of `num_pages` KV pages; `eos` are the stop tokens.
+fn engine_over(
+    runner: Box<dyn ModelRunner + Send>,
+    engine_args: &EngineArgs,
+    num_pages: usize,
+    eos: Vec<u32>,
+) -> anyhow::Result<Engine<Box<dyn ModelRunner + Send>>> {
     let config = engine_config(engine_args, num_pages, eos)?;
-    let mut engine = Engine::new(Box::new(runner) as Box<dyn ModelRunner + Send>, config)?;
+    let mut engine = Engine::new(runner, config)?;
     let overlap = !(engine_args.disable_overlap || overlap_disabled_by_env());
     engine.set_overlap(overlap)?;
     tracing::info!("overlap scheduling {}", if overlap { "on" } else { "off" });
@@ -358,9 +375,44 @@ fn capture_graphs(runner: &mut CausalLmRunner, args: &EngineArgs) {
     }
 }
 
+/// The engine over rank 0 of a tensor-parallel group (`--tp`; the workers
+/// started and joined, see `cli::tp`), with what was loaded.
+pub fn build_tp_engine(
+    model_args: &ModelArgs,
+    engine_args: &EngineArgs,
+    tp_args: &TpArgs,
+    mut eos: Vec<u32>,
+) -> anyhow::Result<(Engine<Box<dyn ModelRunner + Send>>, ModelSummary)> {
+    let (runner, num_pages) = super::tp::start_leader(model_args, engine_args, tp_args)?;
+    let model = runner.inner().model();
+    for &id in model.eos_token_ids() {
+        if !eos.contains(&id) {
+            eos.push(id);
+        }
+    }
+    let summary = ModelSummary {
+        path: model_args.model.clone(),
+        architecture: model.config().architecture.clone(),
+        device: model.device(),
+        dtype: model.dtype(),
+        num_pages,
+        page_size: engine_args.page_size,
+        max_context_len: runner.max_context_len(),
+        kernels: kernel_mode_text(model.device()),
+    };
+    let sized = EngineArgs { num_pages: Some(num_pages), ..engine_args.clone() };
+    Ok((engine_over(Box::new(runner), &sized, num_pages, eos)?, summary))
+}
+
 /// Loads the model, its tokenizer and chat template, sizes the KV pool and builds
 /// the engine.
 pub fn load_model(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::Result<LoadedModel> {
+    load_model_tp(model_args, engine_args, &TpArgs::single())
+}
+
+/// [`load_model`] with tensor parallelism: with `--tp N` (or the forced worker
+/// path) rank 0's engine over the group; else exactly `load_model`.
+pub fn load_model_tp(model_args: &ModelArgs, engine_args: &EngineArgs, tp_args: &TpArgs) -> anyhow::Result<LoadedModel> {
     let (tokenizer, mut chat) = load_tokenizer(&model_args.model)?;
     if let Some(path) = &model_args.chat_template {
         let text =
@@ -369,6 +421,11 @@ pub fn load_model(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::R
     }
     if engine_args.max_model_len == Some(0) {
         anyhow::bail!("--max-model-len must be at least 1");
+    }
+    if tp_args.enabled() {
+        let (engine, summary) = build_tp_engine(model_args, engine_args, tp_args, tokenizer.eos_token_ids().to_vec())?;
+        let name = served_name(model_args);
+        return Ok(LoadedModel { engine, tokenizer, chat, name, summary });
     }
     let model = load_causal_lm(model_args, engine_args.max_model_len)?;
     let num_pages = match engine_args.num_pages {
@@ -387,6 +444,11 @@ pub fn load_model(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::R
     };
     let sized = EngineArgs { num_pages: Some(num_pages), ..engine_args.clone() };
     let engine = build_engine(model, &sized, tokenizer.eos_token_ids().to_vec())?;
-    let name = model_args.model.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+    let name = served_name(model_args);
     Ok(LoadedModel { engine, tokenizer, chat, name, summary })
+}
+
+/// The name clients address the model by: its folder or file name.
+fn served_name(model_args: &ModelArgs) -> String {
+    model_args.model.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into())
 }
