@@ -193,6 +193,24 @@ impl TpRunner {
         self.send_all(&ToWorker::Step(Box::new(step)))
     }
 
+    /// The logits (f32, `[logits rows, vocab]`, row-major) of one step given by
+    /// its layout alone (greedy rows, no deferred tokens), run on every rank: a
+    /// forward pass as the engine's host path makes it, for tests and tools.
+    pub fn forward_layout(&mut self, layout: &models::StepLayout) -> Result<Vec<f32>, RunnerError> {
+        layout.check()?;
+        let step = StepMsg {
+            call: Call::Forward,
+            layout: layout.clone(),
+            sampling: vec![crate::core::sampling::SamplingRow::greedy(); layout.logits_rows.len()],
+            deferred: Vec::new(),
+            masks: None,
+        };
+        let batch = step.into_batch();
+        self.send_step(Call::Forward, &batch, None)?;
+        let logits = self.inner.forward(&batch)?;
+        Ok((0..logits.num_rows()).flat_map(|r| logits.row(r).to_vec()).collect())
+    }
+
     fn on_cpu(&self) -> bool {
         self.inner.model().device() == Device::Cpu
     }

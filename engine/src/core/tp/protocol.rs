@@ -15,7 +15,7 @@
 
 use models::StepLayout;
 
-use crate::core::req::DeferredToken;
+use crate::core::req::{DeferredToken, Phase, PreparedBatch};
 use crate::core::sampling::SamplingRow;
 use crate::core::tp::wire::{Dec, Enc, WireError};
 
@@ -133,6 +133,25 @@ pub struct StepMsg {
     pub sampling: Vec<SamplingRow>,
     pub deferred: Vec<DeferredToken>,
     pub masks: Option<MaskParts>,
+}
+
+impl StepMsg {
+    /// The batch a runner reads: the layout, sampling rows and deferred tokens
+    /// (a worker has no requests, so rows and chunk lengths stay empty; runners
+    /// do not read them).
+    pub fn into_batch(self) -> PreparedBatch {
+        let phase = if self.layout.num_tokens() == self.layout.num_rows() { Phase::Decode } else { Phase::Prefill };
+        PreparedBatch {
+            phase,
+            rows: Vec::new(),
+            layout: self.layout,
+            q_lens: Vec::new(),
+            sampling: self.sampling,
+            needs_host_logits: self.call == Call::Forward,
+            deferred: self.deferred,
+            deferred_step: 0,
+        }
+    }
 }
 
 /// Rank 0 to a worker.

@@ -17,7 +17,6 @@ use models::CausalLm;
 
 use crate::core::engine::ModelRunner;
 use crate::core::grammar::TokenMasks;
-use crate::core::req::{Phase, PreparedBatch};
 use crate::core::runner::CausalLmRunner;
 use crate::core::tp::error::TpError;
 use crate::core::tp::protocol::{Call, CommSetup, RankArgs, StepMsg, ToLeader, ToWorker};
@@ -138,21 +137,10 @@ fn read_on_a_thread(stream: &TcpStream, rank: usize) -> Result<mpsc::Receiver<To
 
 /// Makes the runner call of `step`, as rank 0 made it.
 fn run_step(runner: &mut CausalLmRunner, step: StepMsg) -> Result<(), String> {
-    let phase = if step.layout.num_tokens() == step.layout.num_rows() { Phase::Decode } else { Phase::Prefill };
-    // Only what a runner reads is filled in: the layout, sampling and deferred
-    // tokens (a worker has no requests).
-    let batch = PreparedBatch {
-        phase,
-        rows: Vec::new(),
-        layout: step.layout,
-        q_lens: Vec::new(),
-        sampling: step.sampling,
-        needs_host_logits: step.call == Call::Forward,
-        deferred: step.deferred,
-        deferred_step: 0,
-    };
+    let (call, masks) = (step.call, step.masks.clone());
+    let batch = step.into_batch();
     let e = |e: crate::core::engine::RunnerError| e.to_string();
-    match step.call {
+    match call {
         Call::Forward => {
             runner.forward(&batch).map_err(e)?;
         }
@@ -160,7 +148,7 @@ fn run_step(runner: &mut CausalLmRunner, step: StepMsg) -> Result<(), String> {
             runner.launch(&batch).map_err(e)?;
         }
         Call::LaunchMasked => {
-            let mut masks = match step.masks {
+            let mut masks = match masks {
                 Some(m) => {
                     let mut masks = TokenMasks::zeroed(m.vocab_size, m.rows);
                     if masks.bits().len() != m.bits.len() {
