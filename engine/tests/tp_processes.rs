@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 use engine::frontend::cli::common::{EngineArgs, ModelArgs};
 use engine::frontend::cli::tp::{start_leader, TpArgs};
 use kernel_runtime::{DType, Device};
-use models::{AttnBackendKind, AttnBackendSpec, ForwardBatch, LoadFormat, LoadOptions, MoeBackendKind, SeqStep, StepLayout};
+use models::{
+    AttnBackendKind, AttnBackendSpec, ForwardBatch, LoadFormat, LoadOptions, MoeBackendKind, SeqStep, StepLayout,
+};
 
 const ALL: [&str; 5] = ["llama-tiny", "qwen2-tiny", "qwen3-tiny", "mistral-tiny", "qwen3-moe-tiny"];
 

@@ -87,7 +87,12 @@ impl Slice {
                 shape[self.dim] = self.len;
                 Ok(shape)
             }
-            _ => Err(format!("slice {}..{} of dimension {} does not fit shape {full:?}", self.start, self.start + self.len, self.dim)),
+            _ => Err(format!(
+                "slice {}..{} of dimension {} does not fit shape {full:?}",
+                self.start,
+                self.start + self.len,
+                self.dim
+            )),
         }
     }
 }

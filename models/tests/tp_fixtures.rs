@@ -53,8 +53,12 @@ fn run_rank(name: &str, group: TpGroup) -> (RankLogits, u64) {
         let (l, n) = (case.input_ids.len(), case.greedy_ids.len());
         let table: Vec<u32> = (0..(l + n).div_ceil(PAGE) as u32).rev().collect();
         let kv = model.new_kv_cache(table.len(), PAGE).unwrap();
-        let prefill =
-            forward(&*model, &kv, SeqStep { new_tokens: &case.input_ids, cached_len: 0, pages: &table }, LogitRows::All);
+        let prefill = forward(
+            &*model,
+            &kv,
+            SeqStep { new_tokens: &case.input_ids, cached_len: 0, pages: &table },
+            LogitRows::All,
+        );
         let decode = (0..n - 1)
             .map(|step| {
                 let token = [case.greedy_ids[step]];

@@ -24,7 +24,11 @@ fn load_vocab_rows(vb: &VarBuilder<'_>, name: &str, vocab_size: usize, hidden: u
     if !shard.is_split() {
         return Ok((vb.pp(name).get("weight", &[vocab_size, hidden])?, rows));
     }
-    let own = vb.pp(name).get_slice("weight", &[vocab_size, hidden], Some(Slice::of(0, rows.start..rows.start + rows.len)))?;
+    let own = vb.pp(name).get_slice(
+        "weight",
+        &[vocab_size, hidden],
+        Some(Slice::of(0, rows.start..rows.start + rows.len)),
+    )?;
     if rows.len == rows.padded {
         return Ok((own, rows));
     }

@@ -87,7 +87,9 @@ impl Shard {
     /// The heads of this rank (see the module docs for the KV replication).
     pub fn heads(&self, num_heads: usize, num_kv_heads: usize) -> Result<HeadShard, String> {
         if num_kv_heads == 0 || num_heads % num_kv_heads != 0 {
-            return Err(format!("num_attention_heads = {num_heads} is not a multiple of num_key_value_heads = {num_kv_heads}"));
+            return Err(format!(
+                "num_attention_heads = {num_heads} is not a multiple of num_key_value_heads = {num_kv_heads}"
+            ));
         }
         let q = self.split(num_heads, "num_attention_heads")?;
         let kv = if num_kv_heads >= self.size {
@@ -119,7 +121,8 @@ impl Shard {
 /// cache and its attention kernels (everything else, the vocabulary included,
 /// is the model's: the logits are all-gathered).
 pub fn rank_config(config: &ModelConfig, shard: Shard) -> ModelResult<ModelConfig> {
-    let heads = shard.heads(config.num_attention_heads, config.num_key_value_heads).map_err(|m| config.unsupported(m))?;
+    let heads =
+        shard.heads(config.num_attention_heads, config.num_key_value_heads).map_err(|m| config.unsupported(m))?;
     let mut local = config.clone();
     local.num_attention_heads = heads.q.len();
     local.num_key_value_heads = heads.kv.len();

@@ -254,10 +254,7 @@ impl TcpCollective {
 /// up yet) until `timeout`.
 pub fn connect_with_retry(addr: &str, timeout: Duration) -> std::result::Result<TcpStream, String> {
     let deadline = Instant::now() + timeout;
-    let targets: Vec<SocketAddr> = addr
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {addr}: {e}"))?
-        .collect();
+    let targets: Vec<SocketAddr> = addr.to_socket_addrs().map_err(|e| format!("cannot resolve {addr}: {e}"))?.collect();
     let Some(&target) = targets.first() else {
         return Err(format!("{addr} resolves to no address"));
     };
@@ -419,11 +416,8 @@ mod tests {
         f: impl Fn(usize, &TcpCollective) -> R + Send + Sync + Copy + 'static,
     ) -> Vec<R> {
         let group = TcpCollective::local_group(size, TIMEOUT).unwrap();
-        let handles: Vec<_> = group
-            .into_iter()
-            .enumerate()
-            .map(|(rank, c)| std::thread::spawn(move || f(rank, &c)))
-            .collect();
+        let handles: Vec<_> =
+            group.into_iter().enumerate().map(|(rank, c)| std::thread::spawn(move || f(rank, &c))).collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     }
 

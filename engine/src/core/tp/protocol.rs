@@ -251,7 +251,11 @@ fn decode_step(d: &mut Dec<'_>) -> Result<StepMsg, WireError> {
     }
     let masks = match d.u8("masks")? {
         0 => None,
-        1 => Some(MaskParts { vocab_size: d.usize("mask vocab")?, rows: d.u32s("mask rows")?, bits: d.u32s("mask bits")? }),
+        1 => Some(MaskParts {
+            vocab_size: d.usize("mask vocab")?,
+            rows: d.u32s("mask rows")?,
+            bits: d.u32s("mask bits")?,
+        }),
         t => return Err(WireError::Malformed(format!("masks tag {t}"))),
     };
     layout.check().map_err(|e| WireError::Malformed(format!("step layout: {e}")))?;
@@ -371,7 +375,10 @@ mod tests {
         let step = StepMsg {
             call: Call::LaunchMasked,
             layout,
-            sampling: vec![SamplingRow::greedy(), SamplingRow { top_k: Some(5), seed: 9, step: 2, ..SamplingRow::greedy() }],
+            sampling: vec![
+                SamplingRow::greedy(),
+                SamplingRow { top_k: Some(5), seed: 9, step: 2, ..SamplingRow::greedy() },
+            ],
             deferred: vec![DeferredToken { token: 1, row: 0 }],
             masks: Some(MaskParts { vocab_size: 40, rows: vec![1], bits: vec![3, 4] }),
         };

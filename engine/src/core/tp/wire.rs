@@ -33,9 +33,10 @@ pub enum WireError {
 impl From<std::io::Error> for WireError {
     fn from(e: std::io::Error) -> Self {
         match e.kind() {
-            ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset | ErrorKind::BrokenPipe | ErrorKind::ConnectionAborted => {
-                WireError::Closed
-            }
+            ErrorKind::UnexpectedEof
+            | ErrorKind::ConnectionReset
+            | ErrorKind::BrokenPipe
+            | ErrorKind::ConnectionAborted => WireError::Closed,
             ErrorKind::WouldBlock | ErrorKind::TimedOut => WireError::TimedOut,
             _ => WireError::Io(e),
         }

@@ -7,13 +7,13 @@ use anyhow::Context;
 use clap::Args;
 use kernel_runtime::{DType, Device};
 
+use super::tp::TpArgs;
 use crate::core::engine::{overlap_disabled_by_env, Engine, EngineConfig, ModelRunner};
 use crate::core::kvcache::CacheKind;
 use crate::core::runner::CausalLmRunner;
 use crate::core::scheduler::{SchedulePolicy, SchedulerConfig};
 use crate::text::chat_template::{ModelChatConfig, SpecialTokens};
 use crate::text::tokenizer::Tokenizer;
-use super::tp::TpArgs;
 
 /// Which model and how to run it.
 #[derive(Args, Debug, Clone)]
@@ -412,7 +412,11 @@ pub fn load_model(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::R
 
 /// [`load_model`] with tensor parallelism: with `--tp N` (or the forced worker
 /// path) rank 0's engine over the group; else exactly `load_model`.
-pub fn load_model_tp(model_args: &ModelArgs, engine_args: &EngineArgs, tp_args: &TpArgs) -> anyhow::Result<LoadedModel> {
+pub fn load_model_tp(
+    model_args: &ModelArgs,
+    engine_args: &EngineArgs,
+    tp_args: &TpArgs,
+) -> anyhow::Result<LoadedModel> {
     let (tokenizer, mut chat) = load_tokenizer(&model_args.model)?;
     if let Some(path) = &model_args.chat_template {
         let text =
