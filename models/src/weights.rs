@@ -19,8 +19,9 @@
 //! Under tensor parallelism ([`Weights::with_tp`]) the layers ask for their
 //! rank's [`Slice`] of a tensor: a safetensors slice is read from the file as
 //! it lies (one positioned read per contiguous run of it; [`Weights::bytes_read`]
-//! counts what was read), a GGUF tensor is dequantised and then cut (its
-//! quantised blocks are rows), and dummy values are made for the whole tensor
+//! counts what was read), a GGUF slice of rows is dequantised alone (a slice of
+//! columns from the whole tensor, whose quantised blocks run along the rows),
+//! and dummy values are made for the whole tensor
 //! on the device and cut there, so that a shard holds exactly the values of the
 //! unsplit model.
 //!
@@ -458,11 +459,19 @@ impl Weights {
                 if info.shape != shape {
                     return Err(self.shape_error(name, shape, &info.shape));
                 }
-                let (_, data) = checkpoint.load_f32(name)?;
-                let full = Tensor::from_slice(&data, shape, Device::Cpu)?;
-                match slice {
-                    Some(s) => full.narrow(s.dim, s.start, s.len)?.contiguous()?,
-                    None => full,
+                // A slice of rows is dequantised alone; other slices (columns) from
+                // the whole tensor, whose quantised blocks run along the rows.
+                let rows = match slice {
+                    Some(s) if s.dim == 0 => checkpoint.load_f32_rows(name, s.start..s.start + s.len)?,
+                    _ => None,
+                };
+                match (rows, slice) {
+                    (Some(data), _) => Tensor::from_slice(&data, &local, Device::Cpu)?,
+                    (None, Some(s)) => {
+                        let (_, data) = checkpoint.load_f32(name)?;
+                        Tensor::from_slice(&data, shape, Device::Cpu)?.narrow(s.dim, s.start, s.len)?.contiguous()?
+                    }
+                    (None, None) => Tensor::from_slice(&checkpoint.load_f32(name)?.1, shape, Device::Cpu)?,
                 }
             }
             Source::Dummy { seed } => {

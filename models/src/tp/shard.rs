@@ -77,7 +77,7 @@ impl Shard {
     /// This rank's equal part of `n` things called `what` (an error naming
     /// `what` when `n` does not divide).
     pub fn split(&self, n: usize, what: &str) -> Result<Range<usize>, String> {
-        if n % self.size != 0 {
+        if !n.is_multiple_of(self.size) {
             return Err(format!("{what} = {n} does not split evenly over --tp {}", self.size));
         }
         let per = n / self.size;
@@ -86,7 +86,7 @@ impl Shard {
 
     /// The heads of this rank (see the module docs for the KV replication).
     pub fn heads(&self, num_heads: usize, num_kv_heads: usize) -> Result<HeadShard, String> {
-        if num_kv_heads == 0 || num_heads % num_kv_heads != 0 {
+        if num_kv_heads == 0 || !num_heads.is_multiple_of(num_kv_heads) {
             return Err(format!(
                 "num_attention_heads = {num_heads} is not a multiple of num_key_value_heads = {num_kv_heads}"
             ));
@@ -95,7 +95,7 @@ impl Shard {
         let kv = if num_kv_heads >= self.size {
             self.split(num_kv_heads, "num_key_value_heads")?
         } else {
-            if self.size % num_kv_heads != 0 {
+            if !self.size.is_multiple_of(num_kv_heads) {
                 return Err(format!(
                     "num_key_value_heads = {num_kv_heads} is fewer than --tp {} and does not divide it \
                      (each KV head must be replicated on the same number of ranks)",

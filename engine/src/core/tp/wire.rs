@@ -202,7 +202,7 @@ impl<'a> Dec<'a> {
 
     pub fn u32s(&mut self, what: &str) -> Result<Vec<u32>, WireError> {
         let n = self.u32(what)? as usize;
-        let raw = self.take(n.checked_mul(4).unwrap_or(usize::MAX), what)?;
+        let raw = self.take(n.saturating_mul(4), what)?;
         Ok(raw.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect())
     }
 

@@ -33,7 +33,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 
-use super::common::{build_engine, build_tp_engine, load_causal_lm, load_tokenizer, EngineArgs, ModelArgs};
+use super::common::{build_engine, load_causal_lm, load_tokenizer, EngineArgs, ModelArgs};
+use super::tp::build_tp_engine;
 use crate::core::engine::GenerateRequest;
 use crate::core::req::SamplingParams;
 use crate::frontend::server::structured::{GrammarCompiler, GrammarSpec};

@@ -7,7 +7,6 @@ use anyhow::Context;
 use clap::Args;
 use kernel_runtime::{DType, Device};
 
-use super::tp::TpArgs;
 use crate::core::engine::{overlap_disabled_by_env, Engine, EngineConfig, ModelRunner};
 use crate::core::kvcache::CacheKind;
 use crate::core::runner::CausalLmRunner;
@@ -336,7 +335,7 @@ pub fn build_engine(
 }
 
 /// The engine over a ready runner of `num_pages` KV pages; `eos` are the stop tokens.
-fn engine_over(
+pub fn engine_over(
     runner: Box<dyn ModelRunner + Send>,
     engine_args: &EngineArgs,
     num_pages: usize,
@@ -375,48 +374,9 @@ fn capture_graphs(runner: &mut CausalLmRunner, args: &EngineArgs) {
     }
 }
 
-/// The engine over rank 0 of a tensor-parallel group (`--tp`; the workers
-/// started and joined, see `cli::tp`), with what was loaded.
-pub fn build_tp_engine(
-    model_args: &ModelArgs,
-    engine_args: &EngineArgs,
-    tp_args: &TpArgs,
-    mut eos: Vec<u32>,
-) -> anyhow::Result<(Engine<Box<dyn ModelRunner + Send>>, ModelSummary)> {
-    let (runner, num_pages) = super::tp::start_leader(model_args, engine_args, tp_args)?;
-    let model = runner.inner().model();
-    for &id in model.eos_token_ids() {
-        if !eos.contains(&id) {
-            eos.push(id);
-        }
-    }
-    let summary = ModelSummary {
-        path: model_args.model.clone(),
-        architecture: model.config().architecture.clone(),
-        device: model.device(),
-        dtype: model.dtype(),
-        num_pages,
-        page_size: engine_args.page_size,
-        max_context_len: runner.max_context_len(),
-        kernels: kernel_mode_text(model.device()),
-    };
-    let sized = EngineArgs { num_pages: Some(num_pages), ..engine_args.clone() };
-    Ok((engine_over(Box::new(runner), &sized, num_pages, eos)?, summary))
-}
-
-/// Loads the model, its tokenizer and chat template, sizes the KV pool and builds
-/// the engine.
-pub fn load_model(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::Result<LoadedModel> {
-    load_model_tp(model_args, engine_args, &TpArgs::single())
-}
-
-/// [`load_model`] with tensor parallelism: with `--tp N` (or the forced worker
-/// path) rank 0's engine over the group; else exactly `load_model`.
-pub fn load_model_tp(
-    model_args: &ModelArgs,
-    engine_args: &EngineArgs,
-    tp_args: &TpArgs,
-) -> anyhow::Result<LoadedModel> {
+/// The tokenizer and chat configuration a served model uses (`--chat-template`
+/// replacing the model's own), after the checks that need no model.
+pub fn load_chat(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::Result<(Tokenizer, ModelChatConfig)> {
     let (tokenizer, mut chat) = load_tokenizer(&model_args.model)?;
     if let Some(path) = &model_args.chat_template {
         let text =
@@ -426,11 +386,13 @@ pub fn load_model_tp(
     if engine_args.max_model_len == Some(0) {
         anyhow::bail!("--max-model-len must be at least 1");
     }
-    if tp_args.enabled() {
-        let (engine, summary) = build_tp_engine(model_args, engine_args, tp_args, tokenizer.eos_token_ids().to_vec())?;
-        let name = served_name(model_args);
-        return Ok(LoadedModel { engine, tokenizer, chat, name, summary });
-    }
+    Ok((tokenizer, chat))
+}
+
+/// Loads the model, its tokenizer and chat template, sizes the KV pool and builds
+/// the engine.
+pub fn load_model(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::Result<LoadedModel> {
+    let (tokenizer, chat) = load_chat(model_args, engine_args)?;
     let model = load_causal_lm(model_args, engine_args.max_model_len)?;
     let num_pages = match engine_args.num_pages {
         Some(n) => n,
@@ -453,6 +415,6 @@ pub fn load_model_tp(
 }
 
 /// The name clients address the model by: its folder or file name.
-fn served_name(model_args: &ModelArgs) -> String {
+pub fn served_name(model_args: &ModelArgs) -> String {
     model_args.model.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into())
 }

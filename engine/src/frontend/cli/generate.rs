@@ -18,7 +18,8 @@ use anyhow::Context;
 use clap::Args;
 use rand::{Rng, SeedableRng};
 
-use super::common::{load_model_tp, EngineArgs, ModelArgs};
+use super::common::{EngineArgs, ModelArgs};
+use super::tp::load_model_tp;
 use crate::core::engine::GenerateRequest;
 use crate::core::req::SamplingParams;
 use crate::core::sampling::penalties::Penalties;

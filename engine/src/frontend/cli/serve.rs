@@ -129,7 +129,7 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<ExitCode> {
     let typed_model = args.model.model.clone();
     args.model.model = super::common::resolve_model_path(&args.model.model, args.pull)?;
     let defaults = server::defaults_from_model_dir(&args.model.model)?;
-    let loaded = super::common::load_model_tp(&args.model, &args.engine, &args.tp)?;
+    let loaded = super::tp::load_model_tp(&args.model, &args.engine, &args.tp)?;
     let parsers = output_parsers(&args, loaded.chat.chat_template.as_deref(), &loaded.summary.architecture)?;
     tracing::info!(
         "output parsers: tool calls {}, reasoning {}",

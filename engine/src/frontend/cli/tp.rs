@@ -21,7 +21,11 @@ use clap::Args;
 use kernel_runtime::Device;
 use sha2::{Digest, Sha256};
 
-use super::common::{default_num_pages, load_options, resolve_device, EngineArgs, ModelArgs};
+use super::common::{
+    default_num_pages, engine_over, kernel_mode_text, load_chat, load_model, load_options, resolve_device, served_name,
+    EngineArgs, LoadedModel, ModelArgs, ModelSummary,
+};
+use crate::core::engine::{Engine, ModelRunner};
 use crate::core::runner::CausalLmRunner;
 use crate::core::tp::leader::{leader_collective, TpRunner};
 use crate::core::tp::protocol::{RankArgs, StartInfo};
@@ -70,7 +74,7 @@ impl TpArgs {
         if self.tp == 0 || self.nnodes == 0 {
             anyhow::bail!("--tp and --nnodes must be at least 1");
         }
-        if self.tp % self.nnodes != 0 {
+        if !self.tp.is_multiple_of(self.nnodes) {
             anyhow::bail!("--tp {} does not spread evenly over --nnodes {}", self.tp, self.nnodes);
         }
         if self.node_rank >= self.nnodes {
@@ -285,6 +289,50 @@ pub fn start_leader(model: &ModelArgs, engine: &EngineArgs, tp: &TpArgs) -> anyh
         kill_all(&mut children);
     }
     started
+}
+
+/// The engine over rank 0 of a tensor-parallel group (`--tp`; the workers
+/// started and joined, see `cli::tp`), with what was loaded.
+pub fn build_tp_engine(
+    model_args: &ModelArgs,
+    engine_args: &EngineArgs,
+    tp_args: &TpArgs,
+    mut eos: Vec<u32>,
+) -> anyhow::Result<(Engine<Box<dyn ModelRunner + Send>>, ModelSummary)> {
+    let (runner, num_pages) = start_leader(model_args, engine_args, tp_args)?;
+    let model = runner.inner().model();
+    for &id in model.eos_token_ids() {
+        if !eos.contains(&id) {
+            eos.push(id);
+        }
+    }
+    let summary = ModelSummary {
+        path: model_args.model.clone(),
+        architecture: model.config().architecture.clone(),
+        device: model.device(),
+        dtype: model.dtype(),
+        num_pages,
+        page_size: engine_args.page_size,
+        max_context_len: runner.max_context_len(),
+        kernels: kernel_mode_text(model.device()),
+    };
+    let sized = EngineArgs { num_pages: Some(num_pages), ..engine_args.clone() };
+    Ok((engine_over(Box::new(runner), &sized, num_pages, eos)?, summary))
+}
+
+/// [`load_model`] with tensor parallelism: with `--tp N` (or the forced worker
+/// path) rank 0's engine over the group; else exactly `load_model`.
+pub fn load_model_tp(
+    model_args: &ModelArgs,
+    engine_args: &EngineArgs,
+    tp_args: &TpArgs,
+) -> anyhow::Result<LoadedModel> {
+    if !tp_args.enabled() {
+        return load_model(model_args, engine_args);
+    }
+    let (tokenizer, chat) = load_chat(model_args, engine_args)?;
+    let (engine, summary) = build_tp_engine(model_args, engine_args, tp_args, tokenizer.eos_token_ids().to_vec())?;
+    Ok(LoadedModel { engine, tokenizer, chat, name: served_name(model_args), summary })
 }
 
 /// `--node-rank K > 0`: this node's first rank runs as a worker here, its other
