@@ -133,7 +133,9 @@ impl<M: DecoderMlp> Decoder<M> {
         } else {
             ParallelLmHead::load(&vb, "lm_head", config.vocab_size, config.hidden_size)?
         };
-        Ok(Decoder { config: config.clone(), model, lm_head, attn, dtype: weights.dtype(), device: weights.device() })
+        // The rank's view: its heads (what its KV cache and kernels see).
+        let config = crate::tp::rank_config(config, weights.tp().shard())?;
+        Ok(Decoder { config, model, lm_head, attn, dtype: weights.dtype(), device: weights.device() })
     }
 }
 

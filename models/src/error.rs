@@ -79,6 +79,11 @@ pub enum ModelError {
     /// A GGUF file could not be read or interpreted.
     #[error(transparent)]
     Gguf(#[from] crate::gguf::GgufError),
+
+    /// A collective of tensor parallelism failed (a rank gone, a timeout, a
+    /// mismatched call).
+    #[error("tp rank {rank}: {op}: {message}")]
+    Collective { rank: usize, op: &'static str, message: String },
 }
 
 impl ModelError {

@@ -19,6 +19,7 @@
 //! | [`registry`] | [`MODEL_REGISTRY`], [`load_model`] |
 //! | [`generate`] | greedy generation of one prompt |
 //! | [`gguf`] | GGUF files as checkpoints |
+//! | [`tp`] | tensor parallelism: shard arithmetic, the `Collective` trait, its TCP (CPU) and NCCL (GPU) backends |
 //!
 //! A typical use: `load_model(path, &options)?`, a [`KvCache`] from
 //! [`CausalLm::new_kv_cache`], then per step a [`ForwardBatch`] and
@@ -44,6 +45,7 @@ pub mod qwen3;
 pub mod qwen3_moe;
 pub mod registry;
 pub mod rotary;
+pub mod tp;
 pub mod weights;
 
 pub use attn_backend::{AttnBackendKind, AttnBackendSpec};
@@ -54,5 +56,8 @@ pub use error::{ModelError, Result};
 pub use graph_inputs::{DecodeGraphInputs, Padding, StepInputs};
 pub use layout::StepLayout;
 pub use moe_backend::MoeBackendKind;
-pub use registry::{load_model, supported_architectures, LoadOptions, MODEL_REGISTRY};
-pub use weights::{LoadFormat, Weights, MERGE_GROUPS};
+pub use registry::{
+    load_model, load_model_counting, load_model_sharded, supported_architectures, LoadOptions, MODEL_REGISTRY,
+};
+pub use tp::{Collective, Shard, TpGroup};
+pub use weights::{LoadFormat, Slice, Weights, MERGE_GROUPS};

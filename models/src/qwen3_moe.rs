@@ -75,8 +75,9 @@ impl Qwen3MoeForCausalLM {
         // Fused by default, naive where the fused kernels cannot run the experts.
         let moe = match config.moe.as_ref() {
             Some(m) => {
-                let (kind, why) =
-                    moe.resolve(weights.device(), weights.dtype(), config.hidden_size, m.moe_intermediate_size);
+                // The experts' intermediate size on this rank (all of it with one).
+                let local_i = m.moe_intermediate_size / weights.tp().shard().size();
+                let (kind, why) = moe.resolve(weights.device(), weights.dtype(), config.hidden_size, local_i);
                 if let Some(why) = why {
                     log::warn!("{why}; running the experts on --moe naive");
                 }

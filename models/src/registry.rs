@@ -18,6 +18,7 @@ use crate::ctx::AttnBackend;
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufCheckpoint;
 use crate::moe_backend::MoeBackendKind;
+use crate::tp::TpGroup;
 use crate::weights::{has_safetensors, LoadFormat, Weights};
 use crate::{llama, mistral, qwen2, qwen3, qwen3_moe};
 
@@ -83,6 +84,19 @@ fn is_gguf(path: &Path) -> bool {
 /// Loads the model at `path`: an HF folder (config.json + safetensors, or config
 /// alone with dummy weights) or a `.gguf` file.
 pub fn load_model(path: &Path, options: &LoadOptions) -> Result<Box<dyn CausalLm>> {
+    load_model_sharded(path, options, TpGroup::single())
+}
+
+/// [`load_model`] for one rank of a tensor-parallel group: each layer reads its
+/// slice of the checkpoint and keeps `tp`'s collectives.
+pub fn load_model_sharded(path: &Path, options: &LoadOptions, tp: TpGroup) -> Result<Box<dyn CausalLm>> {
+    let (model, _) = load_model_counting(path, options, tp)?;
+    Ok(model)
+}
+
+/// [`load_model_sharded`], also returning the bytes read from safetensors
+/// files (what a rank's slice cost; tests assert it).
+pub fn load_model_counting(path: &Path, options: &LoadOptions, tp: TpGroup) -> Result<(Box<dyn CausalLm>, u64)> {
     enum Input {
         Folder,
         Gguf(Box<GgufCheckpoint>),
@@ -141,13 +155,17 @@ pub fn load_model(path: &Path, options: &LoadOptions) -> Result<Box<dyn CausalLm
             })
         }
     };
+    let shard = tp.shard();
+    let weights = weights.with_tp(tp);
     let attn = options.attn.create()?;
     log::info!(
-        "loading {} from {} ({dtype} on {device}, attention {}, moe {})",
+        "loading {} from {} ({dtype} on {device}, attention {}, moe {}{})",
         config.architecture,
         path.display(),
         options.attn,
-        options.moe
+        options.moe,
+        if shard.is_split() { format!(", tp rank {} of {}", shard.rank(), shard.size()) } else { String::new() }
     );
-    loader(&config, &weights, attn, options.moe)
+    let model = loader(&config, &weights, attn, options.moe)?;
+    Ok((model, weights.bytes_read()))
 }

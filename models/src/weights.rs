@@ -16,6 +16,15 @@
 //! `gate_up_proj`, concatenated along the output dimension in the table's order
 //! (q, k, v; gate then up, as `ops::silu_mul` expects).
 //!
+//! Under tensor parallelism ([`Weights::with_tp`]) the layers ask for their
+//! rank's [`Slice`] of a tensor: a safetensors slice is read from the file as
+//! it lies (one positioned read per contiguous run of it; [`Weights::bytes_read`]
+//! counts what was read), a GGUF slice of rows is dequantised alone (a slice of
+//! columns from the whole tensor, whose quantised blocks run along the rows),
+//! and dummy values are made for the whole tensor
+//! on the device and cut there, so that a shard holds exactly the values of the
+//! unsplit model.
+//!
 //! NOTE: safetensors files are read with positioned reads of each tensor's bytes,
 //! not memory-mapped as DESIGN.md has it: this crate forbids `unsafe`, and mapping
 //! a file is unsafe. When kernel-runtime grows a safe mmap helper, only
@@ -24,9 +33,12 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::Read;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use kernel_runtime::{DType, Device, Tensor};
 use safetensors::tensor::{Metadata, TensorInfo};
@@ -34,6 +46,7 @@ use safetensors::Dtype as StDtype;
 
 use crate::error::{ModelError, Result};
 use crate::gguf::GgufCheckpoint;
+use crate::tp::TpGroup;
 
 /// Tensors the layers hold fused: the fused name and, in order, the checkpoint
 /// tensors concatenated (along dimension 0) to make it. Names are the last path
@@ -50,6 +63,39 @@ pub struct MergeGroup {
     pub fused: &'static str,
     /// The checkpoint names it is made of, in concatenation order.
     pub parts: &'static [&'static str],
+}
+
+/// The part of a checkpoint tensor a rank loads: `len` entries from `start`
+/// along dimension `dim` (every entry of the other dimensions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slice {
+    pub dim: usize,
+    pub start: usize,
+    pub len: usize,
+}
+
+impl Slice {
+    /// The entries `range` of dimension `dim`.
+    pub fn of(dim: usize, range: Range<usize>) -> Slice {
+        Slice { dim, start: range.start, len: range.len() }
+    }
+
+    /// The local shape of a tensor of `full` shape, or why the slice does not fit it.
+    fn shape(&self, full: &[usize]) -> std::result::Result<Vec<usize>, String> {
+        match full.get(self.dim) {
+            Some(&n) if self.start.checked_add(self.len).is_some_and(|end| end <= n) => {
+                let mut shape = full.to_vec();
+                shape[self.dim] = self.len;
+                Ok(shape)
+            }
+            _ => Err(format!(
+                "slice {}..{} of dimension {} does not fit shape {full:?}",
+                self.start,
+                self.start + self.len,
+                self.dim
+            )),
+        }
+    }
 }
 
 /// Where weights come from (`--load-format`).
@@ -133,13 +179,29 @@ impl SafetensorsFile {
         Ok(SafetensorsFile { path: path.to_path_buf(), data_start, tensors })
     }
 
-    /// The raw bytes of one tensor of this file.
-    fn read(&self, info: &TensorInfo) -> Result<Vec<u8>> {
-        let (start, end) = info.data_offsets;
-        let mut file = File::open(&self.path).map_err(ModelError::io(&self.path))?;
-        file.seek(SeekFrom::Start(self.data_start + start as u64)).map_err(ModelError::io(&self.path))?;
-        let mut bytes = vec![0u8; end - start];
-        file.read_exact(&mut bytes).map_err(ModelError::io(&self.path))?;
+    /// The raw bytes of one tensor of this file (elements of `elem` bytes), all
+    /// of it or its `slice` (checked to fit by the caller): one positioned read
+    /// per contiguous run, adding the bytes read to `counter`.
+    fn read_slice(&self, info: &TensorInfo, elem: usize, slice: Option<Slice>, counter: &AtomicU64) -> Result<Vec<u8>> {
+        let base = self.data_start + info.data_offsets.0 as u64;
+        // (runs, bytes per run, bytes between runs, offset of the first run)
+        let (runs, chunk, stride, first) = match slice {
+            None => (1, info.data_offsets.1 - info.data_offsets.0, 0, 0),
+            Some(s) => {
+                let shape = &info.shape;
+                let inner: usize = shape[s.dim + 1..].iter().product::<usize>() * elem;
+                (shape[..s.dim].iter().product(), s.len * inner, shape[s.dim] * inner, s.start * inner)
+            }
+        };
+        let file = File::open(&self.path).map_err(ModelError::io(&self.path))?;
+        let mut bytes = vec![0u8; runs * chunk];
+        if chunk > 0 {
+            for (run, out) in bytes.chunks_exact_mut(chunk).enumerate() {
+                let at = base + (run * stride + first) as u64;
+                file.read_exact_at(out, at).map_err(ModelError::io(&self.path))?;
+            }
+        }
+        counter.fetch_add(bytes.len() as u64, Ordering::Relaxed);
         Ok(bytes)
     }
 }
@@ -272,27 +334,54 @@ pub struct Weights {
     location: PathBuf,
     dtype: DType,
     device: Device,
+    /// The rank the layers load for (and the collectives they keep).
+    tp: TpGroup,
+    /// Bytes read from safetensors files so far.
+    bytes_read: AtomicU64,
 }
 
 impl Weights {
     /// The safetensors weights of an HF folder.
     pub fn safetensors(dir: &Path, dtype: DType, device: Device) -> Result<Weights> {
-        Ok(Weights {
-            source: Source::Safetensors(SafetensorsFolder::open(dir)?),
-            location: dir.to_path_buf(),
-            dtype,
-            device,
-        })
+        Ok(Weights::new(Source::Safetensors(SafetensorsFolder::open(dir)?), dir, dtype, device))
     }
 
     /// The tensors of a GGUF checkpoint (dequantised to f32, then converted).
     pub fn gguf(checkpoint: GgufCheckpoint, path: &Path, dtype: DType, device: Device) -> Result<Weights> {
-        Ok(Weights { source: Source::Gguf(Box::new(checkpoint)), location: path.to_path_buf(), dtype, device })
+        Ok(Weights::new(Source::Gguf(Box::new(checkpoint)), path, dtype, device))
     }
 
     /// Random weights (see `dummy_values`), the same for the same `seed` and names.
     pub fn dummy(location: &Path, seed: u64, dtype: DType, device: Device) -> Weights {
-        Weights { source: Source::Dummy { seed }, location: location.to_path_buf(), dtype, device }
+        Weights::new(Source::Dummy { seed }, location, dtype, device)
+    }
+
+    fn new(source: Source, location: &Path, dtype: DType, device: Device) -> Weights {
+        Weights {
+            source,
+            location: location.to_path_buf(),
+            dtype,
+            device,
+            tp: TpGroup::single(),
+            bytes_read: AtomicU64::new(0),
+        }
+    }
+
+    /// The same checkpoint, loaded as rank `tp.shard()` (each layer takes its
+    /// slice and keeps the group's collectives).
+    pub fn with_tp(mut self, tp: TpGroup) -> Weights {
+        self.tp = tp;
+        self
+    }
+
+    /// The tensor-parallel group the layers load for.
+    pub fn tp(&self) -> &TpGroup {
+        &self.tp
+    }
+
+    /// Bytes read from safetensors files so far (what sharded loading saves).
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read.load(Ordering::Relaxed)
     }
 
     /// The compute dtype tensors are converted to.
@@ -333,8 +422,17 @@ impl Weights {
         ModelError::MissingTensor { location: self.location.clone(), name: name.to_owned() }
     }
 
-    /// Tensor `name`, checked against `shape`, as a host tensor in the compute dtype.
-    fn load_host(&self, name: &str, shape: &[usize]) -> Result<Tensor> {
+    fn slice_error(&self, name: &str, message: String) -> ModelError {
+        ModelError::Unsupported { path: self.location.clone(), message: format!("tensor `{name}`: {message}") }
+    }
+
+    /// Tensor `name`, checked against `shape`, as a host tensor in the compute
+    /// dtype: all of it, or its `slice` (then of the slice's shape).
+    fn load_host(&self, name: &str, shape: &[usize], slice: Option<Slice>) -> Result<Tensor> {
+        let local = match slice {
+            Some(s) => s.shape(shape).map_err(|m| self.slice_error(name, m))?,
+            None => shape.to_vec(),
+        };
         let host = match &self.source {
             Source::Safetensors(folder) => {
                 let (file, info) = folder.lookup(name).ok_or_else(|| self.missing(name))?;
@@ -353,20 +451,36 @@ impl Weights {
                         })
                     }
                 };
-                Tensor::from_bytes(&file.read(info)?, dtype, shape, Device::Cpu)?
+                let bytes = file.read_slice(info, dtype.size_in_bytes(), slice, &self.bytes_read)?;
+                Tensor::from_bytes(&bytes, dtype, &local, Device::Cpu)?
             }
             Source::Gguf(checkpoint) => {
                 let info = checkpoint.tensor(name).ok_or_else(|| self.missing(name))?;
                 if info.shape != shape {
                     return Err(self.shape_error(name, shape, &info.shape));
                 }
-                let (_, data) = checkpoint.load_f32(name)?;
-                Tensor::from_slice(&data, shape, Device::Cpu)?
+                // A slice of rows is dequantised alone; other slices (columns) from
+                // the whole tensor, whose quantised blocks run along the rows.
+                let rows = match slice {
+                    Some(s) if s.dim == 0 => checkpoint.load_f32_rows(name, s.start..s.start + s.len)?,
+                    _ => None,
+                };
+                match (rows, slice) {
+                    (Some(data), _) => Tensor::from_slice(&data, &local, Device::Cpu)?,
+                    (None, Some(s)) => {
+                        let (_, data) = checkpoint.load_f32(name)?;
+                        Tensor::from_slice(&data, shape, Device::Cpu)?.narrow(s.dim, s.start, s.len)?.contiguous()?
+                    }
+                    (None, None) => Tensor::from_slice(&checkpoint.load_f32(name)?.1, shape, Device::Cpu)?,
+                }
             }
             Source::Dummy { seed } => {
                 let host = Tensor::empty(shape, self.dtype, Device::Cpu)?;
                 fill_dummy(&host, *seed, name)?;
-                host
+                match slice {
+                    Some(s) => host.narrow(s.dim, s.start, s.len)?.contiguous()?,
+                    None => host,
+                }
             }
         };
         Ok(host.to_dtype(self.dtype)?)
@@ -405,59 +519,116 @@ impl<'a> VarBuilder<'a> {
         self.weights.device
     }
 
+    /// The tensor-parallel group the layers load for.
+    pub fn tp(&self) -> &'a TpGroup {
+        &self.weights.tp
+    }
+
+    /// An error about this checkpoint that is not any one tensor's (a size that
+    /// does not split over the ranks).
+    pub fn unsupported(&self, message: impl Into<String>) -> ModelError {
+        ModelError::Unsupported { path: self.weights.location.clone(), message: message.into() }
+    }
+
+    /// This rank's equal part of `n` things called `what`.
+    pub fn split(&self, n: usize, what: &str) -> Result<Range<usize>> {
+        self.weights.tp.shard().split(n, what).map_err(|m| self.unsupported(m))
+    }
+
     /// Tensor `leaf` of exactly `shape`, in the compute dtype, on the device.
     pub fn get(&self, leaf: &str, shape: &[usize]) -> Result<Tensor> {
+        self.get_slice(leaf, shape, None)
+    }
+
+    /// `slice` of tensor `leaf` of `shape` (all of it for `None`), in the
+    /// compute dtype, on the device.
+    pub fn get_slice(&self, leaf: &str, shape: &[usize], slice: Option<Slice>) -> Result<Tensor> {
         if let Source::Dummy { seed } = self.weights.source {
-            // Made where it is used: no host generation, no upload.
+            // Made where it is used: no host generation, no upload. A slice is cut
+            // from the whole tensor, so that shards hold the unsplit model's values.
             let t = Tensor::empty(shape, self.weights.dtype, self.weights.device)?;
             fill_dummy(&t, seed, &self.name(leaf))?;
-            return Ok(t);
+            return match slice {
+                Some(s) => {
+                    s.shape(shape).map_err(|m| self.weights.slice_error(&self.name(leaf), m))?;
+                    Ok(t.narrow(s.dim, s.start, s.len)?.contiguous()?)
+                }
+                None => Ok(t),
+            };
         }
-        Ok(self.weights.load_host(&self.name(leaf), shape)?.to_device(self.weights.device)?)
+        Ok(self.weights.load_host(&self.name(leaf), shape, slice)?.to_device(self.weights.device)?)
     }
 
     /// The fused tensor `fused.suffix` (`qkv_proj.weight`): the checkpoint's own
     /// fused tensor when it has one, else the parts [`MERGE_GROUPS`] lists for
     /// `fused`, of shapes `[rows_i, rest...]`, concatenated along dimension 0.
     pub fn get_merged(&self, fused: &str, suffix: &str, part_rows: &[usize], rest: &[usize]) -> Result<Tensor> {
+        let parts: Vec<(usize, Range<usize>)> = part_rows.iter().map(|&r| (r, 0..r)).collect();
+        self.get_merged_slices(fused, suffix, &parts, rest)
+    }
+
+    /// [`Self::get_merged`] for one rank: of part `i`, which has `parts[i].0`
+    /// rows, only the rows `parts[i].1`, the parts' rows concatenated.
+    pub fn get_merged_slices(
+        &self,
+        fused: &str,
+        suffix: &str,
+        parts: &[(usize, Range<usize>)],
+        rest: &[usize],
+    ) -> Result<Tensor> {
         let group = MERGE_GROUPS.iter().find(|g| g.fused == fused).ok_or_else(|| ModelError::MissingTensor {
             location: self.weights.location.clone(),
             name: format!("{} (no merge group `{fused}`)", self.name(fused)),
         })?;
-        if group.parts.len() != part_rows.len() {
+        if group.parts.len() != parts.len() {
             return Err(ModelError::MissingTensor {
                 location: self.weights.location.clone(),
                 name: format!(
                     "{} (merge group `{fused}` has {} parts, {} sizes given)",
                     self.name(fused),
                     group.parts.len(),
-                    part_rows.len()
+                    parts.len()
                 ),
             });
         }
-        let total_rows: usize = part_rows.iter().sum();
-        let shape: Vec<usize> = std::iter::once(total_rows).chain(rest.iter().copied()).collect();
-        let fused_name = self.name(&format!("{fused}.{suffix}"));
-        if self.weights.has(&fused_name) {
-            return self.get(&format!("{fused}.{suffix}"), &shape);
-        }
-        if let Source::Dummy { seed } = self.weights.source {
-            // Each part in place, its own values (as if loaded separately).
-            let t = Tensor::empty(&shape, self.weights.dtype, self.weights.device)?;
-            let mut row = 0;
-            for (part, &rows) in group.parts.iter().zip(part_rows) {
-                fill_dummy(&t.narrow(0, row, rows)?, seed, &self.name(&format!("{part}.{suffix}")))?;
-                row += rows;
+        let shape_of = |rows: usize| -> Vec<usize> { std::iter::once(rows).chain(rest.iter().copied()).collect() };
+        let local_rows: usize = parts.iter().map(|(_, r)| r.len()).sum();
+        let shape = shape_of(local_rows);
+        let fused_leaf = format!("{fused}.{suffix}");
+        let pieces: Vec<Tensor> = if self.weights.has(&self.name(&fused_leaf)) {
+            // The checkpoint's fused tensor: each part's rows at the part's offset.
+            let full = shape_of(parts.iter().map(|(rows, _)| rows).sum());
+            let mut offset = 0;
+            let mut pieces = Vec::with_capacity(parts.len());
+            for (rows, range) in parts {
+                let slice = Slice::of(0, offset + range.start..offset + range.end);
+                pieces.push(self.get_slice(&fused_leaf, &full, Some(slice))?);
+                offset += rows;
             }
-            return Ok(t);
+            pieces
+        } else {
+            // The parts, each its own tensor (dummy values: each as if loaded alone).
+            group
+                .parts
+                .iter()
+                .zip(parts)
+                .map(|(part, (rows, range))| {
+                    let slice = (range.len() != *rows).then(|| Slice::of(0, range.clone()));
+                    self.get_slice(&format!("{part}.{suffix}"), &shape_of(*rows), slice)
+                })
+                .collect::<Result<_>>()?
+        };
+        if let [only] = &pieces[..] {
+            return Ok(only.clone());
         }
-        let mut bytes = Vec::with_capacity(shape.iter().product::<usize>() * self.weights.dtype.size_in_bytes());
-        for (part, &rows) in group.parts.iter().zip(part_rows) {
-            let part_shape: Vec<usize> = std::iter::once(rows).chain(rest.iter().copied()).collect();
-            bytes
-                .extend(self.weights.load_host(&self.name(&format!("{part}.{suffix}")), &part_shape)?.to_host_bytes()?);
+        let t = Tensor::empty(&shape, self.weights.dtype, self.weights.device)?;
+        let mut row = 0;
+        for piece in &pieces {
+            let rows = piece.dim(0);
+            kernel_runtime::ops::copy(&t.narrow(0, row, rows)?, piece)?;
+            row += rows;
         }
-        Ok(Tensor::from_bytes(&bytes, self.weights.dtype, &shape, self.weights.device)?)
+        Ok(t)
     }
 }
 

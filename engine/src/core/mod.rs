@@ -10,6 +10,7 @@
 //! | [`runner`] | `CausalLmRunner`: a `models::CausalLm` as a `ModelRunner` (GPU sampling) |
 //! | [`device_tokens`] | sampled ids kept on the GPU for the next step (overlap scheduling) |
 //! | [`engine`] | `Engine`: `add_request`, `step` (overlapped or not), `abort`, `finish`, `generate` |
+//! | [`tp`] | tensor parallelism across processes: rendezvous, control channel, `TpRunner`, the worker loop |
 //!
 //! Nothing here knows about text, HTTP or the terminal (see `crate::text` and
 //! `crate::frontend`).
@@ -22,3 +23,4 @@ pub mod req;
 pub mod runner;
 pub mod sampling;
 pub mod scheduler;
+pub mod tp;

@@ -227,6 +227,29 @@ impl GgufCheckpoint {
         &self.unmapped
     }
 
+    /// Rows `rows` (along the HF shape's first dimension) of tensor `hf_name`
+    /// dequantised to f32, reading only their bytes (a tensor-parallel rank's
+    /// slice; ggml rows are whole blocks). `None` for a tensor stored in another
+    /// layout (rope-permuted q/k, a fused gate/up), which must be loaded whole.
+    pub fn load_f32_rows(&self, hf_name: &str, rows: std::ops::Range<usize>) -> Result<Option<Vec<f32>>> {
+        let t = self.tensor(hf_name).ok_or_else(|| GgufError::MissingTensor {
+            path: self.file.path().to_path_buf(),
+            tensor: hf_name.to_owned(),
+        })?;
+        let row_elems = t.shape.iter().skip(1).product::<usize>() as u64;
+        let first = match &t.layout {
+            Layout::Whole { qk_heads: None } => 0,
+            Layout::Expert { expert, num_experts } => {
+                let info = self.file.require_tensor(&t.gguf_name)?;
+                *expert as u64 * (info.num_elements() / *num_experts as u64)
+            }
+            _ => return Ok(None),
+        };
+        let info = self.file.require_tensor(&t.gguf_name)?;
+        let start = first + rows.start as u64 * row_elems;
+        Ok(Some(self.file.dequantize_elements(info, start, rows.len() as u64 * row_elems)?))
+    }
+
     /// Tensor `hf_name` dequantised to f32: its HF shape and row-major data.
     pub fn load_f32(&self, hf_name: &str) -> Result<(Vec<usize>, Vec<f32>)> {
         let t = self.tensor(hf_name).ok_or_else(|| GgufError::MissingTensor {

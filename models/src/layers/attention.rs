@@ -8,7 +8,8 @@
 //! layer's cache, so the attention backend is told the cache already holds them. The variants of the family
 //! differ only in [`AttnOptions`]: LLaMA's `attention_bias` covers all four
 //! projections, Qwen2 has q/k/v bias and none on o_proj, Qwen3 adds the q/k
-//! RMSNorm, Mistral has no bias at all.
+//! RMSNorm, Mistral has no bias at all. Under tensor parallelism a rank holds
+//! its query heads and KV heads (`tp::Shard::heads`) and o_proj all-reduces.
 
 use kernel_runtime::{ops, Tensor};
 
@@ -40,7 +41,9 @@ pub struct RopeAttention {
     k_norm: Option<RmsNorm>,
     rotary: RotaryEmbedding,
     layer_idx: usize,
+    /// Query heads of this rank.
     num_heads: usize,
+    /// KV heads of this rank.
     num_kv_heads: usize,
     head_dim: usize,
     scale: f32,
@@ -57,9 +60,14 @@ impl RopeAttention {
     ) -> Result<RopeAttention> {
         let (h, hq, hkv, d) =
             (config.hidden_size, config.num_attention_heads, config.num_key_value_heads, config.head_dim);
-        let qkv_proj =
-            ColumnParallelLinear::load_merged(vb, "qkv_proj", h, &[hq * d, hkv * d, hkv * d], options.qkv_bias)?;
+        // This rank's query heads and KV heads (replicated when fewer than ranks);
+        // o_proj's input columns are its query heads' (the even split).
+        let heads = vb.tp().shard().heads(hq, hkv).map_err(|m| config.unsupported(m))?;
+        let rows = |r: &std::ops::Range<usize>| r.start * d..r.end * d;
+        let parts = [(hq * d, rows(&heads.q)), (hkv * d, rows(&heads.kv)), (hkv * d, rows(&heads.kv))];
+        let qkv_proj = ColumnParallelLinear::load_merged_ranges(vb, "qkv_proj", h, &parts, options.qkv_bias)?;
         let o_proj = RowParallelLinear::load(vb, "o_proj", hq * d, h, options.o_bias)?;
+        let (hq, hkv) = (heads.q.len(), heads.kv.len());
         let (q_norm, k_norm) = if options.qk_norm {
             (
                 Some(RmsNorm::load(vb, "q_norm", d, config.rms_norm_eps)?),

@@ -3,13 +3,17 @@
 //! [`Linear`] is the op; [`ColumnParallelLinear`] and [`RowParallelLinear`] are the
 //! two roles a projection has under tensor parallelism (output features split
 //! across ranks, or input features split and the partial outputs all-reduced),
-//! as in Megatron, vLLM and mini-sglang. With one rank both are a `Linear`; the
-//! models already use the role types so that sharding is added here only.
+//! as in Megatron, vLLM and mini-sglang. Each loads its rank's slice from the
+//! builder's tensor-parallel group (`VarBuilder::tp`); with one rank both are a
+//! `Linear`.
+
+use std::ops::Range;
 
 use kernel_runtime::{ops, Tensor};
 
 use crate::error::Result;
-use crate::weights::VarBuilder;
+use crate::tp::TpGroup;
+use crate::weights::{Slice, VarBuilder};
 
 /// `y = x @ weight^T (+ bias)`.
 #[derive(Debug, Clone)]
@@ -62,8 +66,9 @@ pub struct ColumnParallelLinear {
 }
 
 impl ColumnParallelLinear {
-    /// Loads the fused projection `fused` (`qkv_proj`) from its parts, which have
-    /// `part_sizes` output features each.
+    /// Loads the fused projection `fused` (`gate_up_proj`) from its parts, which
+    /// have `part_sizes` output features each, every part split evenly over the
+    /// ranks (this rank's features of each part, in part order).
     pub fn load_merged(
         vb: &VarBuilder<'_>,
         fused: &str,
@@ -71,31 +76,53 @@ impl ColumnParallelLinear {
         part_sizes: &[usize],
         bias: bool,
     ) -> Result<ColumnParallelLinear> {
-        let weight = vb.get_merged(fused, "weight", part_sizes, &[in_features])?;
-        let bias = if bias { Some(vb.get_merged(fused, "bias", part_sizes, &[])?) } else { None };
-        Ok(ColumnParallelLinear { linear: Linear::new(weight, bias), part_sizes: part_sizes.to_vec() })
+        let parts = part_sizes
+            .iter()
+            .map(|&n| Ok((n, vb.split(n, &format!("the output features of {}", vb.name(fused)))?)))
+            .collect::<Result<Vec<_>>>()?;
+        ColumnParallelLinear::load_merged_ranges(vb, fused, in_features, &parts, bias)
     }
 
-    /// `x` `[t, in]` to a new `[t, sum(part_sizes)]`.
+    /// Loads the rows `parts[i].1` of each part `i` (of `parts[i].0` output
+    /// features) of the fused projection `fused`: a rank's heads of `qkv_proj`,
+    /// where the KV heads may be replicated rather than split.
+    pub fn load_merged_ranges(
+        vb: &VarBuilder<'_>,
+        fused: &str,
+        in_features: usize,
+        parts: &[(usize, Range<usize>)],
+        bias: bool,
+    ) -> Result<ColumnParallelLinear> {
+        let weight = vb.get_merged_slices(fused, "weight", parts, &[in_features])?;
+        let bias = if bias { Some(vb.get_merged_slices(fused, "bias", parts, &[])?) } else { None };
+        let part_sizes = parts.iter().map(|(_, r)| r.len()).collect();
+        Ok(ColumnParallelLinear { linear: Linear::new(weight, bias), part_sizes })
+    }
+
+    /// `x` `[t, in]` to a new `[t, sum(part_sizes)]` (this rank's features).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.linear.forward(x)
     }
 
-    /// Output features of each fused part.
+    /// Output features of each fused part (on this rank).
     pub fn part_sizes(&self) -> &[usize] {
         &self.part_sizes
     }
 }
 
-/// A projection whose input features would be split across ranks (the partial
-/// products then summed with an all-reduce): `o_proj`, `down_proj`.
+/// A projection whose input features are split across ranks, the partial
+/// products then summed with an all-reduce: `o_proj`, `down_proj`.
 #[derive(Debug, Clone)]
 pub struct RowParallelLinear {
+    /// This rank's input columns of the weight; the bias on rank 0 only, so that
+    /// the sum adds it once.
     linear: Linear,
+    tp: TpGroup,
 }
 
 impl RowParallelLinear {
-    /// Loads `name.weight` `[out, in]` (and `name.bias`).
+    /// Loads this rank's columns (its equal part of `in_features`) of
+    /// `name.weight` `[out, in]`, and `name.bias` on rank 0.
     pub fn load(
         vb: &VarBuilder<'_>,
         name: &str,
@@ -103,11 +130,20 @@ impl RowParallelLinear {
         out_features: usize,
         bias: bool,
     ) -> Result<RowParallelLinear> {
-        Ok(RowParallelLinear { linear: Linear::load(vb, name, in_features, out_features, bias)? })
+        let tp = vb.tp().clone();
+        let cols = vb.split(in_features, &format!("the input features of {}", vb.name(name)))?;
+        let vb = vb.pp(name);
+        let slice = tp.shard().is_split().then(|| Slice::of(1, cols));
+        let weight = vb.get_slice("weight", &[out_features, in_features], slice)?;
+        let bias = if bias && tp.shard().rank() == 0 { Some(vb.get("bias", &[out_features])?) } else { None };
+        Ok(RowParallelLinear { linear: Linear::new(weight, bias), tp })
     }
 
-    /// `x` `[t, in]` to a new `[t, out]`.
+    /// `x` `[t, in / tp]` (this rank's features) to a new `[t, out]`, summed over
+    /// the ranks.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        self.linear.forward(x)
+        let y = self.linear.forward(x)?;
+        self.tp.all_reduce(&y)?;
+        Ok(y)
     }
 }

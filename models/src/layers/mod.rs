@@ -10,11 +10,11 @@
 //! | [`moe`] | the sparse MoE block: router and packed experts, run by a MoE backend |
 //!
 //! Layers hold weights only; each `forward` takes what varies per step
-//! (`ForwardCtx`). Tensor parallelism is not implemented yet, but the layers that
-//! split under it are already separate types ([`linear::ColumnParallelLinear`],
-//! [`linear::RowParallelLinear`], [`embedding::VocabParallelEmbedding`]), so a
-//! split (shard at load, all-reduce after row-parallel layers) changes these
-//! types and not the models.
+//! (`ForwardCtx`). Under tensor parallelism the layers that split are their own
+//! types ([`linear::ColumnParallelLinear`], [`linear::RowParallelLinear`],
+//! [`embedding::VocabParallelEmbedding`], [`embedding::ParallelLmHead`], and the
+//! experts of [`moe::SparseMoeBlock`]): each loads its rank's slice from the
+//! builder's `TpGroup` and calls its collective, so the models do not change.
 
 pub mod attention;
 pub mod embedding;

@@ -10,7 +10,14 @@
 //! loader, which then makes one random tensor per layer), else packed at load
 //! from the per-expert tensors `mlp.experts.{e}.{gate,up,down}_proj.weight` of HF
 //! checkpoints.
+//!
+//! Under tensor parallelism every rank holds every expert, each cut by its
+//! intermediate size (vLLM's and SGLang's MoE TP): a rank's `w13` has its gate
+//! and up rows `[E, 2I/tp, H]`, its `w2` the matching columns `[E, H, I/tp]`, and
+//! the block's output is all-reduced. The router is replicated, so every rank
+//! routes every token the same way.
 
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use kernel_runtime::{ops, Tensor};
@@ -19,16 +26,18 @@ use crate::config::ModelConfig;
 use crate::error::{ModelError, Result};
 use crate::layers::linear::Linear;
 use crate::moe_backend::MoeBackendKind;
-use crate::weights::VarBuilder;
+use crate::tp::TpGroup;
+use crate::weights::{Slice, VarBuilder};
 
 /// `Qwen3MoeSparseMoeBlock`.
 #[derive(Debug, Clone)]
 pub struct SparseMoeBlock {
     gate: Linear,
-    /// `[E, 2I, H]`: per expert, gate rows then up rows.
+    /// `[E, 2I, H]`: per expert, gate rows then up rows (`I` this rank's part).
     w13: Tensor,
     /// `[E, H, I]`.
     w2: Tensor,
+    tp: TpGroup,
     top_k: usize,
     norm_topk_prob: bool,
     backend: MoeBackendKind,
@@ -108,12 +117,14 @@ impl SparseMoeBlock {
             );
         }
         let (e, h, i) = (moe.num_experts, config.hidden_size, moe.moe_intermediate_size);
-        backend.check(vb.device(), vb.dtype(), h, i).map_err(|m| config.unsupported(m))?;
-        let (w13, w2) = load_experts(vb, e, h, i)?;
+        let cols = vb.split(i, "moe_intermediate_size")?;
+        backend.check(vb.device(), vb.dtype(), h, cols.len()).map_err(|m| config.unsupported(m))?;
+        let (w13, w2) = load_experts(vb, e, h, i, cols)?;
         Ok(SparseMoeBlock {
             gate: Linear::load(vb, "gate", h, e, false)?,
             w13,
             w2,
+            tp: vb.tp().clone(),
             top_k: moe.num_experts_per_tok,
             norm_topk_prob: moe.norm_topk_prob,
             backend,
@@ -125,7 +136,9 @@ impl SparseMoeBlock {
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let router_logits = self.gate.forward(x)?;
         self.probe.record(&router_logits, self.top_k)?;
-        Ok(self.backend.forward(x, &router_logits, &self.w13, &self.w2, self.top_k, self.norm_topk_prob)?)
+        let y = self.backend.forward(x, &router_logits, &self.w13, &self.w2, self.top_k, self.norm_topk_prob)?;
+        self.tp.all_reduce(&y)?;
+        Ok(y)
     }
 
     /// Whether its forward pass can be captured in a CUDA graph: the fused
@@ -142,21 +155,36 @@ impl SparseMoeBlock {
     }
 }
 
-/// The packed expert weights of one layer (see the module docs).
-fn load_experts(vb: &VarBuilder<'_>, e: usize, h: usize, i: usize) -> Result<(Tensor, Tensor)> {
-    match vb.get("experts.gate_up_proj", &[e, 2 * i, h]) {
-        Ok(w13) => return Ok((w13, vb.get("experts.down_proj", &[e, h, i])?)),
+/// The packed expert weights of one layer (see the module docs), with this
+/// rank's intermediate columns `cols` of `i`.
+fn load_experts(vb: &VarBuilder<'_>, e: usize, h: usize, i: usize, cols: Range<usize>) -> Result<(Tensor, Tensor)> {
+    let il = cols.len();
+    let split = il != i;
+    match vb.get_slice("experts.down_proj", &[e, h, i], split.then(|| Slice::of(2, cols.clone()))) {
+        Ok(w2) => {
+            if !split {
+                return Ok((vb.get("experts.gate_up_proj", &[e, 2 * i, h])?, w2));
+            }
+            // The rank's gate rows and up rows of each expert, side by side.
+            let full = [e, 2 * i, h];
+            let gate = vb.get_slice("experts.gate_up_proj", &full, Some(Slice::of(1, cols.clone())))?;
+            let up = vb.get_slice("experts.gate_up_proj", &full, Some(Slice::of(1, i + cols.start..i + cols.end)))?;
+            let w13 = Tensor::empty(&[e, 2 * il, h], vb.dtype(), vb.device())?;
+            ops::copy(&w13.narrow(1, 0, il)?, &gate)?;
+            ops::copy(&w13.narrow(1, il, il)?, &up)?;
+            return Ok((w13, w2));
+        }
         Err(ModelError::MissingTensor { .. }) => {}
         Err(other) => return Err(other),
     }
-    let w13 = Tensor::empty(&[e, 2 * i, h], vb.dtype(), vb.device())?;
-    let w2 = Tensor::empty(&[e, h, i], vb.dtype(), vb.device())?;
+    let w13 = Tensor::empty(&[e, 2 * il, h], vb.dtype(), vb.device())?;
+    let w2 = Tensor::empty(&[e, h, il], vb.dtype(), vb.device())?;
     for expert in 0..e {
         let ev = vb.pp(format!("experts.{expert}"));
-        let gate_up = ev.get_merged("gate_up_proj", "weight", &[i, i], &[h])?;
-        ops::copy(&w13.narrow(0, expert, 1)?.reshape(&[2 * i, h])?, &gate_up)?;
-        let down = ev.get("down_proj.weight", &[h, i])?;
-        ops::copy(&w2.narrow(0, expert, 1)?.reshape(&[h, i])?, &down)?;
+        let gate_up = ev.get_merged_slices("gate_up_proj", "weight", &[(i, cols.clone()), (i, cols.clone())], &[h])?;
+        ops::copy(&w13.narrow(0, expert, 1)?.reshape(&[2 * il, h])?, &gate_up)?;
+        let down = ev.get_slice("down_proj.weight", &[h, i], split.then(|| Slice::of(1, cols.clone())))?;
+        ops::copy(&w2.narrow(0, expert, 1)?.reshape(&[h, il])?, &down)?;
     }
     Ok((w13, w2))
 }

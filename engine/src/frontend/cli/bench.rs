@@ -34,6 +34,7 @@ use anyhow::Context;
 use clap::Args;
 
 use super::common::{build_engine, load_causal_lm, load_tokenizer, EngineArgs, ModelArgs};
+use super::tp::build_tp_engine;
 use crate::core::engine::GenerateRequest;
 use crate::core::req::SamplingParams;
 use crate::frontend::server::structured::{GrammarCompiler, GrammarSpec};
@@ -46,6 +47,8 @@ pub struct BenchArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub engine: EngineArgs,
+    #[command(flatten)]
+    pub tp: super::tp::TpArgs,
     #[arg(long, default_value_t = 256)]
     pub num_requests: usize,
     /// Shortest input and output length.
@@ -151,8 +154,17 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(e),
     };
-    let model = load_causal_lm(&args.model, args.engine.max_model_len)?;
-    let model_vocab = model.vocab_size();
+    if args.tp.node_rank > 0 {
+        return super::tp::run_node(&args.model, &args.engine, &args.tp);
+    }
+    let eos = tokenizer.as_ref().map(|t| t.eos_token_ids().to_vec()).unwrap_or_default();
+    let mut engine = if args.tp.enabled() {
+        build_tp_engine(&args.model, &args.engine, &args.tp, eos)?.0
+    } else {
+        let model = load_causal_lm(&args.model, args.engine.max_model_len)?;
+        build_engine(model, &args.engine, eos)?
+    };
+    let model_vocab = engine.runner().vocab_size();
     let (vocab_size, vocab_from) = match (args.vocab_size, &tokenizer) {
         (Some(v), _) => (v, "--vocab-size"),
         // transformers' `tokenizer.vocab_size`: the base vocabulary, without added tokens.
@@ -168,7 +180,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
             "ids drawn below {vocab_size} ({vocab_from}) exceed the model's vocab_size of {model_vocab}; pass a smaller --vocab-size"
         );
     }
-    let eos = tokenizer.as_ref().map(|t| t.eos_token_ids().to_vec()).unwrap_or_default();
     let grammar_compiler = match (&tokenizer, args.json_schema_fraction > 0.0) {
         (_, false) => None,
         (None, true) => anyhow::bail!("--json-schema-fraction needs the model's tokenizer"),
@@ -178,7 +189,6 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
         None => DEFAULT_SCHEMA.to_owned(),
     };
-    let mut engine = build_engine(model, &args.engine, eos)?;
 
     let draw = Draw::new(DrawSpec {
         seed: args.seed,

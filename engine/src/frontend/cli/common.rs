@@ -219,15 +219,8 @@ pub fn resolve_dtype(spec: &str) -> anyhow::Result<Option<DType>> {
 /// Loads the model of `args`; `max_context` (`--max-model-len`) sizes its
 /// rotary table to the served context.
 pub fn load_causal_lm(args: &ModelArgs, max_context: Option<usize>) -> anyhow::Result<Box<dyn models::CausalLm>> {
-    let device = resolve_device(&args.device)?;
-    let options = models::LoadOptions {
-        device,
-        dtype: resolve_dtype(&args.dtype)?,
-        load_format: args.load_format.parse().map_err(|e: String| anyhow::anyhow!("--load-format: {e}"))?,
-        attn: args.attn.parse().with_context(|| format!("--attn {}", args.attn))?,
-        moe: args.moe.parse().map_err(|e: String| anyhow::anyhow!("--moe: {e}"))?,
-        max_context,
-    };
+    let options = load_options(args, max_context)?;
+    let device = options.device;
     let started = std::time::Instant::now();
     let model =
         models::load_model(&args.model, &options).with_context(|| format!("loading {}", args.model.display()))?;
@@ -238,6 +231,19 @@ pub fn load_causal_lm(args: &ModelArgs, max_context: Option<usize>) -> anyhow::R
         started.elapsed().as_secs_f64()
     );
     Ok(model)
+}
+
+/// The load options of `args` (`--device`, `--dtype`, `--load-format`,
+/// `--attn`, `--moe`), serving `max_context` tokens.
+pub fn load_options(args: &ModelArgs, max_context: Option<usize>) -> anyhow::Result<models::LoadOptions> {
+    Ok(models::LoadOptions {
+        device: resolve_device(&args.device)?,
+        dtype: resolve_dtype(&args.dtype)?,
+        load_format: args.load_format.parse().map_err(|e: String| anyhow::anyhow!("--load-format: {e}"))?,
+        attn: args.attn.parse().with_context(|| format!("--attn {}", args.attn))?,
+        moe: args.moe.parse().map_err(|e: String| anyhow::anyhow!("--moe: {e}"))?,
+        max_context,
+    })
 }
 
 /// The tokenizer and chat configuration of a model folder or GGUF file.
@@ -325,8 +331,18 @@ pub fn build_engine(
     let mut runner = CausalLmRunner::new(model, num_pages, engine_args.page_size, max_context)
         .with_context(|| format!("allocating a KV cache of {num_pages} pages"))?;
     capture_graphs(&mut runner, engine_args);
+    engine_over(Box::new(runner), engine_args, num_pages, eos)
+}
+
+/// The engine over a ready runner of `num_pages` KV pages; `eos` are the stop tokens.
+pub fn engine_over(
+    runner: Box<dyn ModelRunner + Send>,
+    engine_args: &EngineArgs,
+    num_pages: usize,
+    eos: Vec<u32>,
+) -> anyhow::Result<Engine<Box<dyn ModelRunner + Send>>> {
     let config = engine_config(engine_args, num_pages, eos)?;
-    let mut engine = Engine::new(Box::new(runner) as Box<dyn ModelRunner + Send>, config)?;
+    let mut engine = Engine::new(runner, config)?;
     let overlap = !(engine_args.disable_overlap || overlap_disabled_by_env());
     engine.set_overlap(overlap)?;
     tracing::info!("overlap scheduling {}", if overlap { "on" } else { "off" });
@@ -358,9 +374,9 @@ fn capture_graphs(runner: &mut CausalLmRunner, args: &EngineArgs) {
     }
 }
 
-/// Loads the model, its tokenizer and chat template, sizes the KV pool and builds
-/// the engine.
-pub fn load_model(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::Result<LoadedModel> {
+/// The tokenizer and chat configuration a served model uses (`--chat-template`
+/// replacing the model's own), after the checks that need no model.
+pub fn load_chat(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::Result<(Tokenizer, ModelChatConfig)> {
     let (tokenizer, mut chat) = load_tokenizer(&model_args.model)?;
     if let Some(path) = &model_args.chat_template {
         let text =
@@ -370,6 +386,13 @@ pub fn load_model(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::R
     if engine_args.max_model_len == Some(0) {
         anyhow::bail!("--max-model-len must be at least 1");
     }
+    Ok((tokenizer, chat))
+}
+
+/// Loads the model, its tokenizer and chat template, sizes the KV pool and builds
+/// the engine.
+pub fn load_model(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::Result<LoadedModel> {
+    let (tokenizer, chat) = load_chat(model_args, engine_args)?;
     let model = load_causal_lm(model_args, engine_args.max_model_len)?;
     let num_pages = match engine_args.num_pages {
         Some(n) => n,
@@ -387,6 +410,11 @@ pub fn load_model(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::R
     };
     let sized = EngineArgs { num_pages: Some(num_pages), ..engine_args.clone() };
     let engine = build_engine(model, &sized, tokenizer.eos_token_ids().to_vec())?;
-    let name = model_args.model.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into());
+    let name = served_name(model_args);
     Ok(LoadedModel { engine, tokenizer, chat, name, summary })
+}
+
+/// The name clients address the model by: its folder or file name.
+pub fn served_name(model_args: &ModelArgs) -> String {
+    model_args.model.file_stem().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into())
 }

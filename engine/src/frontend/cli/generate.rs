@@ -18,7 +18,8 @@ use anyhow::Context;
 use clap::Args;
 use rand::{Rng, SeedableRng};
 
-use super::common::{load_model, EngineArgs, ModelArgs};
+use super::common::{EngineArgs, ModelArgs};
+use super::tp::load_model_tp;
 use crate::core::engine::GenerateRequest;
 use crate::core::req::SamplingParams;
 use crate::core::sampling::penalties::Penalties;
@@ -85,6 +86,8 @@ pub struct GenerateArgs {
     pub model: ModelArgs,
     #[command(flatten)]
     pub engine: EngineArgs,
+    #[command(flatten)]
+    pub tp: super::tp::TpArgs,
     #[command(flatten)]
     pub sampling: SamplingArgs,
     /// A prompt (repeat for several).
@@ -162,7 +165,10 @@ pub fn run(mut args: GenerateArgs) -> anyhow::Result<ExitCode> {
     if texts.is_empty() && args.random.is_none() {
         anyhow::bail!("no prompts: give --prompt, --prompts-file or --random");
     }
-    let mut loaded = load_model(&args.model, &args.engine)?;
+    if args.tp.node_rank > 0 {
+        return super::tp::run_node(&args.model, &args.engine, &args.tp);
+    }
+    let mut loaded = load_model_tp(&args.model, &args.engine, &args.tp)?;
     let template = prompt_template(&args, &loaded.chat)?;
     let mut prompts: Vec<Vec<u32>> = Vec::new();
     for t in &texts {

@@ -8,6 +8,7 @@
 //! | `shell` | [`shell`] | interactive chat in the terminal |
 //! | `render-template` | [`render_template`] | render a chat template, for debugging it |
 //! | `pull` | [`pull`] | fetch a demo model (SmolLM2) into the local cache, on request |
+//! | `tp-worker` (hidden) | [`tp`] | one worker rank of `--tp N` (started by the command that serves) |
 //!
 //! Options shared by the commands that load a model live in [`common`].
 
@@ -19,6 +20,7 @@ pub mod pull;
 pub mod render_template;
 pub mod serve;
 pub mod shell;
+pub mod tp;
 
 use std::process::ExitCode;
 
@@ -57,6 +59,9 @@ pub enum Command {
     RenderTemplate(render_template::RenderTemplateArgs),
     /// Download a known model (smollm2) into the local cache and print its path; --list names them.
     Pull(pull::PullArgs),
+    /// One worker rank of a `--tp N` group (started by serve/generate/bench).
+    #[command(hide = true)]
+    TpWorker(tp::TpWorkerArgs),
 }
 
 /// Parses the command line, runs the command and maps errors to exit code 1.
@@ -73,6 +78,7 @@ pub fn main() -> ExitCode {
         Command::Shell(a) => shell::run(a),
         Command::RenderTemplate(a) => render_template::run(a),
         Command::Pull(a) => pull::run(a),
+        Command::TpWorker(a) => tp::run_worker_command(a),
     };
     match result {
         Ok(code) => code,

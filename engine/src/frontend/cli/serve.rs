@@ -17,6 +17,8 @@ pub struct ServeArgs {
     pub model: super::common::ModelArgs,
     #[command(flatten)]
     pub engine: super::common::EngineArgs,
+    #[command(flatten)]
+    pub tp: super::tp::TpArgs,
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
     #[arg(long, default_value_t = 30000)]
@@ -92,6 +94,11 @@ fn output_parsers(args: &ServeArgs, template: Option<&str>, architecture: &str) 
 /// Binds the port, loads the model, logs what it serves and serves until
 /// SIGINT or SIGTERM.
 pub fn run(mut args: ServeArgs) -> anyhow::Result<ExitCode> {
+    if args.tp.node_rank > 0 {
+        // Another node of a multi-node group: its ranks, no server.
+        args.model.model = super::common::resolve_model_path(&args.model.model, args.pull)?;
+        return super::tp::run_node(&args.model, &args.engine, &args.tp);
+    }
     if !(args.shutdown_timeout.is_finite() && args.shutdown_timeout >= 0.0) {
         anyhow::bail!("--shutdown-timeout must be a number of seconds >= 0");
     }
@@ -122,7 +129,7 @@ pub fn run(mut args: ServeArgs) -> anyhow::Result<ExitCode> {
     let typed_model = args.model.model.clone();
     args.model.model = super::common::resolve_model_path(&args.model.model, args.pull)?;
     let defaults = server::defaults_from_model_dir(&args.model.model)?;
-    let loaded = super::common::load_model(&args.model, &args.engine)?;
+    let loaded = super::tp::load_model_tp(&args.model, &args.engine, &args.tp)?;
     let parsers = output_parsers(&args, loaded.chat.chat_template.as_deref(), &loaded.summary.architecture)?;
     tracing::info!(
         "output parsers: tool calls {}, reasoning {}",
