@@ -26,7 +26,7 @@ use kernel_runtime::Device;
 use models::tp::nccl::NcclCollective;
 use models::tp::{Collective, TcpCollective};
 
-use crate::core::engine::{ModelRunner, RunnerError};
+use crate::core::engine::{ModelRunner, RunnerError, SampledStep};
 use crate::core::grammar::TokenMasks;
 use crate::core::req::PreparedBatch;
 use crate::core::runner::CausalLmRunner;
@@ -189,6 +189,7 @@ impl TpRunner {
             sampling: batch.sampling().to_vec(),
             deferred: batch.deferred().to_vec(),
             masks,
+            extras: batch.extras().clone(),
         };
         self.send_all(&ToWorker::Step(Box::new(step)))
     }
@@ -204,6 +205,7 @@ impl TpRunner {
             sampling: vec![crate::core::sampling::SamplingRow::greedy(); layout.logits_rows.len()],
             deferred: Vec::new(),
             masks: None,
+            extras: Default::default(),
         };
         let batch = step.into_batch();
         self.send_step(Call::Forward, &batch, None)?;
@@ -322,8 +324,14 @@ impl ModelRunner for TpRunner {
         self.inner.launch_masked(batch, &mut || computed.take())
     }
 
-    fn wait(&mut self) -> Result<Vec<u32>, RunnerError> {
+    fn wait(&mut self) -> Result<SampledStep, RunnerError> {
         self.send_all(&ToWorker::Wait)?;
         self.inner.wait()
+    }
+
+    /// As the runner it wraps: the extras travel with each step, and every rank
+    /// keeps the same penalty counters.
+    fn samples_extras(&self) -> bool {
+        !self.on_cpu() && self.inner.samples_extras()
     }
 }

@@ -10,12 +10,17 @@
 //! | rank 0 | `Step` ([`StepMsg`]), `Wait`, `Shutdown` | per step, as the engine calls its runner |
 //!
 //! A step travels as the scheduler built it: the `models::StepLayout` plus the
-//! sampling rows and deferred tokens (and a constrained step's token masks), so
-//! that every rank makes the same runner call on the same inputs.
+//! sampling rows and deferred tokens (and a constrained step's token masks, and
+//! the device-side penalties and log probabilities, `StepExtras`: every rank
+//! keeps the same penalty counters), so that every rank makes the same runner
+//! call on the same inputs and samples the same tokens.
 
 use models::StepLayout;
 
+use kernel_runtime::ops::PenaltyRow;
+
 use crate::core::req::{DeferredToken, Phase, PreparedBatch};
+use crate::core::sampling::extras::{SlotSetup, StepExtras};
 use crate::core::sampling::SamplingRow;
 use crate::core::tp::wire::{Dec, Enc, WireError};
 
@@ -133,6 +138,7 @@ pub struct StepMsg {
     pub sampling: Vec<SamplingRow>,
     pub deferred: Vec<DeferredToken>,
     pub masks: Option<MaskParts>,
+    pub extras: StepExtras,
 }
 
 impl StepMsg {
@@ -150,6 +156,7 @@ impl StepMsg {
             needs_host_logits: self.call == Call::Forward,
             deferred: self.deferred,
             deferred_step: 0,
+            extras: self.extras,
         }
     }
 }
@@ -211,6 +218,49 @@ fn encode_step(e: &mut Enc, s: &StepMsg) {
         Some(m) => e.u8(1).u64(m.vocab_size as u64).u32s(&m.rows).u32s(&m.bits),
         None => e.u8(0),
     };
+    let x = &s.extras;
+    e.u32(x.setups.len() as u32);
+    for setup in &x.setups {
+        e.u32(setup.slot).u32s(&setup.prompt).u32s(&setup.outputs);
+    }
+    e.u32(x.penalties.len() as u32);
+    for p in &x.penalties {
+        e.u32(p.row).u32(p.slot).f32(p.repetition).f32(p.frequency).f32(p.presence);
+    }
+    e.u32(x.logprobs.len() as u32);
+    for &(row, top_n) in &x.logprobs {
+        e.u32(row).u64(top_n as u64);
+    }
+}
+
+fn decode_extras(d: &mut Dec<'_>) -> Result<StepExtras, WireError> {
+    // Every entry takes bytes of the body: a count beyond it is refused by `take`.
+    let n = d.u32("slot setups")? as usize;
+    let mut setups = Vec::with_capacity(n.min(1 << 10));
+    for _ in 0..n {
+        setups.push(SlotSetup {
+            slot: d.u32("penalty slot")?,
+            prompt: d.u32s("slot prompt")?,
+            outputs: d.u32s("slot outputs")?,
+        });
+    }
+    let n = d.u32("penalised rows")? as usize;
+    let mut penalties = Vec::with_capacity(n.min(1 << 16));
+    for _ in 0..n {
+        penalties.push(PenaltyRow {
+            row: d.u32("penalised row")?,
+            slot: d.u32("penalised slot")?,
+            repetition: d.f32("repetition")?,
+            frequency: d.f32("frequency")?,
+            presence: d.f32("presence")?,
+        });
+    }
+    let n = d.u32("log-probability rows")? as usize;
+    let mut logprobs = Vec::with_capacity(n.min(1 << 16));
+    for _ in 0..n {
+        logprobs.push((d.u32("log-probability row")?, d.usize("top log probabilities")?));
+    }
+    Ok(StepExtras { setups, penalties, logprobs })
 }
 
 fn decode_step(d: &mut Dec<'_>) -> Result<StepMsg, WireError> {
@@ -258,8 +308,9 @@ fn decode_step(d: &mut Dec<'_>) -> Result<StepMsg, WireError> {
         }),
         t => return Err(WireError::Malformed(format!("masks tag {t}"))),
     };
+    let extras = decode_extras(d)?;
     layout.check().map_err(|e| WireError::Malformed(format!("step layout: {e}")))?;
-    Ok(StepMsg { call, layout, sampling, deferred, masks })
+    Ok(StepMsg { call, layout, sampling, deferred, masks, extras })
 }
 
 impl ToWorker {
@@ -381,6 +432,11 @@ mod tests {
             ],
             deferred: vec![DeferredToken { token: 1, row: 0 }],
             masks: Some(MaskParts { vocab_size: 40, rows: vec![1], bits: vec![3, 4] }),
+            extras: StepExtras {
+                setups: vec![SlotSetup { slot: 3, prompt: vec![5, 9, 9], outputs: vec![2] }],
+                penalties: vec![PenaltyRow { row: 1, slot: 3, repetition: 1.2, frequency: 0.5, presence: -0.25 }],
+                logprobs: vec![(0, 20), (1, 0)],
+            },
         };
         let msg = ToWorker::Step(Box::new(step));
         let (kind, body) = msg.encode();

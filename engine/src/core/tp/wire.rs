@@ -13,7 +13,7 @@ use std::io::{ErrorKind, Read, Write};
 /// "MSCC": minisgl control channel.
 const MAGIC: u32 = 0x4d53_4343;
 /// Bumped whenever a message changes; peers of another version are refused.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 /// The largest body accepted (a step of 256 requests of 8K new tokens is ~10 MB).
 pub const MAX_FRAME_BYTES: usize = 256 << 20;
 
