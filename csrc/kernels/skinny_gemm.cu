@@ -346,8 +346,9 @@ static cudaError_t launch_skinny(dim3 grid, size_t smem, cudaStream_t s, unsigne
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
   const bool tracked = device >= 0 && device < kMaxDevices;
-  if (smem > (48 << 10) && (!tracked || smem > allowed[device].load(std::memory_order_relaxed))) {
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (!tracked || smem > allowed[device].load(std::memory_order_relaxed)) {
+    if (smem > (48 << 10))
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err == cudaSuccess)
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     if (err != cudaSuccess) return err;
