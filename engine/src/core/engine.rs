@@ -31,8 +31,9 @@ use rayon::prelude::*;
 
 use crate::core::grammar::{apply_token_mask, Grammar, TokenMasks};
 use crate::core::req::{FinishReason, FinishedReq, PendingReq, PreparedBatch, ReqId, SamplingParams, TokenEvent};
-use crate::core::sampling::extras::{PenaltySlots, SlotSetup, StepExtras};
+use crate::core::sampling::extras::{SlotSetup, StepExtras};
 use crate::core::sampling::logprobs::{token_logprobs, TokenLogprobs};
+use crate::core::sampling::penalty_slots::PenaltySlots;
 use crate::core::sampling::{self, Logits};
 use crate::core::scheduler::{LaunchedStep, Scheduled, Scheduler, SchedulerConfig};
 

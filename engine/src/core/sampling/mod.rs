@@ -29,6 +29,7 @@
 pub mod extras;
 pub mod logprobs;
 pub mod penalties;
+pub mod penalty_slots;
 
 /// Sampling settings of one logits row. Plain `Copy` data, so that a GPU
 /// sampler can upload a batch of them as arrays.
