@@ -9,16 +9,16 @@
 //!
 //! Runs only with MINISGL_GPU_TESTS=1 on a machine with a GPU.
 
+#[allow(dead_code)] // tokens_differ serves the CPU comparison only
+mod drive_support;
 #[allow(dead_code)] // the fixture loader is for the other GPU tests
 mod gpu_support;
 
-use std::collections::HashMap;
-use std::time::Instant;
-
+use drive_support::{run, Outputs};
 use engine::core::engine::{Engine, EngineConfig, GenerateRequest, ModelRunner, RunnerError, SampledStep};
 use engine::core::grammar::TokenMasks;
 use engine::core::kvcache::CacheKind;
-use engine::core::req::{PreparedBatch, ReqId, SamplingParams};
+use engine::core::req::{PreparedBatch, SamplingParams};
 use engine::core::runner::CausalLmRunner;
 use engine::core::sampling::logprobs::TokenLogprobs;
 use engine::core::sampling::penalties::Penalties;
@@ -83,29 +83,6 @@ fn runner(max_batch: usize, num_pages: usize) -> CausalLmRunner {
     runner
 }
 
-/// Every request's tokens and log probabilities, in request order, and the
-/// wall time.
-type Outputs = (Vec<(Vec<u32>, Vec<TokenLogprobs>)>, f64);
-
-fn run<R: ModelRunner>(engine: &mut Engine<R>, requests: &[GenerateRequest], overlap: bool) -> Outputs {
-    engine.set_overlap(overlap).unwrap();
-    engine.flush_cache();
-    let started = Instant::now();
-    let ids: Vec<ReqId> = requests.iter().map(|r| engine.add_request(r.clone()).unwrap()).collect();
-    let mut got: HashMap<ReqId, (Vec<u32>, Vec<TokenLogprobs>)> = HashMap::new();
-    while engine.has_work() {
-        for event in engine.step().unwrap() {
-            let entry = got.entry(event.id).or_default();
-            entry.0.push(event.token);
-            entry.1.extend(event.logprobs);
-        }
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    engine.check_integrity();
-    assert_eq!(engine.stats().used_pages, 0);
-    (ids.iter().map(|id| got.remove(id).unwrap_or_default()).collect(), elapsed)
-}
-
 /// Request `i`: greedy, with penalties when `i % 4` is 0 or 1, log
 /// probabilities when it is 0 or 2; pairs share a prompt so that the effect of
 /// the penalties shows.
@@ -129,7 +106,7 @@ fn requests(b: usize, vocab: u32, r: &mut StdRng) -> Vec<GenerateRequest> {
 }
 
 /// Which requests of `a` and `b` differ (tokens or log probabilities).
-fn differing(a: &[(Vec<u32>, Vec<TokenLogprobs>)], b: &[(Vec<u32>, Vec<TokenLogprobs>)]) -> Vec<usize> {
+fn differing(a: &Outputs, b: &Outputs) -> Vec<usize> {
     a.iter().zip(b).enumerate().filter(|(_, (x, y))| x != y).map(|(i, _)| i).collect()
 }
 

@@ -130,6 +130,27 @@ pub struct ModelSummary {
 }
 
 impl ModelSummary {
+    /// The summary of `model`, loaded from `path`, over a pool of `num_pages`
+    /// pages of `page_size` tokens, serving `max_context_len` tokens.
+    pub fn of(
+        model: &dyn models::CausalLm,
+        path: &Path,
+        num_pages: usize,
+        page_size: usize,
+        max_context_len: usize,
+    ) -> ModelSummary {
+        ModelSummary {
+            path: path.to_path_buf(),
+            architecture: model.config().architecture.clone(),
+            device: model.device(),
+            dtype: model.dtype(),
+            num_pages,
+            page_size,
+            max_context_len,
+            kernels: kernel_mode_text(model.device()),
+        }
+    }
+
     /// Tokens the KV pool holds.
     pub fn kv_tokens(&self) -> usize {
         self.num_pages * self.page_size
@@ -398,16 +419,9 @@ pub fn load_model(model_args: &ModelArgs, engine_args: &EngineArgs) -> anyhow::R
         Some(n) => n,
         None => default_num_pages(model.as_ref(), engine_args)?,
     };
-    let summary = ModelSummary {
-        path: model_args.model.clone(),
-        architecture: model.config().architecture.clone(),
-        device: model.device(),
-        dtype: model.dtype(),
-        num_pages,
-        page_size: engine_args.page_size,
-        max_context_len: engine_args.max_model_len(model.as_ref())?,
-        kernels: kernel_mode_text(model.device()),
-    };
+    let max_context_len = engine_args.max_model_len(model.as_ref())?;
+    let summary =
+        ModelSummary::of(model.as_ref(), &model_args.model, num_pages, engine_args.page_size, max_context_len);
     let sized = EngineArgs { num_pages: Some(num_pages), ..engine_args.clone() };
     let engine = build_engine(model, &sized, tokenizer.eos_token_ids().to_vec())?;
     let name = served_name(model_args);

@@ -22,8 +22,8 @@ use kernel_runtime::Device;
 use sha2::{Digest, Sha256};
 
 use super::common::{
-    default_num_pages, engine_over, kernel_mode_text, load_chat, load_model, load_options, resolve_device, served_name,
-    EngineArgs, LoadedModel, ModelArgs, ModelSummary,
+    default_num_pages, engine_over, load_chat, load_model, load_options, resolve_device, served_name, EngineArgs,
+    LoadedModel, ModelArgs, ModelSummary,
 };
 use crate::core::engine::{Engine, ModelRunner};
 use crate::core::runner::CausalLmRunner;
@@ -306,16 +306,8 @@ pub fn build_tp_engine(
             eos.push(id);
         }
     }
-    let summary = ModelSummary {
-        path: model_args.model.clone(),
-        architecture: model.config().architecture.clone(),
-        device: model.device(),
-        dtype: model.dtype(),
-        num_pages,
-        page_size: engine_args.page_size,
-        max_context_len: runner.max_context_len(),
-        kernels: kernel_mode_text(model.device()),
-    };
+    let summary =
+        ModelSummary::of(model, &model_args.model, num_pages, engine_args.page_size, runner.max_context_len());
     let sized = EngineArgs { num_pages: Some(num_pages), ..engine_args.clone() };
     Ok((engine_over(Box::new(runner), &sized, num_pages, eos)?, summary))
 }
