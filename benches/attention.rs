@@ -11,6 +11,12 @@
 //! same run: scripts/gpu/torch_baselines.py): SDPA decode over contiguous K/V 3.99
 //! TB/s at b=64 ctx=2048, 2.13 TB/s at b=256 ctx=1024, 17.1 us at b=1 ctx=4096;
 //! SDPA causal prefill 486-527 TFLOP/s at L=4096, 438 at b=8 L=1024.
+//!
+//! The `decode-graph` cases run the fixed-split plan a CUDA graph captures at
+//! batch 1 (Qwen3-0.6B's heads, the split count of a 40960-token context: most
+//! blocks return at once), with the splits merged by the decode launch's last
+//! blocks (`merge`) or by the combine launch (`combine`): what fusing the merge
+//! saves a decode step, per layer.
 
 mod common;
 
@@ -54,7 +60,23 @@ struct Shape {
     seqs: Vec<(usize, usize)>,
 }
 
-fn attention_case(name: String, shape: Shape, kernel: AttnKernel, seed: u64) -> kernel_runtime::Result<Case> {
+/// How a decode case plans its splits: the host's plan, or a CUDA graph's fixed
+/// count with the split merge in the decode launch (`merge`) or in the combine launch.
+#[derive(Clone, Copy)]
+struct Splits {
+    fixed: Option<usize>,
+    merge: bool,
+}
+
+const HOST_PLAN: Splits = Splits { fixed: None, merge: true };
+
+fn attention_case(
+    name: String,
+    shape: Shape,
+    kernel: AttnKernel,
+    splits: Splits,
+    seed: u64,
+) -> kernel_runtime::Result<Case> {
     let Shape { hq, hkv, head_dim: d, page_size, seqs } = shape;
     let b = seqs.len();
     let q_lens: Vec<usize> = seqs.iter().map(|s| s.0).collect();
@@ -100,9 +122,12 @@ fn attention_case(name: String, shape: Shape, kernel: AttnKernel, seed: u64) -> 
                 block_table: &block_table,
                 q_lens_host: &q_lens,
                 kv_lens_host: &kv_lens,
-                decode_splits: None,
+                decode_splits: splits.fixed,
             };
-            ops::paged_attention_with(&out, &q, &k_cache, &v_cache, &meta, scale, kernel)
+            ops::set_decode_split_merge(Some(splits.merge));
+            let r = ops::paged_attention_with(&out, &q, &k_cache, &v_cache, &meta, scale, kernel);
+            ops::set_decode_split_merge(None);
+            r
         }),
     })
 }
@@ -133,8 +158,23 @@ fn run() -> kernel_runtime::Result<()> {
     for (i, (name, shape)) in decode_shapes.into_iter().enumerate() {
         let Shape { hq, hkv, head_dim, page_size, ref seqs } = shape;
         let twin = Shape { hq, hkv, head_dim, page_size, seqs: seqs.clone() };
-        cases.push(attention_case(format!("decode {name}"), shape, AttnKernel::Decode, 100 + i as u64)?);
-        cases.push(attention_case(format!("decode-tile {name}"), twin, AttnKernel::Tile, 200 + i as u64)?);
+        cases.push(attention_case(format!("decode {name}"), shape, AttnKernel::Decode, HOST_PLAN, 100 + i as u64)?);
+        cases.push(attention_case(format!("decode-tile {name}"), twin, AttnKernel::Tile, HOST_PLAN, 200 + i as u64)?);
+    }
+    // Batch 1 as a CUDA graph runs it (engine: decode_graph_splits for a 40960-token
+    // model context), split merge fused or in the combine launch.
+    let graph_splits = ops::decode_graph_splits(GPU, 1, 8, 128, DType::BF16, 40960)?;
+    for ctx in [300, 1000, 4096] {
+        for merge in [true, false] {
+            let label = if merge { "merge" } else { "combine" };
+            cases.push(attention_case(
+                format!("decode-graph 16/8 page=16 b=1 ctx={ctx} splits={graph_splits} {label}"),
+                decode(16, 16, vec![(1, ctx)]),
+                AttnKernel::Decode,
+                Splits { fixed: Some(graph_splits), merge },
+                400 + ctx as u64,
+            )?);
+        }
     }
     let prefill =
         |hq: usize, b: usize, l: usize| Shape { hq, hkv: 8, head_dim: 128, page_size: 16, seqs: vec![(l, l); b] };
@@ -146,7 +186,7 @@ fn run() -> kernel_runtime::Result<()> {
     .into_iter()
     .enumerate()
     {
-        cases.push(attention_case(format!("prefill {name}"), shape, AttnKernel::Auto, 300 + i as u64)?);
+        cases.push(attention_case(format!("prefill {name}"), shape, AttnKernel::Auto, HOST_PLAN, 300 + i as u64)?);
     }
     common::bench_cases("attention", &cases)
 }

@@ -12,6 +12,16 @@
 //! inside run.sh's 300 s per bench; every case gets its SUMMARY line (30 medians
 //! of ~2 ms groups).
 //!
+//! The skinny kernel stages its weight slice in shared memory before its grid
+//! dependency wait (programmatic dependent launch), so back-to-back launches
+//! stream the next launch's weights while the previous one finishes:
+//! `skinny<t>-noprefetch` is the same kernel with the prefetch off, and, at
+//! Qwen3-0.6B's shapes, `norm+skinny` / `norm+skinny-noprefetch` time an RMSNorm
+//! followed by the projection (the pair a decoder layer runs), whose prefetch
+//! overlaps the norm. At the gate_up shapes `skinny-silu<t>` is the gated kernel
+//! (SiLU-and-mul in the epilogue, `t` 8-output tiles), `skinny+silu_mul` the two
+//! launches it replaces, and `linear_silu_mul` the op as dispatched.
+//!
 //! TB/s counts the weight bytes (n k 2) over the time, the figure GPU.md's anchor
 //! uses: cuBLAS reaches 2.7-2.8 TB/s of weights at M = 1..64, K = 4096, N = 12288;
 //! the copy ceiling is 4.25 TB/s (read + write). Each case rotates over enough
@@ -56,6 +66,16 @@ enum Variant {
     /// `ops::skinny_gemm`, one tile per warp, K split across a cluster of 4 blocks
     /// (what a split would gain; the rule measured it a loss).
     SkinnySplit4,
+    /// `ops::skinny_gemm` with this many tiles and the weight prefetch off.
+    SkinnyNoPrefetch(usize),
+    /// `ops::rms_norm` of x, then `ops::linear` of its output (prefetch on or off).
+    NormSkinny { prefetch: bool },
+    /// `ops::skinny_gemm_silu_mul` with this many 8-output tiles (gate_up shapes).
+    SkinnySilu(usize),
+    /// `ops::skinny_gemm` (the rule's tiles) then `ops::silu_mul`.
+    SkinnyThenSilu,
+    /// `ops::linear_silu_mul` as dispatched.
+    LinearSiluMul,
 }
 
 impl Variant {
@@ -65,6 +85,12 @@ impl Variant {
             Variant::Linear => "linear".into(),
             Variant::Skinny(t) => format!("skinny{t}"),
             Variant::SkinnySplit4 => "skinny1-split4".into(),
+            Variant::SkinnyNoPrefetch(t) => format!("skinny{t}-noprefetch"),
+            Variant::NormSkinny { prefetch: true } => "norm+skinny".into(),
+            Variant::NormSkinny { prefetch: false } => "norm+skinny-noprefetch".into(),
+            Variant::SkinnySilu(t) => format!("skinny-silu{t}"),
+            Variant::SkinnyThenSilu => "skinny+silu_mul".into(),
+            Variant::LinearSiluMul => "linear_silu_mul".into(),
         }
     }
 }
@@ -110,6 +136,7 @@ fn case(
 ) -> kernel_runtime::Result<Case> {
     let [n, k] = [ws[0].dim(0), ws[0].dim(1)];
     let x = Tensor::from_slice(&random_bf16(m * k, 11, 1.0), &[m, k], GPU)?;
+    let norm_w = Tensor::from_slice(&random_bf16(k, 13, 1.0), &[k], GPU)?;
     let ws = Rc::clone(ws);
     let next = std::cell::Cell::new(0usize);
     let run: Box<dyn Fn() -> kernel_runtime::Result<()>> = Box::new(move || {
@@ -126,6 +153,23 @@ fn case(
             Variant::Linear => ops::linear(&x, w, None).map(drop),
             Variant::Skinny(t) => ops::skinny_gemm(&x, w, None, Some(t), None).map(drop),
             Variant::SkinnySplit4 => ops::skinny_gemm(&x, w, None, Some(1), Some(4)).map(drop),
+            Variant::SkinnyNoPrefetch(t) => {
+                ops::set_skinny_prefetch(Some(false));
+                let r = ops::skinny_gemm(&x, w, None, Some(t), None);
+                ops::set_skinny_prefetch(None);
+                r.map(drop)
+            }
+            Variant::NormSkinny { prefetch } => {
+                ops::set_skinny_prefetch(Some(prefetch));
+                let r = ops::rms_norm(&x, &norm_w, 1e-6).and_then(|h| ops::linear(&h, w, None));
+                ops::set_skinny_prefetch(None);
+                r.map(drop)
+            }
+            Variant::SkinnySilu(t) => ops::skinny_gemm_silu_mul(&x, w, None, Some(t)).map(drop),
+            Variant::SkinnyThenSilu => {
+                ops::skinny_gemm(&x, w, None, None, None).and_then(|g| ops::silu_mul(&g)).map(drop)
+            }
+            Variant::LinearSiluMul => ops::linear_silu_mul(&x, w, None).map(drop),
         }
     });
     Ok(Case {
@@ -187,6 +231,16 @@ fn run() -> kernel_runtime::Result<()> {
             let mut variants = vec![Variant::Cublaslt, Variant::Linear];
             if m <= 16 {
                 variants.extend([Variant::Skinny(1), Variant::Skinny(2), Variant::SkinnySplit4]);
+                variants.extend([Variant::SkinnyNoPrefetch(1), Variant::SkinnyNoPrefetch(2)]);
+                if model == "qwen3-0.6b" && proj != "lm_head" {
+                    variants.extend([Variant::NormSkinny { prefetch: true }, Variant::NormSkinny { prefetch: false }]);
+                }
+            }
+            if proj == "gate_up" {
+                variants.push(Variant::LinearSiluMul);
+                if m <= 16 {
+                    variants.extend([Variant::SkinnySilu(1), Variant::SkinnySilu(2), Variant::SkinnyThenSilu]);
+                }
             }
             // The tile width the dispatch rule picks (gpu::skinny::plan: 2 from n >= 64 x SMs).
             let rule_tiles = if n >= 64 * dev.sm_count().max(1) as usize { 2 } else { 1 };

@@ -32,6 +32,20 @@
  * log2-sum-exp, merged by the combine phase shared with attention.cu
  * (minisgl/attention.cuh).
  *
+ * The split merge in the attention launch (split_counters given): a block that
+ * wrote a partial counts itself in its (sequence, kv head)'s counter (after a
+ * fence, so its partial is visible first); the block that brings the count to
+ * the sequence's split count merges the splits of that group's query rows, in
+ * split order with the combine phase's own code (attention_combine_row: the same
+ * bits whichever block comes last), and sets the counter back to zero, so the
+ * buffer is ready for the next launch and for every replay of a CUDA graph. That
+ * saves the combine launch of split decode steps.
+ *
+ * Programmatic dependent launch: a block lets the next kernel launch first, then
+ * waits for the previous one; it reads nothing before the wait (q and the caches
+ * are the previous kernels' outputs), and the next kernel reads only its weights
+ * before its own wait.
+ *
  * That is the CUDA-core block. For bf16/f16 the tensor-core block (ROWS = 16,
  * decode_attention_mma_block below) takes the same work with mma.sync products.
  *
@@ -87,14 +101,38 @@ __device__ __forceinline__ void unpack_vectors(const uint4 (&raw)[VECS], float (
   }
 }
 
+/* The split merge of the attention launch (see the header): called by every
+ * thread of a block that has written its split's partials. */
+template <int DTYPE, int HEAD_DIM>
+__device__ __forceinline__ void decode_merge_splits(const msgl_attention_params& p, int rows, int q_start, int group,
+                                                    int seq, int kv_head, int num_splits) {
+  __shared__ int last;
+  __threadfence(); /* this thread's partials are visible device-wide before the count */
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int* counter = p.split_counters + static_cast<long long>(seq) * p.num_kv_heads + kv_head;
+    last = atomicAdd(counter, 1) == num_splits - 1;
+    if (last) atomicExch(counter, 0); /* every split has counted: ready for the next launch */
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence(); /* the other blocks' partials, counted before ours */
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  for (int r = warp; r < rows; r += kDecodeWarps) {
+    const long long row =
+        static_cast<long long>(q_start + r / group) * p.num_q_heads + kv_head * group + r % group;
+    attention_combine_row<DTYPE, HEAD_DIM>(p, row, num_splits, lane);
+  }
+}
+
 /* The end of a decode block: merges the 4 warps' online-softmax states (sm_o
  * [4][R][HEAD_DIM] unnormalised outputs, sm_m and sm_l [4][R] maxima and sums, in
  * shared memory) of its `rows` rows and writes `out` (one split) or the split's
  * normalised partial and log2-sum-exp. Called by every thread after a barrier. */
 template <int DTYPE, int HEAD_DIM, int R>
 __device__ __forceinline__ void decode_merge_warps(const msgl_attention_params& p, const float* sm_o, const float* sm_m,
-                                                   const float* sm_l, int rows, int q_start, int group, int kv_head,
-                                                   int split, int num_splits) {
+                                                   const float* sm_l, int rows, int q_start, int group, int seq,
+                                                   int kv_head, int split, int num_splits) {
   using T = typename DType<DTYPE>::Storage;
   for (int idx = threadIdx.x; idx < rows * HEAD_DIM; idx += kDecodeThreads) {
     const int r = idx / HEAD_DIM, d = idx % HEAD_DIM;
@@ -120,6 +158,8 @@ __device__ __forceinline__ void decode_merge_warps(const msgl_attention_params& 
       if (d == 0) p.lse_partial[prow] = total > 0.f ? ref + fast_log2(total) : neg_inf();
     }
   }
+  if (num_splits > 1 && p.split_counters != nullptr)
+    decode_merge_splits<DTYPE, HEAD_DIM>(p, rows, q_start, group, seq, kv_head, num_splits);
 }
 
 /* Attention phase: one (sequence, kv head, split) per block; blockIdx.x =
@@ -350,8 +390,8 @@ __device__ __forceinline__ void decode_attention_block(const msgl_attention_para
   }
   __syncthreads();
 
-  decode_merge_warps<DTYPE, HEAD_DIM, ROWS>(p, &sm_o[0][0][0], &sm_m[0][0], &sm_l[0][0], rows, q_start, group, kv_head,
-                                           split, num_splits);
+  decode_merge_warps<DTYPE, HEAD_DIM, ROWS>(p, &sm_o[0][0][0], &sm_m[0][0], &sm_l[0][0], rows, q_start, group, seq,
+                                           kv_head, split, num_splits);
 }
 
 /* The tensor-core decode block (ROWS = 16, bf16/f16): the same decomposition and
@@ -571,8 +611,8 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
     }
   }
   __syncthreads();
-  decode_merge_warps<DTYPE, HEAD_DIM, 16>(p, sm_o, &sm_m[0][0], &sm_l[0][0], rows, q_start, group, kv_head, split,
-                                          num_splits);
+  decode_merge_warps<DTYPE, HEAD_DIM, 16>(p, sm_o, &sm_m[0][0], &sm_l[0][0], rows, q_start, group, seq, kv_head,
+                                          split, num_splits);
 }
 
 /* Dynamic shared memory of an instance's attention phase. */
@@ -586,6 +626,8 @@ template <int DTYPE, int HEAD_DIM, int ROWS> __host__ __device__ constexpr int d
 
 template <int DTYPE, int HEAD_DIM, int ROWS>
 __device__ __forceinline__ void decode_attention_impl(const msgl_attention_params& p) {
+  grid_dependents_launch();
+  grid_dependency_wait();
   if (p.phase == 0) {
     if constexpr (ROWS == 16) {
       static_assert(DTYPE != MSGL_F32, "the tensor-core decode block needs bf16 or f16");
@@ -604,7 +646,8 @@ __device__ __forceinline__ void decode_attention_impl(const msgl_attention_param
 /* One instance, compiled by NVRTC or into an AOT cubin; launched from Rust with
  * block = 128 threads; phase 0: DecodeLayout::kSmemBytes of dynamic shared memory
  * (gpu/attention.rs mirrors the formula), grid = num_seqs *
- * num_kv_heads * max_splits; phase 1: grid = ceil(num_tokens * num_q_heads / 4). */
+ * num_kv_heads * max_splits; phase 1 (split launches without split_counters):
+ * grid = ceil(num_tokens * num_q_heads / 4). */
 extern "C" __global__ void __launch_bounds__(128) msgl_decode_attention_kernel(const msgl_attention_params p) {
   msgl::decode_attention_impl<MSGL_DTYPE, MSGL_HEAD_DIM, MSGL_ROWS>(p);
 }
@@ -618,7 +661,6 @@ namespace msgl {
 
 template <int DTYPE, int HEAD_DIM, int ROWS>
 __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const msgl_attention_params p) {
-  grid_prologue();
   decode_attention_impl<DTYPE, HEAD_DIM, ROWS>(p);
 }
 
@@ -632,7 +674,7 @@ static int32_t launch_decode_attention(const msgl_attention_params& p, cudaStrea
   const long long blocks = static_cast<long long>(p.num_seqs) * p.num_kv_heads * p.max_splits;
   (void)launch_pdl(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS>, dim3(static_cast<unsigned>(blocks)), dim3(kDecodeThreads),
                    smem, s, p);
-  if (p.max_splits > 1) {
+  if (p.max_splits > 1 && p.split_counters == nullptr) {
     msgl_attention_params p1 = p;
     p1.phase = 1;
     const long long rows = p.num_tokens * p.num_q_heads;
@@ -647,7 +689,8 @@ extern "C" int32_t msgl_decode_attention(const msgl_tensor* out, const msgl_tens
                                          const msgl_tensor* v_cache, const msgl_tensor* q_indptr,
                                          const msgl_tensor* kv_lens, const msgl_tensor* block_table,
                                          const msgl_tensor* o_partial, const msgl_tensor* lse_partial,
-                                         const msgl_attention_params* plan, int32_t rows, msgl_stream stream) {
+                                         const msgl_tensor* split_counters, const msgl_attention_params* plan,
+                                         int32_t rows, msgl_stream stream) {
   using namespace msgl;
   const char* op = "decode_attention";
   if (plan == nullptr) return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: argument `plan` is null", op);
@@ -667,6 +710,18 @@ extern "C" int32_t msgl_decode_attention(const msgl_tensor* out, const msgl_tens
                      p.num_q_heads / p.num_kv_heads, rows);
   if (static_cast<long long>(p.num_seqs) * p.num_kv_heads * p.max_splits > 0x7fffffffLL)
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the grid exceeds 2^31 blocks", op);
+  if (split_counters != nullptr && p.max_splits > 1) {
+    MSGL_TRY(expect_tensor(split_counters, op, "split_counters", 1, dtype_bit(MSGL_I32)));
+    MSGL_TRY(expect_contiguous(split_counters, op, "split_counters"));
+    if (split_counters->device != q->device)
+      return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: argument `split_counters` must be on the device of `q`", op);
+    if (split_counters->shape[0] < static_cast<int64_t>(p.num_seqs) * p.num_kv_heads)
+      return set_error(MSGL_ERR_INVALID_ARGUMENT,
+                       "%s: argument `split_counters` holds %lld counters for %lld (sequence, kv head) pairs", op,
+                       static_cast<long long>(split_counters->shape[0]),
+                       static_cast<long long>(p.num_seqs) * p.num_kv_heads);
+    p.split_counters = static_cast<int32_t*>(split_counters->data);
+  }
   if (p.num_tokens == 0 || p.num_seqs == 0) return MSGL_OK;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
 #define MSGL_CASE(D, HD, R) \

@@ -17,6 +17,12 @@
  *
  * Rows that are not 16-byte aligned (odd hidden sizes, odd strides) take a scalar
  * fallback that loops over the row twice.
+ *
+ * Programmatic dependent launch: the weight does not depend on the previous
+ * kernel, so the vector path loads a thread's weight vectors first, lets the next
+ * kernel launch, and only then waits for the previous kernel before touching x and
+ * the residual (nothing is written before the wait). The weight's latency then
+ * overlaps the previous kernel instead of following the reduction.
  */
 #include "minisgl/dtype.cuh"
 
@@ -63,6 +69,15 @@ __device__ __forceinline__ void norm_impl(const msgl_norm_params& p) {
   if (p.vectorized) {
     constexpr int E = Vec16<DTYPE>::kElems;
     const int nvec = static_cast<int>(p.hidden / E);
+    /* The weight, before the wait (the same for every row). */
+    uint4 w_raw[kNormVecsPerThread];
+#pragma unroll
+    for (int j = 0; j < kNormVecsPerThread; ++j) {
+      const int c = t + j * tpr;
+      w_raw[j] = c < nvec ? *reinterpret_cast<const uint4*>(w + c * E) : make_uint4(0, 0, 0, 0);
+    }
+    grid_dependents_launch();
+    grid_dependency_wait();
     Vec16<DTYPE> v[kNormVecsPerThread];
     float sum = 0.f;
 #pragma unroll
@@ -90,7 +105,7 @@ __device__ __forceinline__ void norm_impl(const msgl_norm_params& p) {
       const int c = t + j * tpr;
       if (valid && c < nvec) {
         Vec16<DTYPE> wv;
-        wv.load(w + c * E);
+        wv.from_raw(w_raw[j]);
 #pragma unroll
         for (int e = 0; e < E; ++e) v[j].v[e] = v[j].v[e] * inv_rms * wv.v[e];
         v[j].store(out + c * E);
@@ -100,6 +115,8 @@ __device__ __forceinline__ void norm_impl(const msgl_norm_params& p) {
   }
 
   /* Scalar fallback: two passes over the row. */
+  grid_dependents_launch();
+  grid_dependency_wait();
   float sum = 0.f;
   if (valid) {
     for (long long c = t; c < p.hidden; c += tpr) {
@@ -140,7 +157,6 @@ extern "C" __global__ void __launch_bounds__(512) msgl_norm_kernel(const msgl_no
 namespace msgl {
 template <int DTYPE>
 __global__ void __launch_bounds__(512) norm_kernel(const msgl_norm_params p) {
-  grid_prologue();
   norm_impl<DTYPE>(p);
 }
 

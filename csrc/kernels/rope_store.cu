@@ -23,6 +23,12 @@
  * warp may take different branches: v rows do not reduce). The scalar path
  * (unaligned views, or halves that are not whole vectors) takes one element per
  * unit and reads the row twice (once for the sum, once to write).
+ *
+ * Programmatic dependent launch: the q/k norm weights do not depend on the
+ * previous kernel, so the vector path loads a thread's weight vectors first, lets
+ * the next kernel launch and only then waits for the previous one (the QKV
+ * projection) before reading q, k, v, the positions and the slots; nothing is
+ * written before the wait.
  */
 #include "minisgl/dtype.cuh"
 
@@ -55,6 +61,31 @@ __device__ __forceinline__ void rope_store_impl(const msgl_rope_store_params& p)
   const bool is_q = head < hq;
   const bool is_v = head >= hq + hkv;
   const int kv_head = is_v ? head - hq - hkv : head - hq;
+  const T* w = is_v ? nullptr : static_cast<const T*>(is_q ? p.q_weight : p.k_weight);
+  const int rdim = p.rotary_dim;
+  const int half = rdim / 2;
+
+  /* The norm weight vectors of this thread's units (vector path), before the wait. */
+  constexpr int VE = Vec16<DTYPE>::kElems;
+  uint4 wa_raw[kRopeStoreUnits], wb_raw[kRopeStoreUnits];
+#pragma unroll
+  for (int j = 0; j < kRopeStoreUnits; ++j) wa_raw[j] = wb_raw[j] = make_uint4(0, 0, 0, 0);
+  if (p.vectorized && w != nullptr) {
+    const int pairs = half / VE;
+    const int units = pairs + (d - rdim) / VE;
+#pragma unroll
+    for (int j = 0; j < kRopeStoreUnits; ++j) {
+      const int u = t + j * G;
+      if (u < units) {
+        const bool pair = u < pairs;
+        const int ca = pair ? u * VE : rdim + (u - pairs) * VE;
+        wa_raw[j] = *reinterpret_cast<const uint4*>(w + ca);
+        if (pair) wb_raw[j] = *reinterpret_cast<const uint4*>(w + half + ca);
+      }
+    }
+  }
+  grid_dependents_launch();
+  grid_dependency_wait();
 
   long long slot = 0;
   if (!is_q) {
@@ -77,11 +108,8 @@ __device__ __forceinline__ void rope_store_impl(const msgl_rope_store_params& p)
                       : static_cast<const T*>(p.k) + token * p.k_token_stride + kv_head * p.k_head_stride;
   T* dst = is_q ? static_cast<T*>(p.q) + token * p.q_token_stride + head * p.q_head_stride
                 : static_cast<T*>(p.k_cache) + (slot * hkv + kv_head) * d;
-  const T* w = static_cast<const T*>(is_q ? p.q_weight : p.k_weight);
   const long long pos = load_index(p.positions, p.positions_is_64, token);
   const bool rotate = pos >= 0 && pos < p.max_positions;
-  const int rdim = p.rotary_dim;
-  const int half = rdim / 2;
   const float* cs = p.cos_sin + (rotate ? pos : 0) * rdim;
   const float inv_d = 1.f / static_cast<float>(d);
 
@@ -118,12 +146,12 @@ __device__ __forceinline__ void rope_store_impl(const msgl_rope_store_params& p)
         if (w != nullptr) {
           /* Same operation order as norm.cu: x * inv_rms * w. */
           Vec16<DTYPE> wa;
-          wa.load(w + ca);
+          wa.from_raw(wa_raw[j]);
 #pragma unroll
           for (int e = 0; e < E; ++e) a[j].v[e] = a[j].v[e] * inv_rms * wa.v[e];
           if (pair) {
             Vec16<DTYPE> wb;
-            wb.load(w + half + ca);
+            wb.from_raw(wb_raw[j]);
 #pragma unroll
             for (int e = 0; e < E; ++e) b[j].v[e] = b[j].v[e] * inv_rms * wb.v[e];
           }
@@ -201,7 +229,6 @@ extern "C" __global__ void __launch_bounds__(256) msgl_rope_store_kernel(const m
 namespace msgl {
 template <int DTYPE>
 __global__ void __launch_bounds__(256) rope_store_kernel(const msgl_rope_store_params p) {
-  grid_prologue();
   rope_store_impl<DTYPE>(p);
 }
 }  // namespace msgl

@@ -34,7 +34,27 @@
  * memory, then rank 0 of the cluster adds the other blocks' sums, read from
  * their shared memory in rank order (deterministic), adds the bias and rounds
  * once. Rows of w past n and rows of x past m read as zeros.
-
+ *
+ * Weight prefetch under programmatic dependent launch: the weights do not depend
+ * on the kernel before this one, so each warp first copies the first
+ * `prefetch_steps` k-steps of its share of w (the very 16-byte vectors its lanes
+ * will use, into slots of its own in dynamic shared memory, with cp.async), then
+ * lets the next kernel launch (griddepcontrol.launch_dependents), and only then
+ * waits for the previous one (griddepcontrol.wait) before reading x. A launch
+ * that starts while the previous kernel runs (the norm, rope or attention before
+ * a projection) thus streams its weights meanwhile; k-steps past the prefetched
+ * ones are read from global memory as before. The products and their order are
+ * those of the unprefetched kernel, so results are bitwise the same.
+ *
+ * The gated variant (GATED = 1, a gate_up projection with SiLU-and-mul in its
+ * epilogue): w holds 2 n rows, the gate rows 0..n and the up rows n..2n, and
+ * out[m, j] = silu(gate[m, j]) * up[m, j]. A lane's A rows g and g + 8 of tile i
+ * are gate row j0 + 8 i + g and up row n + j0 + 8 i + g (j0 = the block's first
+ * output), so a block makes 8 * M_TILES outputs from 16 * M_TILES weight rows,
+ * and one thread of the epilogue holds the gate and up sums of an output. Every
+ * weight row is reduced exactly as the plain kernel reduces it, and both sums are
+ * rounded to the dtype before silu_mul's f32 math (activation.cu): bitwise the
+ * result of the gate_up GEMM followed by silu_mul.
  */
 #include "minisgl/mma.cuh"
 #include "minisgl/device.cuh"
@@ -48,9 +68,15 @@ constexpr int kSkinnyThreads = kSkinnyWarps * kWarpSize;
  * hold twice the loads but need more than the 128 registers that two blocks an
  * SM leave a thread (ptxas spilled). */
 constexpr int kSkinnyUnroll = 2;
+/* Bytes of dynamic shared memory one prefetched k-step of one 16-row tile takes
+ * in a block: 8 warps x 32 lanes x 2 vectors (rows g and g + 8) x 16 bytes. */
+constexpr int kSkinnyStepBytes = kSkinnyWarps * kWarpSize * 2 * 16;
+/* The prefetch budget: at most 96 KiB a block (prefetch_steps * M_TILES <= 12),
+ * which still leaves two blocks an SM with their partial tiles. */
+constexpr int kSkinnyMaxPrefetchTileSteps = 12;
 
-/* A 16-byte load of streamed data: read-only path, not kept in L1 (so that x,
- * which every block re-reads, stays there). */
+/* A 16-byte load of streamed weights: read-only path, not kept in L1 (each byte
+ * is used once). */
 __device__ __forceinline__ uint4 load_stream16(const void* p) {
   uint4 r;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -59,9 +85,12 @@ __device__ __forceinline__ uint4 load_stream16(const void* p) {
   return r;
 }
 
-__device__ __forceinline__ uint4 load_cached16(const void* p) {
+/* A 16-byte load of x: cached in L2 only. x was written by the previous kernel,
+ * whose blocks may have shared this SM with ours under programmatic dependent
+ * launch: no L1 or read-only-cache line of it is trusted. */
+__device__ __forceinline__ uint4 load_global_cg16(const void* p) {
   uint4 r;
-  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
+  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
   return r;
 }
 
@@ -80,19 +109,22 @@ template <int U, int M_TILES, int N_TILES> struct SkinnyStage {
   uint4 x[U][N_TILES];
 };
 
-template <int DTYPE, int N_TILES, int M_TILES>
+template <int DTYPE, int N_TILES, int M_TILES, int GATED>
 __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& p) {
   using T = typename DType<DTYPE>::Storage;
   constexpr int U = kSkinnyUnroll / M_TILES;
   constexpr int kTileValues = M_TILES * N_TILES * 4 * kWarpSize;
+  /* Outputs (columns of out) a block makes. */
+  constexpr int kBlockCols = GATED ? 8 * M_TILES : 16 * M_TILES;
   __shared__ float partial[kSkinnyWarps][kTileValues];
+  extern __shared__ __align__(16) unsigned char skinny_smem[];
 
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   const int g = lane / 4, t = lane % 4;
   const unsigned splits = cluster_size();
   const unsigned rank = cluster_rank();
-  const long long n0 = static_cast<long long>(blockIdx.x / splits) * 16 * M_TILES;
+  const long long n0 = static_cast<long long>(blockIdx.x / splits) * kBlockCols;
   /* This block's k-steps, then this warp's eighth of them. */
   const long long steps = p.k / 32;
   const long long b_begin = steps * rank / splits;
@@ -108,10 +140,34 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
   for (int i = 0; i < M_TILES; ++i)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const long long r = n0 + 16 * i + 8 * h + g;
-      w_ok[i][h] = r < p.n;
+      /* The output column this A row feeds, and the weight row. */
+      const long long col = GATED ? n0 + 8 * i + g : n0 + 16 * i + 8 * h + g;
+      const long long r = GATED && h == 1 ? p.n + col : col;
+      w_ok[i][h] = col < p.n;
       w_row[i][h] = static_cast<const char*>(p.w) + (w_ok[i][h] ? r : 0) * p.k * 2 + t * 16;
     }
+
+  /* The prefetch (before the dependency wait: weights only, nothing written).
+   * Slot (q, i, h) of this lane holds k-step s_begin + q of its row (i, h); a
+   * warp's 32 lanes fill 32 consecutive 16-byte slots (conflict-free). Rows past
+   * n are copied as zeros. */
+  const long long pre = p.prefetch_steps < s_end - s_begin ? p.prefetch_steps : s_end - s_begin;
+  const uint4* stash = reinterpret_cast<const uint4*>(skinny_smem) +
+                       static_cast<long long>(warp) * p.prefetch_steps * M_TILES * 2 * kWarpSize + lane;
+  auto slot = [&](long long q, int i, int h) { return stash + ((q * M_TILES + i) * 2 + h) * kWarpSize; };
+  for (long long q = 0; q < pre; ++q) {
+#pragma unroll
+    for (int i = 0; i < M_TILES; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        cp_async16(const_cast<uint4*>(slot(q, i, h)), w_row[i][h] + (s_begin + q) * 64, w_ok[i][h] ? 16 : 0);
+  }
+  cp_async_commit();
+  /* The next kernel may launch now: it too touches nothing but its own weights
+   * before its wait, which returns only once this grid (after its own wait) is done. */
+  grid_dependents_launch();
+  grid_dependency_wait();
+
   const char* x_row[N_TILES];
   bool x_ok[N_TILES];
 #pragma unroll
@@ -129,18 +185,35 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[i][j][c] = 0.f;
 
-  /* Loads k-steps [s, s + U) (zeros past s_end) into a stage. */
-  auto load_stage = [&](SkinnyStage<U, M_TILES, N_TILES>& st, long long s) {
+  /* Loads the x rows of k-steps [s, s + U) (zeros past s_end) into a stage. */
+  auto load_x = [&](SkinnyStage<U, M_TILES, N_TILES>& st, long long s) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const bool in = s + u < s_end;
       const long long off = (s + u) * 64;
 #pragma unroll
-      for (int i = 0; i < M_TILES; ++i)
+      for (int j = 0; j < N_TILES; ++j) st.x[u][j] = in && x_ok[j] ? load_global_cg16(x_row[j] + off) : zero;
+    }
+  };
+  /* Loads the w rows of k-steps [s, s + U): from the prefetched slots, else from
+   * global memory (zeros past s_end and past n). */
+  auto load_w = [&](SkinnyStage<U, M_TILES, N_TILES>& st, long long s) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) st.w[u][i][h] = in && w_ok[i][h] ? load_stream16(w_row[i][h] + off) : zero;
+    for (int u = 0; u < U; ++u) {
+      const bool in = s + u < s_end;
+      const long long q = s + u - s_begin;
+      const long long off = (s + u) * 64;
+      if (in && q < pre) {
 #pragma unroll
-      for (int j = 0; j < N_TILES; ++j) st.x[u][j] = in && x_ok[j] ? load_cached16(x_row[j] + off) : zero;
+        for (int i = 0; i < M_TILES; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) st.w[u][i][h] = *slot(q, i, h);
+      } else {
+#pragma unroll
+        for (int i = 0; i < M_TILES; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) st.w[u][i][h] = in && w_ok[i][h] ? load_stream16(w_row[i][h] + off) : zero;
+      }
     }
   };
   auto multiply_stage = [&](const SkinnyStage<U, M_TILES, N_TILES>& st) {
@@ -152,16 +225,25 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
         for (int i = 0; i < M_TILES; ++i) skinny_step<DTYPE>(acc[i][j], st.w[u][i][0], st.w[u][i][1], st.x[u][j]);
   };
 
-  /* Two stages in turn: stage b is loaded while stage a is multiplied. */
+  /* Two stages in turn: stage b is loaded while stage a is multiplied. The first
+   * x loads are in flight while this thread's prefetch copies land. */
   SkinnyStage<U, M_TILES, N_TILES> a, b;
   long long s = s_begin;
-  if (s < s_end) load_stage(a, s);
+  if (s < s_end) load_x(a, s);
+  cp_async_wait<0>(); /* this thread's own slots: no barrier needed */
+  if (s < s_end) load_w(a, s);
   while (s < s_end) {
-    if (s + U < s_end) load_stage(b, s + U);
+    if (s + U < s_end) {
+      load_x(b, s + U);
+      load_w(b, s + U);
+    }
     multiply_stage(a);
     s += U;
     if (s >= s_end) break;
-    if (s + U < s_end) load_stage(a, s + U);
+    if (s + U < s_end) {
+      load_x(a, s + U);
+      load_w(a, s + U);
+    }
     multiply_stage(b);
     s += U;
   }
@@ -186,20 +268,40 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
   if (rank == 0) {
     const T* bias = static_cast<const T*>(p.bias);
     T* out = static_cast<T*>(p.out);
-    for (int e = threadIdx.x; e < kTileValues; e += kSkinnyThreads) {
+    /* The sum of value e over the cluster, in rank order. */
+    auto total = [&](int e) {
       float sum = partial[0][e];
       for (unsigned r = 1; r < splits; ++r) sum += load_cluster_f32(&partial[0][e], r);
-      /* Accumulator c of lane (g', t') of tile (i, j): w row 16 i + g' + 8 (c / 2),
-       * x row 8 j + 2 t' + c % 2. */
+      return sum;
+    };
+    /* Accumulator c of lane (g', t') of tile (i, j): A row g' + 8 (c / 2), x row
+     * 8 j + 2 t' + c % 2. GATED: the epilogue takes the values of c = 0, 1 (gate
+     * rows) and finds the up sum of the same output at c + 2, 64 values on. */
+    constexpr int kOuts = GATED ? kTileValues / 2 : kTileValues;
+    for (int o = threadIdx.x; o < kOuts; o += kSkinnyThreads) {
+      const int e = GATED ? (o / (2 * kWarpSize)) * (4 * kWarpSize) + o % (2 * kWarpSize) : o;
       const int l = e % kWarpSize;
       const int c = (e / kWarpSize) % 4;
       const int ij = e / (4 * kWarpSize);
       const int i = ij / N_TILES, j = ij % N_TILES;
-      const long long n = n0 + 16 * i + l / 4 + 8 * (c / 2);
+      const long long n = GATED ? n0 + 8 * i + l / 4 : n0 + 16 * i + l / 4 + 8 * (c / 2);
       const long long m = 8 * j + 2 * (l % 4) + c % 2;
       if (n < p.n && m < p.m) {
-        if (bias != nullptr) sum += DType<DTYPE>::to_f32(bias[n]);
-        out[m * p.n + n] = DType<DTYPE>::from_f32(sum);
+        float sum = total(e);
+        if constexpr (GATED) {
+          float up = total(e + 2 * kWarpSize);
+          if (bias != nullptr) {
+            sum += DType<DTYPE>::to_f32(bias[n]);
+            up += DType<DTYPE>::to_f32(bias[p.n + n]);
+          }
+          /* The GEMM's outputs rounded to the dtype, then silu_mul's f32 math. */
+          const float gate = DType<DTYPE>::to_f32(DType<DTYPE>::from_f32(sum));
+          const float upr = DType<DTYPE>::to_f32(DType<DTYPE>::from_f32(up));
+          out[m * p.n + n] = DType<DTYPE>::from_f32(silu_f32(gate) * upr);
+        } else {
+          if (bias != nullptr) sum += DType<DTYPE>::to_f32(bias[n]);
+          out[m * p.n + n] = DType<DTYPE>::from_f32(sum);
+        }
       }
     }
   }
@@ -210,35 +312,68 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
 
 #if defined(MSGL_JIT_INSTANCE)
 /* One instance, compiled by NVRTC or into an AOT cubin; launched from Rust with
- * block = 256 and grid = ceil(n / (16 * M_TILES)), without clusters (no K split). */
+ * block = 256, grid = ceil(n / (16 * M_TILES)) (GATED: ceil(n / (8 * M_TILES))),
+ * prefetch_steps * M_TILES * kSkinnyStepBytes of dynamic shared memory, without
+ * clusters (no K split) and without the PDL attribute (the waits are no-ops). */
 extern "C" __global__ void __launch_bounds__(256, 2) msgl_skinny_gemm_kernel(const msgl_skinny_gemm_params p) {
-  msgl::skinny_gemm_impl<MSGL_DTYPE, MSGL_N_TILES, MSGL_M_TILES>(p);
+  msgl::skinny_gemm_impl<MSGL_DTYPE, MSGL_N_TILES, MSGL_M_TILES, MSGL_GATED>(p);
 }
 #endif
 
 #if !defined(__CUDACC_RTC__)
+#include <atomic>
+
 #include "minisgl/check.h"
-#include "msgl_instances.inc" /* MSGL_FOR_EACH_INSTANCE(X): X(DTYPE, N_TILES, M_TILES) for each AOT instance */
+#include "msgl_instances.inc" /* MSGL_FOR_EACH_INSTANCE(X): X(DTYPE, N_TILES, M_TILES, GATED) for each AOT instance */
 
 namespace msgl {
-template <int DTYPE, int N_TILES, int M_TILES>
+template <int DTYPE, int N_TILES, int M_TILES, int GATED>
 __global__ void __launch_bounds__(256, 2) skinny_gemm_kernel(const msgl_skinny_gemm_params p) {
-  grid_prologue();
-  skinny_gemm_impl<DTYPE, N_TILES, M_TILES>(p);
+  skinny_gemm_impl<DTYPE, N_TILES, M_TILES, GATED>(p);
+}
+
+/* Launches one instance with `smem` bytes of dynamic shared memory, raising the
+ * instance's limit on the current device first when it is above what was
+ * allowed there so far (and asking for the largest shared-memory carveout, so
+ * that two blocks with their prefetch fit an SM beside other kernels' blocks). */
+template <int DTYPE, int N_TILES, int M_TILES, int GATED>
+static cudaError_t launch_skinny(dim3 grid, size_t smem, cudaStream_t s, unsigned k_splits,
+                                 const msgl_skinny_gemm_params& p) {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<size_t> allowed[kMaxDevices];
+  auto kernel = skinny_gemm_kernel<DTYPE, N_TILES, M_TILES, GATED>;
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  const bool tracked = device >= 0 && device < kMaxDevices;
+  if (!tracked || smem > allowed[device].load(std::memory_order_relaxed)) {
+    if (smem > (48 << 10))
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (err == cudaSuccess)
+      err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    if (err != cudaSuccess) return err;
+    if (tracked) allowed[device].store(smem, std::memory_order_relaxed);
+  }
+  return launch_pdl_cluster(kernel, grid, dim3(kSkinnyThreads), smem, s, k_splits, p);
 }
 }  // namespace msgl
 
 extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x, const msgl_tensor* w,
-                                    const msgl_tensor* bias, int32_t m_tiles, int32_t k_splits, msgl_stream stream) {
+                                    const msgl_tensor* bias, int32_t m_tiles, int32_t k_splits, int32_t gated,
+                                    int32_t prefetch_steps, msgl_stream stream) {
   using namespace msgl;
-  const char* op = "skinny_gemm";
+  const char* op = gated ? "skinny_gemm_silu_mul" : "skinny_gemm";
   constexpr uint32_t halves = dtype_bit(MSGL_F16) | dtype_bit(MSGL_BF16);
   MSGL_TRY(expect_tensor(out, op, "out", 2, halves));
   MSGL_TRY(expect_tensor(x, op, "x", 2, halves));
   MSGL_TRY(expect_tensor(w, op, "w", 2, halves));
   MSGL_TRY(expect_same(x, "x", out, "out", op));
   MSGL_TRY(expect_same(x, "x", w, "w", op));
-  const int64_t m = x->shape[0], k = x->shape[1], n = w->shape[0];
+  if (gated != 0 && gated != 1) return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: gated %d must be 0 or 1", op, gated);
+  if (gated && w->shape[0] % 2 != 0)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: argument `w` has %lld rows, not gate rows then as many up rows", op,
+                     static_cast<long long>(w->shape[0]));
+  const int64_t m = x->shape[0], k = x->shape[1], n = gated ? w->shape[0] / 2 : w->shape[0];
   MSGL_TRY(expect_dim(w, op, "w", 1, k));
   MSGL_TRY(expect_dim(out, op, "out", 0, m));
   MSGL_TRY(expect_dim(out, op, "out", 1, n));
@@ -249,7 +384,7 @@ extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x
   if (bias != nullptr) {
     MSGL_TRY(expect_tensor(bias, op, "bias", 1, halves));
     MSGL_TRY(expect_same(x, "x", bias, "bias", op));
-    MSGL_TRY(expect_dim(bias, op, "bias", 0, n));
+    MSGL_TRY(expect_dim(bias, op, "bias", 0, w->shape[0]));
     MSGL_TRY(expect_contiguous(bias, op, "bias"));
   }
   if (m < 1 || m > 16 || k % 32 != 0 || k == 0)
@@ -260,6 +395,9 @@ extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x
   if (k_splits < 1 || k_splits > 8 || k_splits > k / 32)
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: k_splits %d must be 1..8 and at most k / 32 = %lld", op,
                      k_splits, static_cast<long long>(k / 32));
+  if (prefetch_steps < 0 || prefetch_steps * m_tiles > kSkinnyMaxPrefetchTileSteps)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: prefetch_steps %d must be 0..%d for m_tiles %d", op, prefetch_steps,
+                     kSkinnyMaxPrefetchTileSteps / m_tiles, m_tiles);
   if (n == 0) return MSGL_OK;
 
   msgl_skinny_gemm_params p{};
@@ -271,26 +409,30 @@ extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x
   p.n = n;
   p.k = k;
   p.x_stride = m > 1 ? x->strides[0] : k;
+  p.prefetch_steps = prefetch_steps;
   const int32_t n_tiles = m <= 8 ? 1 : 2;
-  const int64_t rows_per_block = 16 * int64_t{m_tiles};
-  const int64_t tiles = (n + rows_per_block - 1) / rows_per_block;
+  const int64_t cols_per_block = (gated ? 8 : 16) * int64_t{m_tiles};
+  const int64_t tiles = (n + cols_per_block - 1) / cols_per_block;
   if (tiles * k_splits > int64_t{0x7fffffff})
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: grid of %lld blocks is too large", op,
                      static_cast<long long>(tiles * k_splits));
   const dim3 grid(static_cast<unsigned>(tiles * k_splits));
+  const size_t smem = static_cast<size_t>(prefetch_steps) * m_tiles * kSkinnyStepBytes;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   bool launched = false;
-#define MSGL_CASE(D, NT, MT)                                                                          \
-  if (!launched && x->dtype == D && n_tiles == NT && m_tiles == MT) {                                   \
-    (void)launch_pdl_cluster(skinny_gemm_kernel<D, NT, MT>, grid, dim3(kSkinnyThreads), 0, s,           \
-                             static_cast<unsigned>(k_splits), p);                                       \
-    launched = true;                                                                                    \
+  cudaError_t err = cudaSuccess;
+#define MSGL_CASE(D, NT, MT, GT)                                                                                  \
+  if (!launched && x->dtype == D && n_tiles == NT && m_tiles == MT && gated == GT) {                              \
+    err = launch_skinny<D, NT, MT, GT>(grid, smem, s, static_cast<unsigned>(k_splits), p);                        \
+    launched = true;                                                                                              \
   }
   MSGL_FOR_EACH_INSTANCE(MSGL_CASE)
 #undef MSGL_CASE
   if (!launched)
-    return set_error(MSGL_ERR_NO_INSTANCE, "%s: no AOT instance DTYPE=%d N_TILES=%d M_TILES=%d", op, x->dtype, n_tiles,
-                     m_tiles);
+    return set_error(MSGL_ERR_NO_INSTANCE, "%s: no AOT instance DTYPE=%d N_TILES=%d M_TILES=%d GATED=%d", op, x->dtype,
+                     n_tiles, m_tiles, gated);
+  if (err != cudaSuccess)
+    return set_error(MSGL_ERR_CUDA, "%s: %zu bytes of shared memory: %s", op, smem, cudaGetErrorString(err));
   return check_launch(op);
 }
 #endif

@@ -10,7 +10,16 @@
 //! - RMSNorm's launch shapes at decode row counts (1/3/64/1000 rows: every
 //!   widening of the shape rule), plain, fused-add and per head;
 //! - `skinny_gemm` at every row count 1..=16 it takes, both tile widths, bias,
-//!   strided x and odd n, and `linear` with the skinny path on and off.
+//!   strided x and odd n, and `linear` with the skinny path on and off; its
+//!   weight prefetch (whole slices, part of a slice, K splits) bitwise equal to the
+//!   kernel without it;
+//! - `linear_silu_mul` / `skinny_gemm_silu_mul` (SiLU-and-mul in the gated
+//!   skinny kernel's epilogue) against the CPU pair and bitwise against
+//!   `skinny_gemm` then `silu_mul` on the GPU, both tile widths, bias, odd widths,
+//!   and the fallback outside the rule;
+//! - decode attention with its splits merged by the decode launch's last blocks,
+//!   bitwise against the combine launch, over the fixed-split plans of CUDA
+//!   graphs and the host plan, run twice (the counters must be left zero).
 //!
 //! Outputs are compared by relative L2 error (1e-5 f32, 1e-2 bf16/f16) and, for
 //! the caches and q, element by element against a bound of a few roundings times
@@ -22,7 +31,7 @@ mod common;
 
 use anyhow::{ensure, Context, Result};
 use common::{enabled_or_dry_run as enabled, gpu, poison_next_alloc, random, rng, target, tol, view_like};
-use kernel_runtime::ops::{self, QkNorm, RopeStore};
+use kernel_runtime::ops::{self, AttnKernel, PagedAttnMeta, QkNorm, RopeStore};
 use kernel_runtime::{DType, Device, Tensor};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -378,5 +387,204 @@ fn skinny_gemm_rejects_what_it_cannot_do() -> Result<()> {
     let x = Tensor::zeros(&[4, 64], DType::F32, dev)?;
     let w = Tensor::zeros(&[32, 64], DType::F32, dev)?;
     ensure!(ops::skinny_gemm(&x, &w, None, None, None).is_err(), "f32 accepted");
+    Ok(())
+}
+
+#[test]
+fn skinny_gemm_prefetch_is_bitwise_neutral() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let mut r = rng(26);
+    for dtype in [DType::BF16, DType::F16] {
+        // Qwen3-0.6B's four projections (whole slices prefetched), k = 4096 (12 of
+        // 16 k-steps a warp prefetched, 6 with two tiles), k / 32 = 3 (warps with one
+        // step or none), an odd n.
+        for (n, k) in [(4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072), (2048, 4096), (48, 96), (1000, 512)] {
+            for m in [1, 5, 16] {
+                let x = random(&mut r, &[m, k], dtype, 0.0, 1.0)?;
+                let w = random(&mut r, &[n, k], dtype, 0.0, 0.05)?;
+                let want = ops::linear(&x, &w, None)?;
+                let (gx, gw) = (gpu(&x)?, gpu(&w)?);
+                for m_tiles in [1, 2] {
+                    for splits in [1, 4].into_iter().filter(|&s| s <= k / 32) {
+                        let what = format!(
+                            "skinny_gemm prefetch {dtype} m={m} n={n} k={k} m_tiles={m_tiles} k_splits={splits}"
+                        );
+                        let run = |prefetch| {
+                            ops::set_skinny_prefetch(Some(prefetch));
+                            let got = ops::skinny_gemm(&gx, &gw, None, Some(m_tiles), Some(splits));
+                            ops::set_skinny_prefetch(None);
+                            got
+                        };
+                        let with = run(true).with_context(|| what.clone())?;
+                        let without = run(false).with_context(|| what.clone())?;
+                        assert_close(&what, &with, &want, tol(dtype))?;
+                        ensure!(
+                            with.to_host_bytes()? == without.to_host_bytes()?,
+                            "{what}: differs without the prefetch"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn linear_silu_mul_is_the_unfused_pair_bit_for_bit() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let mut r = rng(27);
+    for dtype in [DType::BF16, DType::F16] {
+        // Qwen3-0.6B's gate_up (the rule's case: 16 outputs a block), one that gets
+        // 8 a block, k = 4096 (part of a slice prefetched), odd widths.
+        for (inter, k) in [(3072, 1024), (1536, 1024), (1024, 4096), (500, 96), (33, 64)] {
+            for m in [1, 2, 7, 8, 9, 16] {
+                for bias in [false, true] {
+                    let x = random(&mut r, &[m, k], dtype, 0.0, 1.0)?;
+                    let w = random(&mut r, &[2 * inter, k], dtype, 0.0, 0.05)?;
+                    let b = bias.then(|| random(&mut r, &[2 * inter], dtype, 0.0, 1.0)).transpose()?;
+                    let want = ops::linear_silu_mul(&x, &w, b.as_ref())?;
+                    let (gx, gw, gb) = (gpu(&x)?, gpu(&w)?, b.as_ref().map(gpu).transpose()?);
+                    // The pair the fused kernel replaces, on the GPU.
+                    let pair = ops::silu_mul(&ops::skinny_gemm(&gx, &gw, gb.as_ref(), Some(1), None)?)?;
+                    for m_tiles in [1, 2] {
+                        let what = format!(
+                            "skinny_gemm_silu_mul {dtype} m={m} inter={inter} k={k} m_tiles={m_tiles} bias={bias}"
+                        );
+                        poison_next_alloc(m * inter * dtype.size_in_bytes())?;
+                        let got = ops::skinny_gemm_silu_mul(&gx, &gw, gb.as_ref(), Some(m_tiles))
+                            .with_context(|| what.clone())?;
+                        assert_close(&what, &got, &want, tol(dtype))?;
+                        ensure!(
+                            got.to_host_bytes()? == pair.to_host_bytes()?,
+                            "{what}: differs from skinny_gemm + silu_mul"
+                        );
+                    }
+                    // The op as dispatched: the gated kernel where the rule takes the
+                    // product, linear + silu_mul elsewhere; the same bits either way.
+                    let what = format!("linear_silu_mul {dtype} m={m} inter={inter} k={k} bias={bias}");
+                    let got = ops::linear_silu_mul(&gx, &gw, gb.as_ref()).with_context(|| what.clone())?;
+                    let unfused = ops::silu_mul(&ops::linear(&gx, &gw, gb.as_ref())?)?;
+                    assert_close(&what, &got, &want, tol(dtype))?;
+                    ensure!(got.to_host_bytes()? == unfused.to_host_bytes()?, "{what}: differs from linear + silu_mul");
+                }
+            }
+        }
+    }
+    // Outside the rule (17 rows, f32): the two ops.
+    for (dtype, m) in [(DType::BF16, 17), (DType::F32, 4)] {
+        let x = random(&mut r, &[m, 1024], dtype, 0.0, 1.0)?;
+        let w = random(&mut r, &[2 * 3072, 1024], dtype, 0.0, 0.05)?;
+        let want = ops::linear_silu_mul(&x, &w, None)?;
+        let got = ops::linear_silu_mul(&gpu(&x)?, &gpu(&w)?, None)?;
+        assert_close(&format!("linear_silu_mul fallback {dtype} m={m}"), &got, &want, tol(dtype))?;
+    }
+    Ok(())
+}
+
+/// A paged decode batch on the GPU: q `[b, hq, d]`, random caches, shuffled pages.
+struct DecodeBatch {
+    q: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    q_indptr: Tensor,
+    kv_lens: Tensor,
+    block_table: Tensor,
+    kv_lens_host: Vec<usize>,
+}
+
+fn decode_batch(
+    r: &mut StdRng,
+    hq: usize,
+    hkv: usize,
+    d: usize,
+    page_size: usize,
+    kv: &[usize],
+) -> Result<DecodeBatch> {
+    let b = kv.len();
+    let pages_per_seq: Vec<usize> = kv.iter().map(|l| l.div_ceil(page_size)).collect();
+    let max_pages = pages_per_seq.iter().copied().max().unwrap_or(1).max(1);
+    let num_pages = pages_per_seq.iter().sum::<usize>() + 3;
+    let mut order: Vec<i32> = (0..num_pages as i32).collect();
+    order.shuffle(r);
+    let mut table = vec![-1i32; b * max_pages];
+    let mut next = 0;
+    for (s, &n) in pages_per_seq.iter().enumerate() {
+        table[s * max_pages..][..n].copy_from_slice(&order[next..next + n]);
+        next += n;
+    }
+    let indptr: Vec<i32> = (0..=b as i32).collect();
+    let kv_i32: Vec<i32> = kv.iter().map(|&l| l as i32).collect();
+    Ok(DecodeBatch {
+        q: gpu(&random(r, &[b, hq, d], DType::BF16, 0.0, 1.0)?)?,
+        k_cache: gpu(&random(r, &[num_pages, page_size, hkv, d], DType::BF16, 0.0, 1.0)?)?,
+        v_cache: gpu(&random(r, &[num_pages, page_size, hkv, d], DType::BF16, 0.0, 1.0)?)?,
+        q_indptr: gpu(&Tensor::from_slice(&indptr, &[b + 1], CPU)?)?,
+        kv_lens: gpu(&Tensor::from_slice(&kv_i32, &[b], CPU)?)?,
+        block_table: gpu(&Tensor::from_slice(&table, &[b, max_pages], CPU)?)?,
+        kv_lens_host: kv.to_vec(),
+    })
+}
+
+#[test]
+fn decode_split_merge_in_the_launch_is_the_combine_bit_for_bit() -> Result<()> {
+    if !enabled() || target() == CPU {
+        return Ok(());
+    }
+    let mut r = rng(28);
+    // Qwen3-0.6B's heads (16/8) and GQA 4 at head dim 64; batch 1 as graphs run it
+    // (66 splits of a 40960-token context), ragged batches, a sequence of one key.
+    let batches: [(&str, Vec<usize>); 4] = [
+        ("b=1 ctx=1000", vec![1000]),
+        ("b=1 ctx=8500", vec![8500]),
+        ("ragged", vec![1, 17, 300, 4096, 2500, 129]),
+        ("64 random", (0..64).map(|i| 1 + (i * 977) % 3000).collect()),
+    ];
+    for (hq, hkv, d) in [(16, 8, 128), (8, 2, 64)] {
+        for page_size in [1, 16] {
+            for (name, kv) in &batches {
+                let batch = decode_batch(&mut r, hq, hkv, d, page_size, kv)?;
+                let q_lens = vec![1usize; kv.len()];
+                let scale = 1.0 / (d as f32).sqrt();
+                for splits in [None, Some(1), Some(3), Some(66)] {
+                    let what = format!("decode attention {hq}/{hkv} d={d} page={page_size} {name} splits={splits:?}");
+                    let meta = PagedAttnMeta {
+                        q_indptr: &batch.q_indptr,
+                        kv_lens: &batch.kv_lens,
+                        block_table: &batch.block_table,
+                        q_lens_host: &q_lens,
+                        kv_lens_host: &batch.kv_lens_host,
+                        decode_splits: splits,
+                    };
+                    let run = |merge| -> Result<Vec<u8>> {
+                        let out = Tensor::empty(&[kv.len(), hq, d], DType::BF16, target())?;
+                        ops::set_decode_split_merge(Some(merge));
+                        let r = ops::paged_attention_with(
+                            &out,
+                            &batch.q,
+                            &batch.k_cache,
+                            &batch.v_cache,
+                            &meta,
+                            scale,
+                            AttnKernel::Decode,
+                        );
+                        ops::set_decode_split_merge(None);
+                        r?;
+                        Ok(out.to_host_bytes()?)
+                    };
+                    let combine = run(false).with_context(|| what.clone())?;
+                    let merged = run(true).with_context(|| what.clone())?;
+                    // Twice: the counters were left zero by the first launch.
+                    let again = run(true).with_context(|| what.clone())?;
+                    ensure!(merged == combine, "{what}: the merged splits differ from the combine launch");
+                    ensure!(again == merged, "{what}: a second launch differs (counters not reset?)");
+                }
+            }
+        }
+    }
     Ok(())
 }

@@ -51,13 +51,49 @@ __device__ __forceinline__ int attention_row_chunk(int kv_len, int kv_chunk, int
   return rounded > 128 ? rounded : 128;
 }
 
+/* An f32 that other blocks of this grid wrote (split partials): read from L2, so
+ * that no stale L1 line of an earlier kernel is used. */
+__device__ __forceinline__ float load_f32_cg(const float* p) {
+  float v;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  return v;
+}
+
+/* Merges the num_splits (> 1) split partials of one (token, head) row into `out`,
+ * with the warp's 32 lanes (lane = this thread's), in split order: what the
+ * combine phase does per row, and what the decode kernel's last block of a
+ * (sequence, kv head) does in its place (so both give the same bits). */
+template <int DTYPE, int HEAD_DIM>
+__device__ __forceinline__ void attention_combine_row(const msgl_attention_params& p, long long row, int num_splits,
+                                                      int lane) {
+  using T = typename DType<DTYPE>::Storage;
+  constexpr int PER_LANE = HEAD_DIM / kWarpSize;
+  const float* lse = p.lse_partial + row * p.max_splits;
+  float max_lse = neg_inf();
+  for (int s = 0; s < num_splits; ++s) max_lse = fmaxf(max_lse, load_f32_cg(lse + s));
+  float acc[PER_LANE];
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) acc[i] = 0.f;
+  float total = 0.f;
+  for (int s = 0; s < num_splits; ++s) {
+    const float ls = load_f32_cg(lse + s);
+    const float w = ls == neg_inf() ? 0.f : fast_exp2(ls - max_lse);
+    total += w;
+    const float* po = p.o_partial + (row * p.max_splits + s) * HEAD_DIM;
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) acc[i] += w * load_f32_cg(po + i * kWarpSize + lane);
+  }
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  T* out = static_cast<T*>(p.out) + row * HEAD_DIM;
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) out[i * kWarpSize + lane] = DType<DTYPE>::from_f32(acc[i] * inv);
+}
+
 /* The combine phase: merges the splits of one (token, head) row per warp (block =
  * 32 * warps threads, grid = ceil(num_tokens * num_q_heads / warps)). Rows of
  * sequences with one split were written by the attention phase and are skipped. */
 template <int DTYPE, int HEAD_DIM>
 __device__ __forceinline__ void attention_combine(const msgl_attention_params& p) {
-  using T = typename DType<DTYPE>::Storage;
-  constexpr int PER_LANE = HEAD_DIM / kWarpSize;
   const long long row = static_cast<long long>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   if (row >= p.num_tokens * p.num_q_heads) return;
   const int lane = threadIdx.x % kWarpSize;
@@ -71,24 +107,7 @@ __device__ __forceinline__ void attention_combine(const msgl_attention_params& p
   const int kv_len = p.kv_lens[lo];
   const int num_splits = attention_num_splits(kv_len, attention_row_chunk(kv_len, p.kv_chunk, p.max_splits));
   if (num_splits <= 1) return;
-  const float* lse = p.lse_partial + row * p.max_splits;
-  float max_lse = neg_inf();
-  for (int s = 0; s < num_splits; ++s) max_lse = fmaxf(max_lse, lse[s]);
-  float acc[PER_LANE];
-#pragma unroll
-  for (int i = 0; i < PER_LANE; ++i) acc[i] = 0.f;
-  float total = 0.f;
-  for (int s = 0; s < num_splits; ++s) {
-    const float w = lse[s] == neg_inf() ? 0.f : fast_exp2(lse[s] - max_lse);
-    total += w;
-    const float* po = p.o_partial + (row * p.max_splits + s) * HEAD_DIM;
-#pragma unroll
-    for (int i = 0; i < PER_LANE; ++i) acc[i] += w * po[i * kWarpSize + lane];
-  }
-  const float inv = total > 0.f ? 1.f / total : 0.f;
-  T* out = static_cast<T*>(p.out) + row * HEAD_DIM;
-#pragma unroll
-  for (int i = 0; i < PER_LANE; ++i) out[i * kWarpSize + lane] = DType<DTYPE>::from_f32(acc[i] * inv);
+  attention_combine_row<DTYPE, HEAD_DIM>(p, row, num_splits, lane);
 }
 
 }  // namespace msgl

@@ -83,6 +83,7 @@ inline int32_t attention_check_and_fill(const char* op, const msgl_tensor* out, 
     p.o_partial = nullptr;
     p.lse_partial = nullptr;
   }
+  p.split_counters = nullptr; /* the decode launcher sets it from its own argument */
   p.out = out->data;
   p.q = q->data;
   p.k_cache = k_cache->data;

@@ -16,13 +16,24 @@ constexpr int kWarpSize = 32;
 /* Programmatic dependent launch (sm_90; no-ops when the kernel was launched
  * without the attribute): `grid_dependency_wait` blocks until the grid this one
  * depends on has finished (its memory is visible); `grid_dependents_launch` lets
- * the next grid start its prologue early.
+ * the next grid launch once every block of this one has called it (or exited).
  *
  * The kernels of the decode path (norm, skinny GEMM, rope_store, decode
- * attention, silu_mul) call `grid_prologue` first: their AOT launchers launch
- * them with the attribute (check.h: launch_pdl), so each one's launch and block
- * scheduling overlap the previous kernel's tail, and it touches no memory
- * before the previous kernel is done. */
+ * attention, silu_mul) are launched with the attribute by their AOT launchers
+ * (check.h: launch_pdl) and keep one protocol:
+ *   1. before the wait, a kernel reads only data that no kernel of the step
+ *      writes (its weights: the skinny GEMM stages its weight slice in shared
+ *      memory, the norms load their weight vectors) and writes nothing;
+ *   2. it calls `grid_dependents_launch` before `grid_dependency_wait`, so the
+ *      next kernel launches as soon as this one is resident and runs its own
+ *      weight prologue while this one (and the one before) still run;
+ *   3. every block waits before it touches anything else.
+ * The wait returns only when the previous grid has finished, and that grid
+ * finished only after its own wait returned, so a kernel after the wait sees the
+ * memory of every kernel before it. Weights written by a kernel (dummy weights
+ * made on the device, casts at load) are written long before a decode step;
+ * a test that writes a weight on the device right before a launch that
+ * prefetches it must synchronise in between. */
 __device__ __forceinline__ void grid_dependency_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -32,12 +43,6 @@ __device__ __forceinline__ void grid_dependents_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-}
-
-/* Waits for the previous grid, then lets the next one launch. */
-__device__ __forceinline__ void grid_prologue() {
-  grid_dependency_wait();
-  grid_dependents_launch();
 }
 
 /* Thread-block clusters (sm_90; on older archs every block is a cluster of one).

@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or a launcher signature changes. */
-#define MSGL_ABI_VERSION 3
+#define MSGL_ABI_VERSION 4
 
 /* The most dimensions a tensor view carries. */
 #define MSGL_MAX_DIMS 6
@@ -234,18 +234,27 @@ typedef struct msgl_rope_store_params {
  * block's range, the warps' f32 partials are summed in shared memory, and the
  * cluster's blocks sum theirs through distributed shared memory in rank order,
  * so every weight byte is read once, there is no second pass, and the result
- * does not depend on timing. Instance parameters: DTYPE (bf16 or f16), N_TILES (x rows / 8, rounded up: 1
- * or 2, so m <= 16), M_TILES (16-row tiles of w per warp: 1 or 2).
+ * does not depend on timing. Before its grid dependency wait each warp copies
+ * the first prefetch_steps k-steps of its weight rows into shared memory (the
+ * weights do not depend on the previous kernel). GATED = 1 is a gate_up
+ * projection with SiLU-and-mul fused: w [2n, k] holds the gate rows then the
+ * up rows, out[m, j] = silu(gate[m, j]) * up[m, j] with both rounded to the
+ * dtype first, and a block makes 8 * M_TILES outputs. Instance parameters: DTYPE
+ * (bf16 or f16), N_TILES (x rows / 8, rounded up: 1 or 2, so m <= 16), M_TILES
+ * (16-row tiles of w per warp: 1 or 2), GATED (0 or 1).
  */
 typedef struct msgl_skinny_gemm_params {
   void* out;                   /* device, [m, n] contiguous */
   const void* x;               /* device, [m, k], rows x_stride elements apart, 16-byte aligned */
-  const void* w;               /* device, [n, k] contiguous, 16-byte aligned */
-  const void* bias;            /* device, [n], or NULL */
+  const void* w;               /* device, [n, k] ([2n, k] GATED) contiguous, 16-byte aligned */
+  const void* bias;            /* device, [n] ([2n] GATED), or NULL */
   int64_t m;                   /* 1..8 * N_TILES */
-  int64_t n;
+  int64_t n;                   /* output columns */
   int64_t k;                   /* a multiple of 32 */
   int64_t x_stride;            /* elements, a multiple of 8 */
+  int32_t prefetch_steps;      /* k-steps per warp staged before the wait: 0..12 / M_TILES; dynamic shared
+                                  memory prefetch_steps * M_TILES * 8 KiB */
+  int32_t reserved;            /* 0 */
 } msgl_skinny_gemm_params;
 
 /*
@@ -422,6 +431,9 @@ typedef struct msgl_attention_params {
   const int32_t* block_table;  /* device, [>= num_seqs, max_pages] */
   float* o_partial;            /* device, [num_tokens, num_q_heads, max_splits, HEAD_DIM] (max_splits > 1) */
   float* lse_partial;          /* device, [num_tokens, num_q_heads, max_splits] (max_splits > 1) */
+  int32_t* split_counters;     /* device, [>= num_seqs * num_kv_heads] zeros, or NULL: the decode kernel's
+                                  last block of a (sequence, kv head) merges its splits (and resets the
+                                  counter); NULL: the combine phase does */
   int64_t q_token_stride;      /* elements */
   int64_t q_head_stride;       /* elements */
   int64_t num_tokens;
@@ -622,9 +634,12 @@ MSGL_API int32_t msgl_rope_store(const msgl_tensor* q, const msgl_tensor* k, con
 /* skinny_gemm: out [m, n] contiguous, x [m, k] (unit last stride, 16-byte aligned
  * rows), w [n, k] contiguous, bias [n] or NULL; bf16/f16; m <= 16, k % 32 == 0.
  * m_tiles: the M_TILES instance (1 or 2); k_splits: blocks of a cluster that share
- * one tile's K (1..8, at most k / 32). */
+ * one tile's K (1..8, at most k / 32); gated: 1 for the GATED instance (w [2n, k],
+ * bias [2n], out [m, n] = silu(gate) * up); prefetch_steps: k-steps of w per warp
+ * staged in shared memory before the grid dependency wait (0..12 / m_tiles). */
 MSGL_API int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x, const msgl_tensor* w,
-                                  const msgl_tensor* bias, int32_t m_tiles, int32_t k_splits, msgl_stream stream);
+                                  const msgl_tensor* bias, int32_t m_tiles, int32_t k_splits, int32_t gated,
+                                  int32_t prefetch_steps, msgl_stream stream);
 
 /* fill_uniform: out [numel] contiguous, f32/f16/bf16; grid blocks of 256 threads
  * (grid-stride loop: any positive grid gives the same values). */
@@ -689,12 +704,14 @@ MSGL_API int32_t msgl_paged_attention(const msgl_tensor* out, const msgl_tensor*
  * rows each (rows: the instance: 16 for the tensor-core block, bf16/f16; 1, 2, 4
  * or 8 for the CUDA-core block). `plan` carries kv_chunk, max_splits
  * and scale_log2 (num_warps and num_q_tiles are unused); the grid is num_seqs *
- * num_kv_heads * max_splits blocks of 128 threads. */
+ * num_kv_heads * max_splits blocks of 128 threads. split_counters: int32 zeros of at
+ * least num_seqs * num_kv_heads elements (left zero), or NULL; with them a split
+ * launch merges its splits in its last blocks instead of a combine launch. */
 MSGL_API int32_t msgl_decode_attention(const msgl_tensor* out, const msgl_tensor* q, const msgl_tensor* k_cache,
                              const msgl_tensor* v_cache, const msgl_tensor* q_indptr, const msgl_tensor* kv_lens,
                              const msgl_tensor* block_table, const msgl_tensor* o_partial,
-                             const msgl_tensor* lse_partial, const msgl_attention_params* plan, int32_t rows,
-                             msgl_stream stream);
+                             const msgl_tensor* lse_partial, const msgl_tensor* split_counters,
+                             const msgl_attention_params* plan, int32_t rows, msgl_stream stream);
 
 /* moe_route: logits [t, e] (unit last stride; f32/f16/bf16); topk_ids [t, k] int32 and
  * topk_weights [t, k] f32 contiguous (written). */
@@ -753,14 +770,14 @@ static_assert(sizeof(msgl_penalty_count_params) == 48, "msgl_penalty_count_param
 static_assert(sizeof(msgl_apply_penalties_params) == 72, "msgl_apply_penalties_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_logprobs_params) == 72, "msgl_logprobs_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_convert_params) == 176, "msgl_convert_params layout changed: run cargo xtask codegen");
-static_assert(sizeof(msgl_attention_params) == 152, "msgl_attention_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_attention_params) == 160, "msgl_attention_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_route_params) == 120, "msgl_moe_route_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_align_params) == 64, "msgl_moe_align_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_gemm_params) == 112, "msgl_moe_gemm_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_sum_params) == 64, "msgl_moe_sum_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_rope_store_params) == 192, "msgl_rope_store_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_fill_uniform_params) == 32, "msgl_fill_uniform_params layout changed: run cargo xtask codegen");
-static_assert(sizeof(msgl_skinny_gemm_params) == 64, "msgl_skinny_gemm_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_skinny_gemm_params) == 72, "msgl_skinny_gemm_params layout changed: run cargo xtask codegen");
 #endif
 
 #endif /* MINISGL_TENSOR_H */

@@ -16,7 +16,12 @@
 //! of equal size (a multiple of 64, at least 128) so that the whole batch makes
 //! about [`DECODE_SPLIT_WAVES`] waves: many small blocks balance ragged contexts
 //! and leave a short tail, at the cost of one f32 partial row per split (under 2%
-//! of the K/V bytes at chunks of 256 keys).
+//! of the K/V bytes at chunks of 256 keys). The splits are merged by the decode
+//! launch itself: the last block of each (sequence, kv head) to finish merges
+//! them, counted in a persistent per-device buffer of zeros ([`split_counters`],
+//! which the kernel leaves zero, so graphs replay it as it is); the combine launch
+//! remains for batches with more (sequence, kv head) pairs than the buffer holds,
+//! for `MINISGL_DECODE_SPLIT_MERGE=0`, and for the tile kernel.
 //!
 //! The tile kernel's plan is made here from the host copies of the lengths:
 //! - `num_warps` (16 query rows each): enough for the longest sequence's packed
@@ -33,8 +38,10 @@
 //! types too (compiled at run time): a fallback and a cross-check of the
 //! tensor-core fragments.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::cuda::CudaDevice;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -42,7 +49,7 @@ use crate::op_types::attention::{AttnKernel, PagedAttnMeta};
 use crate::sys::kernels::msgl_attention_params;
 use crate::tensor::Tensor;
 
-use super::launch::{device_of, dispatch, dtype_code, grid_u32, rows_aligned};
+use super::launch::{device_of, dispatch, dtype_code, grid_u32, rows_aligned, Switch};
 
 const OP: &str = "paged_attention";
 /// attention.cu's kAttnMaxWarps.
@@ -72,6 +79,41 @@ const DECODE_CHUNK_GRANULE: usize = 64;
 /// The fewest keys a decode split holds: a block's whole pipeline (4 iterations
 /// of 32 keys at head dim 128), so a short split still has every load in flight.
 const DECODE_CHUNK_MIN: usize = 128;
+
+/// (Sequence, kv head) pairs the split counters of a device cover (256 KiB of
+/// int32): a decode launch with more pairs merges its splits in the combine launch.
+const SPLIT_COUNTERS: usize = 1 << 16;
+
+/// `MINISGL_DECODE_SPLIT_MERGE`: split decode launches merge their splits
+/// themselves (default on; `0`: the combine launch, for comparisons).
+static SPLIT_MERGE: Switch = Switch::new("MINISGL_DECODE_SPLIT_MERGE");
+
+/// Overrides `MINISGL_DECODE_SPLIT_MERGE` for this process (`None`: back to it).
+pub(crate) fn set_split_merge(on: Option<bool>) {
+    SPLIT_MERGE.set(on);
+}
+
+/// The split counters of `dev`: [`SPLIT_COUNTERS`] int32 zeros, made on first
+/// use and kept for the process (captured graphs address them); the decode
+/// kernel leaves them zero after every launch. `None` while a graph capture runs
+/// before they exist (that graph then keeps the combine launch: allocating and
+/// clearing memory is no work to record in it).
+fn split_counters(dev: &Arc<CudaDevice>) -> Result<Option<Tensor>> {
+    static COUNTERS: OnceLock<Mutex<HashMap<usize, Tensor>>> = OnceLock::new();
+    let mut map = COUNTERS
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .map_err(|_| Error::arg("decode_attention", "the split counters' lock is poisoned"))?;
+    if let Some(t) = map.get(&dev.ordinal()) {
+        return Ok(Some(t.clone()));
+    }
+    if dev.is_capturing() {
+        return Ok(None);
+    }
+    let t = Tensor::zeros(&[SPLIT_COUNTERS], DType::I32, Device::Cuda(dev.ordinal()))?;
+    map.insert(dev.ordinal(), t.clone());
+    Ok(Some(t))
+}
 
 /// Dynamic shared memory of a decode block: decode_attention.cu's
 /// `DecodeLayout::kSmemBytes` (the cp.async pipeline, reused by the warps' merge).
@@ -311,10 +353,18 @@ fn decode_attention(
     let grid = grid_u32(OP, b * hkv * max_splits)?;
     let p = attention_params(out, q, k_cache, v_cache, meta, scale, kv_chunk, max_splits)?;
     let scratch = SplitScratch::new(t, hq, max_splits, d, dev.ordinal())?;
-    let p = msgl_attention_params { o_partial: scratch.o_ptr(), lse_partial: scratch.lse_ptr(), ..p };
+    let counters =
+        if max_splits > 1 && b * hkv <= SPLIT_COUNTERS && SPLIT_MERGE.get() { split_counters(dev)? } else { None };
+    let p = msgl_attention_params {
+        o_partial: scratch.o_ptr(),
+        lse_partial: scratch.lse_ptr(),
+        split_counters: counters.as_ref().map_or(std::ptr::null_mut(), |c| c.device_ptr() as *mut i32),
+        ..p
+    };
     let combine_grid = grid_u32(OP, (t * hq).div_ceil(COMBINE_WARPS))?;
     let views = [out, q, k_cache, v_cache, meta.q_indptr, meta.kv_lens, meta.block_table].map(Tensor::abi);
     let scratch_views = scratch.views();
+    let counters_view = counters.as_ref().map(Tensor::abi);
     let values = [("DTYPE", dtype_code(q)), ("HEAD_DIM", d as i64), ("ROWS", rows as i64)];
     dispatch(
         OP,
@@ -323,22 +373,26 @@ fn decode_attention(
         &values,
         |lib, stream| {
             let [o, l] = scratch_views.each_ref().map(|s| s.as_ref().map_or(std::ptr::null(), |x| x as *const _));
+            let n = counters_view.as_ref().map_or(std::ptr::null(), |x| x as *const _);
             let [a, b, c, e, f, g, h] = &views;
             // SAFETY: the views describe live device tensors checked by the op (shapes,
             // dtypes, lengths against the block table) and by `paged_attention`
             // (alignment, rows fit the instance); the scratch has the shapes the plan
             // asks for and outlives the enqueued work (stream-ordered allocator); the
-            // launcher validates again and only enqueues work on `stream`.
-            unsafe { lib.msgl_decode_attention(a, b, c, e, f, g, h, o, l, &p, rows as i32, stream) }
+            // split counters are this device's zeros, kept for the process, with at
+            // least b * hkv entries; the launcher validates again and only enqueues
+            // work on `stream`.
+            unsafe { lib.msgl_decode_attention(a, b, c, e, f, g, h, o, l, n, &p, rows as i32, stream) }
         },
         |f| {
             let shared = shared as u32;
             f.set_max_dynamic_shared_bytes(dev, shared)?;
             // SAFETY: `p` is the msgl_attention_params the entry takes, filled from the
-            // tensors checked by the op and the scratch allocated above; `shared` is
-            // the instance's dynamic shared memory.
+            // tensors checked by the op, the scratch allocated above and the split
+            // counters (zeros of at least b * hkv entries, or null); `shared` is the
+            // instance's dynamic shared memory.
             unsafe { f.launch(dev, grid, 128, shared, &p) }?;
-            if max_splits > 1 {
+            if max_splits > 1 && counters.is_none() {
                 let p1 = msgl_attention_params { phase: 1, ..p };
                 // SAFETY: as above; phase 1 reads the partials phase 0 wrote, in
                 // stream order.
@@ -407,6 +461,7 @@ fn attention_params(
         block_table: meta.block_table.device_ptr() as *const i32,
         o_partial: std::ptr::null_mut(),
         lse_partial: std::ptr::null_mut(),
+        split_counters: std::ptr::null_mut(),
         q_token_stride: q.strides()[0] as i64,
         q_head_stride: q.strides()[1] as i64,
         num_tokens: t as i64,

@@ -3,6 +3,7 @@
 //! and sizes the launchers compute. Kept apart from `gpu/mod.rs` so that the
 //! launchers do not import the module that re-exports them.
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::cuda::CudaDevice;
@@ -66,4 +67,37 @@ pub(super) fn grid_u32(op: &'static str, blocks: usize) -> Result<u32> {
         .ok()
         .filter(|&b| b <= i32::MAX as u32)
         .ok_or_else(|| Error::arg(op, format!("{blocks} blocks exceed the grid limit")))
+}
+
+/// A process-wide switch read from the environment once (`off` when the
+/// variable is `0`), which tests and benchmarks can override.
+pub(super) struct Switch {
+    /// 0 unread, 1 on, 2 off.
+    state: AtomicU8,
+    var: &'static str,
+}
+
+impl Switch {
+    pub(super) const fn new(var: &'static str) -> Switch {
+        Switch { state: AtomicU8::new(0), var }
+    }
+
+    /// Overrides the variable (`None`: back to it).
+    pub(super) fn set(&self, on: Option<bool>) {
+        self.state.store(on.map_or(0, |on| if on { 1 } else { 2 }), Ordering::Relaxed);
+    }
+
+    /// On unless the variable is `0` or [`Switch::set`] said otherwise.
+    pub(super) fn get(&self) -> bool {
+        match self.state.load(Ordering::Relaxed) {
+            1 => true,
+            2 => false,
+            _ => {
+                let off = std::env::var(self.var).is_ok_and(|v| v.trim() == "0");
+                // A racing `set` wins: only replace "unread".
+                let _ = self.state.compare_exchange(0, if off { 2 } else { 1 }, Ordering::Relaxed, Ordering::Relaxed);
+                !off
+            }
+        }
+    }
 }

@@ -7,7 +7,7 @@
 //! | [`norm`] | `norm` | `rms_norm`, `fused_add_rms_norm`, `head_rms_norm` |
 //! | [`rope`] | `rope` | `rope` |
 //! | [`rope_store`] | `rope_store` | `rope_store` (q/k norm + rope + KV store) |
-//! | [`skinny`] | `skinny_gemm` | `linear` at m <= 16 (by rule), `skinny_gemm` |
+//! | [`skinny`] | `skinny_gemm` | `linear` and `linear_silu_mul` at m <= 16 (by rule), `skinny_gemm`, `skinny_gemm_silu_mul` |
 //! | [`activation`] | `activation` | `silu_mul` |
 //! | [`argmax`] | `argmax` | `argmax` |
 //! | [`attention`] | `attention` | `paged_attention` |
@@ -44,7 +44,7 @@ mod token_mask;
 
 pub(crate) use activation::silu_mul;
 pub(crate) use argmax::argmax;
-pub(crate) use attention::{decode_graph_splits, decode_kernel_fits, paged_attention};
+pub(crate) use attention::{decode_graph_splits, decode_kernel_fits, paged_attention, set_split_merge};
 pub(crate) use convert::{cast, copy};
 pub(crate) use gemm::linear;
 pub(crate) use logprobs::logprobs;

@@ -1,15 +1,15 @@
 //! The skinny GEMM on CUDA (csrc/kernels/skinny_gemm.cu): `x @ w^T (+ bias)` for
 //! up to 16 rows, at the weight-streaming limit, and the rule that picks it over
-//! cuBLASLt inside `linear`.
-
-use std::sync::atomic::{AtomicU8, Ordering};
+//! cuBLASLt inside `linear`; its gated variant (a gate_up projection with
+//! SiLU-and-mul in the epilogue) and the rule of `linear_silu_mul`; and the weight
+//! prefetch every launch stages in shared memory before its grid dependency wait.
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::sys::kernels::msgl_skinny_gemm_params;
 use crate::tensor::Tensor;
 
-use super::launch::{device_of, dispatch, dtype_code, grid_u32, rows_aligned};
+use super::launch::{device_of, dispatch, dtype_code, grid_u32, rows_aligned, Switch};
 
 /// skinny_gemm.cu's block size (8 warps).
 const THREADS: u32 = 256;
@@ -25,28 +25,51 @@ const MIN_WEIGHT_BYTES: usize = 1 << 20;
 /// kernels keep more bytes in flight.
 const MAX_WEIGHT_BYTES: usize = 16 << 20;
 
-/// `MINISGL_SKINNY_GEMM` as read once: 0 unread, 1 on, 2 off (plus the override).
-static ENABLED: AtomicU8 = AtomicU8::new(0);
+/// Most k-steps x 16-row tiles a block stages before its dependency wait:
+/// skinny_gemm.cu's kSkinnyMaxPrefetchTileSteps (96 KiB of shared memory, which
+/// still leaves two blocks an SM).
+const MAX_PREFETCH_TILE_STEPS: usize = 12;
+/// Shared-memory bytes of one prefetched k-step of one 16-row tile in a block
+/// (skinny_gemm.cu's kSkinnyStepBytes: 8 warps x 32 lanes x 2 rows x 16 bytes).
+const PREFETCH_STEP_BYTES: usize = 8 * 32 * 2 * 16;
+/// Dynamic shared memory a kernel gets without opting in.
+const DEFAULT_SHARED_BYTES: usize = 48 << 10;
+
+/// `MINISGL_SKINNY_GEMM`: the skinny path of `linear` (and of `linear_silu_mul`).
+static ENABLED: Switch = Switch::new("MINISGL_SKINNY_GEMM");
+/// `MINISGL_SKINNY_PREFETCH`: the weight prefetch before the dependency wait.
+static PREFETCH: Switch = Switch::new("MINISGL_SKINNY_PREFETCH");
 
 /// Turns the skinny path of `ops::linear` on or off for this process, overriding
 /// `MINISGL_SKINNY_GEMM` (for A/B benchmarks); `None` goes back to the variable.
 pub(crate) fn set_enabled(on: Option<bool>) {
-    ENABLED.store(on.map_or(0, |on| if on { 1 } else { 2 }), Ordering::Relaxed);
+    ENABLED.set(on);
 }
 
 /// Whether `linear` may use the skinny kernel: on unless `MINISGL_SKINNY_GEMM=0`
 /// (read once) or [`set_enabled`] said otherwise.
 pub(crate) fn enabled() -> bool {
-    match ENABLED.load(Ordering::Relaxed) {
-        1 => true,
-        2 => false,
-        _ => {
-            let off = std::env::var("MINISGL_SKINNY_GEMM").is_ok_and(|v| v.trim() == "0");
-            // A racing set_enabled wins: only replace "unread".
-            let _ = ENABLED.compare_exchange(0, if off { 2 } else { 1 }, Ordering::Relaxed, Ordering::Relaxed);
-            !off
-        }
+    ENABLED.get()
+}
+
+/// Turns the weight prefetch on or off (`MINISGL_SKINNY_PREFETCH`, default on;
+/// for A/B benchmarks); `None` goes back to the variable. Results do not depend on it.
+pub(crate) fn set_prefetch(on: Option<bool>) {
+    PREFETCH.set(on);
+}
+
+/// The k-steps of w each warp stages in shared memory before the grid dependency
+/// wait: its whole share of the block's K (the block's k-steps over 8 warps,
+/// rounded up) within the budget of [`MAX_PREFETCH_TILE_STEPS`] tiles, or 0 with
+/// the prefetch off. Qwen3-0.6B's projections fit whole: 4 k-steps a warp for
+/// k = 1024 (32 KiB a block, 64 KiB gated with two tiles), 8 for o_proj (64
+/// KiB), 12 for down (96 KiB).
+pub(crate) fn prefetch_steps(k: usize, m_tiles: usize, k_splits: usize) -> usize {
+    if !PREFETCH.get() {
+        return 0;
     }
+    let block_steps = (k / 32).div_ceil(k_splits.max(1));
+    block_steps.div_ceil(8).min(MAX_PREFETCH_TILE_STEPS / m_tiles.max(1))
 }
 
 /// How the skinny kernel runs one product: `m_tiles` 16-row tiles of w per warp
@@ -85,6 +108,29 @@ pub(crate) fn plan(m: usize, n: usize, k: usize, dtype: DType, aligned: bool, sm
     })
 }
 
+/// The rule of `linear_silu_mul` on CUDA: `Some(plan)` to run the gated kernel for
+/// `out[m, inter] = silu(gate) * up` of `x[m, k] @ w[2 inter, k]^T`, `None` for
+/// `linear` then `silu_mul`.
+///
+/// The same fit as [`plan`] on the whole gate_up weight (m <= 16, 16-bit, 1 to 16
+/// MiB). A block makes 8 * m_tiles outputs from 16 * m_tiles weight rows: two
+/// tiles (16 outputs, 64 KiB of weights at k = 1024) when that still gives every
+/// SM a block, so Qwen3-0.6B's 3072 outputs are 192 blocks, one wave whose every
+/// block prefetches its whole slice; else one.
+pub(crate) fn plan_gated(
+    m: usize,
+    inter: usize,
+    k: usize,
+    dtype: DType,
+    aligned: bool,
+    sm_count: usize,
+) -> Option<SkinnyPlan> {
+    plan(m, 2 * inter, k, dtype, aligned, sm_count).map(|_| {
+        let m_tiles = if inter.div_ceil(16) >= sm_count.max(1) { 2 } else { 1 };
+        SkinnyPlan { m_tiles, k_splits: 1 }
+    })
+}
+
 /// Whether x, w and bias meet the kernel's alignment: 16-byte aligned rows of x and
 /// w (row stride a multiple of 8 elements), unit inner strides.
 pub(crate) fn operands_aligned(x: &Tensor, w: &Tensor) -> bool {
@@ -96,28 +142,81 @@ pub(crate) fn operands_aligned(x: &Tensor, w: &Tensor) -> bool {
 /// devices and [`operands_aligned`]). A K split runs only through the AOT library
 /// (it needs a cluster launch); a JIT-compiled instance runs unsplit.
 pub(crate) fn skinny_gemm(out: &Tensor, x: &Tensor, w: &Tensor, bias: Option<&Tensor>, plan: SkinnyPlan) -> Result<()> {
-    const OP: &str = "skinny_gemm";
+    launch("skinny_gemm", out, x, w, bias, plan, false)
+}
+
+/// Runs the gated kernel: `out` `[m, inter]` = silu(gate) * up of `x @ w^T (+
+/// bias)`, `w` `[2 inter, k]` (gate rows, then up rows), `bias` `[2 inter]`; the
+/// rest as [`skinny_gemm`].
+pub(crate) fn skinny_gemm_silu_mul(
+    out: &Tensor,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    plan: SkinnyPlan,
+) -> Result<()> {
+    launch("skinny_gemm_silu_mul", out, x, w, bias, plan, true)
+}
+
+/// `linear` then `silu_mul` in one gated launch when [`plan_gated`] picks it:
+/// `Ok(Some(out))`, `out` a new `[m, w rows / 2]`; `Ok(None)` when the caller
+/// runs the two ops (the skinny path off, a shape or alignment the rule leaves
+/// to cuBLASLt, a strided bias). The op checked shapes, dtypes and devices.
+pub(crate) fn linear_silu_mul(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Option<Tensor>> {
+    const OP: &str = "linear_silu_mul";
     let dev = device_of(OP, x)?;
-    let [m, xk] = x.dims::<2>(OP, "x")?;
-    let [n, k] = w.dims::<2>(OP, "w")?;
+    let [m, k] = x.dims::<2>(OP, "x")?;
+    let inter = w.dim(0) / 2;
+    if !enabled() || !bias.is_none_or(Tensor::is_contiguous) {
+        return Ok(None);
+    }
+    let aligned = operands_aligned(x, w);
+    let Some(plan) = plan_gated(m, inter, k, x.dtype(), aligned, dev.sm_count().max(1) as usize) else {
+        return Ok(None);
+    };
+    let out = Tensor::empty(&[m, inter], x.dtype(), x.device())?;
+    skinny_gemm_silu_mul(&out, x, w, bias, plan)?;
+    Ok(Some(out))
+}
+
+/// Both variants: `gated` selects the GATED instance (w holds 2 n rows).
+fn launch(
+    op: &'static str,
+    out: &Tensor,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    plan: SkinnyPlan,
+    gated: bool,
+) -> Result<()> {
+    let dev = device_of(op, x)?;
+    let [m, xk] = x.dims::<2>(op, "x")?;
+    let [w_rows, k] = w.dims::<2>(op, "w")?;
+    let n = if gated { w_rows / 2 } else { w_rows };
+    if gated && !w_rows.is_multiple_of(2) {
+        return Err(Error::arg(op, format!("argument `w` has {w_rows} rows: not gate rows then as many up rows")));
+    }
     let SkinnyPlan { m_tiles, k_splits } = plan;
     if xk != k {
-        return Err(Error::arg(OP, format!("argument `x` has {xk} columns, expected {k} for w {:?}", w.shape())));
+        return Err(Error::arg(op, format!("argument `x` has {xk} columns, expected {k} for w {:?}", w.shape())));
     }
     if !(1..=MAX_ROWS).contains(&m) || !k.is_multiple_of(32) || k == 0 || !matches!(m_tiles, 1 | 2) {
-        return Err(Error::arg(OP, format!("needs 1..={MAX_ROWS} rows, k a positive multiple of 32 and 1 or 2 m_tiles, got m={m} k={k} m_tiles={m_tiles}")));
+        return Err(Error::arg(op, format!("needs 1..={MAX_ROWS} rows, k a positive multiple of 32 and 1 or 2 m_tiles, got m={m} k={k} m_tiles={m_tiles}")));
     }
     if !(1..=8).contains(&k_splits) || k_splits > k / 32 {
-        return Err(Error::arg(OP, format!("k_splits {k_splits} must be 1..=8 and at most k / 32 = {}", k / 32)));
+        return Err(Error::arg(op, format!("k_splits {k_splits} must be 1..=8 and at most k / 32 = {}", k / 32)));
     }
     if !operands_aligned(x, w) {
-        return Err(Error::arg(OP, "arguments `x` and `w` need 16-byte aligned rows with unit inner stride"));
+        return Err(Error::arg(op, "arguments `x` and `w` need 16-byte aligned rows with unit inner stride"));
     }
     if n == 0 {
         return Ok(());
     }
     let n_tiles = m.div_ceil(8);
-    let grid = grid_u32(OP, n.div_ceil(16 * m_tiles))?;
+    let cols_per_block = (if gated { 8 } else { 16 }) * m_tiles;
+    let grid = grid_u32(op, n.div_ceil(cols_per_block))?;
+    let prefetch = prefetch_steps(k, m_tiles, k_splits);
+    let shared = prefetch * m_tiles * PREFETCH_STEP_BYTES;
     let p = msgl_skinny_gemm_params {
         out: out.device_ptr() as *mut _,
         x: x.device_ptr() as *const _,
@@ -127,26 +226,49 @@ pub(crate) fn skinny_gemm(out: &Tensor, x: &Tensor, w: &Tensor, bias: Option<&Te
         n: n as i64,
         k: k as i64,
         x_stride: if m > 1 { x.strides()[0] as i64 } else { k as i64 },
+        prefetch_steps: prefetch as i32,
+        reserved: 0,
     };
     let (a, b, c) = (out.abi(), x.abi(), w.abi());
     let bias_abi = bias.map(Tensor::abi);
     let bias_ptr = bias_abi.as_ref().map_or(std::ptr::null(), |b| b as *const _);
     dispatch(
-        OP,
+        op,
         dev,
         "skinny_gemm",
-        &[("DTYPE", dtype_code(x)), ("N_TILES", n_tiles as i64), ("M_TILES", m_tiles as i64)],
+        &[
+            ("DTYPE", dtype_code(x)),
+            ("N_TILES", n_tiles as i64),
+            ("M_TILES", m_tiles as i64),
+            ("GATED", i64::from(gated)),
+        ],
         |lib, stream| {
             // SAFETY: the views describe live device tensors checked by the caller
             // (bias_abi outlives the call); the launcher validates them again and
             // only enqueues work on `stream`.
-            unsafe { lib.msgl_skinny_gemm(&a, &b, &c, bias_ptr, m_tiles as i32, k_splits as i32, stream) }
+            unsafe {
+                lib.msgl_skinny_gemm(
+                    &a,
+                    &b,
+                    &c,
+                    bias_ptr,
+                    m_tiles as i32,
+                    k_splits as i32,
+                    i32::from(gated),
+                    prefetch as i32,
+                    stream,
+                )
+            }
         },
         |f| {
+            if shared > DEFAULT_SHARED_BYTES {
+                f.set_max_dynamic_shared_bytes(dev, shared as u32)?;
+            }
             // SAFETY: `p` is the msgl_skinny_gemm_params the entry takes, filled from
             // tensors checked above (shapes, alignment, 1..=16 rows, k % 32 == 0);
-            // launched without a cluster, the kernel reduces all of K per block.
-            unsafe { f.launch(dev, grid, THREADS, 0, &p) }
+            // launched without a cluster, the kernel reduces all of K per block;
+            // `shared` is the prefetch's dynamic shared memory.
+            unsafe { f.launch(dev, grid, THREADS, shared as u32, &p) }
         },
     )
 }
@@ -180,6 +302,40 @@ mod tests {
         assert_eq!(plan(1, 4096, 4104, bf, true, 132), None);
         assert_eq!(plan(1, 4096, 4096, bf, false, 132), None);
         assert_eq!(plan(1, 256, 512, bf, true, 132), None);
+    }
+
+    #[test]
+    fn gate_up_projections_go_gated_with_two_tiles_when_the_grid_still_fills_the_gpu() {
+        let bf = DType::BF16;
+        let p = |m_tiles| Some(SkinnyPlan { m_tiles, k_splits: 1 });
+        // Qwen3-0.6B's gate_up (12 MiB): 3072 outputs, 192 blocks of 16 on 132 SMs.
+        assert_eq!(plan_gated(1, 3072, 1024, bf, true, 132), p(2));
+        assert_eq!(plan_gated(16, 3072, 1024, DType::F16, true, 132), p(2));
+        // Fewer outputs than 16 a block for every SM: 8 a block.
+        assert_eq!(plan_gated(1, 1536, 1024, bf, true, 132), p(1));
+        // Outside the skinny rule: the two ops.
+        assert_eq!(plan_gated(17, 3072, 1024, bf, true, 132), None);
+        assert_eq!(plan_gated(1, 14336, 4096, bf, true, 132), None);
+        assert_eq!(plan_gated(1, 3072, 1024, DType::F32, true, 132), None);
+        assert_eq!(plan_gated(1, 3072, 1024, bf, false, 132), None);
+    }
+
+    #[test]
+    fn prefetch_takes_a_warps_whole_share_within_96_kib() {
+        set_prefetch(Some(true));
+        // k = 1024: 32 k-steps, 4 a warp; o_proj 8; down 12 (96 KiB, the budget).
+        assert_eq!(prefetch_steps(1024, 1, 1), 4);
+        assert_eq!(prefetch_steps(2048, 1, 1), 8);
+        assert_eq!(prefetch_steps(3072, 1, 1), 12);
+        assert_eq!(prefetch_steps(3072, 2, 1), 6);
+        assert_eq!(prefetch_steps(8192, 1, 1), 12);
+        // A K split shares the steps first; k / 32 = 3 leaves warps one step or none.
+        assert_eq!(prefetch_steps(3072, 1, 4), 3);
+        assert_eq!(prefetch_steps(96, 1, 1), 1);
+        assert!(prefetch_steps(8192, 2, 1) * 2 * PREFETCH_STEP_BYTES <= 96 << 10);
+        set_prefetch(Some(false));
+        assert_eq!(prefetch_steps(1024, 1, 1), 0);
+        set_prefetch(None);
     }
 
     #[test]

@@ -115,6 +115,14 @@ pub fn paged_attention_with(
     }
 }
 
+/// Turns off (`Some(false)`) or on the decode kernel's own merge of its splits
+/// (the last block of each (sequence, kv head) merges them; off: a second,
+/// combine launch does), overriding `MINISGL_DECODE_SPLIT_MERGE` (`None`: back to
+/// it; on unless it is `0`). For A/B benchmarks and tests: both give the same bits.
+pub fn set_decode_split_merge(on: Option<bool>) {
+    crate::gpu::set_split_merge(on);
+}
+
 /// The split count to fix in [`PagedAttnMeta::decode_splits`] for a decode step of
 /// `num_seqs` sequences of at most `max_kv_len` keys that a CUDA graph captures on
 /// `device` (the launch is then the same for any lengths up to `max_kv_len`); 1

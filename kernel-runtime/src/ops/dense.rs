@@ -1,5 +1,6 @@
 //! The ops of a dense decoder layer: linear (GEMM), RMSNorm (plain, fused with
-//! the residual add, per head), rotary embedding, SiLU-and-mul, argmax.
+//! the residual add, per head), rotary embedding, SiLU-and-mul (alone, or fused
+//! with the gate_up projection before it), argmax.
 //!
 //! Each op checks its arguments here, then calls the CPU reference
 //! (`crate::cpu::dense`) or the CUDA implementation (`crate::gpu`). Ops that write
@@ -167,6 +168,43 @@ pub fn silu_mul(x: &Tensor) -> Result<Tensor> {
         Device::Cuda(_) => crate::gpu::silu_mul(&out, x)?,
     }
     Ok(out)
+}
+
+/// `silu_mul(linear(x, w, bias))`: the gated MLP's gate_up projection and its
+/// activation, `w` `[2 i, k]` holding the gate rows then the up rows (a fused
+/// `gate_up_proj`), `bias` `[2 i]`; returns a new `[m, i]`. On CUDA, where the
+/// skinny rule takes the product (decode-sized m, 16-bit, 1-16 MiB of weights:
+/// `gpu::skinny::plan_gated`), one launch with SiLU-and-mul in the GEMM's
+/// epilogue, bitwise equal to the two ops (the gate and up sums are rounded to
+/// the dtype first, as `linear` writes them); elsewhere, and on the CPU, the two
+/// ops.
+pub fn linear_silu_mul(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    const OP: &str = "linear_silu_mul";
+    let device = common_device(OP, &[("x", x), ("w", w)])?;
+    let [_, k] = x.dims::<2>(OP, "x")?;
+    let [n2, wk] = w.dims::<2>(OP, "w")?;
+    if wk != k || n2 % 2 != 0 {
+        return Err(Error::arg(
+            OP,
+            format!("argument `w` has shape {:?}, expected [2 i, {k}] to match `x` {:?}", w.shape(), x.shape()),
+        ));
+    }
+    x.expect_dtype(OP, "x", FLOATS)?;
+    if w.dtype() != x.dtype() {
+        return Err(Error::arg(OP, format!("argument `w` has dtype {}, `x` has {}", w.dtype(), x.dtype())));
+    }
+    w.expect_contiguous(OP, "w")?;
+    if let Some(b) = bias {
+        b.expect_shape(OP, "bias", &[n2])?.expect_device(OP, "bias", device)?.expect_dtype(OP, "bias", &[x.dtype()])?;
+    }
+    if let Device::Cuda(_) = device {
+        if x.dim(0) > 0 && n2 > 0 {
+            if let Some(out) = crate::gpu::skinny::linear_silu_mul(x, w, bias)? {
+                return Ok(out);
+            }
+        }
+    }
+    silu_mul(&linear(x, w, bias)?)
 }
 
 /// Index of the largest value of each row of `x` `[b, v]` (the first one on ties);

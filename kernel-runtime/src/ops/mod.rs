@@ -10,7 +10,8 @@
 //! | [`rms_norm`], [`fused_add_rms_norm`], [`head_rms_norm`] | RMSNorm variants |
 //! | [`rope`] | rotary embedding (neox layout), in place |
 //! | [`rope_store`] | q/k norm (optional) + rotary embedding + KV store, fused |
-//! | [`skinny_gemm`], [`set_skinny_gemm`] | the decode GEMM `linear` picks at m <= 16, and its switch |
+//! | [`skinny_gemm`], [`set_skinny_gemm`], [`set_skinny_prefetch`] | the decode GEMM `linear` picks at m <= 16, its switch and its weight prefetch's |
+//! | [`linear_silu_mul`], [`skinny_gemm_silu_mul`] | gate_up projection + SiLU-and-mul (one launch on the skinny path) |
 //! | [`silu_mul`] | SiLU(gate) * up |
 //! | [`argmax`] | greedy token choice |
 //! | [`sample`] | one token per row: greedy, temperature, top-k, top-p, min-p |
@@ -18,7 +19,7 @@
 //! | [`penalty_count`], [`apply_penalties`] | repetition/frequency/presence penalties from per-slot counters |
 //! | [`logprobs`] | log probabilities of sampled tokens and the top alternatives |
 //! | [`fill_uniform`] | deterministic uniform values, the same on every device (dummy weights) |
-//! | [`paged_attention`] | attention over the paged KV cache (prefill and decode) |
+//! | [`paged_attention`], [`set_decode_split_merge`] | attention over the paged KV cache (prefill and decode), and the decode kernel's split merge switch |
 //! | [`moe_route`], [`moe_align`], [`moe_gemm`], [`moe_sum`], [`fused_experts`], [`fused_moe`] | mixture of experts (`moe` module) |
 
 mod attention;
@@ -36,10 +37,11 @@ mod skinny;
 mod store;
 
 pub use attention::{
-    decode_graph_splits, decode_kernel_fits, paged_attention, paged_attention_with, AttnKernel, PagedAttnMeta,
+    decode_graph_splits, decode_kernel_fits, paged_attention, paged_attention_with, set_decode_split_merge, AttnKernel,
+    PagedAttnMeta,
 };
 pub use convert::{cast, copy};
-pub use dense::{argmax, fused_add_rms_norm, head_rms_norm, linear, rms_norm, rope, silu_mul};
+pub use dense::{argmax, fused_add_rms_norm, head_rms_norm, linear, linear_silu_mul, rms_norm, rope, silu_mul};
 pub use fused::{rope_store, QkNorm, RopeStore};
 pub use index::{embedding, index};
 pub use logprobs::{logprobs, logprobs_cols, RowLogprobs, MAX_TOP_LOGPROBS};
@@ -50,5 +52,5 @@ pub use moe::{
 pub use penalties::{apply_penalties, penalty_count, CountKind, PenaltyRow, PROMPT_BIT};
 pub use random::fill_uniform;
 pub use sampling::{apply_token_mask, sample, sample_into, SampleRow};
-pub use skinny::{set_skinny_gemm, skinny_gemm};
+pub use skinny::{set_skinny_gemm, set_skinny_prefetch, skinny_gemm, skinny_gemm_silu_mul};
 pub use store::store_kv;

@@ -1,7 +1,10 @@
 //! `skinny_gemm`: `x @ w^T (+ bias)` through the decode GEMM kernel
-//! (csrc/kernels/skinny_gemm.cu) whatever the dispatch rule says, and the switch
-//! of that rule. Models call [`super::linear`], which picks the kernel by rule on
-//! CUDA (see `gpu::skinny::plan`); this op is for tests and benchmarks.
+//! (csrc/kernels/skinny_gemm.cu) whatever the dispatch rule says, its gated
+//! variant `skinny_gemm_silu_mul` (a gate_up projection with SiLU-and-mul in the
+//! epilogue), and the switches of the rule and of the kernel's weight prefetch.
+//! Models call [`super::linear`] and [`super::linear_silu_mul`], which pick the
+//! kernels by rule on CUDA (see `gpu::skinny::plan`, `plan_gated`); these ops are
+//! for tests and benchmarks.
 
 use crate::device::Device;
 use crate::dtype::DType;
@@ -15,6 +18,14 @@ use super::check::common_device;
 /// the path is on unless that variable is `0`). For A/B benchmarks.
 pub fn set_skinny_gemm(on: Option<bool>) {
     crate::gpu::skinny::set_enabled(on);
+}
+
+/// Turns the skinny kernels' weight prefetch (staged in shared memory before
+/// their grid dependency wait) on or off for this process, or back to
+/// `MINISGL_SKINNY_PREFETCH` (`None`; on unless that variable is `0`). For A/B
+/// benchmarks: results are the same bits either way.
+pub fn set_skinny_prefetch(on: Option<bool>) {
+    crate::gpu::skinny::set_prefetch(on);
 }
 
 /// `x @ w^T (+ bias)` with the skinny kernel: `x` `[m, k]` (1 <= m <= 16, unit
@@ -74,4 +85,59 @@ pub fn skinny_gemm(
         }
     }
     Ok(out)
+}
+
+/// `silu(g) * u` of `[g | u] = x @ w^T (+ bias)` with the gated skinny kernel:
+/// `x` `[m, k]` as [`skinny_gemm`] takes it, `w` `[2 i, k]` contiguous (the gate
+/// rows, then the up rows), `bias` `[2 i]`; `m_tiles` (1: 8 outputs a block, 2:
+/// 16) overrides the rule's choice. Returns a new `[m, i]`, the bits of
+/// `silu_mul(skinny_gemm(x, w, bias))`. On the CPU this is the reference
+/// `linear` then `silu_mul`.
+pub fn skinny_gemm_silu_mul(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, m_tiles: Option<usize>) -> Result<Tensor> {
+    const OP: &str = "skinny_gemm_silu_mul";
+    let device = common_device(OP, &[("x", x), ("w", w)])?;
+    let [m, k] = x.dims::<2>(OP, "x")?;
+    let [n2, wk] = w.dims::<2>(OP, "w")?;
+    if wk != k || !n2.is_multiple_of(2) {
+        return Err(Error::arg(
+            OP,
+            format!("argument `w` has shape {:?}, expected [2 i, {k}] to match `x` {:?}", w.shape(), x.shape()),
+        ));
+    }
+    x.expect_dtype(OP, "x", &[DType::BF16, DType::F16])?;
+    w.expect_dtype(OP, "w", &[x.dtype()])?.expect_contiguous(OP, "w")?;
+    if let Some(b) = bias {
+        b.expect_shape(OP, "bias", &[n2])?.expect_device(OP, "bias", device)?.expect_dtype(OP, "bias", &[x.dtype()])?;
+        b.expect_contiguous(OP, "bias")?;
+    }
+    if !(1..=crate::gpu::skinny::MAX_ROWS).contains(&m) || k == 0 || !k.is_multiple_of(32) {
+        return Err(Error::arg(
+            OP,
+            format!("needs 1..=16 rows and k a positive multiple of 32, got x {:?}", x.shape()),
+        ));
+    }
+    if let Some(t) = m_tiles.filter(|t| !matches!(t, 1 | 2)) {
+        return Err(Error::arg(OP, format!("m_tiles {t} must be 1 or 2")));
+    }
+    match device {
+        Device::Cpu => {
+            let gate_up = Tensor::empty(&[m, n2], x.dtype(), device)?;
+            crate::cpu::dense::linear(&gate_up, x, w, bias)?;
+            let out = Tensor::empty(&[m, n2 / 2], x.dtype(), device)?;
+            crate::cpu::dense::silu_mul(&out, &gate_up)?;
+            Ok(out)
+        }
+        Device::Cuda(_) => {
+            let out = Tensor::empty(&[m, n2 / 2], x.dtype(), device)?;
+            if n2 == 0 {
+                return Ok(out);
+            }
+            let sms = x.cuda_device().map_or(1, |d| d.sm_count().max(1) as usize);
+            let rule = crate::gpu::skinny::plan_gated(m, n2 / 2, k, x.dtype(), true, sms);
+            let m_tiles = m_tiles.or(rule.map(|p| p.m_tiles)).unwrap_or(1);
+            let plan = crate::gpu::skinny::SkinnyPlan { m_tiles, k_splits: 1 };
+            crate::gpu::skinny::skinny_gemm_silu_mul(&out, x, w, bias, plan)?;
+            Ok(out)
+        }
+    }
 }

@@ -49,6 +49,12 @@ impl Linear {
         Ok(ops::linear(x, &self.weight, self.bias.as_ref())?)
     }
 
+    /// `silu(gate) * up` of the output's two halves (gate rows first): `x` `[t, in]`
+    /// to a new `[t, out / 2]` (one launch where the GPU's skinny rule takes it).
+    pub fn forward_silu_mul(&self, x: &Tensor) -> Result<Tensor> {
+        Ok(ops::linear_silu_mul(x, &self.weight, self.bias.as_ref())?)
+    }
+
     /// The `[out, in]` weight.
     pub fn weight(&self) -> &Tensor {
         &self.weight
@@ -102,6 +108,12 @@ impl ColumnParallelLinear {
     /// `x` `[t, in]` to a new `[t, sum(part_sizes)]` (this rank's features).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.linear.forward(x)
+    }
+
+    /// For a gate/up fusion of two equal parts: `silu(gate) * up`, `x` `[t, in]` to
+    /// a new `[t, part]` ([`Linear::forward_silu_mul`]).
+    pub fn forward_silu_mul(&self, x: &Tensor) -> Result<Tensor> {
+        self.linear.forward_silu_mul(x)
     }
 
     /// Output features of each fused part (on this rank).
