@@ -19,9 +19,10 @@
 //! of the K/V bytes at chunks of 256 keys). The splits are merged by the decode
 //! launch itself: the last block of each (sequence, kv head) to finish merges
 //! them, counted in a persistent per-device buffer of zeros ([`split_counters`],
-//! which the kernel leaves zero, so graphs replay it as it is); the combine launch
-//! remains for batches with more (sequence, kv head) pairs than the buffer holds,
-//! for `MINISGL_DECODE_SPLIT_MERGE=0`, and for the tile kernel.
+//! which the kernel leaves zero, so graphs replay it as it is) when
+//! `MINISGL_DECODE_SPLIT_MERGE=1` (off by default: see [`SPLIT_MERGE`]); otherwise,
+//! for batches with more (sequence, kv head) pairs than the buffer holds, and for
+//! the tile kernel, the combine launch merges them.
 //!
 //! The tile kernel's plan is made here from the host copies of the lengths:
 //! - `num_warps` (16 query rows each): enough for the longest sequence's packed
@@ -84,9 +85,13 @@ const DECODE_CHUNK_MIN: usize = 128;
 /// int32): a decode launch with more pairs merges its splits in the combine launch.
 const SPLIT_COUNTERS: usize = 1 << 16;
 
-/// `MINISGL_DECODE_SPLIT_MERGE`: split decode launches merge their splits
-/// themselves (default on; `0`: the combine launch, for comparisons).
-static SPLIT_MERGE: Switch = Switch::new("MINISGL_DECODE_SPLIT_MERGE");
+/// `MINISGL_DECODE_SPLIT_MERGE=1`: split decode launches merge their splits
+/// themselves instead of the combine launch. Off by default: measured in a graphed
+/// Qwen3-0.6B step (docs/PERF.md, fourth session) it saved no time at batch 1
+/// (0.955 ms merged, 0.940 ms with the combine launch) and cost 2.5% at batch 64
+/// (3.072 vs 2.995 ms; decode attention at b=64 ctx=2048 186.5 us against 173.4 us
+/// before), the last block's serial merge outweighing the saved launch.
+static SPLIT_MERGE: Switch = Switch::off_by_default("MINISGL_DECODE_SPLIT_MERGE");
 
 /// Overrides `MINISGL_DECODE_SPLIT_MERGE` for this process (`None`: back to it).
 pub(crate) fn set_split_merge(on: Option<bool>) {

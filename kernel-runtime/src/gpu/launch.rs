@@ -75,11 +75,19 @@ pub(super) struct Switch {
     /// 0 unread, 1 on, 2 off.
     state: AtomicU8,
     var: &'static str,
+    /// The setting when the variable is unset.
+    default_on: bool,
 }
 
 impl Switch {
+    /// On unless the variable is `0`.
     pub(super) const fn new(var: &'static str) -> Switch {
-        Switch { state: AtomicU8::new(0), var }
+        Switch { state: AtomicU8::new(0), var, default_on: true }
+    }
+
+    /// Off unless the variable is `1`.
+    pub(super) const fn off_by_default(var: &'static str) -> Switch {
+        Switch { state: AtomicU8::new(0), var, default_on: false }
     }
 
     /// Overrides the variable (`None`: back to it).
@@ -87,16 +95,21 @@ impl Switch {
         self.state.store(on.map_or(0, |on| if on { 1 } else { 2 }), Ordering::Relaxed);
     }
 
-    /// On unless the variable is `0` or [`Switch::set`] said otherwise.
+    /// The variable's setting (its default when unset), unless [`Switch::set`]
+    /// said otherwise.
     pub(super) fn get(&self) -> bool {
         match self.state.load(Ordering::Relaxed) {
             1 => true,
             2 => false,
             _ => {
-                let off = std::env::var(self.var).is_ok_and(|v| v.trim() == "0");
+                let on = match std::env::var(self.var) {
+                    Ok(v) if v.trim() == "0" => false,
+                    Ok(v) if v.trim() == "1" => true,
+                    _ => self.default_on,
+                };
                 // A racing `set` wins: only replace "unread".
-                let _ = self.state.compare_exchange(0, if off { 2 } else { 1 }, Ordering::Relaxed, Ordering::Relaxed);
-                !off
+                let _ = self.state.compare_exchange(0, if on { 1 } else { 2 }, Ordering::Relaxed, Ordering::Relaxed);
+                on
             }
         }
     }

@@ -118,7 +118,7 @@ pub fn paged_attention_with(
 /// Turns off (`Some(false)`) or on the decode kernel's own merge of its splits
 /// (the last block of each (sequence, kv head) merges them; off: a second,
 /// combine launch does), overriding `MINISGL_DECODE_SPLIT_MERGE` (`None`: back to
-/// it; on unless it is `0`). For A/B benchmarks and tests: both give the same bits.
+/// it; off unless it is `1`). For A/B benchmarks and tests: both give the same bits.
 pub fn set_decode_split_merge(on: Option<bool>) {
     crate::gpu::set_split_merge(on);
 }
