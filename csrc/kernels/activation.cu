@@ -60,10 +60,8 @@ extern "C" __global__ void __launch_bounds__(256) msgl_silu_mul_kernel(const msg
 namespace msgl {
 template <int DTYPE>
 __global__ void __launch_bounds__(256) silu_mul_kernel(const msgl_silu_mul_params p) {
-  /* Nothing to prefetch: let the next kernel (a projection, which prefetches its
-   * weights) launch, then wait for the previous one. */
-  grid_dependents_launch();
-  grid_dependency_wait();
+  /* Nothing to prefetch: wait, then let the next kernel (a projection) stage its weights. */
+  grid_prologue();
   silu_mul_impl<DTYPE>(p);
 }
 }  // namespace msgl

@@ -626,8 +626,7 @@ template <int DTYPE, int HEAD_DIM, int ROWS> __host__ __device__ constexpr int d
 
 template <int DTYPE, int HEAD_DIM, int ROWS>
 __device__ __forceinline__ void decode_attention_impl(const msgl_attention_params& p) {
-  grid_dependents_launch();
-  grid_dependency_wait();
+  grid_prologue();
   if (p.phase == 0) {
     if constexpr (ROWS == 16) {
       static_assert(DTYPE != MSGL_F32, "the tensor-core decode block needs bf16 or f16");

@@ -19,9 +19,9 @@
  * fallback that loops over the row twice.
  *
  * Programmatic dependent launch: the weight does not depend on the previous
- * kernel, so the vector path loads a thread's weight vectors first, lets the next
- * kernel launch, and only then waits for the previous kernel before touching x and
- * the residual (nothing is written before the wait). The weight's latency then
+ * kernel, so the vector path loads a thread's weight vectors first, then waits for
+ * the previous kernel and lets the next one launch (device.cuh: grid_prologue)
+ * before touching x and the residual (nothing is written before the wait). The weight's latency then
  * overlaps the previous kernel instead of following the reduction.
  */
 #include "minisgl/dtype.cuh"
@@ -76,8 +76,7 @@ __device__ __forceinline__ void norm_impl(const msgl_norm_params& p) {
       const int c = t + j * tpr;
       w_raw[j] = c < nvec ? *reinterpret_cast<const uint4*>(w + c * E) : make_uint4(0, 0, 0, 0);
     }
-    grid_dependents_launch();
-    grid_dependency_wait();
+    grid_prologue();
     Vec16<DTYPE> v[kNormVecsPerThread];
     float sum = 0.f;
 #pragma unroll
@@ -115,8 +114,7 @@ __device__ __forceinline__ void norm_impl(const msgl_norm_params& p) {
   }
 
   /* Scalar fallback: two passes over the row. */
-  grid_dependents_launch();
-  grid_dependency_wait();
+  grid_prologue();
   float sum = 0.f;
   if (valid) {
     for (long long c = t; c < p.hidden; c += tpr) {

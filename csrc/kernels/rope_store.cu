@@ -25,9 +25,9 @@
  * unit and reads the row twice (once for the sum, once to write).
  *
  * Programmatic dependent launch: the q/k norm weights do not depend on the
- * previous kernel, so the vector path loads a thread's weight vectors first, lets
- * the next kernel launch and only then waits for the previous one (the QKV
- * projection) before reading q, k, v, the positions and the slots; nothing is
+ * previous kernel, so the vector path loads a thread's weight vectors first, then
+ * waits for the previous one (the QKV projection) and lets the next launch
+ * (device.cuh: grid_prologue) before reading q, k, v, the positions and the slots; nothing is
  * written before the wait.
  */
 #include "minisgl/dtype.cuh"
@@ -84,8 +84,7 @@ __device__ __forceinline__ void rope_store_impl(const msgl_rope_store_params& p)
       }
     }
   }
-  grid_dependents_launch();
-  grid_dependency_wait();
+  grid_prologue();
 
   long long slot = 0;
   if (!is_q) {

@@ -163,10 +163,8 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
         cp_async16(const_cast<uint4*>(slot(q, i, h)), w_row[i][h] + (s_begin + q) * 64, w_ok[i][h] ? 16 : 0);
   }
   cp_async_commit();
-  /* The next kernel may launch now: it too touches nothing but its own weights
-   * before its wait, which returns only once this grid (after its own wait) is done. */
-  grid_dependents_launch();
-  grid_dependency_wait();
+  /* Wait for the previous kernel, then let the next one stage its weights (device.cuh). */
+  grid_prologue();
 
   const char* x_row[N_TILES];
   bool x_ok[N_TILES];

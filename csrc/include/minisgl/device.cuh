@@ -24,16 +24,19 @@ constexpr int kWarpSize = 32;
  *   1. before the wait, a kernel reads only data that no kernel of the step
  *      writes (its weights: the skinny GEMM stages its weight slice in shared
  *      memory, the norms load their weight vectors) and writes nothing;
- *   2. it calls `grid_dependents_launch` before `grid_dependency_wait`, so the
- *      next kernel launches as soon as this one is resident and runs its own
- *      weight prologue while this one (and the one before) still run;
- *   3. every block waits before it touches anything else.
- * The wait returns only when the previous grid has finished, and that grid
- * finished only after its own wait returned, so a kernel after the wait sees the
- * memory of every kernel before it. Weights written by a kernel (dummy weights
- * made on the device, casts at load) are written long before a decode step;
- * a test that writes a weight on the device right before a launch that
- * prefetches it must synchronise in between. */
+ *   2. then `grid_prologue`: it waits for the previous grid and only then lets
+ *      the next one launch. The next kernel's weight prologue therefore runs
+ *      while this one works, and no more than two kernels are ever resident:
+ *      a kernel that starts early knows that the kernel two back has finished,
+ *      which some kernels rely on (moe_gemm's down reads the sort's tiles before
+ *      its own wait). Letting the next grid launch before the wait made chains
+ *      of waiting grids as deep as the stream (each holding its shared memory)
+ *      and broke that guarantee: batch-7 overlapped decoding differed, and
+ *      batch 64 got slower (docs/PERF.md, fourth session, calls 5-7).
+ * A kernel after the wait sees the memory of every kernel before it. Weights
+ * written by a kernel (dummy weights made on the device, casts at load) are
+ * written long before a decode step; a test that writes a weight on the device
+ * right before a launch that prefetches it must synchronise in between. */
 __device__ __forceinline__ void grid_dependency_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -43,6 +46,12 @@ __device__ __forceinline__ void grid_dependents_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+/* Step 2 of the protocol above: wait for the previous grid, then let the next launch. */
+__device__ __forceinline__ void grid_prologue() {
+  grid_dependency_wait();
+  grid_dependents_launch();
 }
 
 /* Thread-block clusters (sm_90; on older archs every block is a cluster of one).
