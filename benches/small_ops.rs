@@ -8,6 +8,10 @@
 //!
 //! `SUMMARY small <case>: median <us> us, <TB/s> TB/s (<bytes> bytes per launch)`
 //!
+//! and a second line per case, `SUMMARY small <case> [graph]: ...`, from the same
+//! launches replayed out of a CUDA graph as a decode step runs them (no host gap
+//! between launches; see `common::graph_median_us`).
+//!
 //! Targets (issue 12): each RMSNorm and the fused prologue <= 3 us at 64 rows, where
 //! the profile of a Qwen3-0.6B decode step had 7.3 + 5.4 + 5.7 us of norms, 3.6 us
 //! of rope and 3.8 us of store. Bytes are those read plus written once. The KV
@@ -151,5 +155,5 @@ fn run() -> kernel_runtime::Result<()> {
     cases.extend(norm_cases(4096, "llama3-8b")?);
     cases.extend(prologue_cases("qwen3-0.6b 16/8x128", 16, 8, 128, true)?);
     cases.extend(prologue_cases("llama3-8b 32/8x128", 32, 8, 128, false)?);
-    common::bench_cases("small_ops", &cases)
+    common::bench_cases_and_graphs("small_ops", &cases)
 }

@@ -158,14 +158,61 @@ pub fn bench_cases(group_name: &str, cases: &[Case]) -> kernel_runtime::Result<(
         return Err(e);
     }
     for case in cases {
-        let us = median_us(&timer, &backlog, case, 30)?;
-        let tbs = case.bytes as f64 / (us * 1e-6) / 1e12;
-        let flops = if case.flops > 0 {
-            format!(", {:.1} TFLOP/s", case.flops as f64 / (us * 1e-6) / 1e12)
-        } else {
-            String::new()
-        };
-        println!("SUMMARY {}: median {us:.2} us, {tbs:.3} TB/s{flops} ({} bytes per launch)", case.name, case.bytes);
+        print_summary(case, "", median_us(&timer, &backlog, case, 30)?);
+    }
+    Ok(())
+}
+
+/// One `SUMMARY` line: `case`'s name and `tag`, the median, TB/s of its bytes and,
+/// where it counts them, TFLOP/s.
+fn print_summary(case: &Case, tag: &str, us: f64) {
+    let tbs = case.bytes as f64 / (us * 1e-6) / 1e12;
+    let flops =
+        if case.flops > 0 { format!(", {:.1} TFLOP/s", case.flops as f64 / (us * 1e-6) / 1e12) } else { String::new() };
+    println!("SUMMARY {}{tag}: median {us:.2} us, {tbs:.3} TB/s{flops} ({} bytes per launch)", case.name, case.bytes);
+}
+
+/// Launches of one case captured in one CUDA graph by [`graph_median_us`].
+const GRAPH_LAUNCHES: u64 = 32;
+/// Replays of that graph in one timed group.
+const GRAPH_REPLAYS: u64 = 10;
+
+/// Median microseconds per launch of `case` replayed from a CUDA graph of
+/// [`GRAPH_LAUNCHES`] back-to-back launches: the kernel as a decode step's graph
+/// runs it, without the host's gap between launches (about 2-3 us on the H200,
+/// which the event-timed figure includes) and with the programmatic-launch overlap
+/// of the kernels that use it. The case must be capturable (no host copies).
+pub fn graph_median_us(timer: &EventTimer, backlog: &Backlog, case: &Case, samples: usize) -> kernel_runtime::Result<f64> {
+    let dev = cuda::device(0)?;
+    let (mut graph, ()) = dev.capture(|| {
+        for _ in 0..GRAPH_LAUNCHES {
+            (case.run)()?;
+        }
+        Ok::<(), kernel_runtime::Error>(())
+    })?;
+    graph.replay()?;
+    dev.synchronize()?;
+    let mut us = Vec::with_capacity(samples);
+    for _ in 0..samples.max(1) {
+        backlog.enqueue(GRAPH_REPLAYS as f64 * HOST_US_PER_LAUNCH / 1e3)?;
+        timer.start()?;
+        for _ in 0..GRAPH_REPLAYS {
+            graph.replay()?;
+        }
+        us.push(f64::from(timer.stop_ms()?) * 1e3 / (GRAPH_REPLAYS * GRAPH_LAUNCHES) as f64);
+    }
+    us.sort_by(f64::total_cmp);
+    Ok(us[us.len() / 2])
+}
+
+/// [`bench_cases`], then one more `SUMMARY <case> [graph]` line per case from
+/// [`graph_median_us`].
+pub fn bench_cases_and_graphs(group_name: &str, cases: &[Case]) -> kernel_runtime::Result<()> {
+    bench_cases(group_name, cases)?;
+    let timer = EventTimer::new(&cuda::device(0)?)?;
+    let backlog = Backlog::new()?;
+    for case in cases {
+        print_summary(case, " [graph]", graph_median_us(&timer, &backlog, case, 30)?);
     }
     Ok(())
 }

@@ -39,6 +39,8 @@ const DEFAULT_SHARED_BYTES: usize = 48 << 10;
 static ENABLED: Switch = Switch::new("MINISGL_SKINNY_GEMM");
 /// `MINISGL_SKINNY_PREFETCH`: the weight prefetch before the dependency wait.
 static PREFETCH: Switch = Switch::new("MINISGL_SKINNY_PREFETCH");
+/// `MINISGL_SKINNY_GATED`: the gated kernel in `linear_silu_mul` (else the two ops).
+static GATED: Switch = Switch::new("MINISGL_SKINNY_GATED");
 
 /// Turns the skinny path of `ops::linear` on or off for this process, overriding
 /// `MINISGL_SKINNY_GEMM` (for A/B benchmarks); `None` goes back to the variable.
@@ -167,7 +169,7 @@ pub(crate) fn linear_silu_mul(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> 
     let dev = device_of(OP, x)?;
     let [m, k] = x.dims::<2>(OP, "x")?;
     let inter = w.dim(0) / 2;
-    if !enabled() || !bias.is_none_or(Tensor::is_contiguous) {
+    if !enabled() || !GATED.get() || !bias.is_none_or(Tensor::is_contiguous) {
         return Ok(None);
     }
     let aligned = operands_aligned(x, w);
