@@ -129,7 +129,7 @@ __device__ __forceinline__ void decode_merge_splits(const msgl_attention_params&
  * [4][R][HEAD_DIM] unnormalised outputs, sm_m and sm_l [4][R] maxima and sums, in
  * shared memory) of its `rows` rows and writes `out` (one split) or the split's
  * normalised partial and log2-sum-exp. Called by every thread after a barrier. */
-template <int DTYPE, int HEAD_DIM, int R>
+template <int DTYPE, int HEAD_DIM, int R, int MERGE>
 __device__ __forceinline__ void decode_merge_warps(const msgl_attention_params& p, const float* sm_o, const float* sm_m,
                                                    const float* sm_l, int rows, int q_start, int group, int seq,
                                                    int kv_head, int split, int num_splits) {
@@ -158,13 +158,17 @@ __device__ __forceinline__ void decode_merge_warps(const msgl_attention_params& 
       if (d == 0) p.lse_partial[prow] = total > 0.f ? ref + fast_log2(total) : neg_inf();
     }
   }
-  if (num_splits > 1 && p.split_counters != nullptr)
-    decode_merge_splits<DTYPE, HEAD_DIM>(p, rows, q_start, group, seq, kv_head, num_splits);
+  /* A compile-time switch: the merge's code in an instance that never merges
+   * made ptxas schedule the whole block with 168 registers instead of 205
+   * (fewer loads in flight), and the kernel slower. */
+  if constexpr (MERGE != 0) {
+    if (num_splits > 1) decode_merge_splits<DTYPE, HEAD_DIM>(p, rows, q_start, group, seq, kv_head, num_splits);
+  }
 }
 
 /* Attention phase: one (sequence, kv head, split) per block; blockIdx.x =
  * kv_head + num_kv_heads * (split + max_splits * seq). */
-template <int DTYPE, int HEAD_DIM, int ROWS>
+template <int DTYPE, int HEAD_DIM, int ROWS, int MERGE>
 __device__ __forceinline__ void decode_attention_block(const msgl_attention_params& p) {
   using L = DecodeLayout<DTYPE, HEAD_DIM, ROWS>;
   using T = typename DType<DTYPE>::Storage;
@@ -390,7 +394,7 @@ __device__ __forceinline__ void decode_attention_block(const msgl_attention_para
   }
   __syncthreads();
 
-  decode_merge_warps<DTYPE, HEAD_DIM, ROWS>(p, &sm_o[0][0][0], &sm_m[0][0], &sm_l[0][0], rows, q_start, group, seq,
+  decode_merge_warps<DTYPE, HEAD_DIM, ROWS, MERGE>(p, &sm_o[0][0][0], &sm_m[0][0], &sm_l[0][0], rows, q_start, group, seq,
                                            kv_head, split, num_splits);
 }
 
@@ -421,7 +425,7 @@ template <int DTYPE, int HEAD_DIM> struct MmaDecode {
   static constexpr int kSmemBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
 };
 
-template <int DTYPE, int HEAD_DIM>
+template <int DTYPE, int HEAD_DIM, int MERGE>
 __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_params& p) {
   using T = typename DType<DTYPE>::Storage;
   using M = MmaDecode<DTYPE, HEAD_DIM>;
@@ -611,7 +615,7 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
     }
   }
   __syncthreads();
-  decode_merge_warps<DTYPE, HEAD_DIM, 16>(p, sm_o, &sm_m[0][0], &sm_l[0][0], rows, q_start, group, seq, kv_head,
+  decode_merge_warps<DTYPE, HEAD_DIM, 16, MERGE>(p, sm_o, &sm_m[0][0], &sm_l[0][0], rows, q_start, group, seq, kv_head,
                                           split, num_splits);
 }
 
@@ -624,15 +628,16 @@ template <int DTYPE, int HEAD_DIM, int ROWS> __host__ __device__ constexpr int d
   }
 }
 
-template <int DTYPE, int HEAD_DIM, int ROWS>
+/* MERGE: the split merge in this launch (split_counters given; see the header). */
+template <int DTYPE, int HEAD_DIM, int ROWS, int MERGE>
 __device__ __forceinline__ void decode_attention_impl(const msgl_attention_params& p) {
   grid_prologue();
   if (p.phase == 0) {
     if constexpr (ROWS == 16) {
       static_assert(DTYPE != MSGL_F32, "the tensor-core decode block needs bf16 or f16");
-      decode_attention_mma_block<DTYPE, HEAD_DIM>(p);
+      decode_attention_mma_block<DTYPE, HEAD_DIM, MERGE>(p);
     } else {
-      decode_attention_block<DTYPE, HEAD_DIM, ROWS>(p);
+      decode_attention_block<DTYPE, HEAD_DIM, ROWS, MERGE>(p);
     }
   } else {
     attention_combine<DTYPE, HEAD_DIM>(p);
@@ -645,10 +650,11 @@ __device__ __forceinline__ void decode_attention_impl(const msgl_attention_param
 /* One instance, compiled by NVRTC or into an AOT cubin; launched from Rust with
  * block = 128 threads; phase 0: DecodeLayout::kSmemBytes of dynamic shared memory
  * (gpu/attention.rs mirrors the formula), grid = num_seqs *
- * num_kv_heads * max_splits; phase 1 (split launches without split_counters):
+ * num_kv_heads * max_splits; phase 1 (every split launch: this instance never
+ * merges in the attention launch, whatever split_counters holds):
  * grid = ceil(num_tokens * num_q_heads / 4). */
 extern "C" __global__ void __launch_bounds__(128) msgl_decode_attention_kernel(const msgl_attention_params p) {
-  msgl::decode_attention_impl<MSGL_DTYPE, MSGL_HEAD_DIM, MSGL_ROWS>(p);
+  msgl::decode_attention_impl<MSGL_DTYPE, MSGL_HEAD_DIM, MSGL_ROWS, 0>(p);
 }
 #endif
 
@@ -658,29 +664,36 @@ extern "C" __global__ void __launch_bounds__(128) msgl_decode_attention_kernel(c
 
 namespace msgl {
 
-template <int DTYPE, int HEAD_DIM, int ROWS>
+template <int DTYPE, int HEAD_DIM, int ROWS, int MERGE>
 __global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const msgl_attention_params p) {
-  decode_attention_impl<DTYPE, HEAD_DIM, ROWS>(p);
+  decode_attention_impl<DTYPE, HEAD_DIM, ROWS, MERGE>(p);
 }
 
-template <int DTYPE, int HEAD_DIM, int ROWS>
-static int32_t launch_decode_attention(const msgl_attention_params& p, cudaStream_t s) {
+template <int DTYPE, int HEAD_DIM, int ROWS, int MERGE>
+static int32_t launch_decode_attention_as(const msgl_attention_params& p, cudaStream_t s) {
   constexpr int smem = decode_smem_bytes<DTYPE, HEAD_DIM, ROWS>();
-  cudaError_t err =
-      cudaFuncSetAttribute(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  cudaError_t err = cudaFuncSetAttribute(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, MERGE>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess)
     return set_error(MSGL_ERR_CUDA, "decode_attention: %d bytes of shared memory: %s", smem, cudaGetErrorString(err));
   const long long blocks = static_cast<long long>(p.num_seqs) * p.num_kv_heads * p.max_splits;
-  (void)launch_pdl(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS>, dim3(static_cast<unsigned>(blocks)), dim3(kDecodeThreads),
-                   smem, s, p);
-  if (p.max_splits > 1 && p.split_counters == nullptr) {
+  (void)launch_pdl(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, MERGE>, dim3(static_cast<unsigned>(blocks)),
+                   dim3(kDecodeThreads), smem, s, p);
+  if (p.max_splits > 1 && MERGE == 0) {
     msgl_attention_params p1 = p;
     p1.phase = 1;
     const long long rows = p.num_tokens * p.num_q_heads;
-    (void)launch_pdl(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS>,
+    (void)launch_pdl(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, 0>,
                      dim3(static_cast<unsigned>((rows + kDecodeWarps - 1) / kDecodeWarps)), dim3(kDecodeThreads), 0, s, p1);
   }
   return check_launch("decode_attention");
+}
+
+/* The merging instance when split counters came with a split launch, else the plain one. */
+template <int DTYPE, int HEAD_DIM, int ROWS>
+static int32_t launch_decode_attention(const msgl_attention_params& p, cudaStream_t s) {
+  if (p.max_splits > 1 && p.split_counters != nullptr) return launch_decode_attention_as<DTYPE, HEAD_DIM, ROWS, 1>(p, s);
+  return launch_decode_attention_as<DTYPE, HEAD_DIM, ROWS, 0>(p, s);
 }
 }  // namespace msgl
 

@@ -397,7 +397,9 @@ fn decode_attention(
             // counters (zeros of at least b * hkv entries, or null); `shared` is the
             // instance's dynamic shared memory.
             unsafe { f.launch(dev, grid, 128, shared, &p) }?;
-            if max_splits > 1 && counters.is_none() {
+            // The JIT instance never merges in the attention launch (the merge is
+            // an AOT instance of its own: decode_attention.cu, MERGE).
+            if max_splits > 1 {
                 let p1 = msgl_attention_params { phase: 1, ..p };
                 // SAFETY: as above; phase 1 reads the partials phase 0 wrote, in
                 // stream order.
