@@ -36,22 +36,33 @@
  * wrote a partial counts itself in its (sequence, kv head)'s counter (after a
  * fence, so its partial is visible first); the block that brings the count to
  * the sequence's split count merges the splits of that group's query rows, in
- * split order with the combine phase's own code (attention_combine_row: the same
+ * split order with the combine phase's own code (decode_combine_row: the same
  * bits whichever block comes last), and sets the counter back to zero, so the
  * buffer is ready for the next launch and for every replay of a CUDA graph. That
  * saves the combine launch of split decode steps.
  *
- * Programmatic dependent launch: a block lets the next kernel launch first, then
- * waits for the previous one; it reads nothing before the wait (q and the caches
- * are the previous kernels' outputs), and the next kernel reads only its weights
- * before its own wait.
+ * Split sizes: kv_chunk keys per split for the batch (the host's `waves` plan),
+ * or, with params.num_q_tiles = 1 (the host's `keys` plan; that field is the tile
+ * kernel's), at most kv_chunk keys, each sequence cut into equal splits
+ * (decode_row_chunk), or kv_chunk = 0: the graph plan's equal chunks.
+ *
+ * Programmatic dependent launch: grid_prologue first (wait for the previous
+ * grid, then let the next launch; minisgl/device.cuh); a block reads nothing
+ * before it (q and the caches are the previous kernels' outputs).
  *
  * That is the CUDA-core block. For bf16/f16 the tensor-core block (ROWS = 16,
  * decode_attention_mma_block below) takes the same work with mma.sync products.
  *
  * Instance parameters: DTYPE (f32, f16, bf16), HEAD_DIM (a power of two, 32..256;
  * 64..256 for ROWS 16), ROWS (16: the tensor-core block; 1, 2, 4 or 8: the
- * CUDA-core block holding that many query rows; the host picks).
+ * CUDA-core block holding that many query rows; the host picks), STAGES (the
+ * tensor-core block's pipeline depth, 2..4; 0 for the CUDA-core blocks: the AOT
+ * launcher takes it from params.num_warps, 0 there meaning the head dimension's
+ * default). __launch_bounds__ asks for as many resident blocks as the shared
+ * memory allows (mma_decode_blocks_per_sm), so fewer stages also mean fewer
+ * registers: bf16 head dim 128 is 176 registers at 3 stages (2 blocks an SM)
+ * and 143 at 2 (3 blocks), head dim 64 128-130, none spilling (nvcc
+ * --resource-usage, CUDA 13.0).
  */
 #include "minisgl/attention.cuh"
 #include "minisgl/mma.cuh"
@@ -661,6 +672,7 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
       }
     }
     float alpha[2];
+    bool moved = false; /* some row with keys so far has a new maximum */
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float tile_max = neg_inf();
@@ -680,6 +692,7 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
       const float m_new = fmaxf(m[h], tile_max);
       const float ref = m_new == neg_inf() ? 0.f : m_new;
       alpha[h] = fast_exp2(m[h] - ref);
+      moved |= alpha[h] != 1.f && m[h] != neg_inf();
       m[h] = m_new;
       float sum = 0.f;
 #pragma unroll
@@ -696,8 +709,10 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
     /* Rescale the accumulators only when some row's maximum moved: after the
      * first tiles it rarely does, and a factor of exactly 1 changes no bit, so
      * skipping it gives the same output while saving HEAD_DIM / 2 multiplies a
-     * lane per tile. */
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+     * lane per tile. A row without an unmasked key yet (padding rows past
+     * `rows`, whose factor is 0 at every tile) holds exact zeros, which no
+     * factor changes either. */
+    if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
       for (int dt = 0; dt < DT; ++dt) {
         o[dt][0] *= alpha[0];

@@ -193,7 +193,13 @@ pub(crate) fn decode_graph_splits(
 
 /// The pipeline stages (0 for the CUDA-core blocks) and resident block slots of
 /// the GPU (blocks an SM times `sms`) of the decode instance for `rows` rows.
-fn decode_instance(elem_bytes: usize, head_dim: usize, rows: usize, tuning: &DecodeTuning, sms: usize) -> (usize, usize) {
+fn decode_instance(
+    elem_bytes: usize,
+    head_dim: usize,
+    rows: usize,
+    tuning: &DecodeTuning,
+    sms: usize,
+) -> (usize, usize) {
     let stages = if rows == 16 { decode_plan::mma_stages(elem_bytes, head_dim, tuning.stages) } else { 0 };
     let shared = decode_plan::smem_bytes(elem_bytes, head_dim, rows, stages);
     (stages, decode_plan::blocks_per_sm(rows, shared) * sms.max(1))
@@ -286,14 +292,23 @@ fn decode_attention(
         None => {
             let rows_per_block = meta.q_lens_host.iter().map(|&q| q * (hq / hkv)).max().unwrap_or(1);
             let partial_bytes = rows_per_block * (d * 4 + 4);
-            decode_plan::eager_plan(meta.q_lens_host, meta.kv_lens_host, hkv, slots, 2 * d * elem, partial_bytes, &tuning)
+            decode_plan::eager_plan(
+                meta.q_lens_host,
+                meta.kv_lens_host,
+                hkv,
+                slots,
+                2 * d * elem,
+                partial_bytes,
+                &tuning,
+            )
         }
     };
     let max_splits = plan.max_splits;
     let grid = grid_u32(OP, b * hkv * max_splits)?;
     let p = attention_params(out, q, k_cache, v_cache, meta, scale, plan.kv_chunk, max_splits)?;
     let scratch = SplitScratch::new(t, hq, max_splits, d, dev.ordinal())?;
-    let merge = decode_plan::merge_in_kernel(tuning.merge, &plan, meta.decode_splits.is_some(), b * hkv, slots, &tuning);
+    let merge =
+        decode_plan::merge_in_kernel(tuning.merge, &plan, meta.decode_splits.is_some(), b * hkv, slots, &tuning);
     let counters = if max_splits > 1 && b * hkv <= SPLIT_COUNTERS && merge { split_counters(dev)? } else { None };
     let p = msgl_attention_params {
         o_partial: scratch.o_ptr(),

@@ -34,9 +34,11 @@ const MAX_SMEM: usize = 232_448;
 /// HBM bandwidth the keys plan prices reads at, bytes per microsecond (H200:
 /// 4.1-4.25 TB/s measured copies).
 const HBM_BYTES_PER_US: f64 = 4.0e6;
-/// The most one block reads per microsecond when few blocks share the GPU (its
-/// pipeline's bytes in flight over a memory latency: about 70 KB per us).
-const BLOCK_BYTES_PER_US: f64 = 6.0e4;
+/// The most one block reads per microsecond when few blocks share the GPU: about
+/// an SM's share of the bandwidth (4 TB/s over 132 SMs; its pipeline's 70 KB in
+/// flight over a loaded memory latency of 2 us is not much more), so that a
+/// launch of fewer blocks than SMs is priced as the SMs it leaves idle.
+const BLOCK_BYTES_PER_US: f64 = 3.2e4;
 /// Split counts the keys plan prices (chunks of ceil(max_kv / s), down to the
 /// minimum chunk).
 const SPLIT_CANDIDATES: [usize; 20] = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128, 192, 256];
@@ -231,7 +233,12 @@ pub(crate) fn keys_plan(
             // A cheaper plan must win by a margin: fewer splits on a near tie.
             if us < best_us * 0.995 {
                 best_us = us;
-                best = SplitPlan { kv_chunk: chunk, max_splits: max_kv.div_ceil(chunk), balanced: true, busy_blocks: blocks };
+                best = SplitPlan {
+                    kv_chunk: chunk,
+                    max_splits: max_kv.div_ceil(chunk),
+                    balanced: true,
+                    busy_blocks: blocks,
+                };
             }
         }
         if chunk <= t.chunk_min {
@@ -303,7 +310,13 @@ pub(crate) fn eager_plan(
 /// The fixed split count of a graph's decode step (see gpu::decode_graph_splits):
 /// `pairs` (sequence, kv head) pairs of up to `max_kv_len` keys, `slots` resident
 /// blocks; `min_splits` for batches that fill the GPU anyway.
-pub(crate) fn graph_splits(pairs: usize, max_kv_len: usize, slots: usize, min_splits: usize, t: &DecodeTuning) -> usize {
+pub(crate) fn graph_splits(
+    pairs: usize,
+    max_kv_len: usize,
+    slots: usize,
+    min_splits: usize,
+    t: &DecodeTuning,
+) -> usize {
     let cap = max_kv_len.div_ceil(t.chunk_min).max(1);
     let pairs = pairs.max(1);
     if pairs >= t.unsplit_waves * slots {
@@ -315,7 +328,14 @@ pub(crate) fn graph_splits(pairs: usize, max_kv_len: usize, slots: usize, min_sp
 /// Whether a split launch merges its splits itself (see [`SplitMerge`]):
 /// `fixed_splits` for a graph's plan (`pairs` (sequence, kv head) pairs), else
 /// the plan's busy blocks against `slots`.
-pub(crate) fn merge_in_kernel(merge: SplitMerge, plan: &SplitPlan, fixed_splits: bool, pairs: usize, slots: usize, t: &DecodeTuning) -> bool {
+pub(crate) fn merge_in_kernel(
+    merge: SplitMerge,
+    plan: &SplitPlan,
+    fixed_splits: bool,
+    pairs: usize,
+    slots: usize,
+    t: &DecodeTuning,
+) -> bool {
     match merge {
         SplitMerge::Never => false,
         SplitMerge::Always => true,

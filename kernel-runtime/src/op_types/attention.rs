@@ -135,7 +135,10 @@ impl DecodeTuning {
             var(name).and_then(|v| v.trim().parse::<usize>().ok()).map_or(default, |v| v.clamp(lo, hi))
         };
         let micros = |name: &str, default: f64| {
-            var(name).and_then(|v| v.trim().parse::<f64>().ok()).filter(|v| v.is_finite() && *v >= 0.0).unwrap_or(default)
+            var(name)
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .unwrap_or(default)
         };
         let plan = match var("MINISGL_DECODE_PLAN").as_deref().map(str::trim) {
             Some("keys") => DecodePlanKind::Keys,
