@@ -176,7 +176,7 @@ fn run() -> kernel_runtime::Result<()> {
         cases.push(attention_case(format!("decode-tile {name}"), twin, AttnKernel::Tile, HOST_PLAN, 200 + i as u64)?);
     }
     // The variants at the four shapes of issue 12.
-    let variant_shapes: Vec<(&str, usize, Vec<(usize, usize)>)> = vec![
+    let variant_shapes = [
         ("32/8 page=16 b=64 ctx=2048", 32, vec![(1, 2048); 64]),
         ("32/8 page=16 b=256 ctx=1024", 32, vec![(1, 1024); 256]),
         ("32/8 page=16 b=1 ctx=4096", 32, vec![(1, 4096)]),

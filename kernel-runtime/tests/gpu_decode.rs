@@ -206,7 +206,10 @@ fn batches(r: &mut StdRng, group: usize, max_rows: usize) -> Vec<(String, Vec<(u
     out
 }
 
-fn run_matrix(cases: &mut Vec<(Case, String, Vec<(usize, usize)>)>, all: bool) -> Result<()> {
+/// A case, a batch name and the batch: (new tokens, kv length) per sequence.
+type Entry = (Case, String, Vec<(usize, usize)>);
+
+fn run_matrix(cases: &mut Vec<Entry>, all: bool) -> Result<()> {
     let _guard = TUNING.lock().unwrap_or_else(|e| e.into_inner());
     let mut r = rng(21);
     let mut failures = Vec::new();
