@@ -131,9 +131,10 @@ __device__ __forceinline__ int decode_row_chunk(int kv_len, const msgl_attention
  * with one warp: the decode kernel's merge, in its combine launch and in the last
  * block of a split merge alike (so both give the same bits). Unlike attention.cuh's
  * attention_combine_row it has every load of a batch of splits in flight at once
- * (lane s reads split s's log2-sum-exp; 8 splits' partial rows a step), where
- * that one waits on each split in turn: 32 splits were 64 dependent L2 round
- * trips on the critical path of a batch-1 step. The sums run in split order. */
+ * (lane s reads split s's log2-sum-exp; 8 splits' partial rows a step, the first
+ * 8 with the log2-sum-exps), where that one waits on each split in turn: 32
+ * splits were 64 dependent L2 round trips on the critical path of a batch-1
+ * step, now 4. The sums run in split order. */
 template <int DTYPE, int HEAD_DIM>
 __device__ __forceinline__ void decode_combine_row(const msgl_attention_params& p, long long row, int num_splits,
                                                    int lane) {
@@ -141,8 +142,18 @@ __device__ __forceinline__ void decode_combine_row(const msgl_attention_params& 
   constexpr int PER_LANE = HEAD_DIM / kWarpSize;
   constexpr int BATCH = 8;
   const float* lse = p.lse_partial + row * p.max_splits;
-  float max_lse = neg_inf();
-  for (int s0 = 0; s0 < num_splits; s0 += kWarpSize)
+  const float* po = p.o_partial + row * p.max_splits * HEAD_DIM;
+  /* One round trip for the first 32 log2-sum-exps and the first BATCH partial
+   * rows (they do not depend on the maximum). */
+  const float ls0 = lane < num_splits ? load_f32_cg(lse + lane) : neg_inf();
+  float first[BATCH][PER_LANE];
+#pragma unroll
+  for (int j = 0; j < BATCH; ++j) {
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) first[j][i] = j < num_splits ? load_f32_cg(po + j * HEAD_DIM + i * kWarpSize + lane) : 0.f;
+  }
+  float max_lse = ls0;
+  for (int s0 = kWarpSize; s0 < num_splits; s0 += kWarpSize)
     if (s0 + lane < num_splits) max_lse = fmaxf(max_lse, load_f32_cg(lse + s0 + lane));
 #pragma unroll
   for (int o = kWarpSize / 2; o > 0; o /= 2) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
@@ -150,20 +161,27 @@ __device__ __forceinline__ void decode_combine_row(const msgl_attention_params& 
 #pragma unroll
   for (int i = 0; i < PER_LANE; ++i) acc[i] = 0.f;
   float total = 0.f;
-  const float* po = p.o_partial + row * p.max_splits * HEAD_DIM;
   for (int s0 = 0; s0 < num_splits; s0 += kWarpSize) {
     /* Lane j: the weight of split s0 + j (0 past the end or for an empty split). */
-    float ls = neg_inf();
-    if (s0 + lane < num_splits) ls = load_f32_cg(lse + s0 + lane);
+    float ls = ls0;
+    if (s0 > 0) ls = s0 + lane < num_splits ? load_f32_cg(lse + s0 + lane) : neg_inf();
     const float w_lane = ls == neg_inf() ? 0.f : fast_exp2(ls - max_lse);
     const int n = num_splits - s0 < kWarpSize ? num_splits - s0 : kWarpSize;
     for (int b = 0; b < n; b += BATCH) {
       float x[BATCH][PER_LANE];
+      if (s0 == 0 && b == 0) {
 #pragma unroll
-      for (int j = 0; j < BATCH; ++j) {
+        for (int j = 0; j < BATCH; ++j) {
 #pragma unroll
-        for (int i = 0; i < PER_LANE; ++i)
-          x[j][i] = b + j < n ? load_f32_cg(po + (s0 + b + j) * HEAD_DIM + i * kWarpSize + lane) : 0.f;
+          for (int i = 0; i < PER_LANE; ++i) x[j][i] = first[j][i];
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < BATCH; ++j) {
+#pragma unroll
+          for (int i = 0; i < PER_LANE; ++i)
+            x[j][i] = b + j < n ? load_f32_cg(po + (s0 + b + j) * HEAD_DIM + i * kWarpSize + lane) : 0.f;
+        }
       }
 #pragma unroll
       for (int j = 0; j < BATCH; ++j) {
