@@ -12,6 +12,15 @@
 //! TB/s at b=64 ctx=2048, 2.13 TB/s at b=256 ctx=1024, 17.1 us at b=1 ctx=4096;
 //! SDPA causal prefill 486-527 TFLOP/s at L=4096, 438 at b=8 L=1024.
 //!
+//! The `decode-var` cases run the decode kernel's variants at the four shapes of
+//! issue 12 (b=64 ctx=2048, b=256 ctx=1024, b=1 ctx=4096 with 32/8 heads, and
+//! Qwen3-0.6B's 16/8 heads at b=64 with contexts uniform in [100, 2000]): the
+//! tensor-core block's pipeline stages (2, 3, 4: 3, 2, 1 blocks an SM at head dim
+//! 128) under each split plan (`waves`, `keys`), split merge as the tuning says
+//! (`auto`: in the decode launch when its busy blocks fit one wave), and at b=1
+//! the merge forced each way. The other cases run the environment's tuning
+//! (`MINISGL_DECODE_*`, gpu/decode_plan.rs), so a run script can sweep it too.
+//!
 //! The `decode-graph` cases run the fixed-split plan a CUDA graph captures at
 //! batch 1 (Qwen3-0.6B's heads, the split count of a 40960-token context: most
 //! blocks return at once), with the splits merged by the decode launch's last
@@ -21,7 +30,7 @@
 mod common;
 
 use common::{Case, GPU};
-use kernel_runtime::ops::{self, AttnKernel, PagedAttnMeta};
+use kernel_runtime::ops::{self, AttnKernel, DecodePlanKind, DecodeTuning, PagedAttnMeta};
 use kernel_runtime::{DType, Tensor};
 
 /// A random permutation of 0..n (Fisher-Yates on an LCG).
@@ -61,14 +70,17 @@ struct Shape {
 }
 
 /// How a decode case plans its splits: the host's plan, or a CUDA graph's fixed
-/// count with the split merge in the decode launch (`merge`) or in the combine launch.
+/// count; with the split merge in the decode launch (`merge` true) or in the
+/// combine launch (false; `None`: as the tuning says), and a tuning of its own
+/// (`None`: the environment's).
 #[derive(Clone, Copy)]
 struct Splits {
     fixed: Option<usize>,
-    merge: bool,
+    merge: Option<bool>,
+    tuning: Option<DecodeTuning>,
 }
 
-const HOST_PLAN: Splits = Splits { fixed: None, merge: true };
+const HOST_PLAN: Splits = Splits { fixed: None, merge: None, tuning: None };
 
 fn attention_case(
     name: String,
@@ -124,9 +136,11 @@ fn attention_case(
                 kv_lens_host: &kv_lens,
                 decode_splits: splits.fixed,
             };
-            ops::set_decode_split_merge(Some(splits.merge));
+            ops::set_decode_tuning(splits.tuning);
+            ops::set_decode_split_merge(splits.merge);
             let r = ops::paged_attention_with(&out, &q, &k_cache, &v_cache, &meta, scale, kernel);
             ops::set_decode_split_merge(None);
+            ops::set_decode_tuning(None);
             r
         }),
     })
@@ -161,6 +175,37 @@ fn run() -> kernel_runtime::Result<()> {
         cases.push(attention_case(format!("decode {name}"), shape, AttnKernel::Decode, HOST_PLAN, 100 + i as u64)?);
         cases.push(attention_case(format!("decode-tile {name}"), twin, AttnKernel::Tile, HOST_PLAN, 200 + i as u64)?);
     }
+    // The variants at the four shapes of issue 12.
+    let variant_shapes = [
+        ("32/8 page=16 b=64 ctx=2048", 32, vec![(1, 2048); 64]),
+        ("32/8 page=16 b=256 ctx=1024", 32, vec![(1, 1024); 256]),
+        ("32/8 page=16 b=1 ctx=4096", 32, vec![(1, 4096)]),
+        ("16/8 page=16 b=64 ctx=U[100,2000]", 16, uniform_contexts(64, 100, 2000, 7)),
+    ];
+    for (i, (name, hq, seqs)) in variant_shapes.into_iter().enumerate() {
+        let b1 = seqs.len() == 1;
+        for stages in [2, 3, 4] {
+            for plan in [DecodePlanKind::Waves, DecodePlanKind::Keys] {
+                let label = if plan == DecodePlanKind::Keys { "keys" } else { "waves" };
+                let merges: &[Option<bool>] = if b1 { &[None, Some(true), Some(false)] } else { &[None] };
+                for &merge in merges {
+                    let m = match merge {
+                        None => "",
+                        Some(true) => " merge",
+                        Some(false) => " combine",
+                    };
+                    let tuning = DecodeTuning { stages, plan, ..ops::decode_tuning() };
+                    cases.push(attention_case(
+                        format!("decode-var stages={stages} plan={label}{m} {name}"),
+                        decode(hq, 16, seqs.clone()),
+                        AttnKernel::Decode,
+                        Splits { fixed: None, merge, tuning: Some(tuning) },
+                        500 + i as u64,
+                    )?);
+                }
+            }
+        }
+    }
     // Batch 1 as a CUDA graph runs it (engine: decode_graph_splits for a 40960-token
     // model context), split merge fused or in the combine launch.
     let graph_splits = ops::decode_graph_splits(GPU, 1, 8, 128, DType::BF16, 40960)?;
@@ -171,7 +216,7 @@ fn run() -> kernel_runtime::Result<()> {
                 format!("decode-graph 16/8 page=16 b=1 ctx={ctx} splits={graph_splits} {label}"),
                 decode(16, 16, vec![(1, ctx)]),
                 AttnKernel::Decode,
-                Splits { fixed: Some(graph_splits), merge },
+                Splits { fixed: Some(graph_splits), merge: Some(merge), tuning: None },
                 400 + ctx as u64,
             )?);
         }

@@ -36,22 +36,33 @@
  * wrote a partial counts itself in its (sequence, kv head)'s counter (after a
  * fence, so its partial is visible first); the block that brings the count to
  * the sequence's split count merges the splits of that group's query rows, in
- * split order with the combine phase's own code (attention_combine_row: the same
+ * split order with the combine phase's own code (decode_combine_row: the same
  * bits whichever block comes last), and sets the counter back to zero, so the
  * buffer is ready for the next launch and for every replay of a CUDA graph. That
  * saves the combine launch of split decode steps.
  *
- * Programmatic dependent launch: a block lets the next kernel launch first, then
- * waits for the previous one; it reads nothing before the wait (q and the caches
- * are the previous kernels' outputs), and the next kernel reads only its weights
- * before its own wait.
+ * Split sizes: kv_chunk keys per split for the batch (the host's `waves` plan),
+ * or, with params.num_q_tiles = 1 (the host's `keys` plan; that field is the tile
+ * kernel's), at most kv_chunk keys, each sequence cut into equal splits
+ * (decode_row_chunk), or kv_chunk = 0: the graph plan's equal chunks.
+ *
+ * Programmatic dependent launch: grid_prologue first (wait for the previous
+ * grid, then let the next launch; minisgl/device.cuh); a block reads nothing
+ * before it (q and the caches are the previous kernels' outputs).
  *
  * That is the CUDA-core block. For bf16/f16 the tensor-core block (ROWS = 16,
  * decode_attention_mma_block below) takes the same work with mma.sync products.
  *
  * Instance parameters: DTYPE (f32, f16, bf16), HEAD_DIM (a power of two, 32..256;
  * 64..256 for ROWS 16), ROWS (16: the tensor-core block; 1, 2, 4 or 8: the
- * CUDA-core block holding that many query rows; the host picks).
+ * CUDA-core block holding that many query rows; the host picks), STAGES (the
+ * tensor-core block's pipeline depth, 2..4; 0 for the CUDA-core blocks: the AOT
+ * launcher takes it from params.num_warps, 0 there meaning the head dimension's
+ * default). __launch_bounds__ asks for as many resident blocks as the shared
+ * memory allows (mma_decode_blocks_per_sm), so fewer stages also mean fewer
+ * registers: bf16 head dim 128 is 176 registers at 3 stages (2 blocks an SM)
+ * and 143 at 2 (3 blocks), head dim 64 128-130, none spilling (nvcc
+ * --resource-usage, CUDA 13.0).
  */
 #include "minisgl/attention.cuh"
 #include "minisgl/mma.cuh"
@@ -101,6 +112,112 @@ __device__ __forceinline__ void unpack_vectors(const uint4 (&raw)[VECS], float (
   }
 }
 
+/* Keys per split of a sequence of kv_len keys. With p.num_q_tiles == 1 (the
+ * host's balanced plan; the field is the tile kernel's and unused here otherwise)
+ * p.kv_chunk is the largest split: a sequence gets ceil(kv_len / kv_chunk) splits
+ * of equal size (rounded up to 64 keys), so no split is a short tail and a
+ * sequence shorter than kv_chunk is one split. Otherwise as attention.cu:
+ * attention_row_chunk (kv_chunk fixed by the host, or 0: the graph plan). */
+__device__ __forceinline__ int decode_row_chunk(int kv_len, const msgl_attention_params& p) {
+  if (p.kv_chunk > 0 && p.num_q_tiles == 1) {
+    const int n = kv_len > p.kv_chunk ? (kv_len + p.kv_chunk - 1) / p.kv_chunk : 1;
+    const int even = (kv_len + n - 1) / n;
+    return (even + 63) / 64 * 64;
+  }
+  return attention_row_chunk(kv_len, p.kv_chunk, p.max_splits);
+}
+
+/* Merges the num_splits (> 1) split partials of one (token, head) row into `out`
+ * with one warp: the decode kernel's merge, in its combine launch and in the last
+ * block of a split merge alike (so both give the same bits). Unlike attention.cuh's
+ * attention_combine_row it has every load of a batch of splits in flight at once
+ * (lane s reads split s's log2-sum-exp; 8 splits' partial rows a step, the first
+ * 8 with the log2-sum-exps), where that one waits on each split in turn: 32
+ * splits were 64 dependent L2 round trips on the critical path of a batch-1
+ * step, now 4. The sums run in split order. */
+template <int DTYPE, int HEAD_DIM>
+__device__ __forceinline__ void decode_combine_row(const msgl_attention_params& p, long long row, int num_splits,
+                                                   int lane) {
+  using T = typename DType<DTYPE>::Storage;
+  constexpr int PER_LANE = HEAD_DIM / kWarpSize;
+  constexpr int BATCH = 8;
+  const float* lse = p.lse_partial + row * p.max_splits;
+  const float* po = p.o_partial + row * p.max_splits * HEAD_DIM;
+  /* One round trip for the first 32 log2-sum-exps and the first BATCH partial
+   * rows (they do not depend on the maximum). */
+  const float ls0 = lane < num_splits ? load_f32_cg(lse + lane) : neg_inf();
+  float first[BATCH][PER_LANE];
+#pragma unroll
+  for (int j = 0; j < BATCH; ++j) {
+#pragma unroll
+    for (int i = 0; i < PER_LANE; ++i) first[j][i] = j < num_splits ? load_f32_cg(po + j * HEAD_DIM + i * kWarpSize + lane) : 0.f;
+  }
+  float max_lse = ls0;
+  for (int s0 = kWarpSize; s0 < num_splits; s0 += kWarpSize)
+    if (s0 + lane < num_splits) max_lse = fmaxf(max_lse, load_f32_cg(lse + s0 + lane));
+#pragma unroll
+  for (int o = kWarpSize / 2; o > 0; o /= 2) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
+  float acc[PER_LANE];
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) acc[i] = 0.f;
+  float total = 0.f;
+  for (int s0 = 0; s0 < num_splits; s0 += kWarpSize) {
+    /* Lane j: the weight of split s0 + j (0 past the end or for an empty split). */
+    float ls = ls0;
+    if (s0 > 0) ls = s0 + lane < num_splits ? load_f32_cg(lse + s0 + lane) : neg_inf();
+    const float w_lane = ls == neg_inf() ? 0.f : fast_exp2(ls - max_lse);
+    const int n = num_splits - s0 < kWarpSize ? num_splits - s0 : kWarpSize;
+    for (int b = 0; b < n; b += BATCH) {
+      float x[BATCH][PER_LANE];
+      if (s0 == 0 && b == 0) {
+#pragma unroll
+        for (int j = 0; j < BATCH; ++j) {
+#pragma unroll
+          for (int i = 0; i < PER_LANE; ++i) x[j][i] = first[j][i];
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < BATCH; ++j) {
+#pragma unroll
+          for (int i = 0; i < PER_LANE; ++i)
+            x[j][i] = b + j < n ? load_f32_cg(po + (s0 + b + j) * HEAD_DIM + i * kWarpSize + lane) : 0.f;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < BATCH; ++j) {
+        const float w = __shfl_sync(0xffffffffu, w_lane, (b + j) % kWarpSize);
+        if (b + j < n) {
+          total += w;
+#pragma unroll
+          for (int i = 0; i < PER_LANE; ++i) acc[i] += w * x[j][i];
+        }
+      }
+    }
+  }
+  const float inv = total > 0.f ? 1.f / total : 0.f;
+  T* out = static_cast<T*>(p.out) + row * HEAD_DIM;
+#pragma unroll
+  for (int i = 0; i < PER_LANE; ++i) out[i * kWarpSize + lane] = DType<DTYPE>::from_f32(acc[i] * inv);
+}
+
+/* The decode kernel's combine phase: one (token, head) row per warp, as
+ * attention.cuh's attention_combine, with decode_row_chunk and decode_combine_row. */
+template <int DTYPE, int HEAD_DIM> __device__ __forceinline__ void decode_combine(const msgl_attention_params& p) {
+  const long long row = static_cast<long long>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+  if (row >= p.num_tokens * p.num_q_heads) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const int token = static_cast<int>(row / p.num_q_heads);
+  int lo = 0, hi = p.num_seqs - 1; /* the sequence of `token`: the last s with q_indptr[s] <= token */
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (p.q_indptr[mid] <= token) lo = mid; else hi = mid - 1;
+  }
+  const int kv_len = p.kv_lens[lo];
+  const int num_splits = attention_num_splits(kv_len, decode_row_chunk(kv_len, p));
+  if (num_splits <= 1) return;
+  decode_combine_row<DTYPE, HEAD_DIM>(p, row, num_splits, lane);
+}
+
 /* The split merge of the attention launch (see the header): called by every
  * thread of a block that has written its split's partials. */
 template <int DTYPE, int HEAD_DIM>
@@ -121,7 +238,7 @@ __device__ __forceinline__ void decode_merge_splits(const msgl_attention_params&
   for (int r = warp; r < rows; r += kDecodeWarps) {
     const long long row =
         static_cast<long long>(q_start + r / group) * p.num_q_heads + kv_head * group + r % group;
-    attention_combine_row<DTYPE, HEAD_DIM>(p, row, num_splits, lane);
+    decode_combine_row<DTYPE, HEAD_DIM>(p, row, num_splits, lane);
   }
 }
 
@@ -159,8 +276,8 @@ __device__ __forceinline__ void decode_merge_warps(const msgl_attention_params& 
     }
   }
   /* A compile-time switch: the merge's code in an instance that never merges
-   * made ptxas schedule the whole block with 168 registers instead of 205
-   * (fewer loads in flight), and the kernel slower. */
+   * made ptxas schedule the tensor-core block with fewer registers (168 instead
+   * of 205 at head dim 128, before the STAGES variants) and fewer loads in flight. */
   if constexpr (MERGE != 0) {
     if (num_splits > 1) decode_merge_splits<DTYPE, HEAD_DIM>(p, rows, q_start, group, seq, kv_head, num_splits);
   }
@@ -188,7 +305,7 @@ __device__ __forceinline__ void decode_attention_block(const msgl_attention_para
   const int group = p.num_q_heads / p.num_kv_heads;
   const int rows = q_len * group; /* the host guarantees rows <= ROWS */
   if (rows <= 0 || rows > ROWS) return;
-  const int kv_chunk = attention_row_chunk(kv_len, p.kv_chunk, p.max_splits);
+  const int kv_chunk = decode_row_chunk(kv_len, p);
   const int num_splits = attention_num_splits(kv_len, kv_chunk);
   if (split >= num_splits) return;
   const int kv_begin = split * kv_chunk;
@@ -412,23 +529,43 @@ __device__ __forceinline__ void decode_attention_block(const msgl_attention_para
  * conflict-free ldmatrix), so warps never wait for each other until the merge.
  * The page of each key of a tile is one load per lane (lane % 16), shuffled to the
  * lanes that copy that key, one tile ahead of its use. */
-template <int DTYPE, int HEAD_DIM> struct MmaDecode {
+/* The default pipeline depth of the tensor-core block (STAGES = 0): the deepest
+ * that keeps two blocks an SM at head dim 128. */
+__host__ __device__ constexpr int mma_decode_default_stages(int head_dim) {
+  return head_dim <= 64 ? 4 : (head_dim <= 128 ? 3 : 2);
+}
+
+/* Blocks of `smem_bytes` dynamic shared memory resident on an SM (228 KiB, 1 KiB
+ * of it reserved per block), at most 4: what __launch_bounds__ asks the register
+ * allocation for, and what gpu/attention.rs plans with. */
+__host__ __device__ constexpr int mma_decode_blocks_per_sm(int smem_bytes) {
+  return 233472 / (smem_bytes + 1024) > 4 ? 4 : (233472 / (smem_bytes + 1024) < 1 ? 1 : 233472 / (smem_bytes + 1024));
+}
+
+template <int DTYPE, int HEAD_DIM, int STAGES_REQ = 0> struct MmaDecode {
   static constexpr int kElemBytes = DType<DTYPE>::kBytes;
   static constexpr int kRow = HEAD_DIM + 16 / kElemBytes; /* padded shared-memory row, elements */
   static constexpr int kChunks = HEAD_DIM * kElemBytes / 16; /* 16-byte chunks per row */
   static constexpr int kTileKeys = 16;
-  static constexpr int kStages = HEAD_DIM <= 64 ? 4 : (HEAD_DIM <= 128 ? 3 : 2);
+  static constexpr int kStages = STAGES_REQ > 0 ? STAGES_REQ : mma_decode_default_stages(HEAD_DIM);
   static constexpr int kTileBytes = kTileKeys * kRow * kElemBytes; /* one K or V tile */
   static constexpr int kQBytes = 16 * kRow * kElemBytes;
   static constexpr int kPipeBytes = kQBytes + kDecodeWarps * kStages * 2 * kTileBytes;
   static constexpr int kMergeBytes = kDecodeWarps * 16 * HEAD_DIM * 4;
   static constexpr int kSmemBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
+  static constexpr int kBlocksPerSm = mma_decode_blocks_per_sm(kSmemBytes);
+  /* Three or more blocks an SM leave at most 168 registers a thread: at head dim
+   * 128 and up the query fragments (HEAD_DIM / 4 registers) are read from shared
+   * memory at every tile instead of held, so the accumulators fit without spills. */
+  static constexpr bool kQFromSmem = kBlocksPerSm >= 3 && HEAD_DIM >= 128;
+  static_assert(kStages >= 2 && kStages <= 8, "stages");
+  static_assert(kSmemBytes <= 232448, "the pipeline exceeds 227 KiB of shared memory");
 };
 
-template <int DTYPE, int HEAD_DIM, int MERGE>
+template <int DTYPE, int HEAD_DIM, int STAGES_REQ, int MERGE>
 __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_params& p) {
   using T = typename DType<DTYPE>::Storage;
-  using M = MmaDecode<DTYPE, HEAD_DIM>;
+  using M = MmaDecode<DTYPE, HEAD_DIM, STAGES_REQ>;
   constexpr int ROW = M::kRow, CHUNKS = M::kChunks, BN = M::kTileKeys, STAGES = M::kStages;
   constexpr int CE = 16 / M::kElemBytes; /* elements per chunk */
   constexpr int DK = HEAD_DIM / 16;      /* k-steps of Q K^T */
@@ -449,7 +586,7 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
   const int group = p.num_q_heads / p.num_kv_heads;
   const int rows = q_len * group; /* the host guarantees rows <= 16 */
   if (rows <= 0 || rows > 16) return;
-  const int kv_chunk = attention_row_chunk(kv_len, p.kv_chunk, p.max_splits);
+  const int kv_chunk = decode_row_chunk(kv_len, p);
   const int num_splits = attention_num_splits(kv_len, kv_chunk);
   if (split >= num_splits) return;
   const int kv_begin = split * kv_chunk;
@@ -470,13 +607,7 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
              static_cast<long long>(kv_head * group + r % group) * p.q_head_stride + col * CE;
     cp_async16(q_s + r * ROW + col * CE, src, r < rows ? 16 : 0);
   }
-  cp_async_commit();
-  cp_async_wait<0>();
-  __syncthreads();
-  unsigned qa[DK][4];
-#pragma unroll
-  for (int kk = 0; kk < DK; ++kk)
-    ldmatrix_x4(qa[kk], q_s + ((lane % 8) + ((lane / 8) % 2) * 8) * ROW + kk * 16 + (lane / 16) * 8);
+  cp_async_commit(); /* Q: the first group; waited for after the pipeline's first tiles are issued */
 
   const int g = lane / 4, tid = lane % 4;
   int pos[2];
@@ -521,6 +652,17 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
   };
 #pragma unroll
   for (int t = 0; t < STAGES - 1; ++t) issue(t);
+  /* Q's group has landed (the STAGES - 1 tile groups behind it may be in flight):
+   * its copy overlapped the page-table load and the first K/V copies instead of
+   * delaying them by a memory round trip. */
+  cp_async_wait<STAGES - 1>();
+  __syncthreads(); /* Q was copied by every thread of the block */
+  const T* q_frag = q_s + ((lane % 8) + ((lane / 8) % 2) * 8) * ROW + (lane / 16) * 8;
+  unsigned qa[M::kQFromSmem ? 1 : DK][4];
+  if constexpr (!M::kQFromSmem) {
+#pragma unroll
+    for (int kk = 0; kk < DK; ++kk) ldmatrix_x4(qa[kk], q_frag + kk * 16);
+  }
 
   float o[DT][4];
 #pragma unroll
@@ -541,9 +683,18 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
     for (int kk = 0; kk < DK; ++kk) {
       unsigned b[4];
       ldmatrix_x4(b, k_s + ((lane / 16) * 8 + lane % 8) * ROW + kk * 16 + ((lane / 8) % 2) * 8);
-      mma16816<DTYPE>(s[0], qa[kk], b[0], b[1]);
-      mma16816<DTYPE>(s[1], qa[kk], b[2], b[3]);
+      if constexpr (M::kQFromSmem) {
+        unsigned a[4];
+        ldmatrix_x4(a, q_frag + kk * 16);
+        mma16816<DTYPE>(s[0], a, b[0], b[1]);
+        mma16816<DTYPE>(s[1], a, b[2], b[3]);
+      } else {
+        mma16816<DTYPE>(s[0], qa[kk], b[0], b[1]);
+        mma16816<DTYPE>(s[1], qa[kk], b[2], b[3]);
+      }
     }
+    float alpha[2];
+    bool moved = false; /* some row with keys so far has a new maximum */
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float tile_max = neg_inf();
@@ -562,7 +713,8 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
       const float m_new = fmaxf(m[h], tile_max);
       const float ref = m_new == neg_inf() ? 0.f : m_new;
-      const float alpha = fast_exp2(m[h] - ref);
+      alpha[h] = fast_exp2(m[h] - ref);
+      moved |= alpha[h] != 1.f && m[h] != neg_inf();
       m[h] = m_new;
       float sum = 0.f;
 #pragma unroll
@@ -574,11 +726,21 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
           sum += pv;
         }
       }
-      l[h] = l[h] * alpha + sum;
+      l[h] = l[h] * alpha[h] + sum;
+    }
+    /* Rescale the accumulators only when some row's maximum moved: after the
+     * first tiles it rarely does, and a factor of exactly 1 changes no bit, so
+     * skipping it gives the same output while saving HEAD_DIM / 2 multiplies a
+     * lane per tile. A row without an unmasked key yet (padding rows past
+     * `rows`, whose factor is 0 at every tile) holds exact zeros, which no
+     * factor changes either. */
+    if (__any_sync(0xffffffffu, moved)) {
 #pragma unroll
       for (int dt = 0; dt < DT; ++dt) {
-        o[dt][2 * h] *= alpha;
-        o[dt][2 * h + 1] *= alpha;
+        o[dt][0] *= alpha[0];
+        o[dt][1] *= alpha[0];
+        o[dt][2] *= alpha[1];
+        o[dt][3] *= alpha[1];
       }
     }
     unsigned a[4];
@@ -620,27 +782,39 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
 }
 
 /* Dynamic shared memory of an instance's attention phase. */
-template <int DTYPE, int HEAD_DIM, int ROWS> __host__ __device__ constexpr int decode_smem_bytes() {
+template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES> __host__ __device__ constexpr int decode_smem_bytes() {
   if constexpr (ROWS == 16) {
-    return MmaDecode<DTYPE, HEAD_DIM>::kSmemBytes;
+    return MmaDecode<DTYPE, HEAD_DIM, STAGES>::kSmemBytes;
   } else {
     return DecodeLayout<DTYPE, HEAD_DIM, ROWS>::kSmemBytes;
   }
 }
 
+/* Blocks an SM the instance is built for (__launch_bounds__'s minimum): the
+ * tensor-core block's shared-memory bound; 1 (no register cap) for the CUDA-core
+ * blocks, as before. */
+template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES> __host__ __device__ constexpr int decode_min_blocks() {
+  if constexpr (ROWS == 16) {
+    return MmaDecode<DTYPE, HEAD_DIM, STAGES>::kBlocksPerSm;
+  } else {
+    return 1;
+  }
+}
+
 /* MERGE: the split merge in this launch (split_counters given; see the header). */
-template <int DTYPE, int HEAD_DIM, int ROWS, int MERGE>
+template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES, int MERGE>
 __device__ __forceinline__ void decode_attention_impl(const msgl_attention_params& p) {
+  static_assert(ROWS == 16 || STAGES == 0, "STAGES selects the tensor-core block's pipeline only");
   grid_prologue();
   if (p.phase == 0) {
     if constexpr (ROWS == 16) {
       static_assert(DTYPE != MSGL_F32, "the tensor-core decode block needs bf16 or f16");
-      decode_attention_mma_block<DTYPE, HEAD_DIM, MERGE>(p);
+      decode_attention_mma_block<DTYPE, HEAD_DIM, STAGES, MERGE>(p);
     } else {
       decode_attention_block<DTYPE, HEAD_DIM, ROWS, MERGE>(p);
     }
   } else {
-    attention_combine<DTYPE, HEAD_DIM>(p);
+    decode_combine<DTYPE, HEAD_DIM>(p);
   }
 }
 
@@ -648,52 +822,56 @@ __device__ __forceinline__ void decode_attention_impl(const msgl_attention_param
 
 #if defined(MSGL_JIT_INSTANCE)
 /* One instance, compiled by NVRTC or into an AOT cubin; launched from Rust with
- * block = 128 threads; phase 0: DecodeLayout::kSmemBytes of dynamic shared memory
+ * block = 128 threads; phase 0: decode_smem_bytes of dynamic shared memory
  * (gpu/attention.rs mirrors the formula), grid = num_seqs *
  * num_kv_heads * max_splits; phase 1 (every split launch: this instance never
  * merges in the attention launch, whatever split_counters holds):
  * grid = ceil(num_tokens * num_q_heads / 4). */
-extern "C" __global__ void __launch_bounds__(128) msgl_decode_attention_kernel(const msgl_attention_params p) {
-  msgl::decode_attention_impl<MSGL_DTYPE, MSGL_HEAD_DIM, MSGL_ROWS, 0>(p);
+extern "C" __global__ void __launch_bounds__(
+    128, msgl::decode_min_blocks<MSGL_DTYPE, MSGL_HEAD_DIM, MSGL_ROWS, MSGL_STAGES>())
+    msgl_decode_attention_kernel(const msgl_attention_params p) {
+  msgl::decode_attention_impl<MSGL_DTYPE, MSGL_HEAD_DIM, MSGL_ROWS, MSGL_STAGES, 0>(p);
 }
 #endif
 
 #if !defined(__CUDACC_RTC__)
 #include "minisgl/attention_host.h"
-#include "msgl_instances.inc" /* MSGL_FOR_EACH_INSTANCE(X): X(DTYPE, HEAD_DIM, ROWS) for each AOT instance */
+#include "msgl_instances.inc" /* MSGL_FOR_EACH_INSTANCE(X): X(DTYPE, HEAD_DIM, ROWS, STAGES) for each AOT instance */
 
 namespace msgl {
 
-template <int DTYPE, int HEAD_DIM, int ROWS, int MERGE>
-__global__ void __launch_bounds__(kDecodeThreads) decode_attention_kernel(const msgl_attention_params p) {
-  decode_attention_impl<DTYPE, HEAD_DIM, ROWS, MERGE>(p);
+template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES, int MERGE>
+__global__ void __launch_bounds__(kDecodeThreads, (decode_min_blocks<DTYPE, HEAD_DIM, ROWS, STAGES>()))
+    decode_attention_kernel(const msgl_attention_params p) {
+  decode_attention_impl<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE>(p);
 }
 
-template <int DTYPE, int HEAD_DIM, int ROWS, int MERGE>
+template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES, int MERGE>
 static int32_t launch_decode_attention_as(const msgl_attention_params& p, cudaStream_t s) {
-  constexpr int smem = decode_smem_bytes<DTYPE, HEAD_DIM, ROWS>();
-  cudaError_t err = cudaFuncSetAttribute(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, MERGE>,
+  constexpr int smem = decode_smem_bytes<DTYPE, HEAD_DIM, ROWS, STAGES>();
+  cudaError_t err = cudaFuncSetAttribute(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess)
     return set_error(MSGL_ERR_CUDA, "decode_attention: %d bytes of shared memory: %s", smem, cudaGetErrorString(err));
   const long long blocks = static_cast<long long>(p.num_seqs) * p.num_kv_heads * p.max_splits;
-  (void)launch_pdl(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, MERGE>, dim3(static_cast<unsigned>(blocks)),
+  (void)launch_pdl(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE>, dim3(static_cast<unsigned>(blocks)),
                    dim3(kDecodeThreads), smem, s, p);
   if (p.max_splits > 1 && MERGE == 0) {
     msgl_attention_params p1 = p;
     p1.phase = 1;
     const long long rows = p.num_tokens * p.num_q_heads;
-    (void)launch_pdl(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, 0>,
+    (void)launch_pdl(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, 0>,
                      dim3(static_cast<unsigned>((rows + kDecodeWarps - 1) / kDecodeWarps)), dim3(kDecodeThreads), 0, s, p1);
   }
   return check_launch("decode_attention");
 }
 
 /* The merging instance when split counters came with a split launch, else the plain one. */
-template <int DTYPE, int HEAD_DIM, int ROWS>
+template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES>
 static int32_t launch_decode_attention(const msgl_attention_params& p, cudaStream_t s) {
-  if (p.max_splits > 1 && p.split_counters != nullptr) return launch_decode_attention_as<DTYPE, HEAD_DIM, ROWS, 1>(p, s);
-  return launch_decode_attention_as<DTYPE, HEAD_DIM, ROWS, 0>(p, s);
+  if (p.max_splits > 1 && p.split_counters != nullptr)
+    return launch_decode_attention_as<DTYPE, HEAD_DIM, ROWS, STAGES, 1>(p, s);
+  return launch_decode_attention_as<DTYPE, HEAD_DIM, ROWS, STAGES, 0>(p, s);
 }
 }  // namespace msgl
 
@@ -734,13 +912,19 @@ extern "C" int32_t msgl_decode_attention(const msgl_tensor* out, const msgl_tens
                        static_cast<long long>(p.num_seqs) * p.num_kv_heads);
     p.split_counters = static_cast<int32_t*>(split_counters->data);
   }
+  /* plan->num_warps (the tile kernel's field): the tensor-core block's pipeline
+   * stages, 0 for its default; the CUDA-core blocks have one pipeline (STAGES 0). */
+  if (plan->num_warps < 0 || plan->num_warps > 8 || (rows != 16 && plan->num_warps != 0))
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: bad pipeline stages %d for rows %d", op, plan->num_warps, rows);
+  const int stages =
+      rows == 16 ? (plan->num_warps > 0 ? plan->num_warps : mma_decode_default_stages(static_cast<int>(head_dim))) : 0;
   if (p.num_tokens == 0 || p.num_seqs == 0) return MSGL_OK;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-#define MSGL_CASE(D, HD, R) \
-  if (q->dtype == D && head_dim == HD && rows == R) return launch_decode_attention<D, HD, R>(p, s);
+#define MSGL_CASE(D, HD, R, S) \
+  if (q->dtype == D && head_dim == HD && rows == R && stages == S) return launch_decode_attention<D, HD, R, S>(p, s);
   MSGL_FOR_EACH_INSTANCE(MSGL_CASE)
 #undef MSGL_CASE
-  return set_error(MSGL_ERR_NO_INSTANCE, "%s: no AOT instance DTYPE=%d,HEAD_DIM=%lld,ROWS=%d", op, q->dtype,
-                   static_cast<long long>(head_dim), rows);
+  return set_error(MSGL_ERR_NO_INSTANCE, "%s: no AOT instance DTYPE=%d,HEAD_DIM=%lld,ROWS=%d,STAGES=%d", op, q->dtype,
+                   static_cast<long long>(head_dim), rows, stages);
 }
 #endif

@@ -46,12 +46,26 @@ fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
     for (dtype, head_dim, mma) in [(2, 128, 1), (1, 64, 1), (2, 256, 1), (0, 64, 0), (0, 128, 0), (2, 128, 0)] {
         out.push(("attention", vec![("DTYPE", dtype), ("HEAD_DIM", head_dim), ("MMA", mma)]));
     }
-    // The decode kernel: the tensor-core block, and the CUDA-core blocks that are
-    // only ever compiled at run time (f32, MINISGL_DECODE_MMA=0).
-    for (dtype, head_dim, rows) in
-        [(2, 128, 16), (1, 256, 16), (0, 128, 4), (0, 256, 8), (2, 64, 1), (1, 128, 2), (2, 32, 8)]
-    {
-        out.push(("decode_attention", vec![("DTYPE", dtype), ("HEAD_DIM", head_dim), ("ROWS", rows)]));
+    // The decode kernel: the tensor-core block at each pipeline depth, and the
+    // CUDA-core blocks that are only ever compiled at run time (f32,
+    // MINISGL_DECODE_MMA=0; STAGES 0).
+    for (dtype, head_dim, rows, stages) in [
+        (2, 128, 16, 3),
+        (2, 128, 16, 2),
+        (1, 128, 16, 4),
+        (2, 64, 16, 2),
+        (1, 256, 16, 2),
+        (2, 256, 16, 3),
+        (0, 128, 4, 0),
+        (0, 256, 8, 0),
+        (2, 64, 1, 0),
+        (1, 128, 2, 0),
+        (2, 32, 8, 0),
+    ] {
+        out.push((
+            "decode_attention",
+            vec![("DTYPE", dtype), ("HEAD_DIM", head_dim), ("ROWS", rows), ("STAGES", stages)],
+        ));
     }
     out
 }

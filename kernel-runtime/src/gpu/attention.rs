@@ -10,19 +10,21 @@
 //! registers); both need a power-of-two head dimension. `AttnKernel::Auto` takes
 //! the decode kernel wherever it applies.
 //!
-//! The decode plan ([`decode_plan`]): a block per (sequence, kv head, split). When
-//! the unsplit blocks already make [`DECODE_UNSPLIT_WAVES`] waves of resident
-//! blocks, no split (no partials, no combine). Otherwise keys are cut into chunks
-//! of equal size (a multiple of 64, at least 128) so that the whole batch makes
-//! about [`DECODE_SPLIT_WAVES`] waves: many small blocks balance ragged contexts
-//! and leave a short tail, at the cost of one f32 partial row per split (under 2%
-//! of the K/V bytes at chunks of 256 keys). The splits are merged by the decode
-//! launch itself: the last block of each (sequence, kv head) to finish merges
-//! them, counted in a persistent per-device buffer of zeros ([`split_counters`],
-//! which the kernel leaves zero, so graphs replay it as it is) when
-//! `MINISGL_DECODE_SPLIT_MERGE=1` (off by default: see [`SPLIT_MERGE`]); otherwise,
-//! for batches with more (sequence, kv head) pairs than the buffer holds, and for
-//! the tile kernel, the combine launch merges them.
+//! The decode plan (gpu/decode_plan.rs, tuned at run time by
+//! `MINISGL_DECODE_*`: [`DecodeTuning`]): a block per (sequence, kv head, split).
+//! When the unsplit blocks already make `unsplit_waves` waves of resident blocks,
+//! no split (no partials, no combine). Otherwise the `waves` plan cuts keys into
+//! chunks of equal size (a multiple of 64, at least `chunk_min`) so that the whole
+//! batch makes about `split_waves` waves, and the `keys` plan prices split sizes
+//! and cuts each sequence into equal splits of at most the cheapest. The splits
+//! are merged by the decode launch itself: the last block of each (sequence, kv
+//! head) to finish merges them, counted in a persistent per-device buffer of
+//! zeros ([`split_counters`], which the kernel leaves zero, so graphs replay it as
+//! it is) when the tuning's merge says so (`auto`: launches whose busy blocks fit
+//! one wave); otherwise, for batches with more (sequence, kv head) pairs than the
+//! buffer holds, and for the tile kernel, the combine launch merges them. The
+//! tensor-core block's pipeline depth is the tuning's `stages` (instances STAGES
+//! 2-4: fewer stages, more resident blocks).
 //!
 //! The tile kernel's plan is made here from the host copies of the lengths:
 //! - `num_warps` (16 query rows each): enough for the longest sequence's packed
@@ -46,11 +48,12 @@ use crate::cuda::CudaDevice;
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::op_types::attention::{AttnKernel, PagedAttnMeta};
+use crate::op_types::attention::{AttnKernel, DecodeTuning, PagedAttnMeta};
 use crate::sys::kernels::msgl_attention_params;
 use crate::tensor::Tensor;
 
-use super::launch::{device_of, dispatch, dtype_code, grid_u32, rows_aligned, Switch};
+use super::decode_plan;
+use super::launch::{device_of, dispatch, dtype_code, grid_u32, rows_aligned};
 
 const OP: &str = "paged_attention";
 /// attention.cu's kAttnMaxWarps.
@@ -63,40 +66,9 @@ const MIN_CHUNK: usize = 128;
 const COMBINE_WARPS: usize = 4;
 /// Query rows the decode kernel's instances hold (decode_attention.cu's ROWS).
 const DECODE_ROWS: [usize; 4] = [1, 2, 4, 8];
-/// Waves of unsplit decode blocks above which splitting would gain nothing.
-const DECODE_UNSPLIT_WAVES: usize = 4;
-/// Waves of decode blocks a split batch aims for.
-const DECODE_SPLIT_WAVES: usize = 8;
-/// Waves of decode blocks a CUDA graph's fixed-split plan aims for. Fewer than
-/// [`DECODE_SPLIT_WAVES`]: the graph launches every split's block whatever the
-/// lengths turn out to be, and a block past its sequence's splits, though it
-/// returns at once, still costs a block launch (at 8 waves one 512-token
-/// sequence launched 2,560 blocks for 32 busy ones); two waves still let one
-/// long sequence fill the GPU.
-const DECODE_GRAPH_SPLIT_WAVES: usize = 2;
-/// Decode split granule, in keys (a multiple of every instance's keys per
-/// iteration).
-const DECODE_CHUNK_GRANULE: usize = 64;
-/// The fewest keys a decode split holds: a block's whole pipeline (4 iterations
-/// of 32 keys at head dim 128), so a short split still has every load in flight.
-const DECODE_CHUNK_MIN: usize = 128;
-
 /// (Sequence, kv head) pairs the split counters of a device cover (256 KiB of
 /// int32): a decode launch with more pairs merges its splits in the combine launch.
 const SPLIT_COUNTERS: usize = 1 << 16;
-
-/// `MINISGL_DECODE_SPLIT_MERGE=1`: split decode launches merge their splits
-/// themselves instead of the combine launch. Off by default: measured in a graphed
-/// Qwen3-0.6B step (docs/PERF.md, fourth session) it saved no time at batch 1
-/// (0.955 ms merged, 0.940 ms with the combine launch) and cost 2.5% at batch 64
-/// (3.072 vs 2.995 ms; decode attention at b=64 ctx=2048 186.5 us against 173.4 us
-/// before), the last block's serial merge outweighing the saved launch.
-static SPLIT_MERGE: Switch = Switch::off_by_default("MINISGL_DECODE_SPLIT_MERGE");
-
-/// Overrides `MINISGL_DECODE_SPLIT_MERGE` for this process (`None`: back to it).
-pub(crate) fn set_split_merge(on: Option<bool>) {
-    SPLIT_MERGE.set(on);
-}
 
 /// The split counters of `dev`: [`SPLIT_COUNTERS`] int32 zeros, made on first
 /// use and kept for the process (captured graphs address them); the decode
@@ -118,31 +90,6 @@ fn split_counters(dev: &Arc<CudaDevice>) -> Result<Option<Tensor>> {
     let t = Tensor::zeros(&[SPLIT_COUNTERS], DType::I32, Device::Cuda(dev.ordinal()))?;
     map.insert(dev.ordinal(), t.clone());
     Ok(Some(t))
-}
-
-/// Dynamic shared memory of a decode block: decode_attention.cu's
-/// `DecodeLayout::kSmemBytes` (the cp.async pipeline, reused by the warps' merge).
-fn decode_smem_bytes(elem_bytes: usize, head_dim: usize, rows: usize) -> usize {
-    if rows == 16 {
-        // MmaDecode::kSmemBytes: Q and per warp kStages tiles of 16 keys of K and V,
-        // rows padded by 16 bytes; the merge reuses it.
-        let row = head_dim * elem_bytes + 16;
-        let stages = if head_dim <= 64 {
-            4
-        } else if head_dim <= 128 {
-            3
-        } else {
-            2
-        };
-        return (16 * row + 4 * stages * 2 * 16 * row).max(4 * 16 * head_dim * 4);
-    }
-    let threads = 128;
-    let lanes = (head_dim * elem_bytes / 16).min(32);
-    let vecs = (head_dim / lanes) * elem_bytes / 16;
-    let unroll = if rows <= 4 { 4 } else { 2 };
-    let stage = threads * unroll * vecs * 2 * 16;
-    let stages = (65536 / stage).clamp(2, 4);
-    (stages * stage).max(4 * rows * head_dim * 4)
 }
 
 /// Keys per K/V tile: attention.cu's `AttnTile::BN`.
@@ -221,42 +168,14 @@ fn decode_tensor_cores_enabled() -> bool {
     *MMA.get_or_init(|| std::env::var("MINISGL_DECODE_MMA").map(|v| v.trim() != "0").unwrap_or(true))
 }
 
-/// Decode blocks resident per SM: the shared memory an instance takes bounds it
-/// (228 KiB an SM, 1 KiB of it reserved per block), at most 3.
-fn decode_blocks_per_sm(smem_bytes: usize) -> usize {
-    (233_472 / (smem_bytes + 1024).max(1)).clamp(1, 3)
-}
-
-/// Keys per split and the split count of the longest sequence for the decode
-/// kernel (see the module header).
-fn decode_plan(
-    q_lens: &[usize],
-    kv_lens: &[usize],
-    num_kv_heads: usize,
-    sms: usize,
-    blocks_per_sm: usize,
-) -> (usize, usize) {
-    let active = || q_lens.iter().zip(kv_lens).filter(|(&q, _)| q > 0).map(|(_, &kv)| kv);
-    let max_kv = active().max().unwrap_or(0).max(1);
-    let slots = blocks_per_sm.max(1) * sms.max(1);
-    let unsplit = active().count() * num_kv_heads;
-    if unsplit >= DECODE_UNSPLIT_WAVES * slots {
-        return (max_kv, 1);
-    }
-    let keys: usize = active().sum::<usize>() * num_kv_heads;
-    let chunk = keys.div_ceil(DECODE_SPLIT_WAVES * slots).next_multiple_of(DECODE_CHUNK_GRANULE).max(DECODE_CHUNK_MIN);
-    if chunk >= max_kv {
-        return (max_kv, 1);
-    }
-    (chunk, max_kv.div_ceil(chunk))
-}
-
 /// The fixed split count of a decode step that a CUDA graph captures
 /// ([`PagedAttnMeta::decode_splits`]): `num_seqs` sequences of up to
-/// `max_kv_len` keys. It aims for [`DECODE_GRAPH_SPLIT_WAVES`] waves as if every
-/// sequence were long, and is capped so that a split of the longest sequence
-/// still holds [`DECODE_CHUNK_MIN`] keys; shorter sequences use fewer splits
-/// (the rest of their blocks return at once).
+/// `max_kv_len` keys. It aims for the tuning's `graph_split_waves` waves (2:
+/// the graph launches every split's block whatever the lengths turn out to be,
+/// and a block past its sequence's splits, though it returns at once, still
+/// costs a block launch) as if every sequence were long, and is capped so that a
+/// split of the longest sequence still holds `chunk_min` keys; shorter sequences
+/// use fewer splits (the rest of their blocks return at once).
 pub(crate) fn decode_graph_splits(
     num_seqs: usize,
     num_kv_heads: usize,
@@ -267,14 +186,23 @@ pub(crate) fn decode_graph_splits(
 ) -> usize {
     let tensor_cores = dtype != DType::F32 && decode_tensor_cores_enabled();
     let rows = if tensor_cores { 16 } else { DECODE_ROWS[DECODE_ROWS.len() - 1] };
-    let shared = decode_smem_bytes(dtype.size_in_bytes(), head_dim, rows);
-    let slots = decode_blocks_per_sm(shared) * sms.max(1);
-    let unsplit = num_seqs.max(1) * num_kv_heads.max(1);
-    let cap = max_kv_len.div_ceil(DECODE_CHUNK_MIN).max(1);
-    if unsplit >= DECODE_UNSPLIT_WAVES * slots {
-        return graph_min_splits().clamp(1, cap);
-    }
-    (DECODE_GRAPH_SPLIT_WAVES * slots).div_ceil(unsplit).clamp(1, cap)
+    let tuning = decode_plan::tuning();
+    let (_, slots) = decode_instance(dtype.size_in_bytes(), head_dim, rows, &tuning, sms);
+    decode_plan::graph_splits(num_seqs * num_kv_heads, max_kv_len, slots, graph_min_splits(), &tuning)
+}
+
+/// The pipeline stages (0 for the CUDA-core blocks) and resident block slots of
+/// the GPU (blocks an SM times `sms`) of the decode instance for `rows` rows.
+fn decode_instance(
+    elem_bytes: usize,
+    head_dim: usize,
+    rows: usize,
+    tuning: &DecodeTuning,
+    sms: usize,
+) -> (usize, usize) {
+    let stages = if rows == 16 { decode_plan::mma_stages(elem_bytes, head_dim, tuning.stages) } else { 0 };
+    let shared = decode_plan::smem_bytes(elem_bytes, head_dim, rows, stages);
+    (stages, decode_plan::blocks_per_sm(rows, shared) * sms.max(1))
 }
 
 /// The splits a graph's plan gives every sequence of a batch that fills the GPU
@@ -348,29 +276,56 @@ fn decode_attention(
     let [t, hq, d] = q.dims::<3>(OP, "q")?;
     let hkv = k_cache.dim(2);
     let b = meta.q_lens_host.len();
-    let shared = decode_smem_bytes(q.dtype().size_in_bytes(), d, rows);
+    let elem = q.dtype().size_in_bytes();
     let sms = dev.sm_count().max(1) as usize;
-    let (kv_chunk, max_splits) = match meta.decode_splits {
+    let tuning = decode_plan::tuning();
+    let (stages, slots) = decode_instance(elem, d, rows, &tuning, sms);
+    let shared = decode_plan::smem_bytes(elem, d, rows, stages);
+    let plan = match meta.decode_splits {
         // kv_chunk 0: the kernel cuts each sequence itself (attention_row_chunk).
-        Some(splits) => (0, splits.max(1)),
-        None => decode_plan(meta.q_lens_host, meta.kv_lens_host, hkv, sms, decode_blocks_per_sm(shared)),
+        Some(splits) => decode_plan::SplitPlan {
+            kv_chunk: 0,
+            max_splits: splits.max(1),
+            balanced: false,
+            busy_blocks: b * hkv * splits.max(1),
+        },
+        None => {
+            let rows_per_block = meta.q_lens_host.iter().map(|&q| q * (hq / hkv)).max().unwrap_or(1);
+            let partial_bytes = rows_per_block * (d * 4 + 4);
+            decode_plan::eager_plan(
+                meta.q_lens_host,
+                meta.kv_lens_host,
+                hkv,
+                slots,
+                2 * d * elem,
+                partial_bytes,
+                &tuning,
+            )
+        }
     };
+    let max_splits = plan.max_splits;
     let grid = grid_u32(OP, b * hkv * max_splits)?;
-    let p = attention_params(out, q, k_cache, v_cache, meta, scale, kv_chunk, max_splits)?;
+    let p = attention_params(out, q, k_cache, v_cache, meta, scale, plan.kv_chunk, max_splits)?;
     let scratch = SplitScratch::new(t, hq, max_splits, d, dev.ordinal())?;
-    let counters =
-        if max_splits > 1 && b * hkv <= SPLIT_COUNTERS && SPLIT_MERGE.get() { split_counters(dev)? } else { None };
+    let merge =
+        decode_plan::merge_in_kernel(tuning.merge, &plan, meta.decode_splits.is_some(), b * hkv, slots, &tuning);
+    let counters = if max_splits > 1 && b * hkv <= SPLIT_COUNTERS && merge { split_counters(dev)? } else { None };
     let p = msgl_attention_params {
         o_partial: scratch.o_ptr(),
         lse_partial: scratch.lse_ptr(),
         split_counters: counters.as_ref().map_or(std::ptr::null_mut(), |c| c.device_ptr() as *mut i32),
+        // The tile kernel's fields carry the decode kernel's instance choice:
+        // num_warps the tensor-core block's stages, num_q_tiles 1 for the balanced
+        // plan (decode_attention.cu: msgl_decode_attention, decode_row_chunk).
+        num_warps: stages as i32,
+        num_q_tiles: i32::from(plan.balanced),
         ..p
     };
     let combine_grid = grid_u32(OP, (t * hq).div_ceil(COMBINE_WARPS))?;
     let views = [out, q, k_cache, v_cache, meta.q_indptr, meta.kv_lens, meta.block_table].map(Tensor::abi);
     let scratch_views = scratch.views();
     let counters_view = counters.as_ref().map(Tensor::abi);
-    let values = [("DTYPE", dtype_code(q)), ("HEAD_DIM", d as i64), ("ROWS", rows as i64)];
+    let values = [("DTYPE", dtype_code(q)), ("HEAD_DIM", d as i64), ("ROWS", rows as i64), ("STAGES", stages as i64)];
     dispatch(
         OP,
         dev,
@@ -602,26 +557,9 @@ mod tests {
     }
 
     #[test]
-    fn decode_plans_split_small_batches_into_equal_chunks() {
-        // b=1 at 4096 keys, 8 kv heads: 32768 keys of work over 8 waves of 396
-        // blocks -> the 128-key minimum: 32 splits, 256 blocks in one wave.
-        assert_eq!(decode_plan(&[1], &[4096], 8, 132, 3), (128, 32));
-        // b=64 at 2048: 1M keys / 3168 -> 331 -> 384-key chunks, 6 splits.
-        assert_eq!(decode_plan(&[1; 64], &[2048; 64], 8, 132, 3), (384, 6));
-        // b=256 at 1024 with 8 kv heads: 2048 blocks >= 4 waves of 396: no split.
-        assert_eq!(decode_plan(&[1; 256], &[1024; 256], 8, 132, 3), (1024, 1));
-        // Ragged contexts: chunks cover the longest; sequences without new tokens
-        // do not count.
-        let (chunk, splits) = decode_plan(&[1, 1, 0, 1], &[100, 2000, 50_000, 700], 8, 132, 3);
-        assert!(chunk.is_multiple_of(64) && chunk * splits >= 2000 && chunk * (splits - 1) < 2000);
-        // A context shorter than one chunk is never split.
-        assert_eq!(decode_plan(&[1], &[40], 8, 132, 3), (40, 1));
-    }
-
-    #[test]
     fn graph_splits_aim_for_two_waves_and_long_batches_do_not_split() {
         let bf = DType::BF16;
-        let slots = decode_blocks_per_sm(decode_smem_bytes(2, 128, 16)) * 132;
+        let (_, slots) = decode_instance(2, 128, 16, &DecodeTuning::default(), 132);
         // One sequence, 8 kv heads, up to 40960 keys: two waves of blocks in all.
         let s = decode_graph_splits(1, 8, 128, bf, 40960, 132);
         assert_eq!(s, (2 * slots).div_ceil(8));
@@ -630,25 +568,5 @@ mod tests {
         // 256 sequences x 8 heads already make 4 waves: no split.
         assert_eq!(decode_graph_splits(256, 8, 128, bf, 40960, 132), 1);
         assert_eq!(decode_graph_splits(64, 8, 128, bf, 40960, 132), (2 * slots).div_ceil(512));
-    }
-
-    #[test]
-    fn decode_shared_memory_mirrors_the_kernel_layout() {
-        // bf16 head dim 128, 4 rows: 16 lanes a key, 1 vector a lane, 4 keys a lane
-        // an iteration, 4 stages of 128 x 4 x 2 x 16 bytes.
-        assert_eq!(decode_smem_bytes(2, 128, 4), 65536);
-        // 8 rows: 2 keys a lane, still 4 stages; the merge needs 4 x 8 x 256 x 4.
-        assert_eq!(decode_smem_bytes(2, 128, 8), 32768);
-        assert_eq!(decode_smem_bytes(2, 256, 8), 32768);
-        // f32 head dim 256: two vectors a lane, two stages.
-        assert_eq!(decode_smem_bytes(4, 256, 4), 65536);
-        assert_eq!(decode_smem_bytes(2, 64, 1), 65536);
-        // The tensor-core block at head dim 128: Q + 4 warps x 3 stages x (K + V)
-        // of 16 rows of 272 bytes; two blocks an SM.
-        assert_eq!(decode_smem_bytes(2, 128, 16), 16 * 272 + 4 * 3 * 2 * 16 * 272);
-        assert_eq!(decode_blocks_per_sm(decode_smem_bytes(2, 128, 16)), 2);
-        assert_eq!(decode_blocks_per_sm(decode_smem_bytes(2, 128, 4)), 3);
-        // A 4-stage plan at 2 blocks an SM splits b=64 ctx=2048 into 512-key chunks.
-        assert_eq!(decode_plan(&[1; 64], &[2048; 64], 8, 132, 2), (512, 4));
     }
 }

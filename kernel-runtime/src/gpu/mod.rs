@@ -29,6 +29,7 @@ mod activation;
 mod argmax;
 mod attention;
 mod convert;
+mod decode_plan;
 pub(crate) mod gemm;
 mod launch;
 mod logprobs;
@@ -44,8 +45,9 @@ mod token_mask;
 
 pub(crate) use activation::silu_mul;
 pub(crate) use argmax::argmax;
-pub(crate) use attention::{decode_graph_splits, decode_kernel_fits, paged_attention, set_split_merge};
+pub(crate) use attention::{decode_graph_splits, decode_kernel_fits, paged_attention};
 pub(crate) use convert::{cast, copy};
+pub(crate) use decode_plan::{set_split_merge, set_tuning as set_decode_tuning, tuning as decode_tuning};
 pub(crate) use gemm::linear;
 pub(crate) use logprobs::logprobs;
 pub(crate) use norm::{fused_add_rms_norm, head_rms_norm, rms_norm};

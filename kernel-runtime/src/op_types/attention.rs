@@ -37,3 +37,162 @@ pub enum AttnKernel {
     /// The decode kernel (decode_attention.cu); a batch it cannot hold is an error.
     Decode,
 }
+
+/// How the CUDA decode kernel cuts a batch's keys into splits (eager steps; a
+/// graph's fixed split count is planned by `ops::decode_graph_splits`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum DecodePlanKind {
+    /// One chunk size for the batch, aiming for a number of waves of blocks
+    /// (`split_waves`), no split once the unsplit blocks make `unsplit_waves`.
+    #[default]
+    Waves,
+    /// The split size that a cost model of waves, per-block overhead and the
+    /// merge finds fastest, every sequence cut into equal splits of at most that
+    /// many keys (long sequences get more splits, short ones none).
+    Keys,
+}
+
+/// Who merges the splits of a split decode launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum SplitMerge {
+    /// The combine launch.
+    Never,
+    /// The last block of each (sequence, kv head), in the decode launch.
+    Always,
+    /// The last block when the launch's busy blocks fit one wave (a small batch
+    /// of long contexts: the combine launch would be a large part of the
+    /// latency), else the combine launch.
+    #[default]
+    Auto,
+}
+
+/// The run-time choices of the CUDA decode kernel and its plan: read once from
+/// the environment ([`DecodeTuning::from_env`]; the defaults are the values
+/// measured best so far), overridable for a process by `ops::set_decode_tuning`
+/// so that one benchmark run sweeps them. Every choice gives deterministic bits
+/// (the same run to run and between graph replay and eager launch); different
+/// choices may round differently.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecodeTuning {
+    /// [`DecodePlanKind::Waves`]: waves of blocks a split batch aims for
+    /// (`MINISGL_DECODE_SPLIT_WAVES`, 8).
+    pub split_waves: usize,
+    /// Waves of unsplit blocks from which a batch is not split
+    /// (`MINISGL_DECODE_UNSPLIT_WAVES`, 4); both plans.
+    pub unsplit_waves: usize,
+    /// Waves of blocks a CUDA graph's fixed-split plan aims for
+    /// (`MINISGL_DECODE_GRAPH_SPLIT_WAVES`, 2).
+    pub graph_split_waves: usize,
+    /// The fewest keys a split holds (`MINISGL_DECODE_CHUNK_MIN`, 128; rounded
+    /// up to a multiple of 64).
+    pub chunk_min: usize,
+    /// The tensor-core block's pipeline stages (`MINISGL_DECODE_STAGES`, 0: the
+    /// default of the head dimension, 4 at 64, 3 at 128, 2 at 256); 2 to 4, fewer
+    /// where the shared memory would not fit. Fewer stages, more resident blocks
+    /// (bf16 head dim 128: 3 stages 2 blocks an SM, 2 stages 3 blocks).
+    pub stages: usize,
+    /// The eager plan (`MINISGL_DECODE_PLAN`: `waves`, the default, or `keys`).
+    pub plan: DecodePlanKind,
+    /// The split merge (`MINISGL_DECODE_SPLIT_MERGE`: `0`, `1` or `auto`, the
+    /// default).
+    pub merge: SplitMerge,
+    /// [`DecodePlanKind::Keys`]: the fixed cost of a block (its pipeline fill and
+    /// merge), microseconds (`MINISGL_DECODE_BLOCK_US`, 1.0).
+    pub block_us: f64,
+    /// [`DecodePlanKind::Keys`]: the fixed cost of merging splits, microseconds
+    /// (`MINISGL_DECODE_COMBINE_US`, 3.0).
+    pub combine_us: f64,
+}
+
+impl Default for DecodeTuning {
+    fn default() -> DecodeTuning {
+        DecodeTuning {
+            split_waves: 8,
+            unsplit_waves: 4,
+            graph_split_waves: 2,
+            chunk_min: 128,
+            stages: 0,
+            plan: DecodePlanKind::Waves,
+            merge: SplitMerge::Auto,
+            block_us: 1.0,
+            combine_us: 3.0,
+        }
+    }
+}
+
+impl DecodeTuning {
+    /// The defaults, with each variable that is set and parses replacing its
+    /// field (an unparsable value keeps the default: a typo in a sweep must not
+    /// stop a server).
+    pub fn from_env() -> DecodeTuning {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// [`DecodeTuning::from_env`] over any variable source (tests).
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> DecodeTuning {
+        let d = DecodeTuning::default();
+        let count = |name: &str, default: usize, lo: usize, hi: usize| {
+            var(name).and_then(|v| v.trim().parse::<usize>().ok()).map_or(default, |v| v.clamp(lo, hi))
+        };
+        let micros = |name: &str, default: f64| {
+            var(name)
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .unwrap_or(default)
+        };
+        let plan = match var("MINISGL_DECODE_PLAN").as_deref().map(str::trim) {
+            Some("keys") => DecodePlanKind::Keys,
+            Some("waves") => DecodePlanKind::Waves,
+            _ => d.plan,
+        };
+        let merge = match var("MINISGL_DECODE_SPLIT_MERGE").as_deref().map(str::trim) {
+            Some("0") => SplitMerge::Never,
+            Some("1") => SplitMerge::Always,
+            Some("auto") => SplitMerge::Auto,
+            _ => d.merge,
+        };
+        let stages = count("MINISGL_DECODE_STAGES", d.stages, 0, 4);
+        DecodeTuning {
+            split_waves: count("MINISGL_DECODE_SPLIT_WAVES", d.split_waves, 1, 64),
+            unsplit_waves: count("MINISGL_DECODE_UNSPLIT_WAVES", d.unsplit_waves, 1, 64),
+            graph_split_waves: count("MINISGL_DECODE_GRAPH_SPLIT_WAVES", d.graph_split_waves, 1, 64),
+            chunk_min: count("MINISGL_DECODE_CHUNK_MIN", d.chunk_min, 64, 1 << 20).next_multiple_of(64),
+            stages: if stages == 1 { 2 } else { stages },
+            plan,
+            merge,
+            block_us: micros("MINISGL_DECODE_BLOCK_US", d.block_us),
+            combine_us: micros("MINISGL_DECODE_COMBINE_US", d.combine_us),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decode_tuning_reads_its_variables_and_keeps_defaults_on_bad_values() {
+        assert_eq!(DecodeTuning::from_vars(|_| None), DecodeTuning::default());
+        let vars = |name: &str| {
+            match name {
+                "MINISGL_DECODE_SPLIT_WAVES" => Some("3"),
+                "MINISGL_DECODE_UNSPLIT_WAVES" => Some(" 2 "),
+                "MINISGL_DECODE_CHUNK_MIN" => Some("200"),
+                "MINISGL_DECODE_STAGES" => Some("2"),
+                "MINISGL_DECODE_PLAN" => Some("keys"),
+                "MINISGL_DECODE_SPLIT_MERGE" => Some("0"),
+                "MINISGL_DECODE_BLOCK_US" => Some("0.5"),
+                "MINISGL_DECODE_COMBINE_US" => Some("-1"),
+                "MINISGL_DECODE_GRAPH_SPLIT_WAVES" => Some("x"),
+                _ => None,
+            }
+            .map(str::to_owned)
+        };
+        let t = DecodeTuning::from_vars(vars);
+        assert_eq!((t.split_waves, t.unsplit_waves, t.chunk_min, t.stages), (3, 2, 256, 2));
+        assert_eq!((t.plan, t.merge), (DecodePlanKind::Keys, SplitMerge::Never));
+        assert_eq!((t.block_us, t.combine_us, t.graph_split_waves), (0.5, 3.0, 2));
+        let t = DecodeTuning::from_vars(|n| (n == "MINISGL_DECODE_STAGES").then(|| "9".to_owned()));
+        assert_eq!(t.stages, 4);
+    }
+}

@@ -11,7 +11,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-pub use crate::op_types::attention::{AttnKernel, PagedAttnMeta};
+pub use crate::op_types::attention::{AttnKernel, DecodePlanKind, DecodeTuning, PagedAttnMeta, SplitMerge};
 
 use super::check::common_device;
 
@@ -117,10 +117,24 @@ pub fn paged_attention_with(
 
 /// Turns off (`Some(false)`) or on the decode kernel's own merge of its splits
 /// (the last block of each (sequence, kv head) merges them; off: a second,
-/// combine launch does), overriding `MINISGL_DECODE_SPLIT_MERGE` (`None`: back to
-/// it; off unless it is `1`). For A/B benchmarks and tests: both give the same bits.
+/// combine launch does), overriding the tuning's `merge` (`None`: back to it;
+/// `MINISGL_DECODE_SPLIT_MERGE`, `auto` unless set). For A/B benchmarks and
+/// tests: both give the same bits.
 pub fn set_decode_split_merge(on: Option<bool>) {
     crate::gpu::set_split_merge(on);
+}
+
+/// Replaces the CUDA decode kernel's tuning (pipeline stages, split plan, merge)
+/// for this process (`None`: back to the environment's,
+/// [`DecodeTuning::from_env`]): benchmarks sweep variants in one run, tests check
+/// each against the reference. [`set_decode_split_merge`] still overrides its merge.
+pub fn set_decode_tuning(tuning: Option<DecodeTuning>) {
+    crate::gpu::set_decode_tuning(tuning);
+}
+
+/// The decode tuning in force (see [`set_decode_tuning`]).
+pub fn decode_tuning() -> DecodeTuning {
+    crate::gpu::decode_tuning()
 }
 
 /// The split count to fix in [`PagedAttnMeta::decode_splits`] for a decode step of

@@ -19,7 +19,7 @@
 //! | [`penalty_count`], [`apply_penalties`] | repetition/frequency/presence penalties from per-slot counters |
 //! | [`logprobs`] | log probabilities of sampled tokens and the top alternatives |
 //! | [`fill_uniform`] | deterministic uniform values, the same on every device (dummy weights) |
-//! | [`paged_attention`], [`set_decode_split_merge`] | attention over the paged KV cache (prefill and decode), and the decode kernel's split merge switch |
+//! | [`paged_attention`], [`set_decode_split_merge`], [`set_decode_tuning`] | attention over the paged KV cache (prefill and decode), and the decode kernel's split merge switch and run-time tuning |
 //! | [`moe_route`], [`moe_align`], [`moe_gemm`], [`moe_sum`], [`fused_experts`], [`fused_moe`] | mixture of experts (`moe` module) |
 
 mod attention;
@@ -37,8 +37,8 @@ mod skinny;
 mod store;
 
 pub use attention::{
-    decode_graph_splits, decode_kernel_fits, paged_attention, paged_attention_with, set_decode_split_merge, AttnKernel,
-    PagedAttnMeta,
+    decode_graph_splits, decode_kernel_fits, decode_tuning, paged_attention, paged_attention_with,
+    set_decode_split_merge, set_decode_tuning, AttnKernel, DecodePlanKind, DecodeTuning, PagedAttnMeta, SplitMerge,
 };
 pub use convert::{cast, copy};
 pub use dense::{argmax, fused_add_rms_norm, head_rms_norm, linear, linear_silu_mul, rms_norm, rope, silu_mul};

@@ -1,0 +1,303 @@
+//! The decode kernel's run-time variants (`ops::DecodeTuning`: the tensor-core
+//! block's pipeline stages, the `waves` and `keys` split plans, the split merge in
+//! the decode launch or in the combine launch) against the CPU reference: page
+//! sizes 1, 16, 64, 256; head dimensions 64, 128, 256; GQA ratios 1, 2, 4, 8;
+//! contexts 1 to 32768; ragged batches with and without splits (the host's plan
+//! and the fixed split counts of CUDA graphs); steps of 2 to 16 new tokens. Every
+//! variant must also give the same bits on a second run and, for a graph's
+//! fixed-split plan, when replayed from a captured CUDA graph.
+//!
+//! `MINISGL_GPU_TESTS=1` runs them on device 0 (`cpu`: a dry run, the CPU standing in).
+
+mod common;
+
+use std::sync::Mutex;
+
+use anyhow::{bail, ensure, Context, Result};
+use common::{enabled_or_dry_run, gpu, random, rng, target, view_like};
+use kernel_runtime::ops::{self, AttnKernel, DecodePlanKind, DecodeTuning, PagedAttnMeta};
+use kernel_runtime::{DType, Device, Tensor};
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::Rng;
+
+const CPU: Device = Device::Cpu;
+
+/// The tuning is process-wide: one test at a time changes it.
+static TUNING: Mutex<()> = Mutex::new(());
+
+/// One variant: a tuning and a forced split merge.
+#[derive(Clone, Copy)]
+struct Variant {
+    tuning: DecodeTuning,
+    merge: bool,
+}
+
+impl std::fmt::Display for Variant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let t = &self.tuning;
+        write!(f, "stages={} plan={:?} merge={}", t.stages, t.plan, self.merge)
+    }
+}
+
+/// Every pipeline depth with both plans and both merges (`all`), or the depths
+/// with one plan and merge each (a cheaper sweep for the 16-bit subset).
+fn variants(all: bool) -> Vec<Variant> {
+    let mut out = Vec::new();
+    for stages in [2, 3, 4] {
+        for (i, plan) in [DecodePlanKind::Waves, DecodePlanKind::Keys].into_iter().enumerate() {
+            for merge in [false, true] {
+                if all || (i == 1) == merge {
+                    // A small chunk minimum makes the plans split more often.
+                    let chunk_min = if merge { 64 } else { 128 };
+                    let tuning = DecodeTuning { stages, plan, chunk_min, ..DecodeTuning::default() };
+                    out.push(Variant { tuning, merge });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A GPU tensor full of 0xff bytes.
+fn poisoned(shape: &[usize], dtype: DType) -> Result<Tensor> {
+    let n: usize = shape.iter().product::<usize>() * dtype.size_in_bytes();
+    Ok(Tensor::from_bytes(&vec![0xffu8; n], dtype, shape, target())?)
+}
+
+/// ||got - want|| / ||want|| over f32 values (infinite when got holds a NaN/inf).
+fn rel_l2(got: &Tensor, want: &Tensor) -> Result<f64> {
+    ensure!(got.shape() == want.shape(), "shapes {:?} and {:?} differ", got.shape(), want.shape());
+    let (g, w) = (got.to_f32_vec()?, want.to_f32_vec()?);
+    let (mut num, mut den) = (0f64, 0f64);
+    for (a, b) in g.iter().zip(&w) {
+        if !a.is_finite() {
+            return Ok(f64::INFINITY);
+        }
+        num += (f64::from(*a) - f64::from(*b)).powi(2);
+        den += f64::from(*b).powi(2);
+    }
+    Ok(if den == 0.0 { num.sqrt() } else { (num / den).sqrt() })
+}
+
+fn assert_same_bytes(what: &str, got: &Tensor, want: &Tensor) -> Result<()> {
+    let (g, w) = (got.to_host_bytes()?, want.to_host_bytes()?);
+    ensure!(g.len() == w.len(), "{what}: {} bytes, expected {}", g.len(), w.len());
+    if let Some(i) = g.iter().zip(&w).position(|(a, b)| a != b) {
+        bail!("{what}: byte {i} is {:#04x}, expected {:#04x}", g[i], w[i]);
+    }
+    Ok(())
+}
+
+struct Case {
+    dtype: DType,
+    page_size: usize,
+    head_dim: usize,
+    heads: (usize, usize),
+}
+
+/// Runs `case` over `batch` on the CPU, then on the device with each variant and
+/// each split plan (the host's, and fixed counts that leave some sequences
+/// unsplit and some splits empty): close to the reference, the same bits on a
+/// second run, and (fixed counts, on a GPU) the same bits from a graph replay.
+fn check(r: &mut StdRng, case: &Case, batch_name: &str, batch: &[(usize, usize)], variants: &[Variant]) -> Result<()> {
+    let Case { dtype, page_size, head_dim: d, heads: (hq, hkv) } = *case;
+    let q_lens: Vec<usize> = batch.iter().map(|b| b.0).collect();
+    let kv_lens: Vec<usize> = batch.iter().map(|b| b.1).collect();
+    let t: usize = q_lens.iter().sum();
+    let b = batch.len();
+    let pages_per_seq: Vec<usize> = kv_lens.iter().map(|kv| kv.div_ceil(page_size)).collect();
+    let max_pages = pages_per_seq.iter().copied().max().unwrap_or(1).max(1) + 1;
+    let num_pages = pages_per_seq.iter().sum::<usize>() + 5;
+    let mut order: Vec<i32> = (0..num_pages as i32).collect();
+    order.shuffle(r);
+    let mut table = vec![-1i32; b * max_pages];
+    let mut next = 0;
+    for (s, &n) in pages_per_seq.iter().enumerate() {
+        table[s * max_pages..][..n].copy_from_slice(&order[next..next + n]);
+        next += n;
+    }
+    let mut indptr = vec![0i32];
+    for &q in &q_lens {
+        indptr.push(indptr.last().copied().unwrap_or(0) + q as i32);
+    }
+    let kv_i32: Vec<i32> = kv_lens.iter().map(|&k| k as i32).collect();
+    let (ti, tk, tt) = (
+        Tensor::from_slice(&indptr, &[b + 1], CPU)?,
+        Tensor::from_slice(&kv_i32, &[b], CPU)?,
+        Tensor::from_slice(&table, &[b, max_pages], CPU)?,
+    );
+    let qkv = random(r, &[t, hq + 2 * hkv, d], dtype, 0.0, 1.0)?;
+    let q = qkv.narrow(1, 0, hq)?;
+    let k_cache = random(r, &[num_pages, page_size, hkv, d], dtype, 0.0, 1.0)?;
+    let v_cache = random(r, &[num_pages, page_size, hkv, d], dtype, 0.0, 1.0)?;
+    let scale = 1.0 / (d as f32).sqrt();
+    let want = Tensor::zeros(&[t, hq, d], dtype, CPU)?;
+    let meta = PagedAttnMeta {
+        q_indptr: &ti,
+        kv_lens: &tk,
+        block_table: &tt,
+        q_lens_host: &q_lens,
+        kv_lens_host: &kv_lens,
+        decode_splits: None,
+    };
+    ops::paged_attention(&want, &q, &k_cache, &v_cache, &meta, scale)?;
+
+    let (gi, gk, gt) = (gpu(&ti)?, gpu(&tk)?, gpu(&tt)?);
+    let gq = view_like(&gpu(&qkv)?, &q, 0)?;
+    let (gkc, gvc) = (gpu(&k_cache)?, gpu(&v_cache)?);
+    let tol = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
+    for v in variants {
+        ops::set_decode_tuning(Some(v.tuning));
+        ops::set_decode_split_merge(Some(v.merge));
+        for decode_splits in [None, Some(1), Some(3), Some(40)] {
+            let gmeta = PagedAttnMeta {
+                q_indptr: &gi,
+                kv_lens: &gk,
+                block_table: &gt,
+                q_lens_host: &q_lens,
+                kv_lens_host: &kv_lens,
+                decode_splits,
+            };
+            let what = format!(
+                "decode [{v}, splits {decode_splits:?}] {dtype} page={page_size} d={d} heads={hq}/{hkv} batch={batch_name}"
+            );
+            let run = |out: &Tensor| ops::paged_attention_with(out, &gq, &gkc, &gvc, &gmeta, scale, AttnKernel::Decode);
+            let got = poisoned(&[t, hq, d], dtype)?;
+            run(&got).with_context(|| what.clone())?;
+            let err = rel_l2(&got, &want).with_context(|| what.clone())?;
+            ensure!(err <= tol, "{what}: relative L2 error {err:.3e} > {tol:.0e}");
+            let again = poisoned(&[t, hq, d], dtype)?;
+            run(&again).with_context(|| what.clone())?;
+            assert_same_bytes(&format!("{what}: second run"), &again, &got)?;
+            if let (Some(_), Device::Cuda(ordinal)) = (decode_splits, target()) {
+                let dev = kernel_runtime::cuda::device(ordinal)?;
+                let replayed = poisoned(&[t, hq, d], dtype)?;
+                let (mut graph, ()) = dev.capture(|| run(&replayed)).with_context(|| format!("{what}: capture"))?;
+                graph.replay()?;
+                graph.replay()?;
+                dev.synchronize()?;
+                assert_same_bytes(&format!("{what}: graph replay"), &replayed, &got)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Decode batches for a GQA group of `group` heads: ragged with and without
+/// splits, and steps of 2 to 16 new tokens (up to the tensor-core block's 16 rows
+/// per kv head; `max_rows` 8 on the CUDA-core blocks).
+fn batches(r: &mut StdRng, group: usize, max_rows: usize) -> Vec<(String, Vec<(usize, usize)>)> {
+    let mut out = vec![
+        ("ragged".to_owned(), vec![(1, 1), (1, 17), (1, 300), (1, 4096), (1, 2500), (1, 63), (1, 65), (0, 40)]),
+        ("one-short".to_owned(), vec![(1, 1)]),
+        ("one-long".to_owned(), vec![(1, 4096)]),
+    ];
+    let many: Vec<(usize, usize)> = (0..64).map(|_| (1, r.gen_range(100..=2000))).collect();
+    out.push(("64-uniform-100-2000".to_owned(), many));
+    let tokens = max_rows / group;
+    if tokens >= 2 {
+        let k = r.gen_range(2..=tokens);
+        out.push((
+            format!("multi-{tokens}-{k}"),
+            vec![(tokens, 300), (k, 5000), (tokens, tokens), (2, 2), (1, 1), (k, 1500)],
+        ));
+    }
+    out
+}
+
+/// A case, a batch name and the batch: (new tokens, kv length) per sequence.
+type Entry = (Case, String, Vec<(usize, usize)>);
+
+fn run_matrix(cases: &mut Vec<Entry>, all: bool) -> Result<()> {
+    let _guard = TUNING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut r = rng(21);
+    let mut failures = Vec::new();
+    let n = cases.len();
+    for (case, name, batch) in cases.drain(..) {
+        if let Err(e) = check(&mut r, &case, &name, &batch, &variants(all)) {
+            failures.push(format!("{e:#}"));
+        }
+    }
+    ops::set_decode_tuning(None);
+    ops::set_decode_split_merge(None);
+    println!("decode variants: {n} cases x {} variants", variants(all).len());
+    ensure!(failures.is_empty(), "{} of {n} decode cases failed:\n{}", failures.len(), failures.join("\n"));
+    Ok(())
+}
+
+/// bf16 on the tensor-core block, every variant.
+#[test]
+fn gpu_decode_variants_match_cpu_bf16() -> Result<()> {
+    if !enabled_or_dry_run() {
+        return Ok(());
+    }
+    let mut r = rng(20);
+    let mut cases = Vec::new();
+    for page_size in [1, 16, 64, 256] {
+        for head_dim in [64, 128, 256] {
+            for group in [1, 2, 4, 8] {
+                for (name, batch) in batches(&mut r, group, 16) {
+                    let case = Case { dtype: DType::BF16, page_size, head_dim, heads: (2 * group, 2) };
+                    cases.push((case, name, batch));
+                }
+            }
+        }
+        // The longest context, with a short one beside it.
+        let case = Case { dtype: DType::BF16, page_size, head_dim: 128, heads: (8, 2) };
+        cases.push((case, "32k".to_owned(), vec![(1, 32768), (1, 3)]));
+    }
+    run_matrix(&mut cases, true)
+}
+
+/// f16 on the tensor-core block and f32 on the CUDA-core blocks (compiled at run
+/// time; they have one pipeline depth, so the stages do not matter there), a
+/// cheaper set of variants.
+#[test]
+fn gpu_decode_variants_match_cpu_f16_f32() -> Result<()> {
+    if !enabled_or_dry_run() {
+        return Ok(());
+    }
+    let mut r = rng(22);
+    let mut cases = Vec::new();
+    for (dtype, max_rows) in [(DType::F16, 16), (DType::F32, 8)] {
+        for head_dim in [64, 128, 256] {
+            for group in [1, 4, 8] {
+                for (name, batch) in batches(&mut r, group, max_rows) {
+                    cases.push((Case { dtype, page_size: 16, head_dim, heads: (2 * group, 2) }, name, batch));
+                }
+            }
+        }
+    }
+    run_matrix(&mut cases, false)
+}
+
+/// Large batches of the benchmark's shapes: the plans' no-split and many-split
+/// decisions (b=256, b=64 uniform and ragged, b=1 long), at page 16.
+#[test]
+fn gpu_decode_variants_at_benchmark_shapes() -> Result<()> {
+    if !enabled_or_dry_run() {
+        return Ok(());
+    }
+    let mut r = rng(23);
+    let ragged: Vec<(usize, usize)> = (0..64).map(|_| (1, r.gen_range(100..=2000))).collect();
+    let mut cases = vec![
+        (
+            Case { dtype: DType::BF16, page_size: 16, head_dim: 128, heads: (32, 8) },
+            "b64-2048".to_owned(),
+            vec![(1, 2048); 64],
+        ),
+        (
+            Case { dtype: DType::BF16, page_size: 16, head_dim: 128, heads: (32, 8) },
+            "b256-1024".to_owned(),
+            vec![(1, 1024); 256],
+        ),
+        (
+            Case { dtype: DType::BF16, page_size: 16, head_dim: 128, heads: (32, 8) },
+            "b1-4096".to_owned(),
+            vec![(1, 4096)],
+        ),
+        (Case { dtype: DType::BF16, page_size: 16, head_dim: 128, heads: (16, 8) }, "b64-ragged".to_owned(), ragged),
+    ];
+    run_matrix(&mut cases, true)
+}
