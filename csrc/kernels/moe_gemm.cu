@@ -55,13 +55,21 @@ template <int TILE> struct MoeTile;
   template <> struct MoeTile<T> {                                                                       \
     static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, STAGES = STAGES_, MINB = MINB_; \
   };
-MSGL_MOE_TILE(0, 16, 64, 64, 1, 2, 8, 1)     // decode: 64-thread CTAs, 7 stages in flight
-MSGL_MOE_TILE(1, 16, 128, 128, 1, 4, 4, 1)   // decode when k % 128 == 0: 256-byte row segments
-MSGL_MOE_TILE(2, 32, 128, 64, 1, 4, 4, 1)    // up to ~24 tokens per expert
-MSGL_MOE_TILE(3, 64, 128, 64, 2, 2, 4, 1)    // up to ~96 tokens per expert
-MSGL_MOE_TILE(4, 128, 128, 64, 2, 2, 3, 1)   // prefill: 64 x 64 warp tiles
+MSGL_MOE_TILE(0, 16, 64, 64, 1, 2, 8, 1)      // decode: 64-thread CTAs, 7 stages in flight
+MSGL_MOE_TILE(1, 16, 128, 128, 1, 4, 4, 1)    // decode when k % 128 == 0: 256-byte row segments
+MSGL_MOE_TILE(2, 32, 128, 64, 1, 4, 4, 1)     // up to ~24 tokens per expert
+MSGL_MOE_TILE(3, 64, 128, 64, 2, 2, 4, 1)     // up to ~96 tokens per expert
+MSGL_MOE_TILE(4, 128, 128, 64, 2, 2, 3, 1)    // prefill: 64 x 64 warp tiles
+MSGL_MOE_TILE(5, 16, 32, 128, 1, 1, 4, 4)     // decode, GEMV-like: one warp, 52 KB, 4 CTAs per SM, 4x the CTAs of tile 1
+MSGL_MOE_TILE(6, 16, 64, 128, 1, 2, 3, 3)     // decode: 65 KB, 3 CTAs per SM, 2x the CTAs of tile 1
+MSGL_MOE_TILE(7, 16, 128, 64, 1, 4, 4, 2)     // a few rows per expert: 83 KB, 2 CTAs per SM
+MSGL_MOE_TILE(8, 32, 128, 64, 1, 4, 3, 3)     // tile 2 with 3 stages: 69 KB, 3 CTAs per SM
+MSGL_MOE_TILE(9, 32, 64, 128, 1, 2, 4, 2)     // tile 2 at half the columns: 2x the CTAs, 256-byte rows
+MSGL_MOE_TILE(10, 64, 128, 64, 2, 4, 4, 2)    // tile 3 with 8 warps (32 x 32 warp tiles)
+MSGL_MOE_TILE(11, 128, 128, 64, 2, 4, 3, 2)   // prefill, 8 warps (64 x 32 warp tiles), 2 CTAs per SM
+MSGL_MOE_TILE(12, 128, 256, 64, 2, 4, 3, 1)   // prefill, 8 warps (64 x 64 warp tiles), 166 KB
 #undef MSGL_MOE_TILE
-constexpr int kMoeTiles = 5;
+constexpr int kMoeTiles = 13;
 
 /* The BM (BK when `bk`) of tile `tile`, 0 when there is no such tile. */
 template <int TILE = 0> __host__ __device__ constexpr int moe_tile_bm(int tile, bool bk = false) {
@@ -160,6 +168,8 @@ __device__ __forceinline__ void moe_tiled_impl(const msgl_moe_gemm_params& p) {
   constexpr int GROUP = 8;
   static_assert(BM * CH % THREADS == 0 && BN * CH % THREADS == 0, "tile loads must divide among the threads");
   static_assert(NI % 2 == 0 && (!GATE_UP || NI % 4 == 0), "warp tiles come in pairs of n8 tiles");
+  static_assert(THREADS >= BM, "one thread per tile row loads the pair list");
+  static_assert(B_ITERS <= 32, "one validity bit per weight copy");
   extern __shared__ __align__(16) unsigned char moe_smem[];
   __shared__ int s_pair[BM];
   using T = unsigned short;
