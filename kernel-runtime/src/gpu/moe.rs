@@ -20,6 +20,16 @@
 //! | < 96 | 3 | 64 x 128 x 64 | 4 | 4 | mixed |
 //! | >= 96 | 4 | 128 x 128 x 64 | 4 (64 x 64 each) | 3 | prefill: tensor-core bound |
 //!
+//! Tiles 5..12 are candidates for that table, measured by the sweep of
+//! benches/moe.rs (`SUMMARY moe-tiles`): one-warp 16 x 32 x 128 (5) and two-warp
+//! 16 x 64 x 128 (6) decode tiles that put 4x / 2x the CTAs of tile 1 on the
+//! SMs (3-4 resident each) for the few experts a decode step touches; 16 x 128 x 64
+//! (7), 32 x 128 x 64 with 3 stages (8, 3 CTAs per SM) and 32 x 64 x 128 (9, twice
+//! the CTAs of tile 2) for a few rows per expert; 8-warp 64 x 128 (10), 128 x 128
+//! (11) and 128 x 256 (12) tiles for prefill; 13..17 are tiles 0, 7, 2, 8 and 3
+//! with a 256-byte L2 prefetch hint on the weight copies. `MINISGL_MOE_TILE_GATE_UP` and
+//! `MINISGL_MOE_TILE_DOWN` (tile indices, of equal BM) replace the plan's tiles.
+//!
 //! Launches through the AOT library use programmatic dependent launch (the down
 //! GEMM starts streaming its weights while the gate_up GEMM finishes;
 //! `MINISGL_MOE_PDL=0` turns it off); launches of AOT cubins or NVRTC instances
@@ -45,6 +55,8 @@ pub(crate) struct MoeTile {
     pub wm: usize,
     pub wn: usize,
     pub stages: usize,
+    /// The L2 prefetch size hint of the weight copies, bytes (0: none).
+    pub prefetch: usize,
 }
 
 impl MoeTile {
@@ -68,20 +80,25 @@ impl MoeTile {
 }
 
 /// moe_gemm.cu's tile table, by TILE.
-pub(crate) const TILES: [MoeTile; 13] = [
-    MoeTile { bm: 16, bn: 64, bk: 64, wm: 1, wn: 2, stages: 8 },
-    MoeTile { bm: 16, bn: 128, bk: 128, wm: 1, wn: 4, stages: 4 },
-    MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4 },
-    MoeTile { bm: 64, bn: 128, bk: 64, wm: 2, wn: 2, stages: 4 },
-    MoeTile { bm: 128, bn: 128, bk: 64, wm: 2, wn: 2, stages: 3 },
-    MoeTile { bm: 16, bn: 32, bk: 128, wm: 1, wn: 1, stages: 4 },
-    MoeTile { bm: 16, bn: 64, bk: 128, wm: 1, wn: 2, stages: 3 },
-    MoeTile { bm: 16, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4 },
-    MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 3 },
-    MoeTile { bm: 32, bn: 64, bk: 128, wm: 1, wn: 2, stages: 4 },
-    MoeTile { bm: 64, bn: 128, bk: 64, wm: 2, wn: 4, stages: 4 },
-    MoeTile { bm: 128, bn: 128, bk: 64, wm: 2, wn: 4, stages: 3 },
-    MoeTile { bm: 128, bn: 256, bk: 64, wm: 2, wn: 4, stages: 3 },
+pub(crate) const TILES: [MoeTile; 18] = [
+    MoeTile { bm: 16, bn: 64, bk: 64, wm: 1, wn: 2, stages: 8, prefetch: 0 },
+    MoeTile { bm: 16, bn: 128, bk: 128, wm: 1, wn: 4, stages: 4, prefetch: 0 },
+    MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4, prefetch: 0 },
+    MoeTile { bm: 64, bn: 128, bk: 64, wm: 2, wn: 2, stages: 4, prefetch: 0 },
+    MoeTile { bm: 128, bn: 128, bk: 64, wm: 2, wn: 2, stages: 3, prefetch: 0 },
+    MoeTile { bm: 16, bn: 32, bk: 128, wm: 1, wn: 1, stages: 4, prefetch: 0 },
+    MoeTile { bm: 16, bn: 64, bk: 128, wm: 1, wn: 2, stages: 3, prefetch: 0 },
+    MoeTile { bm: 16, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4, prefetch: 0 },
+    MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 3, prefetch: 0 },
+    MoeTile { bm: 32, bn: 64, bk: 128, wm: 1, wn: 2, stages: 4, prefetch: 0 },
+    MoeTile { bm: 64, bn: 128, bk: 64, wm: 2, wn: 4, stages: 4, prefetch: 0 },
+    MoeTile { bm: 128, bn: 128, bk: 64, wm: 2, wn: 4, stages: 3, prefetch: 0 },
+    MoeTile { bm: 128, bn: 256, bk: 64, wm: 2, wn: 4, stages: 3, prefetch: 0 },
+    MoeTile { bm: 16, bn: 64, bk: 64, wm: 1, wn: 2, stages: 8, prefetch: 256 },
+    MoeTile { bm: 16, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4, prefetch: 256 },
+    MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4, prefetch: 256 },
+    MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 3, prefetch: 256 },
+    MoeTile { bm: 64, bn: 128, bk: 64, wm: 2, wn: 2, stages: 4, prefetch: 256 },
 ];
 
 /// The shape of every tile of the table, by TILE: `[bm, bn, bk, wm, wn, stages]`
@@ -607,6 +624,7 @@ mod tests {
         for (i, r) in rows.iter().enumerate() {
             let t = TILES[i];
             assert_eq!(r[..7], [i, t.bm, t.bn, t.bk, t.wm, t.wn, t.stages], "tile {i}");
+            assert_eq!(r[8], t.prefetch, "tile {i}");
         }
         assert!(text.contains(&format!("constexpr int kMoeTiles = {};", TILES.len())));
     }
