@@ -7,6 +7,14 @@
 //! `SUMMARY moe M=<m> <median us> us <TFLOP/s> TFLOP/s <TB/s> TB/s`
 //! `SUMMARY moe-experts M=<m> ...` (the routing given: sort, GEMMs and sum, as
 //! mini-sglang's `fused_experts` and scripts/gpu/moe_triton_baseline.py time it)
+//! `SUMMARY moe-tiles M=<m> gate_up=<g> down=<d> ...` (`moe-experts` with every
+//! pair of tiles of equal rows from the tile table, `*` marking the plan's pair;
+//! `MINISGL_MOE_BENCH_TILES=5,6,7` sweeps only pairs of those tiles, `=none`
+//! skips the sweep), then `SUMMARY moe-tiles-best M=<m> gate_up=<g> down=<d> ...`
+//!
+//! The sweep is what the plan's table (kernel-runtime gpu/moe.rs `PLAN`) is set
+//! from; `MINISGL_MOE_TILE_GATE_UP` / `MINISGL_MOE_TILE_DOWN` override the plan
+//! of the `moe` and `moe-experts` lines too.
 //!
 //! FLOPs = 2 M top_k (2 I H + H I); TB/s = the bytes of the distinct experts the
 //! batch touches (3 H I bf16 each) over the time. Inputs rotate between 4 token
@@ -20,7 +28,7 @@ use std::time::Duration;
 
 use criterion::{Criterion, Throughput};
 use kernel_runtime::cuda::{self, EventTimer};
-use kernel_runtime::ops::{self, MoeRouting};
+use kernel_runtime::ops::{self, MoePlan, MoeRouting};
 use kernel_runtime::{Device, Tensor};
 
 const GPU: Device = Device::Cuda(0);
@@ -28,7 +36,7 @@ const EXPERTS: usize = 128;
 const TOP_K: usize = 8;
 const HIDDEN: usize = 2048;
 const INTER: usize = 768;
-const MS: [usize; 6] = [1, 16, 64, 256, 1024, 4096];
+const MS: [usize; 9] = [1, 2, 4, 8, 16, 64, 256, 1024, 4096];
 const SETS: usize = 4;
 
 /// Deterministic xorshift64* stream.
@@ -109,6 +117,8 @@ enum Op {
     FusedMoe,
     /// `ops::fused_experts`: the experts of a given routing.
     Experts,
+    /// `ops::fused_experts_with` one plan.
+    ExpertsWith(MoePlan),
 }
 
 struct Weights {
@@ -121,6 +131,7 @@ fn launch(op: Op, w: &Weights, c: &Case, i: usize) -> kernel_runtime::Result<()>
     match op {
         Op::FusedMoe => ops::fused_moe(&c.xs[s], &c.logits[s], &w.w13, &w.w2, TOP_K, true).map(drop),
         Op::Experts => ops::fused_experts(&c.xs[s], &w.w13, &w.w2, &c.routings[s]).map(drop),
+        Op::ExpertsWith(plan) => ops::fused_experts_with(&c.xs[s], &w.w13, &w.w2, &c.routings[s], Some(plan)).map(drop),
     }
 }
 
@@ -207,16 +218,60 @@ fn run() -> kernel_runtime::Result<()> {
         return Err(e);
     }
 
+    let figures = |c: &Case, us: f64| {
+        format!(
+            "{us:.1} us {:.1} TFLOP/s {:.2} TB/s",
+            c.flops / (us * 1e-6) / 1e12,
+            c.weight_bytes / (us * 1e-6) / 1e12
+        )
+    };
     for (op, label) in [(Op::FusedMoe, "moe"), (Op::Experts, "moe-experts")] {
         for c in &cases {
             let us = median_us(&timer, op, &w, c, 25)?;
-            println!(
-                "SUMMARY {label} M={} {us:.1} us {:.1} TFLOP/s {:.2} TB/s",
-                c.m,
-                c.flops / (us * 1e-6) / 1e12,
-                c.weight_bytes / (us * 1e-6) / 1e12
-            );
+            let p = ops::moe::moe_plan(c.m, TOP_K, EXPERTS, HIDDEN, INTER);
+            println!("SUMMARY {label} M={} {} (tiles {} {})", c.m, figures(c, us), p.gate_up_tile, p.down_tile);
+        }
+    }
+
+    let pairs = tile_pairs();
+    if pairs.is_empty() {
+        return Ok(());
+    }
+    for c in &cases {
+        let p = ops::moe::moe_plan(c.m, TOP_K, EXPERTS, HIDDEN, INTER);
+        let mut best: Option<(f64, usize, usize)> = None;
+        for &(g, d) in &pairs {
+            let plan = MoePlan { gate_up_tile: g, down_tile: d, pdl: p.pdl };
+            let us = median_us(&timer, Op::ExpertsWith(plan), &w, c, 15)?;
+            let mark = if (g, d) == (p.gate_up_tile, p.down_tile) { " *" } else { "" };
+            println!("SUMMARY moe-tiles M={} gate_up={g} down={d} {}{mark}", c.m, figures(c, us));
+            if best.is_none_or(|b| us < b.0) {
+                best = Some((us, g, d));
+            }
+        }
+        if let Some((us, g, d)) = best {
+            println!("SUMMARY moe-tiles-best M={} gate_up={g} down={d} {}", c.m, figures(c, us));
         }
     }
     Ok(())
+}
+
+/// The (gate_up, down) tile pairs of the sweep: every pair of equal rows among
+/// the tiles `MINISGL_MOE_BENCH_TILES` lists (default: the whole table).
+fn tile_pairs() -> Vec<(usize, usize)> {
+    let shapes = ops::moe::moe_tile_shapes();
+    let chosen: Vec<usize> = match std::env::var("MINISGL_MOE_BENCH_TILES") {
+        Ok(v) if v.trim() == "none" => Vec::new(),
+        Ok(v) => v.split(',').filter_map(|t| t.trim().parse().ok()).filter(|&t| t < shapes.len()).collect(),
+        Err(_) => (0..shapes.len()).collect(),
+    };
+    let mut pairs = Vec::new();
+    for &g in &chosen {
+        for &d in &chosen {
+            if shapes[g][0] == shapes[d][0] {
+                pairs.push((g, d));
+            }
+        }
+    }
+    pairs
 }

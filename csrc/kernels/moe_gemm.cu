@@ -49,19 +49,37 @@ namespace msgl {
 /* ---- the tile table ------------------------------------------------------------ */
 
 /* TILE -> tile shape: BM x BN per CTA, BK per pipeline stage, a WM x WN grid of
- * warps, STAGES-deep cp.async ring, MINB CTAs per SM for the register budget. */
+ * warps, STAGES-deep cp.async ring, MINB CTAs per SM for the register budget, and
+ * PF: the L2 prefetch size hint of the weight copies in bytes (0: none; 256: each
+ * 16-byte copy asks L2 for its whole 256-byte block, so a 128-byte row segment of
+ * a 64-wide stage also brings the next stage's segment of that row: twice the
+ * weight bytes in flight per CTA for the streaming tiles). */
 template <int TILE> struct MoeTile;
-#define MSGL_MOE_TILE(T, BM_, BN_, BK_, WM_, WN_, STAGES_, MINB_)                                       \
-  template <> struct MoeTile<T> {                                                                       \
+#define MSGL_MOE_TILE(T, BM_, BN_, BK_, WM_, WN_, STAGES_, MINB_, PF_)                                    \
+  template <> struct MoeTile<T> {                                                                         \
     static constexpr int BM = BM_, BN = BN_, BK = BK_, WM = WM_, WN = WN_, STAGES = STAGES_, MINB = MINB_; \
+    static constexpr int PF = PF_;                                                                        \
   };
-MSGL_MOE_TILE(0, 16, 64, 64, 1, 2, 8, 1)     // decode: 64-thread CTAs, 7 stages in flight
-MSGL_MOE_TILE(1, 16, 128, 128, 1, 4, 4, 1)   // decode when k % 128 == 0: 256-byte row segments
-MSGL_MOE_TILE(2, 32, 128, 64, 1, 4, 4, 1)    // up to ~24 tokens per expert
-MSGL_MOE_TILE(3, 64, 128, 64, 2, 2, 4, 1)    // up to ~96 tokens per expert
-MSGL_MOE_TILE(4, 128, 128, 64, 2, 2, 3, 1)   // prefill: 64 x 64 warp tiles
+MSGL_MOE_TILE(0, 16, 64, 64, 1, 2, 8, 1, 0)   // decode: 64-thread CTAs, 7 stages in flight
+MSGL_MOE_TILE(1, 16, 128, 128, 1, 4, 4, 1, 0) // decode when k % 128 == 0: 256-byte row segments
+MSGL_MOE_TILE(2, 32, 128, 64, 1, 4, 4, 1, 0)  // up to ~24 tokens per expert
+MSGL_MOE_TILE(3, 64, 128, 64, 2, 2, 4, 1, 0)  // up to ~96 tokens per expert
+MSGL_MOE_TILE(4, 128, 128, 64, 2, 2, 3, 1, 0) // prefill: 64 x 64 warp tiles
+MSGL_MOE_TILE(5, 16, 32, 128, 1, 1, 4, 4, 0)  // decode, GEMV-like: one warp, 52 KB, 4 CTAs per SM, 4x the CTAs of tile 1
+MSGL_MOE_TILE(6, 16, 64, 128, 1, 2, 3, 3, 0)  // decode: 65 KB, 3 CTAs per SM, 2x the CTAs of tile 1
+MSGL_MOE_TILE(7, 16, 128, 64, 1, 4, 4, 2, 0)  // a few rows per expert: 83 KB, 2 CTAs per SM
+MSGL_MOE_TILE(8, 32, 128, 64, 1, 4, 3, 3, 0)  // tile 2 with 3 stages: 69 KB, 3 CTAs per SM
+MSGL_MOE_TILE(9, 32, 64, 128, 1, 2, 4, 2, 0)  // tile 2 at half the columns: 2x the CTAs, 256-byte rows
+MSGL_MOE_TILE(10, 64, 128, 64, 2, 4, 4, 2, 0) // tile 3 with 8 warps (32 x 32 warp tiles)
+MSGL_MOE_TILE(11, 128, 128, 64, 2, 4, 3, 2, 0) // prefill, 8 warps (64 x 32 warp tiles), 2 CTAs per SM
+MSGL_MOE_TILE(12, 128, 256, 64, 2, 4, 3, 1, 0) // prefill, 8 warps (64 x 64 warp tiles), 166 KB
+MSGL_MOE_TILE(13, 16, 64, 64, 1, 2, 8, 1, 256)    // tile 0 with the 256-byte L2 prefetch of the weights
+MSGL_MOE_TILE(14, 16, 128, 64, 1, 4, 4, 2, 256)   // tile 7 with the prefetch
+MSGL_MOE_TILE(15, 32, 128, 64, 1, 4, 4, 1, 256)   // tile 2 with the prefetch
+MSGL_MOE_TILE(16, 32, 128, 64, 1, 4, 3, 3, 256)   // tile 8 with the prefetch
+MSGL_MOE_TILE(17, 64, 128, 64, 2, 2, 4, 1, 256)   // tile 3 with the prefetch
 #undef MSGL_MOE_TILE
-constexpr int kMoeTiles = 5;
+constexpr int kMoeTiles = 18;
 
 /* The BM (BK when `bk`) of tile `tile`, 0 when there is no such tile. */
 template <int TILE = 0> __host__ __device__ constexpr int moe_tile_bm(int tile, bool bk = false) {
@@ -92,6 +110,21 @@ template <int TILE, int GATE_UP> __host__ __device__ constexpr long long moe_til
 }
 
 /* ---- the tiled kernel ----------------------------------------------------------- */
+
+/* A 16-byte cp.async of weights (zero-filled past `bytes`), with the L2 prefetch
+ * size hint PF (0, 64, 128 or 256 bytes; a hint only: the copy is the same). */
+template <int PF> __device__ __forceinline__ void moe_cp_async16(void* smem, const void* gmem, int bytes) {
+  static_assert(PF == 0 || PF == 64 || PF == 128 || PF == 256, "prefetch sizes of PTX cp.async");
+  if constexpr (PF == 256) {
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;" ::"r"(smem_u32(smem)), "l"(gmem), "r"(bytes) : "memory");
+  } else if constexpr (PF == 128) {
+    asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(smem_u32(smem)), "l"(gmem), "r"(bytes) : "memory");
+  } else if constexpr (PF == 64) {
+    asm volatile("cp.async.cg.shared.global.L2::64B [%0], [%1], 16, %2;" ::"r"(smem_u32(smem)), "l"(gmem), "r"(bytes) : "memory");
+  } else {
+    cp_async16(smem, gmem, bytes);
+  }
+}
 
 /* The k loop of one CTA over its STAGES-deep ring. FULL: every m16 row tile of
  * the warp is inside the tile's rows (no per-tile guards in the hot loop). */
@@ -160,6 +193,8 @@ __device__ __forceinline__ void moe_tiled_impl(const msgl_moe_gemm_params& p) {
   constexpr int GROUP = 8;
   static_assert(BM * CH % THREADS == 0 && BN * CH % THREADS == 0, "tile loads must divide among the threads");
   static_assert(NI % 2 == 0 && (!GATE_UP || NI % 4 == 0), "warp tiles come in pairs of n8 tiles");
+  static_assert(THREADS >= BM, "one thread per tile row loads the pair list");
+  static_assert(B_ITERS <= 32, "one validity bit per weight copy");
   extern __shared__ __align__(16) unsigned char moe_smem[];
   __shared__ int s_pair[BM];
   using T = unsigned short;
@@ -215,7 +250,7 @@ __device__ __forceinline__ void moe_tiled_impl(const msgl_moe_gemm_params& p) {
       // Gate rows j0.. in the first half of the tile, the matching up rows n + j0.. in the second.
       const int row = GATE_UP && i * RSTEP >= BN / 2 ? p.n + j0 + r - BN / 2 : j0 + r;
       const bool valid = (b_valid >> i & 1u) && kt * BK + lc * 8 < K;
-      cp_async16(bs + r * ROW, w + (valid ? static_cast<long long>(row) * K + kt * BK : 0), valid ? 16 : 0);
+      moe_cp_async16<Cfg::PF>(bs + r * ROW, w + (valid ? static_cast<long long>(row) * K + kt * BK : 0), valid ? 16 : 0);
     }
   };
   // The weights do not depend on the previous kernel: start their pipeline first.

@@ -10,8 +10,12 @@
 //!   E=128 top-8 H=2048 I=768 (Qwen3-30B-A3B), E=64 top-4 H=2048 I=1408 and E=8
 //!   top-2 H=1024 I=3584, at M = 1, 2, 7, 16, 64, 255, 1024, 8192 tokens, with a
 //!   routing that leaves half the experts without tokens and drops a pair;
-//! - every tile of the table on the same inputs, and the fused route+sort path of
-//!   `fused_moe` bit for bit against route, then sort.
+//! - every tile of the table on the same inputs (odd shapes: sizes that are
+//!   multiples of 8 only, 3..256 experts, top-k 1..8, empty experts, M 1..8192;
+//!   and the Qwen3-30B-A3B shapes), every mixed pair of tiles of equal rows (the
+//!   gate_up and down GEMMs take different tiles), runs that repeat bit for bit,
+//!   and the fused route+sort path of `fused_moe` bit for bit against route, then
+//!   sort.
 //!
 //! Outputs are poisoned (NaN bytes) before each run: the caching allocator hands
 //! the next allocation of the same size a poisoned block.
@@ -227,21 +231,55 @@ fn fused_experts_match_naive_at_odd_shapes() -> Result<()> {
     if !enabled() {
         return Ok(());
     }
-    for cfg in [(3, 1, 8 * 37, 8 * 23), (5, 3, 8 * 9, 8 * 129), (17, 8, 8 * 131, 8 * 5), (256, 8, 8 * 65, 8)] {
+    for cfg in ODD {
         check_fused(DType::BF16, cfg, &[1, 5, 64, 300])?;
     }
     let (e, k, h, i) = (6, 2, 8 * 41, 8 * 19);
     let w = experts(7, e, h, i, DType::BF16)?;
     for m in [2, 90, 700] {
-        let x = random(m as u64, &[m, h], DType::BF16, 1.0, GPU)?;
-        let rt = routing(m as u64 + 1, m, e, k)?;
-        let want = ops::naive_experts(&x, &w.w13, &w.w2, &rt)?;
-        for tile in 0..5 {
-            let plan = MoePlan { gate_up_tile: tile, down_tile: tile, pdl: tile % 2 == 0 };
-            let got = ops::fused_experts_with(&x, &w.w13, &w.w2, &rt, Some(plan))?;
-            let err = rel_l2(&got, &want)?;
-            ensure!(err <= 1e-2, "odd shape, tile {tile} m={m}: relative L2 error {err:.3e} > 1e-2");
+        check_tiles(&w, (e, k), m, &same_tiles(), "odd shape")?;
+    }
+    // Every tile at the other odd shapes, decode to prefill sizes.
+    for (n, &(e, k, h, i)) in ODD.iter().enumerate() {
+        let w = experts(40 + n as u64, e, h, i, DType::BF16)?;
+        let ms: &[usize] = if n == 0 { &[1, 8, 300, 8192] } else { &[1, 5, 64, 300] };
+        for &m in ms {
+            check_tiles(&w, (e, k), m, &same_tiles(), "odd shape")?;
         }
+    }
+    Ok(())
+}
+
+/// Odd shapes: (experts, top-k, hidden, intermediate).
+const ODD: [(usize, usize, usize, usize); 4] =
+    [(3, 1, 8 * 37, 8 * 23), (5, 3, 8 * 9, 8 * 129), (17, 8, 8 * 131, 8 * 5), (256, 8, 8 * 65, 8)];
+
+/// Every tile of the table for both GEMMs.
+fn same_tiles() -> Vec<(usize, usize)> {
+    (0..ops::moe::moe_tile_shapes().len()).map(|t| (t, t)).collect()
+}
+
+/// Every (gate_up, down) pair of different tiles of equal rows.
+fn mixed_tiles() -> Vec<(usize, usize)> {
+    let shapes = ops::moe::moe_tile_shapes();
+    let n = shapes.len();
+    (0..n).flat_map(|g| (0..n).map(move |d| (g, d))).filter(|&(g, d)| g != d && shapes[g][0] == shapes[d][0]).collect()
+}
+
+/// `fused_experts_with` each tile pair against the naive experts, for `m` tokens
+/// routed to top-`k` of `e` experts (half of them empty, one pair dropped).
+fn check_tiles(w: &Experts, (e, k): (usize, usize), m: usize, pairs: &[(usize, usize)], what: &str) -> Result<()> {
+    let h = w.w13.dim(2);
+    let x = random(m as u64, &[m, h], DType::BF16, 1.0, GPU)?;
+    let rt = routing(m as u64 + 1, m, e, k)?;
+    let want = ops::naive_experts(&x, &w.w13, &w.w2, &rt)?;
+    for &(g, d) in pairs {
+        let plan = MoePlan { gate_up_tile: g, down_tile: d, pdl: (g + d) % 2 == 0 };
+        let what = format!("{what} e={e} k={k} h={h} i={} m={m} tiles {g} {d}", w.w2.dim(2));
+        poison_next_alloc(m * h * 2)?;
+        let got = ops::fused_experts_with(&x, &w.w13, &w.w2, &rt, Some(plan)).with_context(|| what.clone())?;
+        let err = rel_l2(&got, &want)?;
+        ensure!(err <= 1e-2, "{what}: relative L2 error {err:.3e} > 1e-2");
     }
     Ok(())
 }
@@ -254,16 +292,44 @@ fn every_tile_matches_naive() -> Result<()> {
     let (e, k, h, i) = CONFIGS[1];
     let w = experts(99, e, h, i, DType::BF16)?;
     for m in [3, 100, 600] {
-        let x = random(m as u64, &[m, h], DType::BF16, 1.0, GPU)?;
-        let rt = routing(m as u64 + 1, m, e, k)?;
-        let want = ops::naive_experts(&x, &w.w13, &w.w2, &rt)?;
-        for tile in 0..5 {
-            // Tile 1 streams 128-wide k chunks: 1408 is a multiple of 128, 2048 too.
-            let plan = MoePlan { gate_up_tile: tile, down_tile: tile, pdl: tile % 2 == 0 };
-            poison_next_alloc(m * h * 2)?;
-            let got = ops::fused_experts_with(&x, &w.w13, &w.w2, &rt, Some(plan))?;
-            let err = rel_l2(&got, &want)?;
-            ensure!(err <= 1e-2, "tile {tile} m={m}: relative L2 error {err:.3e} > 1e-2");
+        check_tiles(&w, (e, k), m, &same_tiles(), "every tile")?;
+    }
+    Ok(())
+}
+
+/// Every tile and every mixed pair at Qwen3-30B-A3B's shapes, decode to prefill.
+#[test]
+fn every_tile_matches_naive_qwen3_30b_shapes() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let (e, k, h, i) = CONFIGS[0];
+    let w = experts(77, e, h, i, DType::BF16)?;
+    for m in [1, 2, 8, 16, 64, 256, 1024] {
+        check_tiles(&w, (e, k), m, &same_tiles(), "qwen3-30b")?;
+    }
+    for m in [1, 16, 300] {
+        check_tiles(&w, (e, k), m, &mixed_tiles(), "qwen3-30b mixed")?;
+    }
+    Ok(())
+}
+
+/// Each tile gives the same bytes run after run (no atomics, fixed sum order).
+#[test]
+fn every_tile_is_deterministic() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let (e, k, h, i) = CONFIGS[0];
+    let w = experts(78, e, h, i, DType::BF16)?;
+    for m in [1, 64] {
+        let x = random(m as u64 + 9, &[m, h], DType::BF16, 1.0, GPU)?;
+        let rt = routing(m as u64 + 2, m, e, k)?;
+        for (g, d) in same_tiles() {
+            let plan = Some(MoePlan { gate_up_tile: g, down_tile: d, pdl: true });
+            let a = ops::fused_experts_with(&x, &w.w13, &w.w2, &rt, plan)?.to_host_bytes()?;
+            let b = ops::fused_experts_with(&x, &w.w13, &w.w2, &rt, plan)?.to_host_bytes()?;
+            ensure!(a == b, "tile {g} m={m}: two runs differ");
         }
     }
     Ok(())

@@ -20,6 +20,16 @@
 //! | < 96 | 3 | 64 x 128 x 64 | 4 | 4 | mixed |
 //! | >= 96 | 4 | 128 x 128 x 64 | 4 (64 x 64 each) | 3 | prefill: tensor-core bound |
 //!
+//! Tiles 5..12 are candidates for that table, measured by the sweep of
+//! benches/moe.rs (`SUMMARY moe-tiles`): one-warp 16 x 32 x 128 (5) and two-warp
+//! 16 x 64 x 128 (6) decode tiles that put 4x / 2x the CTAs of tile 1 on the
+//! SMs (3-4 resident each) for the few experts a decode step touches; 16 x 128 x 64
+//! (7), 32 x 128 x 64 with 3 stages (8, 3 CTAs per SM) and 32 x 64 x 128 (9, twice
+//! the CTAs of tile 2) for a few rows per expert; 8-warp 64 x 128 (10), 128 x 128
+//! (11) and 128 x 256 (12) tiles for prefill; 13..17 are tiles 0, 7, 2, 8 and 3
+//! with a 256-byte L2 prefetch hint on the weight copies. `MINISGL_MOE_TILE_GATE_UP` and
+//! `MINISGL_MOE_TILE_DOWN` (tile indices, of equal BM) replace the plan's tiles.
+//!
 //! Launches through the AOT library use programmatic dependent launch (the down
 //! GEMM starts streaming its weights while the gate_up GEMM finishes;
 //! `MINISGL_MOE_PDL=0` turns it off); launches of AOT cubins or NVRTC instances
@@ -45,6 +55,8 @@ pub(crate) struct MoeTile {
     pub wm: usize,
     pub wn: usize,
     pub stages: usize,
+    /// The L2 prefetch size hint of the weight copies, bytes (0: none).
+    pub prefetch: usize,
 }
 
 impl MoeTile {
@@ -68,35 +80,83 @@ impl MoeTile {
 }
 
 /// moe_gemm.cu's tile table, by TILE.
-pub(crate) const TILES: [MoeTile; 5] = [
-    MoeTile { bm: 16, bn: 64, bk: 64, wm: 1, wn: 2, stages: 8 },
-    MoeTile { bm: 16, bn: 128, bk: 128, wm: 1, wn: 4, stages: 4 },
-    MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4 },
-    MoeTile { bm: 64, bn: 128, bk: 64, wm: 2, wn: 2, stages: 4 },
-    MoeTile { bm: 128, bn: 128, bk: 64, wm: 2, wn: 2, stages: 3 },
+pub(crate) const TILES: [MoeTile; 18] = [
+    MoeTile { bm: 16, bn: 64, bk: 64, wm: 1, wn: 2, stages: 8, prefetch: 0 },
+    MoeTile { bm: 16, bn: 128, bk: 128, wm: 1, wn: 4, stages: 4, prefetch: 0 },
+    MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4, prefetch: 0 },
+    MoeTile { bm: 64, bn: 128, bk: 64, wm: 2, wn: 2, stages: 4, prefetch: 0 },
+    MoeTile { bm: 128, bn: 128, bk: 64, wm: 2, wn: 2, stages: 3, prefetch: 0 },
+    MoeTile { bm: 16, bn: 32, bk: 128, wm: 1, wn: 1, stages: 4, prefetch: 0 },
+    MoeTile { bm: 16, bn: 64, bk: 128, wm: 1, wn: 2, stages: 3, prefetch: 0 },
+    MoeTile { bm: 16, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4, prefetch: 0 },
+    MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 3, prefetch: 0 },
+    MoeTile { bm: 32, bn: 64, bk: 128, wm: 1, wn: 2, stages: 4, prefetch: 0 },
+    MoeTile { bm: 64, bn: 128, bk: 64, wm: 2, wn: 4, stages: 4, prefetch: 0 },
+    MoeTile { bm: 128, bn: 128, bk: 64, wm: 2, wn: 4, stages: 3, prefetch: 0 },
+    MoeTile { bm: 128, bn: 256, bk: 64, wm: 2, wn: 4, stages: 3, prefetch: 0 },
+    MoeTile { bm: 16, bn: 64, bk: 64, wm: 1, wn: 2, stages: 8, prefetch: 256 },
+    MoeTile { bm: 16, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4, prefetch: 256 },
+    MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4, prefetch: 256 },
+    MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 3, prefetch: 256 },
+    MoeTile { bm: 64, bn: 128, bk: 64, wm: 2, wn: 2, stages: 4, prefetch: 256 },
 ];
+
+/// The shape of every tile of the table, by TILE: `[bm, bn, bk, wm, wn, stages]`
+/// (tests and benchmarks pair the tiles of equal `bm`).
+pub(crate) fn tile_shapes() -> Vec<[usize; 6]> {
+    TILES.iter().map(|t| [t.bm, t.bn, t.bk, t.wm, t.wn, t.stages]).collect()
+}
 
 /// The threads of a moe_route launch: 4 warps per block (phase 0), or one block
 /// of 1024 (the fused sort, and moe_align).
 const ROUTE_THREADS: usize = 128;
 const ALIGN_THREADS: usize = 1024;
 
+/// The heuristic's table: the first row whose bound exceeds the rows per expert
+/// gives the tiles `(gate_up, down)`; `None` is the decode tile for that GEMM's k
+/// (tile 1 when k % 128 == 0, else tile 0). The last row has no bound.
+const PLAN: [(f64, Option<usize>, Option<usize>); 4] =
+    [(1.0, None, None), (24.0, Some(2), Some(2)), (96.0, Some(3), Some(3)), (f64::INFINITY, Some(4), Some(4))];
+
 /// The tile configuration for a batch of `num_tokens` tokens routed to `top_k` of
 /// `num_experts` experts, with hidden size `hidden` and intermediate size `inter`
-/// (see the module docs).
+/// (see the module docs), unless `MINISGL_MOE_TILE_GATE_UP` / `MINISGL_MOE_TILE_DOWN`
+/// name the tiles (see [`with_overrides`]).
 pub(crate) fn plan(num_tokens: usize, top_k: usize, num_experts: usize, hidden: usize, inter: usize) -> MoePlan {
+    let (gate_up_tile, down_tile) = heuristic(num_tokens, top_k, num_experts, hidden, inter);
+    let env = env_overrides();
+    with_overrides(MoePlan { gate_up_tile, down_tile, pdl: pdl_enabled() }, env.0.as_deref(), env.1.as_deref())
+}
+
+/// The table's tiles `(gate_up, down)` for a batch (see [`PLAN`]).
+fn heuristic(num_tokens: usize, top_k: usize, num_experts: usize, hidden: usize, inter: usize) -> (usize, usize) {
     let rows_per_expert = (num_tokens * top_k) as f64 / num_experts.max(1) as f64;
     let decode = |k: usize| if k.is_multiple_of(128) { 1 } else { 0 };
-    let (gate_up_tile, down_tile) = if rows_per_expert < 1.0 {
-        (decode(hidden), decode(inter))
-    } else if rows_per_expert < 24.0 {
-        (2, 2)
-    } else if rows_per_expert < 96.0 {
-        (3, 3)
-    } else {
-        (4, 4)
-    };
-    MoePlan { gate_up_tile, down_tile, pdl: pdl_enabled() }
+    let row = PLAN.iter().find(|r| rows_per_expert < r.0).unwrap_or(&PLAN[PLAN.len() - 1]);
+    (row.1.unwrap_or_else(|| decode(hidden)), row.2.unwrap_or_else(|| decode(inter)))
+}
+
+/// `MINISGL_MOE_TILE_GATE_UP` and `MINISGL_MOE_TILE_DOWN`, read once.
+fn env_overrides() -> &'static (Option<String>, Option<String>) {
+    static ENV: std::sync::OnceLock<(Option<String>, Option<String>)> = std::sync::OnceLock::new();
+    ENV.get_or_init(|| (std::env::var("MINISGL_MOE_TILE_GATE_UP").ok(), std::env::var("MINISGL_MOE_TILE_DOWN").ok()))
+}
+
+/// A tile index from the environment; one that does not parse becomes an index
+/// past the table, so that the launch fails with the error naming the variables
+/// rather than silently running another tile.
+fn parse_tile(v: &str) -> usize {
+    v.trim().parse().unwrap_or(usize::MAX)
+}
+
+/// `plan` with the tiles the environment names (for sweeps on the GPU): the
+/// gate_up tile from `gate_up`, the down tile from `down`, or, when only
+/// `gate_up` is set, the same tile for both (the row counts of the two must agree:
+/// one alignment serves both GEMMs). Empty values count as unset.
+pub(crate) fn with_overrides(plan: MoePlan, gate_up: Option<&str>, down: Option<&str>) -> MoePlan {
+    let set = |v: Option<&str>| v.filter(|v| !v.trim().is_empty()).map(parse_tile);
+    let (g, d) = (set(gate_up), set(down));
+    MoePlan { gate_up_tile: g.unwrap_or(plan.gate_up_tile), down_tile: d.or(g).unwrap_or(plan.down_tile), ..plan }
 }
 
 /// Whether launches use programmatic dependent launch (`MINISGL_MOE_PDL`, default 1).
@@ -109,7 +169,16 @@ fn tile(op: &'static str, index: usize) -> Result<MoeTile> {
     TILES
         .get(index)
         .copied()
-        .ok_or_else(|| Error::arg(op, format!("tile {index} is not in the table (0..{})", TILES.len())))
+        .ok_or_else(|| {
+            Error::arg(
+                op,
+                format!(
+                    "tile {} is not in the table (0..{}; MINISGL_MOE_TILE_GATE_UP / MINISGL_MOE_TILE_DOWN name tiles by index)",
+                    if index == usize::MAX { "(not a number)".to_owned() } else { index.to_string() },
+                    TILES.len()
+                ),
+            )
+        })
 }
 
 fn ptr(t: &Tensor) -> *mut std::ffi::c_void {
@@ -483,7 +552,10 @@ fn check_plan(plan: MoePlan) -> Result<usize> {
     if a.bm != b.bm {
         return Err(Error::arg(
             "fused_experts",
-            format!("tiles {} and {} have different row counts", plan.gate_up_tile, plan.down_tile),
+            format!(
+                "tiles {} ({} rows) and {} ({} rows) have different row counts (MINISGL_MOE_TILE_GATE_UP / MINISGL_MOE_TILE_DOWN must name tiles of equal rows)",
+                plan.gate_up_tile, a.bm, plan.down_tile, b.bm
+            ),
         ));
     }
     Ok(a.bm)
@@ -552,6 +624,7 @@ mod tests {
         for (i, r) in rows.iter().enumerate() {
             let t = TILES[i];
             assert_eq!(r[..7], [i, t.bm, t.bn, t.bk, t.wm, t.wn, t.stages], "tile {i}");
+            assert_eq!(r[8], t.prefetch, "tile {i}");
         }
         assert!(text.contains(&format!("constexpr int kMoeTiles = {};", TILES.len())));
     }
@@ -575,6 +648,46 @@ mod tests {
         for tile in TILES {
             assert!(tile.smem_bytes() <= 227 * 1024, "{tile:?}");
             assert!((tile.bm * tile.bk / 8) % tile.threads() == 0 && (tile.bn * tile.bk / 8) % tile.threads() == 0);
+            // moe_gemm.cu's static asserts: a thread per tile row, warp tiles in
+            // groups of four n8 tiles (gate and up pairs), row steps that tile
+            // the gate and up halves, at most 32 weight copies per thread.
+            assert!(tile.threads() >= tile.bm, "{tile:?}");
+            assert!((tile.bn / tile.wn / 8).is_multiple_of(4) && tile.bm.is_multiple_of(16 * tile.wm), "{tile:?}");
+            let rstep = tile.threads() / (tile.bk / 8);
+            assert!((tile.bn / 2).is_multiple_of(rstep) && tile.bn * tile.bk / 8 / tile.threads() <= 32, "{tile:?}");
         }
+        // Every row of the heuristic's table names tiles of equal rows.
+        for r in PLAN {
+            for k in [64, 128] {
+                let (g, d) = (r.1.unwrap_or(k / 128), r.2.unwrap_or(k / 128));
+                assert_eq!(TILES[g].bm, TILES[d].bm, "{r:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn environment_overrides_replace_the_plan_tiles() {
+        let base = MoePlan { gate_up_tile: 2, down_tile: 2, pdl: true };
+        assert_eq!(with_overrides(base, None, None), base);
+        assert_eq!(with_overrides(base, Some(""), Some(" ")), base);
+        // Only gate_up: both GEMMs take it (one alignment serves both).
+        assert_eq!(with_overrides(base, Some("8"), None), MoePlan { gate_up_tile: 8, down_tile: 8, pdl: true });
+        assert_eq!(with_overrides(base, Some(" 5 "), Some("6")), MoePlan { gate_up_tile: 5, down_tile: 6, pdl: true });
+        assert_eq!(with_overrides(base, None, Some("9")), MoePlan { gate_up_tile: 2, down_tile: 9, pdl: true });
+        // What does not parse is no tile: the launch reports it instead of running another.
+        let bad = with_overrides(base, Some("big"), None);
+        assert_eq!(bad.gate_up_tile, usize::MAX);
+        let err = check_plan(bad).unwrap_err().to_string();
+        assert!(err.contains("not a number") && err.contains("MINISGL_MOE_TILE_GATE_UP"), "{err}");
+        let err = check_plan(MoePlan { gate_up_tile: 5, down_tile: 2, pdl: false }).unwrap_err().to_string();
+        assert!(err.contains("different row counts"), "{err}");
+        assert_eq!(check_plan(MoePlan { gate_up_tile: 5, down_tile: 7, pdl: false }).unwrap(), 16);
+    }
+
+    #[test]
+    fn tile_shapes_list_the_table() {
+        let shapes = tile_shapes();
+        assert_eq!(shapes.len(), TILES.len());
+        assert_eq!(shapes[12], [128, 256, 64, 2, 4, 3]);
     }
 }

@@ -234,6 +234,19 @@ pub fn fused_moe(
     }
 }
 
+/// The CUDA grouped GEMMs' tile table (moe_gemm.cu's `MoeTile`), by index:
+/// `[bm, bn, bk, warps in m, warps in n, stages]`. A [`MoePlan`] names two tiles of
+/// equal `bm`; tests and benchmarks sweep the table with [`fused_experts_with`].
+pub fn moe_tile_shapes() -> Vec<[usize; 6]> {
+    crate::gpu::moe::tile_shapes()
+}
+
+/// The plan the CUDA path takes for `num_tokens` tokens (the heuristic, or the
+/// tiles `MINISGL_MOE_TILE_GATE_UP` / `MINISGL_MOE_TILE_DOWN` name).
+pub fn moe_plan(num_tokens: usize, top_k: usize, num_experts: usize, hidden: usize, inter: usize) -> MoePlan {
+    crate::gpu::moe::plan(num_tokens, top_k, num_experts, hidden, inter)
+}
+
 /// The experts of a batch one at a time with the dense ops, the reference of the
 /// fused kernels (models' `--moe naive`): for every expert with tokens, gather its
 /// tokens' rows ([`super::embedding`]), `linear` with its gate_up rows,
