@@ -101,7 +101,8 @@ __device__ __forceinline__ void skinny_tiled_impl(const msgl_skinny_tiled_params
   const long long steps = p.k / 32;
   const long long b_begin = steps * rank / splits;
   const long long b_end = steps * (rank + 1) / splits;
-  const long long n_stages = (b_end - b_begin + sk - 1) / sk;
+  /* Stages of this block (k / 32 < 2^31: int arithmetic for the slot indices). */
+  const int n_stages = static_cast<int>((b_end - b_begin + sk - 1) / sk);
 
   /* Stage slot layout (uint4 units): the weights, warp by warp (chunk x 2 rows x
    * 32 lanes each), then the x rows ((k-step * R + row) * 4 + part). A lane's
@@ -118,9 +119,9 @@ __device__ __forceinline__ void skinny_tiled_impl(const msgl_skinny_tiled_params
     w_ok[h] = col < p.n;
     w_row[h] = static_cast<const char*>(p.w) + (w_ok[h] ? col : 0) * p.k * 2 + t * 16;
   }
-  auto issue_w = [&](long long s) {
+  auto issue_w = [&](int s) {
     uint4* slots = base + (s % stages) * stage_vecs + warp * chunk * 2 * kWarpSize + lane;
-    const long long ks0 = b_begin + s * sk + wk * chunk;
+    const long long ks0 = b_begin + static_cast<long long>(s) * sk + wk * chunk;
     for (int c = 0; c < chunk; ++c) {
       const long long ks = ks0 + c;
       const bool in = ks < b_end;
@@ -130,9 +131,9 @@ __device__ __forceinline__ void skinny_tiled_impl(const msgl_skinny_tiled_params
     }
   };
   const char* const x = static_cast<const char*>(p.x);
-  auto issue_x = [&](long long s) {
+  auto issue_x = [&](int s) {
     uint4* slots = base + (s % stages) * stage_vecs + w_vecs;
-    const long long ks0 = b_begin + s * sk;
+    const long long ks0 = b_begin + static_cast<long long>(s) * sk;
     for (int v = threadIdx.x; v < x_vecs; v += kTiledThreads) {
       const int q = v % 4, r = (v / 4) % R, kl = v / (4 * R);
       const long long ks = ks0 + kl, row = row0 + r;
@@ -143,10 +144,10 @@ __device__ __forceinline__ void skinny_tiled_impl(const msgl_skinny_tiled_params
 
   /* The weight prefetch, then the dependency wait, then the x rows of the same
    * stages: one group, waited whole (the stages land together anyway). */
-  const long long pre = stages - 1 < n_stages ? stages - 1 : n_stages;
-  for (long long s = 0; s < pre; ++s) issue_w(s);
+  const int pre = stages - 1 < n_stages ? stages - 1 : n_stages;
+  for (int s = 0; s < pre; ++s) issue_w(s);
   grid_prologue();
-  for (long long s = 0; s < pre; ++s) issue_x(s);
+  for (int s = 0; s < pre; ++s) issue_x(s);
   cp_async_commit();
   cp_async_wait<0>();
   __syncthreads();
@@ -157,7 +158,7 @@ __device__ __forceinline__ void skinny_tiled_impl(const msgl_skinny_tiled_params
 #pragma unroll
     for (int c = 0; c < 4; ++c) acc[j][c] = 0.f;
 
-  for (long long s = 0; s < n_stages; ++s) {
+  for (int s = 0; s < n_stages; ++s) {
     if (s > 0) {
       /* Stage s landed (the groups after its own are the stages - 2 issued since),
        * and every warp is done with stage s - 1, whose slot is refilled next. */
