@@ -100,10 +100,9 @@ impl Variant {
             Variant::SkinnySilu(t) => format!("skinny-silu{t}"),
             Variant::SkinnyThenSilu => "skinny+silu_mul".into(),
             Variant::LinearSiluMul => "linear_silu_mul".into(),
-            Variant::Tiled(what, p) => format!(
-                "tiled{what} [nt{} wn{} ch{} st{} sp{}]",
-                p.n_tiles, p.warps_n, p.chunk, p.stages, p.k_splits
-            ),
+            Variant::Tiled(what, p) => {
+                format!("tiled{what} [nt{} wn{} ch{} st{} sp{}]", p.n_tiles, p.warps_n, p.chunk, p.stages, p.k_splits)
+            }
         }
     }
 }

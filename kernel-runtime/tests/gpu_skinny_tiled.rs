@@ -135,7 +135,8 @@ fn linear_with_and_without_the_tiled_path_matches_cpu() -> Result<()> {
 
 #[test]
 fn skinny_tiled_rejects_what_it_cannot_do() -> Result<()> {
-    if !enabled() {
+    // On the GPU only: the CPU reference takes any plan.
+    if !common::enabled() {
         return Ok(());
     }
     let mut r = rng(43);
@@ -151,5 +152,29 @@ fn skinny_tiled_rejects_what_it_cannot_do() -> Result<()> {
     ensure!(ops::skinny_tiled(&x, &w, None, Some(bad)).is_err(), "n_tiles 3 accepted");
     let bad = TiledPlan { n_tiles: 1, warps_n: 2, chunk: 2, stages: 4, k_splits: 4 };
     ensure!(ops::skinny_tiled(&x, &w, None, Some(bad)).is_err(), "4 splits of 2 k-steps accepted");
+    Ok(())
+}
+
+#[test]
+fn skinny_tiled_replays_in_a_cuda_graph_bitwise() -> Result<()> {
+    // Needs a CUDA device (no dry run): the capture records the launches.
+    if !common::enabled() {
+        return Ok(());
+    }
+    let dev = kernel_runtime::cuda::device(0)?;
+    let mut r = rng(44);
+    let (m, n, k) = (64, 2048, 1024);
+    let x = gpu(&random(&mut r, &[m, k], DType::BF16, 0.0, 1.0)?)?;
+    let w = gpu(&random(&mut r, &[n, k], DType::BF16, 0.0, 0.05)?)?;
+    let split = TiledPlan { n_tiles: 8, warps_n: 4, chunk: 2, stages: 3, k_splits: 4 };
+    let eager = [ops::skinny_tiled(&x, &w, None, None)?, ops::skinny_tiled(&x, &w, None, Some(split))?];
+    let (mut graph, outs) = dev.capture(|| -> Result<[Tensor; 2]> {
+        Ok([ops::skinny_tiled(&x, &w, None, None)?, ops::skinny_tiled(&x, &w, None, Some(split))?])
+    })?;
+    graph.replay()?;
+    dev.synchronize()?;
+    for (got, want) in outs.iter().zip(&eager) {
+        ensure!(got.to_host_bytes()? == want.to_host_bytes()?, "graph replay differs from the eager launch");
+    }
     Ok(())
 }
