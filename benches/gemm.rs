@@ -1,7 +1,13 @@
 //! Decode GEMMs (`x @ w^T`, bf16) at the projections of Llama-3-8B and
-//! Qwen3-0.6B, M = 1, 4, 16, 64 rows: the skinny kernel (`ops::skinny_gemm`,
-//! both tile widths, and one tile with K split 4 ways) against cuBLASLt (`ops::linear` with the skinny path
-//! switched off), plus `ops::linear` as the dispatch rule runs it. Criterion
+//! Qwen3-0.6B, M = 1, 4, 16, 32, 64, 128, 256 rows: the skinny kernel
+//! (`ops::skinny_gemm`, m <= 16: both tile widths, and one tile with K split 4
+//! ways) and the tiled skinny kernel (`ops::skinny_tiled`, every M: the rule's
+//! default plan `tiled`, then one line per plan that changes one of its choices,
+//! `tiled-wn<w>` / `-ch<c>` / `-st<s>` / `-sp<s>` / `-nt<t>`, each label ending in
+//! the whole plan `[nt wn ch st sp]`) against cuBLASLt (`ops::linear` with the
+//! skinny paths switched off), plus `ops::linear` as the dispatch rule runs it.
+//! Set `MINISGL_GEMM_BENCH_SHAPES=llama3-8b` (a substring of "model proj") to run
+//! some shapes only. Criterion
 //! timing with CUDA events around back-to-back launches (`iter_custom`), and one
 //! plain-text line per case for run scripts:
 //!
@@ -38,7 +44,7 @@ use kernel_runtime::cuda::{self, EventTimer};
 use kernel_runtime::{ops, Device, Tensor};
 
 const GPU: Device = Device::Cuda(0);
-const MS: [usize; 4] = [1, 4, 16, 64];
+const MS: [usize; 7] = [1, 4, 16, 32, 64, 128, 256];
 /// Weight bytes a case rotates over, at least.
 const ROTATE_BYTES: usize = 256 << 20;
 
@@ -76,6 +82,9 @@ enum Variant {
     SkinnyThenSilu,
     /// `ops::linear_silu_mul` as dispatched.
     LinearSiluMul,
+    /// `ops::skinny_tiled` with this plan; the label's prefix names what it
+    /// changes from the rule's default plan ("" for the default itself).
+    Tiled(&'static str, ops::TiledPlan),
 }
 
 impl Variant {
@@ -91,6 +100,9 @@ impl Variant {
             Variant::SkinnySilu(t) => format!("skinny-silu{t}"),
             Variant::SkinnyThenSilu => "skinny+silu_mul".into(),
             Variant::LinearSiluMul => "linear_silu_mul".into(),
+            Variant::Tiled(what, p) => {
+                format!("tiled{what} [nt{} wn{} ch{} st{} sp{}]", p.n_tiles, p.warps_n, p.chunk, p.stages, p.k_splits)
+            }
         }
     }
 }
@@ -101,6 +113,39 @@ struct Case {
     criterion: bool,
     weight_bytes: u64,
     run: Box<dyn Fn() -> kernel_runtime::Result<()>>,
+}
+
+/// The tiled kernel's default plan for m rows of `[n, k]`, then one plan per
+/// changed choice (block shape, chunk, depth, split, x tiles), skipping plans the
+/// kernel refuses (227 KiB of shared memory, more splits than k-steps) and repeats.
+fn tiled_variants(m: usize, n: usize, k: usize, sms: usize) -> Vec<Variant> {
+    let d = ops::skinny_tiled_default_plan(m, n, k, sms);
+    let mut plans: Vec<(&'static str, ops::TiledPlan)> = vec![("", d)];
+    for (what, w) in [("-wn1", 1), ("-wn2", 2), ("-wn4", 4), ("-wn8", 8)] {
+        plans.push((what, ops::TiledPlan { warps_n: w, ..d }));
+    }
+    for (what, c) in [("-ch1", 1), ("-ch4", 4)] {
+        plans.push((what, ops::TiledPlan { chunk: c, stages: (d.stages * d.chunk / c).clamp(2, 8), ..d }));
+    }
+    for (what, s) in [("-st2", 2), ("-st3", 3), ("-st6", 6)] {
+        plans.push((what, ops::TiledPlan { stages: s, ..d }));
+    }
+    for (what, s) in [("-sp1", 1), ("-sp2", 2), ("-sp4", 4), ("-sp8", 8)] {
+        plans.push((what, ops::TiledPlan { k_splits: s, ..d }));
+    }
+    if m > 64 {
+        plans.push(("-nt16", ops::TiledPlan { n_tiles: 16, stages: 2, ..d }));
+    }
+    let mut seen = Vec::new();
+    let mut out = Vec::new();
+    for (what, p) in plans {
+        if p.k_splits > k / 32 || p.shared_bytes() > 227 << 10 || seen.contains(&p) {
+            continue;
+        }
+        seen.push(p);
+        out.push(Variant::Tiled(what, p));
+    }
+    out
 }
 
 /// Deterministic pseudo-random bf16 values in about [-scale, scale) (never zeros).
@@ -170,6 +215,7 @@ fn case(
                 ops::skinny_gemm(&x, w, None, None, None).and_then(|g| ops::silu_mul(&g)).map(drop)
             }
             Variant::LinearSiluMul => ops::linear_silu_mul(&x, w, None).map(drop),
+            Variant::Tiled(_, p) => ops::skinny_tiled(&x, w, None, Some(p)).map(drop),
         }
     });
     Ok(Case {
@@ -222,8 +268,13 @@ fn run() -> kernel_runtime::Result<()> {
     let mut c = Criterion::default().configure_from_args();
     let failure: RefCell<Option<kernel_runtime::Error>> = RefCell::new(None);
     let mut summary = Vec::new();
+    let only = std::env::var("MINISGL_GEMM_BENCH_SHAPES").unwrap_or_default();
+    let sms = dev.sm_count().max(1) as usize;
     // One shape at a time, so that only its weight copies are allocated.
     for &(model, proj, k, n) in SHAPES {
+        if !format!("{model} {proj}").contains(only.as_str()) {
+            continue;
+        }
         let mut cases = Vec::new();
         let ws = weights(n, k)?;
         let label = format!("{model} {proj}");
@@ -235,6 +286,9 @@ fn run() -> kernel_runtime::Result<()> {
                 if model == "qwen3-0.6b" && proj != "lm_head" {
                     variants.extend([Variant::NormSkinny { prefetch: true }, Variant::NormSkinny { prefetch: false }]);
                 }
+            }
+            if proj != "lm_head" {
+                variants.extend(tiled_variants(m, n, k, sms));
             }
             if proj == "gate_up" {
                 variants.push(Variant::LinearSiluMul);

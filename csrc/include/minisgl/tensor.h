@@ -258,6 +258,33 @@ typedef struct msgl_skinny_gemm_params {
 } msgl_skinny_gemm_params;
 
 /*
+ * skinny_tiled: out[m, n] = sum_k x[m, k] w[n, k] (+ bias[n]) for mid-sized
+ * decode batches and large weights (skinny_tiled.cu): weights streamed through a
+ * `stages`-deep cp.async pipeline in shared memory (`chunk` k-steps of 32 a warp
+ * per stage, the first stages - 1 issued before the grid dependency wait), the
+ * x rows of a stage staged once per block, mma.sync with w as the A operand. A
+ * block of 8 warps = warps_n x (8 / warps_n) owns 16 warps_n rows of w, 8 N_TILES
+ * rows of x (y_chunks row groups cover m) and a range of K (a 1/C share in a
+ * cluster of C blocks); partial tiles are summed in shared memory and across the
+ * cluster in a fixed order (deterministic). Instance parameters: DTYPE (bf16 or
+ * f16), N_TILES (x rows / 8 a block: 1, 2, 4, 8 or 16).
+ */
+typedef struct msgl_skinny_tiled_params {
+  void* out;                   /* device, [m, n] contiguous */
+  const void* x;               /* device, [m, k], rows x_stride elements apart, 16-byte aligned */
+  const void* w;               /* device, [n, k] contiguous, 16-byte aligned */
+  const void* bias;            /* device, [n], or NULL */
+  int64_t m;                   /* rows of x, >= 1 */
+  int64_t n;                   /* output columns */
+  int64_t k;                   /* a multiple of 32 */
+  int64_t x_stride;            /* elements, a multiple of 8 */
+  int32_t warps_n;             /* 1, 2, 4 or 8: warps of a block on different weight rows */
+  int32_t chunk;               /* k-steps of 32 a warp per pipeline stage: 1..4 */
+  int32_t stages;              /* pipeline depth: 2..8 */
+  int32_t y_chunks;            /* ceil(m / (8 N_TILES)) */
+} msgl_skinny_tiled_params;
+
+/*
  * fill_uniform: out[i] = center + half_width * (2 u(seed, i) - 1) with u the top 24
  * bits of splitmix64(seed + (i + 1) * 0x9e3779b97f4a7c15) over 2^24 (dummy weights;
  * kernel-runtime's cpu::random computes the same values). Instance parameter: DTYPE.
@@ -641,6 +668,18 @@ MSGL_API int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x, 
                                   const msgl_tensor* bias, int32_t m_tiles, int32_t k_splits, int32_t gated,
                                   int32_t prefetch_steps, msgl_stream stream);
 
+/* skinny_tiled: out [m, n] contiguous, x [m, k] (unit last stride, 16-byte aligned
+ * rows), w [n, k] contiguous, bias [n] or NULL; bf16/f16; m >= 1, k % 32 == 0.
+ * n_tiles: the N_TILES instance (1, 2, 4, 8, 16; m above 8 n_tiles runs row groups);
+ * warps_n, chunk, stages: the block shape and pipeline (msgl_skinny_tiled_params);
+ * k_splits: blocks of a cluster sharing one tile's K (1..8, at most k / 32). */
+MSGL_API int32_t msgl_skinny_tiled(const msgl_tensor* out, const msgl_tensor* x, const msgl_tensor* w,
+                                   const msgl_tensor* bias, int32_t n_tiles, int32_t warps_n, int32_t chunk,
+                                   int32_t stages, int32_t k_splits, msgl_stream stream);
+/* The dynamic shared memory (bytes) one skinny_tiled block takes for a plan, or -1
+ * for an invalid plan: max(stages stages of weights and x, the partial tiles). */
+MSGL_API int64_t msgl_skinny_tiled_smem_bytes(int32_t n_tiles, int32_t warps_n, int32_t chunk, int32_t stages);
+
 /* fill_uniform: out [numel] contiguous, f32/f16/bf16; grid blocks of 256 threads
  * (grid-stride loop: any positive grid gives the same values). */
 MSGL_API int32_t msgl_fill_uniform(const msgl_tensor* out, uint64_t seed, float center, float half_width,
@@ -778,6 +817,7 @@ static_assert(sizeof(msgl_moe_sum_params) == 64, "msgl_moe_sum_params layout cha
 static_assert(sizeof(msgl_rope_store_params) == 192, "msgl_rope_store_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_fill_uniform_params) == 32, "msgl_fill_uniform_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_skinny_gemm_params) == 72, "msgl_skinny_gemm_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_skinny_tiled_params) == 80, "msgl_skinny_tiled_params layout changed: run cargo xtask codegen");
 #endif
 
 #endif /* MINISGL_TENSOR_H */

@@ -41,6 +41,7 @@ mod rope;
 mod rope_store;
 mod sampling;
 pub(crate) mod skinny;
+pub(crate) mod skinny_tiled;
 mod token_mask;
 
 pub(crate) use activation::silu_mul;

@@ -11,6 +11,7 @@
 //! | [`rope`] | rotary embedding (neox layout), in place |
 //! | [`rope_store`] | q/k norm (optional) + rotary embedding + KV store, fused |
 //! | [`skinny_gemm`], [`set_skinny_gemm`], [`set_skinny_prefetch`] | the decode GEMM `linear` picks at m <= 16, its switch and its weight prefetch's |
+//! | [`skinny_tiled`], [`TiledPlan`], [`set_skinny_tiled`] | the pipelined decode GEMM `linear` picks next (mid batches, large weights), its plan and switch |
 //! | [`linear_silu_mul`], [`skinny_gemm_silu_mul`] | gate_up projection + SiLU-and-mul (one launch on the skinny path) |
 //! | [`silu_mul`] | SiLU(gate) * up |
 //! | [`argmax`] | greedy token choice |
@@ -52,5 +53,8 @@ pub use moe::{
 pub use penalties::{apply_penalties, penalty_count, CountKind, PenaltyRow, PROMPT_BIT};
 pub use random::fill_uniform;
 pub use sampling::{apply_token_mask, sample, sample_into, SampleRow};
-pub use skinny::{set_skinny_gemm, set_skinny_prefetch, skinny_gemm, skinny_gemm_silu_mul};
+pub use skinny::{
+    set_skinny_gemm, set_skinny_prefetch, set_skinny_tiled, skinny_gemm, skinny_gemm_silu_mul, skinny_tiled,
+    skinny_tiled_default_plan, TiledPlan,
+};
 pub use store::store_kv;

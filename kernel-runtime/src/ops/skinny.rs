@@ -1,7 +1,9 @@
 //! `skinny_gemm`: `x @ w^T (+ bias)` through the decode GEMM kernel
 //! (csrc/kernels/skinny_gemm.cu) whatever the dispatch rule says, its gated
 //! variant `skinny_gemm_silu_mul` (a gate_up projection with SiLU-and-mul in the
-//! epilogue), and the switches of the rule and of the kernel's weight prefetch.
+//! epilogue), `skinny_tiled` (the pipelined kernel of mid batch sizes and large
+//! weights, csrc/kernels/skinny_tiled.cu, with an explicit plan), and the
+//! switches of the rules and of the kernels' weight prefetch.
 //! Models call [`super::linear`] and [`super::linear_silu_mul`], which pick the
 //! kernels by rule on CUDA (see `gpu::skinny::plan`, `plan_gated`); these ops are
 //! for tests and benchmarks.
@@ -26,6 +28,62 @@ pub fn set_skinny_gemm(on: Option<bool>) {
 /// benchmarks: results are the same bits either way.
 pub fn set_skinny_prefetch(on: Option<bool>) {
     crate::gpu::skinny::set_prefetch(on);
+}
+
+/// Forces the tiled path of [`super::linear`] (the rule after the skinny one) on
+/// or off for this process, or back to `MINISGL_SKINNY_TILED` (`None`; on unless
+/// that variable is `0`). For A/B benchmarks.
+pub fn set_skinny_tiled(on: Option<bool>) {
+    crate::gpu::skinny_tiled::set_enabled(on);
+}
+
+pub use crate::gpu::skinny_tiled::TiledPlan;
+
+/// The plan the tiled kernel's rule starts from for `m` rows of `[n, k]` weights
+/// on `sms` SMs, before the `MINISGL_SKINNY_TILED_*` overrides (benchmarks sweep
+/// around it; `gpu::skinny_tiled::default_plan` says why each choice).
+pub fn skinny_tiled_default_plan(m: usize, n: usize, k: usize, sms: usize) -> TiledPlan {
+    crate::gpu::skinny_tiled::default_plan(m, n, k, sms)
+}
+
+/// `x @ w^T (+ bias)` with the tiled skinny kernel: `x` `[m, k]` (m >= 1, unit
+/// inner stride, rows 16-byte aligned), `w` `[n, k]` contiguous, `bias` `[n]`
+/// contiguous, bf16/f16, `k` a multiple of 32; `plan` overrides the rule's plan
+/// (whatever the rule's row limit). Returns a new `[m, n]`. On the CPU this is
+/// the reference `linear`.
+pub fn skinny_tiled(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, plan: Option<TiledPlan>) -> Result<Tensor> {
+    const OP: &str = "skinny_tiled";
+    let device = common_device(OP, &[("x", x), ("w", w)])?;
+    let [m, k] = x.dims::<2>(OP, "x")?;
+    let [n, wk] = w.dims::<2>(OP, "w")?;
+    if wk != k {
+        return Err(Error::arg(
+            OP,
+            format!("argument `w` has shape {:?}, expected [_, {k}] to match `x` {:?}", w.shape(), x.shape()),
+        ));
+    }
+    x.expect_dtype(OP, "x", &[DType::BF16, DType::F16])?;
+    w.expect_dtype(OP, "w", &[x.dtype()])?.expect_contiguous(OP, "w")?;
+    if let Some(b) = bias {
+        b.expect_shape(OP, "bias", &[n])?.expect_device(OP, "bias", device)?.expect_dtype(OP, "bias", &[x.dtype()])?;
+        b.expect_contiguous(OP, "bias")?;
+    }
+    if m == 0 || k == 0 || !k.is_multiple_of(32) {
+        return Err(Error::arg(OP, format!("needs m >= 1 and k a positive multiple of 32, got x {:?}", x.shape())));
+    }
+    let out = Tensor::empty(&[m, n], x.dtype(), device)?;
+    if n == 0 {
+        return Ok(out);
+    }
+    match device {
+        Device::Cpu => crate::cpu::dense::linear(&out, x, w, bias)?,
+        Device::Cuda(_) => {
+            let sms = x.cuda_device().map_or(1, |d| d.sm_count().max(1) as usize);
+            let plan = plan.unwrap_or_else(|| crate::gpu::skinny_tiled::rule_plan(m, n, k, sms));
+            crate::gpu::skinny_tiled::skinny_tiled(&out, x, w, bias, plan)?;
+        }
+    }
+    Ok(out)
 }
 
 /// `x @ w^T (+ bias)` with the skinny kernel: `x` `[m, k]` (1 <= m <= 16, unit

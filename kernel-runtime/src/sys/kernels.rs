@@ -555,6 +555,76 @@ impl Default for msgl_skinny_gemm_params {
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
+pub struct msgl_skinny_tiled_params {
+    pub out: *mut ::std::os::raw::c_void,
+    pub x: *const ::std::os::raw::c_void,
+    pub w: *const ::std::os::raw::c_void,
+    pub bias: *const ::std::os::raw::c_void,
+    pub m: i64,
+    pub n: i64,
+    pub k: i64,
+    pub x_stride: i64,
+    pub warps_n: i32,
+    pub chunk: i32,
+    pub stages: i32,
+    pub y_chunks: i32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of msgl_skinny_tiled_params",
+    ][::std::mem::size_of::<msgl_skinny_tiled_params>() - 80usize];
+    [
+        "Alignment of msgl_skinny_tiled_params",
+    ][::std::mem::align_of::<msgl_skinny_tiled_params>() - 8usize];
+    [
+        "Offset of field: msgl_skinny_tiled_params::out",
+    ][::std::mem::offset_of!(msgl_skinny_tiled_params, out) - 0usize];
+    [
+        "Offset of field: msgl_skinny_tiled_params::x",
+    ][::std::mem::offset_of!(msgl_skinny_tiled_params, x) - 8usize];
+    [
+        "Offset of field: msgl_skinny_tiled_params::w",
+    ][::std::mem::offset_of!(msgl_skinny_tiled_params, w) - 16usize];
+    [
+        "Offset of field: msgl_skinny_tiled_params::bias",
+    ][::std::mem::offset_of!(msgl_skinny_tiled_params, bias) - 24usize];
+    [
+        "Offset of field: msgl_skinny_tiled_params::m",
+    ][::std::mem::offset_of!(msgl_skinny_tiled_params, m) - 32usize];
+    [
+        "Offset of field: msgl_skinny_tiled_params::n",
+    ][::std::mem::offset_of!(msgl_skinny_tiled_params, n) - 40usize];
+    [
+        "Offset of field: msgl_skinny_tiled_params::k",
+    ][::std::mem::offset_of!(msgl_skinny_tiled_params, k) - 48usize];
+    [
+        "Offset of field: msgl_skinny_tiled_params::x_stride",
+    ][::std::mem::offset_of!(msgl_skinny_tiled_params, x_stride) - 56usize];
+    [
+        "Offset of field: msgl_skinny_tiled_params::warps_n",
+    ][::std::mem::offset_of!(msgl_skinny_tiled_params, warps_n) - 64usize];
+    [
+        "Offset of field: msgl_skinny_tiled_params::chunk",
+    ][::std::mem::offset_of!(msgl_skinny_tiled_params, chunk) - 68usize];
+    [
+        "Offset of field: msgl_skinny_tiled_params::stages",
+    ][::std::mem::offset_of!(msgl_skinny_tiled_params, stages) - 72usize];
+    [
+        "Offset of field: msgl_skinny_tiled_params::y_chunks",
+    ][::std::mem::offset_of!(msgl_skinny_tiled_params, y_chunks) - 76usize];
+};
+impl Default for msgl_skinny_tiled_params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
 pub struct msgl_fill_uniform_params {
     pub out: *mut ::std::os::raw::c_void,
     pub numel: i64,
@@ -1509,6 +1579,24 @@ pub struct KernelLibrary {
         prefetch_steps: i32,
         stream: msgl_stream,
     ) -> i32,
+    pub msgl_skinny_tiled: unsafe extern "C" fn(
+        out: *const msgl_tensor,
+        x: *const msgl_tensor,
+        w: *const msgl_tensor,
+        bias: *const msgl_tensor,
+        n_tiles: i32,
+        warps_n: i32,
+        chunk: i32,
+        stages: i32,
+        k_splits: i32,
+        stream: msgl_stream,
+    ) -> i32,
+    pub msgl_skinny_tiled_smem_bytes: unsafe extern "C" fn(
+        n_tiles: i32,
+        warps_n: i32,
+        chunk: i32,
+        stages: i32,
+    ) -> i64,
     pub msgl_fill_uniform: unsafe extern "C" fn(
         out: *const msgl_tensor,
         seed: u64,
@@ -1687,6 +1775,10 @@ impl KernelLibrary {
         let msgl_rope = __library.get(b"msgl_rope\0").map(|sym| *sym)?;
         let msgl_rope_store = __library.get(b"msgl_rope_store\0").map(|sym| *sym)?;
         let msgl_skinny_gemm = __library.get(b"msgl_skinny_gemm\0").map(|sym| *sym)?;
+        let msgl_skinny_tiled = __library.get(b"msgl_skinny_tiled\0").map(|sym| *sym)?;
+        let msgl_skinny_tiled_smem_bytes = __library
+            .get(b"msgl_skinny_tiled_smem_bytes\0")
+            .map(|sym| *sym)?;
         let msgl_fill_uniform = __library.get(b"msgl_fill_uniform\0").map(|sym| *sym)?;
         let msgl_silu_mul = __library.get(b"msgl_silu_mul\0").map(|sym| *sym)?;
         let msgl_argmax = __library.get(b"msgl_argmax\0").map(|sym| *sym)?;
@@ -1724,6 +1816,8 @@ impl KernelLibrary {
             msgl_rope,
             msgl_rope_store,
             msgl_skinny_gemm,
+            msgl_skinny_tiled,
+            msgl_skinny_tiled_smem_bytes,
             msgl_fill_uniform,
             msgl_silu_mul,
             msgl_argmax,
@@ -1908,6 +2002,42 @@ impl KernelLibrary {
             prefetch_steps,
             stream,
         )
+    }
+    pub unsafe fn msgl_skinny_tiled(
+        &self,
+        out: *const msgl_tensor,
+        x: *const msgl_tensor,
+        w: *const msgl_tensor,
+        bias: *const msgl_tensor,
+        n_tiles: i32,
+        warps_n: i32,
+        chunk: i32,
+        stages: i32,
+        k_splits: i32,
+        stream: msgl_stream,
+    ) -> i32 {
+        (self
+            .msgl_skinny_tiled)(
+            out,
+            x,
+            w,
+            bias,
+            n_tiles,
+            warps_n,
+            chunk,
+            stages,
+            k_splits,
+            stream,
+        )
+    }
+    pub unsafe fn msgl_skinny_tiled_smem_bytes(
+        &self,
+        n_tiles: i32,
+        warps_n: i32,
+        chunk: i32,
+        stages: i32,
+    ) -> i64 {
+        (self.msgl_skinny_tiled_smem_bytes)(n_tiles, warps_n, chunk, stages)
     }
     pub unsafe fn msgl_fill_uniform(
         &self,
