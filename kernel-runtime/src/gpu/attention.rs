@@ -319,7 +319,14 @@ pub(crate) fn paged_attention(
     }
     let tensor_cores = q.dtype() != DType::F32 && decode_tensor_cores_enabled();
     let rows = decode_rows(meta.q_lens_host, hq / hkv, d, tensor_cores);
+    // Batches of long query runs: the prefill kernel (prefill::kernel_for's rule).
+    let sms = device_of(OP, &q)?.sm_count().max(1) as usize;
+    let kernel = super::prefill::kernel_for(kernel, q.dtype(), d, meta.q_lens_host, hq / hkv, hkv, sms);
     match (kernel, rows) {
+        (AttnKernel::Prefill, _) => {
+            let p = attention_params(out, &q, k_cache, v_cache, meta, scale, 0, 1)?;
+            super::prefill::prefill_attention(out, &q, k_cache, v_cache, meta, p)
+        }
         (AttnKernel::Tile, _) | (AttnKernel::Auto, None) => tile_attention(out, &q, k_cache, v_cache, meta, scale),
         (AttnKernel::Auto | AttnKernel::Decode, Some(rows)) => decode_attention(out, &q, k_cache, v_cache, meta, scale, rows),
         (AttnKernel::Decode, None) => Err(Error::arg(

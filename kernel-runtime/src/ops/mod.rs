@@ -37,7 +37,7 @@ mod skinny;
 mod store;
 
 pub use attention::{
-    decode_graph_splits, decode_kernel_fits, paged_attention, paged_attention_with, set_decode_split_merge, AttnKernel,
+    decode_graph_splits, decode_kernel_fits, paged_attention, paged_attention_with, set_decode_split_merge, set_prefill_tile, AttnKernel,
     PagedAttnMeta,
 };
 pub use convert::{cast, copy};
