@@ -195,14 +195,21 @@ fn run() -> kernel_runtime::Result<()> {
     }
     let prefill =
         |hq: usize, b: usize, l: usize| Shape { hq, hkv: 8, head_dim: 128, page_size: 16, seqs: vec![(l, l); b] };
-    let prefill_shapes = [(32, 1, 4096, "32/8 b=1 L=4096"), (32, 8, 1024, "32/8 b=8 L=1024"), (16, 1, 4096, "16/8 b=1 L=4096")];
+    let prefill_shapes =
+        [(32, 1, 4096, "32/8 b=1 L=4096"), (32, 8, 1024, "32/8 b=8 L=1024"), (16, 1, 4096, "16/8 b=1 L=4096")];
     for (i, &(hq, b, l, name)) in prefill_shapes.iter().enumerate() {
         let seed = 300 + i as u64;
         // `prefill`: what Auto picks (the prefill kernel by its rule); `prefill-tile`:
         // the tile kernel; `prefill-new tile=N`: each variant of the prefill kernel's
         // tile table (MINISGL_PREFILL_TILE=N), all at head dim 128.
         cases.push(attention_case(format!("prefill {name}"), prefill(hq, b, l), AttnKernel::Auto, HOST_PLAN, seed)?);
-        cases.push(attention_case(format!("prefill-tile {name}"), prefill(hq, b, l), AttnKernel::Tile, HOST_PLAN, seed)?);
+        cases.push(attention_case(
+            format!("prefill-tile {name}"),
+            prefill(hq, b, l),
+            AttnKernel::Tile,
+            HOST_PLAN,
+            seed,
+        )?);
         for tile in prefill_tiles() {
             let splits = Splits { prefill_tile: Some(tile), ..HOST_PLAN };
             let case_name = format!("prefill-new tile={tile} {name}");

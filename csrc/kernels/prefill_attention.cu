@@ -36,7 +36,8 @@
  * page numbers outside the cache; shared rows are padded by 16 bytes so ldmatrix is
  * free of bank conflicts. Fragments: Q and K with ldmatrix, V with ldmatrix.trans,
  * P re-packed from the S accumulators in registers; mma.sync m16n8k16 with f32
- * accumulators; softmax online in the log2 domain (ex2.approx). Only the tiles
+ * accumulators; softmax online in the log2 domain (one FFMA and one ex2.approx per
+ * score; the host sends only positive scales). Only the tiles
  * that reach past a warp's first row position are masked; tiles past a warp's last
  * row position are skipped by that warp (it still takes part in the loads and the
  * barriers). Padding rows of a short last q tile read zero Q, attend like the
@@ -306,27 +307,30 @@ __device__ __forceinline__ void prefill_attention_impl(const msgl_attention_para
           }
         }
       }
-      /* Scale (log2 domain), mask (tiles reaching past the warp's first position),
-       * online softmax. */
-      const bool masked = start + BN - 1 > warp_first_pos;
+      /* Mask: only tiles reaching past the warp's first position (a uniform branch). */
+      if (start + BN - 1 > warp_first_pos) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+              if (start + nt * 8 + tid * 2 + (i & 1) > pos[mt][i / 2]) s[mt][nt][i] = neg_inf();
+      }
+      /* Online softmax in the log2 domain: m is the running max of scale_log2 * s
+       * (scale_log2 > 0, checked by the host, so the max of the raw scores scales),
+       * and p = exp2(s * scale_log2 - m) is one FFMA and one ex2. */
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           float tile_max = neg_inf();
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              float v = s[mt][nt][2 * h + e] * scale_log2;
-              if (masked && start + nt * 8 + tid * 2 + e > pos[mt][h]) v = neg_inf();
-              s[mt][nt][2 * h + e] = v;
-              tile_max = fmaxf(tile_max, v);
-            }
-          }
+          for (int nt = 0; nt < NT; ++nt)
+            tile_max = fmaxf(tile_max, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
           tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
           tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-          const float m_new = fmaxf(m[mt][h], tile_max);
+          const float m_new = fmaxf(m[mt][h], tile_max * scale_log2);
           /* A row with no key yet keeps m = -inf: subtract 0 so exp2 gives 0, not NaN. */
           const float m_ref = m_new == neg_inf() ? 0.f : m_new;
           const float alpha = fast_exp2(m[mt][h] - m_ref);
@@ -336,7 +340,7 @@ __device__ __forceinline__ void prefill_attention_impl(const msgl_attention_para
           for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              const float pv = fast_exp2(s[mt][nt][2 * h + e] - m_ref);
+              const float pv = fast_exp2(fmaf(s[mt][nt][2 * h + e], scale_log2, -m_ref));
               s[mt][nt][2 * h + e] = pv;
               sum += pv;
             }
@@ -464,6 +468,8 @@ extern "C" int32_t msgl_prefill_attention(const msgl_tensor* out, const msgl_ten
                      plan->num_q_tiles);
   if (q != nullptr && q->dtype != MSGL_BF16 && q->dtype != MSGL_F16)
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: bf16 or f16 only", op);
+  if (!(plan->scale_log2 > 0.f) || plan->scale_log2 > 3.4e38f)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the softmax scale must be positive and finite", op);
   msgl_attention_params p;
   MSGL_TRY(attention_check_and_fill(op, out, q, k_cache, v_cache, q_indptr, kv_lens, block_table, nullptr, nullptr,
                                     plan, &p));

@@ -45,6 +45,9 @@ fn rel_l2(got: &Tensor, want: &Tensor) -> Result<f64> {
     Ok(if den == 0.0 { num.sqrt() } else { (num / den).sqrt() })
 }
 
+/// (new tokens, kv length) per sequence.
+type Batch = Vec<(usize, usize)>;
+
 struct Case {
     dtype: DType,
     page_size: usize,
@@ -198,7 +201,7 @@ fn prefill_attention_gpu_long_sequences() -> Result<()> {
     }
     let mut r = rng(13);
     let mut failures = Vec::new();
-    let long: [(Case, &str, Vec<(usize, usize)>); 4] = [
+    let long: [(Case, &str, Batch); 4] = [
         (Case { dtype: DType::BF16, page_size: 16, head_dim: 128, heads: (8, 2) }, "L=4096", vec![(4096, 4096)]),
         // A chunk of 8000 new tokens over a cached prefix of 192, page size 64, GQA 8.
         (Case { dtype: DType::F16, page_size: 64, head_dim: 64, heads: (8, 1) }, "L=8192", vec![(8000, 8192)]),
@@ -227,7 +230,8 @@ fn prefill_attention_gpu_tile_variants() -> Result<()> {
     }
     let mut r = rng(14);
     let mut failures = Vec::new();
-    for (head_dim, tiles) in [(64, vec![1, 2, 3, 4, 5, 6, 7, 8]), (128, vec![1, 2, 3, 4, 5, 6, 7, 8]), (256, vec![3, 5, 8])]
+    for (head_dim, tiles) in
+        [(64, vec![1, 2, 3, 4, 5, 6, 7, 8]), (128, vec![1, 2, 3, 4, 5, 6, 7, 8]), (256, vec![3, 5, 8])]
     {
         let tiles: Vec<Option<usize>> = tiles.into_iter().map(Some).collect();
         let case = Case { dtype: DType::BF16, page_size: 16, head_dim, heads: (8, 2) };

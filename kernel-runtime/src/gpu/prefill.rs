@@ -7,7 +7,7 @@
 //! query rows are mostly long runs and that fills the GPU with q tiles
 //! ([`auto_takes`]); `AttnKernel::Prefill` forces it (an error for f32 or another
 //! head dimension than 64, 128, 256). `MINISGL_PREFILL_KERNEL=tile` keeps `Auto`
-//! off it, `=new` sends every batch it can hold to it.
+//! off it, `=new` sends it every batch it holds that is not the decode kernel's.
 //!
 //! Tile variants ([`TILES`], the kernel's `PrefillTile` table): `MINISGL_PREFILL_TILE`
 //! (default 0, the per-head-dim default; 1..8 are compiled at run time) or
@@ -101,6 +101,12 @@ pub(super) fn supports(dtype: DType, head_dim: usize) -> bool {
     matches!(dtype, DType::BF16 | DType::F16) && matches!(head_dim, 64 | 128 | 256)
 }
 
+/// Whether the kernel's softmax takes `scale` (it scales the running max of the raw
+/// scores, so the scale must be positive).
+fn scale_ok(scale: f32) -> bool {
+    scale > 0.0 && scale.is_finite()
+}
+
 /// q tiles of `rows` packed query rows in a batch.
 fn q_tiles(q_lens: &[usize], group: usize, rows: usize) -> usize {
     q_lens.iter().map(|&q| (q * group).div_ceil(rows)).sum()
@@ -124,7 +130,7 @@ enum Mode {
     Rule,
     /// Never the prefill kernel (`tile`).
     Tile,
-    /// The prefill kernel for every batch it holds (`new`).
+    /// The prefill kernel for every batch it holds but the decode kernel's (`new`).
     New,
 }
 
@@ -138,18 +144,22 @@ fn mode() -> Mode {
 }
 
 /// The kernel `kernel` resolves to for a batch: `Auto` becomes `Prefill` where the
-/// mode and the rule say so; every other choice is kept.
+/// mode and the rule say so (`decode_fits`: the decode kernel holds the batch, which
+/// `Auto` then keeps for it whatever the mode; the kernel's softmax needs a
+/// positive `scale`); every other choice is kept.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn kernel_for(
     kernel: AttnKernel,
     dtype: DType,
     head_dim: usize,
+    scale: f32,
+    decode_fits: bool,
     q_lens: &[usize],
     group: usize,
     num_kv_heads: usize,
     sms: usize,
 ) -> AttnKernel {
-    if kernel != AttnKernel::Auto || !supports(dtype, head_dim) {
+    if kernel != AttnKernel::Auto || decode_fits || !supports(dtype, head_dim) || !scale_ok(scale) {
         return kernel;
     }
     let rows = tile_shape(selected_tile(), head_dim).map_or(128, |s| s.rows());
@@ -203,6 +213,12 @@ pub(super) fn prefill_attention(
         return Err(Error::arg(
             OP,
             format!("the prefill kernel holds bf16/f16 at head dims 64, 128, 256, not {} at {d}", q.dtype()),
+        ));
+    }
+    if !scale_ok(params.scale_log2) {
+        return Err(Error::arg(
+            OP,
+            format!("the prefill kernel needs a positive finite scale, not {}", params.scale_log2),
         ));
     }
     let tile = selected_tile();
@@ -282,14 +298,20 @@ mod tests {
     fn explicit_choices_and_unsupported_batches_keep_their_kernel() {
         let long = [4096];
         for k in [AttnKernel::Tile, AttnKernel::Decode, AttnKernel::Prefill] {
-            assert_eq!(kernel_for(k, DType::BF16, 128, &long, 4, 8, 132), k);
+            assert_eq!(kernel_for(k, DType::BF16, 128, 0.1, false, &long, 4, 8, 132), k);
         }
-        assert_eq!(kernel_for(AttnKernel::Auto, DType::F32, 128, &long, 4, 8, 132), AttnKernel::Auto);
-        assert_eq!(kernel_for(AttnKernel::Auto, DType::BF16, 96, &long, 4, 8, 132), AttnKernel::Auto);
+        assert_eq!(kernel_for(AttnKernel::Auto, DType::F32, 128, 0.1, false, &long, 4, 8, 132), AttnKernel::Auto);
+        assert_eq!(kernel_for(AttnKernel::Auto, DType::BF16, 96, 0.1, false, &long, 4, 8, 132), AttnKernel::Auto);
+        // A non-positive scale, and a batch the decode kernel holds, stay off it.
+        assert_eq!(kernel_for(AttnKernel::Auto, DType::BF16, 128, 0.0, false, &long, 4, 8, 132), AttnKernel::Auto);
+        assert_eq!(kernel_for(AttnKernel::Auto, DType::BF16, 128, 0.1, true, &[1; 512], 4, 8, 132), AttnKernel::Auto);
         // Without MINISGL_PREFILL_KERNEL (the test environment), the rule decides.
         if std::env::var_os("MINISGL_PREFILL_KERNEL").is_none() {
-            assert_eq!(kernel_for(AttnKernel::Auto, DType::F16, 64, &long, 4, 8, 132), AttnKernel::Prefill);
-            assert_eq!(kernel_for(AttnKernel::Auto, DType::BF16, 128, &[1; 64], 4, 8, 132), AttnKernel::Auto);
+            assert_eq!(kernel_for(AttnKernel::Auto, DType::F16, 64, 0.1, false, &long, 4, 8, 132), AttnKernel::Prefill);
+            assert_eq!(
+                kernel_for(AttnKernel::Auto, DType::BF16, 128, 0.1, false, &[9; 64], 4, 8, 132),
+                AttnKernel::Auto
+            );
         }
     }
 

@@ -37,8 +37,8 @@ mod skinny;
 mod store;
 
 pub use attention::{
-    decode_graph_splits, decode_kernel_fits, paged_attention, paged_attention_with, set_decode_split_merge, set_prefill_tile, AttnKernel,
-    PagedAttnMeta,
+    decode_graph_splits, decode_kernel_fits, paged_attention, paged_attention_with, set_decode_split_merge,
+    set_prefill_tile, AttnKernel, PagedAttnMeta,
 };
 pub use convert::{cast, copy};
 pub use dense::{argmax, fused_add_rms_norm, head_rms_norm, linear, linear_silu_mul, rms_norm, rope, silu_mul};
