@@ -20,6 +20,9 @@
 //! (`auto`: in the decode launch when its busy blocks fit one wave), and at b=1
 //! the merge forced each way. The other cases run the environment's tuning
 //! (`MINISGL_DECODE_*`, gpu/decode_plan.rs), so a run script can sweep it too.
+//! The `prefill-new tile=N` cases run each tile variant of the prefill kernel
+//! (prefill_attention.cu), `prefill-tile` the tile kernel, `prefill` what `Auto`
+//! picks, at the same three shapes.
 //!
 //! The `decode-graph` cases run the fixed-split plan a CUDA graph captures at
 //! batch 1 (Qwen3-0.6B's heads, the split count of a 40960-token context: most
@@ -71,16 +74,18 @@ struct Shape {
 
 /// How a decode case plans its splits: the host's plan, or a CUDA graph's fixed
 /// count; with the split merge in the decode launch (`merge` true) or in the
-/// combine launch (false; `None`: as the tuning says), and a tuning of its own
-/// (`None`: the environment's).
+/// combine launch (false; `None`: as the tuning says), a decode tuning of its own
+/// (`None`: the environment's), and the prefill kernel's tile variant
+/// (`ops::set_prefill_tile`; `None`: the default).
 #[derive(Clone, Copy)]
 struct Splits {
     fixed: Option<usize>,
     merge: Option<bool>,
     tuning: Option<DecodeTuning>,
+    prefill_tile: Option<usize>,
 }
 
-const HOST_PLAN: Splits = Splits { fixed: None, merge: None, tuning: None };
+const HOST_PLAN: Splits = Splits { fixed: None, merge: None, tuning: None, prefill_tile: None };
 
 fn attention_case(
     name: String,
@@ -138,7 +143,9 @@ fn attention_case(
             };
             ops::set_decode_tuning(splits.tuning);
             ops::set_decode_split_merge(splits.merge);
+            ops::set_prefill_tile(splits.prefill_tile);
             let r = ops::paged_attention_with(&out, &q, &k_cache, &v_cache, &meta, scale, kernel);
+            ops::set_prefill_tile(None);
             ops::set_decode_split_merge(None);
             ops::set_decode_tuning(None);
             r
@@ -155,6 +162,15 @@ fn uniform_contexts(n: usize, lo: usize, hi: usize, seed: u64) -> Vec<(usize, us
             (1, lo + (s >> 33) as usize % (hi - lo + 1))
         })
         .collect()
+}
+
+/// The prefill kernel's tile variants the bench sweeps: `MINISGL_BENCH_PREFILL_TILES`
+/// (comma-separated), else all of 0..=8 (every one fits head dim 128).
+fn prefill_tiles() -> Vec<usize> {
+    match std::env::var("MINISGL_BENCH_PREFILL_TILES") {
+        Ok(v) => v.split(',').filter_map(|t| t.trim().parse().ok()).collect(),
+        Err(_) => (0..=8).collect(),
+    }
 }
 
 fn run() -> kernel_runtime::Result<()> {
@@ -199,7 +215,7 @@ fn run() -> kernel_runtime::Result<()> {
                         format!("decode-var stages={stages} plan={label}{m} {name}"),
                         decode(hq, 16, seqs.clone()),
                         AttnKernel::Decode,
-                        Splits { fixed: None, merge, tuning: Some(tuning) },
+                        Splits { fixed: None, merge, tuning: Some(tuning), prefill_tile: None },
                         500 + i as u64,
                     )?);
                 }
@@ -216,22 +232,33 @@ fn run() -> kernel_runtime::Result<()> {
                 format!("decode-graph 16/8 page=16 b=1 ctx={ctx} splits={graph_splits} {label}"),
                 decode(16, 16, vec![(1, ctx)]),
                 AttnKernel::Decode,
-                Splits { fixed: Some(graph_splits), merge: Some(merge), tuning: None },
+                Splits { fixed: Some(graph_splits), merge: Some(merge), tuning: None, prefill_tile: None },
                 400 + ctx as u64,
             )?);
         }
     }
     let prefill =
         |hq: usize, b: usize, l: usize| Shape { hq, hkv: 8, head_dim: 128, page_size: 16, seqs: vec![(l, l); b] };
-    for (i, (name, shape)) in [
-        ("32/8 b=1 L=4096", prefill(32, 1, 4096)),
-        ("32/8 b=8 L=1024", prefill(32, 8, 1024)),
-        ("16/8 b=1 L=4096", prefill(16, 1, 4096)),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        cases.push(attention_case(format!("prefill {name}"), shape, AttnKernel::Auto, HOST_PLAN, 300 + i as u64)?);
+    let prefill_shapes =
+        [(32, 1, 4096, "32/8 b=1 L=4096"), (32, 8, 1024, "32/8 b=8 L=1024"), (16, 1, 4096, "16/8 b=1 L=4096")];
+    for (i, &(hq, b, l, name)) in prefill_shapes.iter().enumerate() {
+        let seed = 300 + i as u64;
+        // `prefill`: what Auto picks (the prefill kernel by its rule); `prefill-tile`:
+        // the tile kernel; `prefill-new tile=N`: each variant of the prefill kernel's
+        // tile table (MINISGL_PREFILL_TILE=N), all at head dim 128.
+        cases.push(attention_case(format!("prefill {name}"), prefill(hq, b, l), AttnKernel::Auto, HOST_PLAN, seed)?);
+        cases.push(attention_case(
+            format!("prefill-tile {name}"),
+            prefill(hq, b, l),
+            AttnKernel::Tile,
+            HOST_PLAN,
+            seed,
+        )?);
+        for tile in prefill_tiles() {
+            let splits = Splits { prefill_tile: Some(tile), ..HOST_PLAN };
+            let case_name = format!("prefill-new tile={tile} {name}");
+            cases.push(attention_case(case_name, prefill(hq, b, l), AttnKernel::Prefill, splits, seed)?);
+        }
     }
     common::bench_cases("attention", &cases)
 }

@@ -72,6 +72,17 @@ fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
             vec![("DTYPE", dtype), ("HEAD_DIM", head_dim), ("ROWS", rows), ("STAGES", stages)],
         ));
     }
+    // The prefill kernel: the default tile at every head dim and both dtypes, and
+    // every variant that fits (the sweep compiles them at run time).
+    for (dtype, head_dim) in [(2, 64), (1, 128), (2, 128), (1, 256)] {
+        out.push(("prefill_attention", vec![("DTYPE", dtype), ("HEAD_DIM", head_dim), ("TILE", 0)]));
+    }
+    for tile in 1..=8 {
+        out.push(("prefill_attention", vec![("DTYPE", 2), ("HEAD_DIM", 128), ("TILE", tile)]));
+    }
+    for tile in [3, 5, 8] {
+        out.push(("prefill_attention", vec![("DTYPE", 2), ("HEAD_DIM", 256), ("TILE", tile)]));
+    }
     out
 }
 
@@ -131,6 +142,7 @@ fn every_new_family_has_a_jit_entry_and_aot_instances() {
         "cast",
         "copy",
         "attention",
+        "prefill_attention",
     ] {
         let family = spec.family(name).unwrap_or_else(|| panic!("family `{name}` is not in kernels.toml"));
         assert!(family.jit_entry.is_some(), "{name} has no jit_entry");

@@ -738,6 +738,16 @@ MSGL_API int32_t msgl_paged_attention(const msgl_tensor* out, const msgl_tensor*
                              const msgl_tensor* lse_partial, const msgl_attention_params* plan, int32_t mma,
                              msgl_stream stream);
 
+/* prefill_attention: the prefill kernel over the tensors of paged_attention (bf16 or
+ * f16), for batches of long query runs; no key splits. `plan` carries num_q_tiles
+ * (the batch's q tiles of the instance's query rows: prefill_attention.cu's
+ * prefill_rows) and scale_log2, and max_splits = 1; tile selects the instance's
+ * tile table entry. The grid is num_q_tiles * num_kv_heads blocks. */
+MSGL_API int32_t msgl_prefill_attention(const msgl_tensor* out, const msgl_tensor* q, const msgl_tensor* k_cache,
+                             const msgl_tensor* v_cache, const msgl_tensor* q_indptr, const msgl_tensor* kv_lens,
+                             const msgl_tensor* block_table, const msgl_attention_params* plan, int32_t tile,
+                             msgl_stream stream);
+
 /* decode_attention: the decode kernel over the tensors of paged_attention, for
  * batches whose sequences have q_len * (num_q_heads / num_kv_heads) <= rows query
  * rows each (rows: the instance: 16 for the tensor-core block, bf16/f16; 1, 2, 4

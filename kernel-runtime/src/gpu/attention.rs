@@ -4,7 +4,8 @@
 //! of at most 8 query rows per (sequence, kv head); both split the keys when the
 //! batch alone would not fill the GPU, and share the combine phase.
 //!
-//! Which kernel: [`decode_rows`]. The decode kernel has a tensor-core block for
+//! Batches of long query runs go to a third kernel, csrc/kernels/prefill_attention.cu
+//! (gpu/prefill.rs, which holds its rule). Otherwise, which kernel: [`decode_rows`]. The decode kernel has a tensor-core block for
 //! bf16/f16 (up to 16 query rows per kv head: the GQA group times the new tokens)
 //! and CUDA-core blocks (f32, or `MINISGL_DECODE_MMA=0`; up to 8 rows held in
 //! registers); both need a power-of-two head dimension. `AttnKernel::Auto` takes
@@ -247,7 +248,15 @@ pub(crate) fn paged_attention(
     }
     let tensor_cores = q.dtype() != DType::F32 && decode_tensor_cores_enabled();
     let rows = decode_rows(meta.q_lens_host, hq / hkv, d, tensor_cores);
+    // Batches of long query runs: the prefill kernel (prefill::kernel_for's rule).
+    let sms = device_of(OP, &q)?.sm_count().max(1) as usize;
+    let kernel =
+        super::prefill::kernel_for(kernel, q.dtype(), d, scale, rows.is_some(), meta.q_lens_host, hq / hkv, hkv, sms);
     match (kernel, rows) {
+        (AttnKernel::Prefill, _) => {
+            let p = attention_params(out, &q, k_cache, v_cache, meta, scale, 0, 1)?;
+            super::prefill::prefill_attention(out, &q, k_cache, v_cache, meta, p)
+        }
         (AttnKernel::Tile, _) | (AttnKernel::Auto, None) => tile_attention(out, &q, k_cache, v_cache, meta, scale),
         (AttnKernel::Auto | AttnKernel::Decode, Some(rows)) => decode_attention(out, &q, k_cache, v_cache, meta, scale, rows),
         (AttnKernel::Decode, None) => Err(Error::arg(

@@ -11,6 +11,7 @@
 //! | [`activation`] | `activation` | `silu_mul` |
 //! | [`argmax`] | `argmax` | `argmax` |
 //! | [`attention`] | `attention` | `paged_attention` |
+//! | [`prefill`] | `prefill_attention` | `paged_attention` for batches of long query runs |
 //! | [`convert`] | `cast`, `copy` | `cast`, strided `copy` |
 //! | [`sampling`] | `sampling` | `sample` |
 //! | [`token_mask`] | `token_mask` | `apply_token_mask` |
@@ -36,6 +37,7 @@ mod logprobs;
 pub(crate) mod moe;
 mod norm;
 mod penalties;
+mod prefill;
 mod random;
 mod rope;
 mod rope_store;
@@ -53,6 +55,7 @@ pub(crate) use gemm::linear;
 pub(crate) use logprobs::logprobs;
 pub(crate) use norm::{fused_add_rms_norm, head_rms_norm, rms_norm};
 pub(crate) use penalties::{apply_penalties, penalty_count};
+pub(crate) use prefill::set_prefill_tile;
 pub(crate) use random::fill_uniform;
 pub(crate) use rope::rope;
 pub(crate) use rope_store::rope_store;

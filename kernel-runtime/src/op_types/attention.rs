@@ -29,13 +29,17 @@ pub struct PagedAttnMeta<'a> {
 /// Which CUDA kernel computes paged attention (the CPU path ignores the choice).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum AttnKernel {
-    /// The decode kernel where the batch fits it, else the tile kernel.
+    /// The decode kernel where the batch fits it, the prefill kernel for batches of
+    /// long query runs, else the tile kernel.
     #[default]
     Auto,
     /// The FlashAttention-2 tile kernel (attention.cu), for every batch.
     Tile,
     /// The decode kernel (decode_attention.cu); a batch it cannot hold is an error.
     Decode,
+    /// The prefill kernel (prefill_attention.cu: long query runs, bf16/f16, head
+    /// dims 64, 128, 256), for every batch; another dtype or head dim is an error.
+    Prefill,
 }
 
 /// How the CUDA decode kernel cuts a batch's keys into splits (eager steps; a

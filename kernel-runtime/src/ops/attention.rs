@@ -1,10 +1,12 @@
 //! Paged attention over the KV cache, for prefill (ragged, causal, with a cached
 //! prefix) and decode alike.
 //!
-//! On CUDA two kernels serve the op ([`AttnKernel`]): the FlashAttention-2 tile
-//! kernel (any batch) and the decode kernel (batches whose sequences have at most 8
-//! query rows per kv head: q_len x GQA group). `Auto` takes the decode kernel
-//! wherever it applies. The CPU reference serves every choice.
+//! On CUDA three kernels serve the op ([`AttnKernel`]): the FlashAttention-2 tile
+//! kernel (any batch), the decode kernel (batches whose sequences have at most 8
+//! query rows per kv head: q_len x GQA group) and the prefill kernel (batches of
+//! long query runs, bf16/f16). `Auto` takes the decode kernel wherever it applies,
+//! the prefill kernel by its rule (gpu/prefill.rs). The CPU reference serves every
+//! choice.
 
 use crate::device::Device;
 use crate::dtype::DType;
@@ -135,6 +137,13 @@ pub fn set_decode_tuning(tuning: Option<DecodeTuning>) {
 /// The decode tuning in force (see [`set_decode_tuning`]).
 pub fn decode_tuning() -> DecodeTuning {
     crate::gpu::decode_tuning()
+}
+
+/// Picks the prefill kernel's tile variant (prefill_attention.cu's tile table),
+/// overriding `MINISGL_PREFILL_TILE` (`None`: back to it; 0, the default, when
+/// unset). For sweeps in benchmarks and tests; no effect on the CPU.
+pub fn set_prefill_tile(tile: Option<usize>) {
+    crate::gpu::set_prefill_tile(tile);
 }
 
 /// The split count to fix in [`PagedAttnMeta::decode_splits`] for a decode step of

@@ -1680,6 +1680,18 @@ pub struct KernelLibrary {
         mma: i32,
         stream: msgl_stream,
     ) -> i32,
+    pub msgl_prefill_attention: unsafe extern "C" fn(
+        out: *const msgl_tensor,
+        q: *const msgl_tensor,
+        k_cache: *const msgl_tensor,
+        v_cache: *const msgl_tensor,
+        q_indptr: *const msgl_tensor,
+        kv_lens: *const msgl_tensor,
+        block_table: *const msgl_tensor,
+        plan: *const msgl_attention_params,
+        tile: i32,
+        stream: msgl_stream,
+    ) -> i32,
     pub msgl_decode_attention: unsafe extern "C" fn(
         out: *const msgl_tensor,
         q: *const msgl_tensor,
@@ -1794,6 +1806,9 @@ impl KernelLibrary {
         let msgl_paged_attention = __library
             .get(b"msgl_paged_attention\0")
             .map(|sym| *sym)?;
+        let msgl_prefill_attention = __library
+            .get(b"msgl_prefill_attention\0")
+            .map(|sym| *sym)?;
         let msgl_decode_attention = __library
             .get(b"msgl_decode_attention\0")
             .map(|sym| *sym)?;
@@ -1829,6 +1844,7 @@ impl KernelLibrary {
             msgl_cast,
             msgl_copy,
             msgl_paged_attention,
+            msgl_prefill_attention,
             msgl_decode_attention,
             msgl_moe_route,
             msgl_moe_route_align,
@@ -2176,6 +2192,33 @@ impl KernelLibrary {
             lse_partial,
             plan,
             mma,
+            stream,
+        )
+    }
+    pub unsafe fn msgl_prefill_attention(
+        &self,
+        out: *const msgl_tensor,
+        q: *const msgl_tensor,
+        k_cache: *const msgl_tensor,
+        v_cache: *const msgl_tensor,
+        q_indptr: *const msgl_tensor,
+        kv_lens: *const msgl_tensor,
+        block_table: *const msgl_tensor,
+        plan: *const msgl_attention_params,
+        tile: i32,
+        stream: msgl_stream,
+    ) -> i32 {
+        (self
+            .msgl_prefill_attention)(
+            out,
+            q,
+            k_cache,
+            v_cache,
+            q_indptr,
+            kv_lens,
+            block_table,
+            plan,
+            tile,
             stream,
         )
     }

@@ -1,0 +1,338 @@
+//! The prefill attention kernel (csrc/kernels/prefill_attention.cu): causal
+//! attention over the paged caches for batches of long query runs, bf16/f16, with
+//! 128-row query tiles (4 warps of two 16-row m-tiles at head dims 64 and 128), a
+//! two-stage cp.async K/V pipeline and no key splits.
+//!
+//! When it runs ([`kernel_for`]): `AttnKernel::Auto` takes it for a batch whose
+//! query rows are mostly long runs and that fills the GPU with q tiles
+//! ([`auto_takes`]); `AttnKernel::Prefill` forces it (an error for f32 or another
+//! head dimension than 64, 128, 256). `MINISGL_PREFILL_KERNEL=tile` keeps `Auto`
+//! off it, `=new` sends it every batch it holds that is not the decode kernel's.
+//!
+//! Tile variants ([`TILES`], the kernel's `PrefillTile` table): `MINISGL_PREFILL_TILE`
+//! (default 0, the per-head-dim default; 1..8 are compiled at run time) or
+//! [`set_prefill_tile`] (benchmarks) picks one; a variant whose accumulators or
+//! shared memory do not fit the head dimension is an error naming it.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::op_types::attention::{AttnKernel, PagedAttnMeta};
+use crate::sys::kernels::msgl_attention_params;
+use crate::tensor::Tensor;
+
+use super::launch::{device_of, dispatch, dtype_code, grid_u32};
+
+const OP: &str = "prefill_attention";
+
+/// Query tokens from which a sequence's run counts as long.
+pub(super) const LONG_RUN: usize = 64;
+
+/// One entry of the tile table: `warps` warps of `m_tiles` 16-row m-tiles each,
+/// `keys` keys per K/V tile, `stages` K/V buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct TileShape {
+    pub warps: usize,
+    pub m_tiles: usize,
+    pub keys: usize,
+    pub stages: usize,
+}
+
+const fn shape(warps: usize, m_tiles: usize, keys: usize, stages: usize) -> TileShape {
+    TileShape { warps, m_tiles, keys, stages }
+}
+
+/// prefill_attention.cu's `PrefillTile` for TILE = 1..8 (index 0 is [`tile_shape`]'s
+/// per-head-dim default and is not read from here).
+pub(super) const TILES: [TileShape; 9] = [
+    shape(4, 2, 64, 2),
+    shape(4, 2, 32, 2),
+    shape(4, 2, 64, 3),
+    shape(8, 1, 64, 2),
+    shape(8, 1, 64, 3),
+    shape(4, 1, 64, 2),
+    shape(4, 1, 128, 2),
+    shape(4, 2, 32, 3),
+    shape(8, 1, 32, 2),
+];
+
+/// The most dynamic shared memory a block may take on sm_90 (227 KiB).
+const MAX_SMEM: usize = 232_448;
+/// The most f32 accumulators (O and S) a thread may hold before the kernel spills.
+const MAX_ACCUMULATORS: usize = 192;
+
+impl TileShape {
+    /// Query rows a block holds.
+    pub(super) fn rows(&self) -> usize {
+        16 * self.warps * self.m_tiles
+    }
+
+    pub(super) fn threads(&self) -> usize {
+        32 * self.warps
+    }
+
+    /// prefill_attention.cu's `prefill_smem_bytes`: Q and `stages` K and V tiles,
+    /// rows of `head_dim` 16-bit elements plus 16 bytes.
+    pub(super) fn smem_bytes(&self, head_dim: usize) -> usize {
+        (self.rows() + 2 * self.stages * self.keys) * (head_dim + 8) * 2
+    }
+
+    /// Whether the shape fits `head_dim`: its accumulators (O: head_dim / 2 and S:
+    /// keys / 2 per m-tile and thread) in registers, its buffers in shared memory.
+    pub(super) fn fits(&self, head_dim: usize) -> bool {
+        self.m_tiles * (head_dim + self.keys) / 2 <= MAX_ACCUMULATORS && self.smem_bytes(head_dim) <= MAX_SMEM
+    }
+}
+
+/// The shape of tile `tile` at `head_dim` (TILE 0: 128 x 64 up to head dim 128,
+/// 64 x 32 at 256), or `None` past the table.
+pub(super) fn tile_shape(tile: usize, head_dim: usize) -> Option<TileShape> {
+    match tile {
+        0 if head_dim <= 128 => Some(shape(4, 2, 64, 2)),
+        0 => Some(shape(4, 1, 32, 2)),
+        _ => TILES.get(tile).copied(),
+    }
+}
+
+/// Whether the kernel has instances for `dtype` and `head_dim`.
+pub(super) fn supports(dtype: DType, head_dim: usize) -> bool {
+    matches!(dtype, DType::BF16 | DType::F16) && matches!(head_dim, 64 | 128 | 256)
+}
+
+/// Whether the kernel's softmax takes `scale` (it scales the running max of the raw
+/// scores, so the scale must be positive).
+fn scale_ok(scale: f32) -> bool {
+    scale > 0.0 && scale.is_finite()
+}
+
+/// q tiles of `rows` packed query rows in a batch.
+fn q_tiles(q_lens: &[usize], group: usize, rows: usize) -> usize {
+    q_lens.iter().map(|&q| (q * group).div_ceil(rows)).sum()
+}
+
+/// The rule of `Auto`: the prefill kernel when at least 3/4 of the query tokens
+/// belong to runs of [`LONG_RUN`] or more (its 128-row tiles are then mostly full,
+/// and the rest, decodes riding along, costs one tile each) and its q tiles times
+/// the kv heads make at least one block per SM (it never splits keys: below that
+/// the tile kernel's splits fill the GPU better).
+pub(super) fn auto_takes(q_lens: &[usize], group: usize, num_kv_heads: usize, rows: usize, sms: usize) -> bool {
+    let total: usize = q_lens.iter().sum();
+    let long: usize = q_lens.iter().filter(|&&q| q >= LONG_RUN).sum();
+    total > 0 && 4 * long >= 3 * total && q_tiles(q_lens, group, rows) * num_kv_heads >= sms
+}
+
+/// `MINISGL_PREFILL_KERNEL`: what `Auto` does with prefill batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// [`auto_takes`] decides.
+    Rule,
+    /// Never the prefill kernel (`tile`).
+    Tile,
+    /// The prefill kernel for every batch it holds but the decode kernel's (`new`).
+    New,
+}
+
+fn mode() -> Mode {
+    static MODE: OnceLock<Mode> = OnceLock::new();
+    *MODE.get_or_init(|| match std::env::var("MINISGL_PREFILL_KERNEL").as_deref().map(str::trim) {
+        Ok("tile") => Mode::Tile,
+        Ok("new" | "prefill") => Mode::New,
+        _ => Mode::Rule,
+    })
+}
+
+/// The kernel `kernel` resolves to for a batch: `Auto` becomes `Prefill` where the
+/// mode and the rule say so (`decode_fits`: the decode kernel holds the batch, which
+/// `Auto` then keeps for it whatever the mode; the kernel's softmax needs a
+/// positive `scale`); every other choice is kept.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn kernel_for(
+    kernel: AttnKernel,
+    dtype: DType,
+    head_dim: usize,
+    scale: f32,
+    decode_fits: bool,
+    q_lens: &[usize],
+    group: usize,
+    num_kv_heads: usize,
+    sms: usize,
+) -> AttnKernel {
+    if kernel != AttnKernel::Auto || decode_fits || !supports(dtype, head_dim) || !scale_ok(scale) {
+        return kernel;
+    }
+    let rows = tile_shape(selected_tile(), head_dim).map_or(128, |s| s.rows());
+    let take = match mode() {
+        Mode::Tile => false,
+        Mode::New => true,
+        Mode::Rule => auto_takes(q_lens, group, num_kv_heads, rows, sms),
+    };
+    if take {
+        AttnKernel::Prefill
+    } else {
+        kernel
+    }
+}
+
+/// [`set_prefill_tile`]'s override; `usize::MAX`: none.
+static TILE_OVERRIDE: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Overrides `MINISGL_PREFILL_TILE` for this process (`None`: back to it).
+pub(crate) fn set_prefill_tile(tile: Option<usize>) {
+    TILE_OVERRIDE.store(tile.unwrap_or(usize::MAX), Ordering::Relaxed);
+}
+
+/// The tile table entry launches use: the override, else `MINISGL_PREFILL_TILE`,
+/// else 0.
+fn selected_tile() -> usize {
+    static ENV: OnceLock<usize> = OnceLock::new();
+    match TILE_OVERRIDE.load(Ordering::Relaxed) {
+        usize::MAX => *ENV.get_or_init(|| {
+            std::env::var("MINISGL_PREFILL_TILE").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+        }),
+        t => t,
+    }
+}
+
+/// The prefill kernel over the batch (tensors checked by the op and by
+/// `gpu::attention::paged_attention`: alignment; `params` as that module fills
+/// them, without splits).
+pub(super) fn prefill_attention(
+    out: &Tensor,
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    meta: &PagedAttnMeta<'_>,
+    params: msgl_attention_params,
+) -> Result<()> {
+    let dev = device_of(OP, q)?;
+    let [_, hq, d] = q.dims::<3>(OP, "q")?;
+    let hkv = k_cache.dim(2);
+    if !supports(q.dtype(), d) {
+        return Err(Error::arg(
+            OP,
+            format!("the prefill kernel holds bf16/f16 at head dims 64, 128, 256, not {} at {d}", q.dtype()),
+        ));
+    }
+    if !scale_ok(params.scale_log2) {
+        return Err(Error::arg(
+            OP,
+            format!("the prefill kernel needs a positive finite scale, not {}", params.scale_log2),
+        ));
+    }
+    let tile = selected_tile();
+    let shape = tile_shape(tile, d)
+        .filter(|s| s.fits(d))
+        .ok_or_else(|| Error::arg(OP, format!("prefill tile {tile} does not exist or does not fit head dim {d}")))?;
+    let tiles = q_tiles(meta.q_lens_host, hq / hkv, shape.rows());
+    if tiles == 0 {
+        return Ok(());
+    }
+    let p = msgl_attention_params {
+        num_q_tiles: i32::try_from(tiles).map_err(|_| Error::arg(OP, format!("{tiles} q tiles exceed 32 bits")))?,
+        num_warps: shape.warps as i32,
+        kv_chunk: i32::MAX,
+        max_splits: 1,
+        ..params
+    };
+    let grid = grid_u32(OP, tiles * hkv)?;
+    let shared = shape.smem_bytes(d);
+    let views = [out, q, k_cache, v_cache, meta.q_indptr, meta.kv_lens, meta.block_table].map(Tensor::abi);
+    let values = [("DTYPE", dtype_code(q)), ("HEAD_DIM", d as i64), ("TILE", tile as i64)];
+    dispatch(
+        OP,
+        dev,
+        "prefill_attention",
+        &values,
+        |lib, stream| {
+            let [a, b, c, e, f, g, h] = &views;
+            // SAFETY: the views describe live device tensors checked by the op (shapes,
+            // dtypes, lengths against the block table) and by the caller (alignment);
+            // the launcher validates again and only enqueues work on `stream`.
+            unsafe { lib.msgl_prefill_attention(a, b, c, e, f, g, h, &p, tile as i32, stream) }
+        },
+        |f| {
+            f.set_max_dynamic_shared_bytes(dev, shared as u32)?;
+            // SAFETY: `p` is the msgl_attention_params the entry takes, filled from the
+            // tensors checked by the op, with num_q_tiles for this tile's rows; the
+            // block and shared memory are the instance's (prefill_threads,
+            // prefill_smem_bytes, mirrored by TileShape).
+            unsafe { f.launch(dev, grid, shape.threads() as u32, shared as u32, &p) }
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_prefills_take_the_prefill_kernel_and_decodes_do_not() {
+        // One 4096-token prompt, GQA 32/8: 128 tiles x 8 kv heads.
+        assert!(auto_takes(&[4096], 4, 8, 128, 132));
+        // b=8 at 1024, and 16/8 heads at 4096.
+        assert!(auto_takes(&[1024; 8], 4, 8, 128, 132));
+        assert!(auto_takes(&[4096], 2, 8, 128, 132));
+        // Decode, and a speculative step of 4 tokens: never.
+        assert!(!auto_takes(&[1; 256], 4, 8, 128, 132));
+        assert!(!auto_takes(&[4; 64], 4, 8, 128, 132));
+        // A prefill chunk with decodes riding along: 2048 of 2048 + 100 rows long.
+        let mut mixed = vec![2048];
+        mixed.extend([1; 100]);
+        assert!(auto_takes(&mixed, 4, 8, 128, 132));
+        // Mostly decodes with one short prefill: the tile kernel.
+        let mut mostly = vec![64];
+        mostly.extend([1; 200]);
+        assert!(!auto_takes(&mostly, 4, 8, 128, 132));
+        // Short prompts of 32 tokens are not long runs.
+        assert!(!auto_takes(&[32; 512], 4, 8, 128, 132));
+        // One 512-token prompt at 32/8: 16 tiles x 8 = 128 blocks < 132 SMs.
+        assert!(!auto_takes(&[512], 4, 8, 128, 132));
+        assert!(auto_takes(&[544], 4, 8, 128, 132));
+        assert!(!auto_takes(&[], 4, 8, 128, 132));
+        assert!(!auto_takes(&[0, 0], 4, 8, 128, 132));
+    }
+
+    #[test]
+    fn explicit_choices_and_unsupported_batches_keep_their_kernel() {
+        let long = [4096];
+        for k in [AttnKernel::Tile, AttnKernel::Decode, AttnKernel::Prefill] {
+            assert_eq!(kernel_for(k, DType::BF16, 128, 0.1, false, &long, 4, 8, 132), k);
+        }
+        assert_eq!(kernel_for(AttnKernel::Auto, DType::F32, 128, 0.1, false, &long, 4, 8, 132), AttnKernel::Auto);
+        assert_eq!(kernel_for(AttnKernel::Auto, DType::BF16, 96, 0.1, false, &long, 4, 8, 132), AttnKernel::Auto);
+        // A non-positive scale, and a batch the decode kernel holds, stay off it.
+        assert_eq!(kernel_for(AttnKernel::Auto, DType::BF16, 128, 0.0, false, &long, 4, 8, 132), AttnKernel::Auto);
+        assert_eq!(kernel_for(AttnKernel::Auto, DType::BF16, 128, 0.1, true, &[1; 512], 4, 8, 132), AttnKernel::Auto);
+        // Without MINISGL_PREFILL_KERNEL (the test environment), the rule decides.
+        if std::env::var_os("MINISGL_PREFILL_KERNEL").is_none() {
+            assert_eq!(kernel_for(AttnKernel::Auto, DType::F16, 64, 0.1, false, &long, 4, 8, 132), AttnKernel::Prefill);
+            assert_eq!(
+                kernel_for(AttnKernel::Auto, DType::BF16, 128, 0.1, false, &[9; 64], 4, 8, 132),
+                AttnKernel::Auto
+            );
+        }
+    }
+
+    #[test]
+    fn tile_shapes_mirror_the_kernel_table() {
+        let t0 = tile_shape(0, 128).unwrap();
+        assert_eq!((t0.rows(), t0.threads(), t0.keys, t0.stages), (128, 128, 64, 2));
+        // Q 128 rows + 2 stages of 64 K and 64 V rows, 272 bytes each: two blocks an SM.
+        assert_eq!(t0.smem_bytes(128), (128 + 256) * 272);
+        let t256 = tile_shape(0, 256).unwrap();
+        assert_eq!((t256.rows(), t256.keys), (64, 32));
+        assert_eq!(t256.smem_bytes(256), (64 + 128) * 528);
+        assert_eq!(tile_shape(0, 64), tile_shape(0, 128));
+        assert_eq!(tile_shape(9, 128), None);
+        // Every variant fits head dims 64 and 128; at 256 the ones with two m-tiles
+        // (too many accumulators) or too much shared memory do not.
+        for t in 0..TILES.len() {
+            let s = tile_shape(t, 128).unwrap();
+            assert!(s.fits(64) && s.fits(128), "tile {t}");
+        }
+        let fit_256: Vec<usize> = (0..TILES.len()).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
+        assert_eq!(fit_256, vec![0, 3, 5, 8]);
+    }
+}
