@@ -182,7 +182,12 @@ const GRAPH_REPLAYS: u64 = 10;
 /// runs it, without the host's gap between launches (about 2-3 us on the H200,
 /// which the event-timed figure includes) and with the programmatic-launch overlap
 /// of the kernels that use it. The case must be capturable (no host copies).
-pub fn graph_median_us(timer: &EventTimer, backlog: &Backlog, case: &Case, samples: usize) -> kernel_runtime::Result<f64> {
+pub fn graph_median_us(
+    timer: &EventTimer,
+    backlog: &Backlog,
+    case: &Case,
+    samples: usize,
+) -> kernel_runtime::Result<f64> {
     let dev = cuda::device(0)?;
     let (mut graph, ()) = dev.capture(|| {
         for _ in 0..GRAPH_LAUNCHES {

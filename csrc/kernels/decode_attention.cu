@@ -532,7 +532,8 @@ __device__ __forceinline__ void decode_attention_block(const msgl_attention_para
 /* The default pipeline depth of the tensor-core block (STAGES = 0): the deepest
  * that keeps two blocks an SM at head dim 128. */
 __host__ __device__ constexpr int mma_decode_default_stages(int head_dim) {
-  return head_dim <= 64 ? 4 : (head_dim <= 128 ? 3 : 2);
+  /* Head dim 128: 2 stages, 3 blocks an SM (measured: docs/PERF.md, fifth session, call 2). */
+  return head_dim <= 64 ? 4 : 2;
 }
 
 /* Blocks of `smem_bytes` dynamic shared memory resident on an SM (228 KiB, 1 KiB

@@ -18,9 +18,9 @@ BUNDLE=$ROOT/.gpu
 STEPS=${MINISGL_GPU_STEPS:-info tests bench torch}
 # The binaries travel packed; unpack them once per machine.
 BIN=/tmp/minisgl-bundle/bin
-if [ ! -e /tmp/minisgl-bundle/.stamp ] || [ "$BUNDLE/bin.tar.gz" -nt /tmp/minisgl-bundle/.stamp ]; then
+if [ ! -e /tmp/minisgl-bundle/.stamp ] || [ "$BUNDLE/bin.tar.xz" -nt /tmp/minisgl-bundle/.stamp ]; then
   rm -rf /tmp/minisgl-bundle && mkdir -p /tmp/minisgl-bundle
-  tar xzf "$BUNDLE/bin.tar.gz" -C /tmp/minisgl-bundle && touch /tmp/minisgl-bundle/.stamp
+  tar xJf "$BUNDLE/bin.tar.xz" -C /tmp/minisgl-bundle && touch /tmp/minisgl-bundle/.stamp
 fi
 export PATH="$BIN:$PATH"
 

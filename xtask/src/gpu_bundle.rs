@@ -4,7 +4,7 @@
 //! The GPU machine has no Rust toolchain and no network, so the bundle holds
 //! release builds made here: the `minisgl` binary, the GPU test binaries and the
 //! bench binaries (stripped, named without cargo's hash, packed in
-//! `bin.tar.gz`), the AOT kernel library with its manifest, and `run.sh` (from
+//! `bin.tar.xz`: xz packs them to well under half of gzip's size), the AOT kernel library with its manifest, and `run.sh` (from
 //! scripts/gpu/run.sh), which unpacks the binaries, runs the steps named in
 //! `$MINISGL_GPU_STEPS` and writes logs under `$OUT`. The bundle must stay under
 //! the 64 MiB the device tool carries (the tree travels too).
@@ -49,7 +49,14 @@ pub fn run(out: PathBuf) -> Result<()> {
         }
     }
     // Binaries compress about threefold: they travel as one archive that run.sh unpacks.
-    let status = Command::new("tar").arg("czf").arg(out.join("bin.tar.gz")).arg("-C").arg(&out).arg("bin").status()?;
+    let status = Command::new("tar")
+        .env("XZ_OPT", "-T0")
+        .arg("cJf")
+        .arg(out.join("bin.tar.xz"))
+        .arg("-C")
+        .arg(&out)
+        .arg("bin")
+        .status()?;
     if !status.success() {
         bail!("tar failed");
     }

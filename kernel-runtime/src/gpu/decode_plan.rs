@@ -72,11 +72,14 @@ pub(crate) fn set_split_merge(on: Option<bool>) {
 
 /// The tensor-core block's default stages: decode_attention.cu's
 /// `mma_decode_default_stages`.
+///
+/// At head dim 128 two stages (three blocks an SM) beat three (two blocks) at
+/// batch 256 (3.91 against 3.68 TB/s) and on ragged contexts (3.23 against 2.99
+/// TB/s with the keys plan), and lost only at batch 64 x 2048 (3.48 against 3.66):
+/// docs/PERF.md, fifth session, call 2.
 fn default_stages(head_dim: usize) -> usize {
     if head_dim <= 64 {
         4
-    } else if head_dim <= 128 {
-        3
     } else {
         2
     }
@@ -441,7 +444,7 @@ mod tests {
 
     #[test]
     fn stages_and_shared_memory_mirror_the_kernel() {
-        assert_eq!(mma_stages(2, 128, 0), 3);
+        assert_eq!(mma_stages(2, 128, 0), 2);
         assert_eq!(mma_stages(2, 64, 0), 4);
         assert_eq!(mma_stages(2, 256, 0), 2);
         assert_eq!(mma_stages(2, 128, 2), 2);

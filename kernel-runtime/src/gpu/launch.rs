@@ -85,6 +85,11 @@ impl Switch {
         Switch { state: AtomicU8::new(0), var, default_on: true }
     }
 
+    /// Off unless the variable is `1`.
+    pub(super) const fn off_by_default(var: &'static str) -> Switch {
+        Switch { state: AtomicU8::new(0), var, default_on: false }
+    }
+
     /// Overrides the variable (`None`: back to it).
     pub(super) fn set(&self, on: Option<bool>) {
         self.state.store(on.map_or(0, |on| if on { 1 } else { 2 }), Ordering::Relaxed);

@@ -115,8 +115,19 @@ const ALIGN_THREADS: usize = 1024;
 /// The heuristic's table: the first row whose bound exceeds the rows per expert
 /// gives the tiles `(gate_up, down)`; `None` is the decode tile for that GEMM's k
 /// (tile 1 when k % 128 == 0, else tile 0). The last row has no bound.
-const PLAN: [(f64, Option<usize>, Option<usize>); 4] =
-    [(1.0, None, None), (24.0, Some(2), Some(2)), (96.0, Some(3), Some(3)), (f64::INFINITY, Some(4), Some(4))];
+///
+/// The rows are the best pairs of the H200 sweep at E=128 top-8 H=2048 I=768
+/// (benches/moe.rs `moe-tiles-best`, docs/PERF.md, fifth session, call 2): M=1
+/// 7/7 (42.9 us against tile 1's 46.8), M=4-64 16/16 (tile 8 with the L2
+/// prefetch: M=64 334.6 against 362.2 us), M=256 16/8 (365.0 against 381.8),
+/// M=1024 3/10 (629.6 against 635.6); M=4096 keeps 4/4.
+const PLAN: [(f64, Option<usize>, Option<usize>); 5] = [
+    (0.2, Some(7), Some(7)),
+    (8.0, Some(16), Some(16)),
+    (24.0, Some(16), Some(8)),
+    (96.0, Some(3), Some(10)),
+    (f64::INFINITY, Some(4), Some(4)),
+];
 
 /// The tile configuration for a batch of `num_tokens` tokens routed to `top_k` of
 /// `num_experts` experts, with hidden size `hidden` and intermediate size `inter`
@@ -633,14 +644,16 @@ mod tests {
     fn the_plan_follows_rows_per_expert() {
         // Qwen3-30B-A3B: 128 experts, top-8, hidden 2048, intermediate 768.
         let p = |t| plan(t, 8, 128, 2048, 768);
-        assert_eq!((p(1).gate_up_tile, p(1).down_tile), (1, 1));
-        assert_eq!(p(16).gate_up_tile, 2);
-        assert_eq!(p(256).gate_up_tile, 2);
-        assert_eq!(p(1024).gate_up_tile, 3);
-        assert_eq!(p(4096).gate_up_tile, 4);
-        // An intermediate size of 2880 is not a multiple of 128: the 64-wide decode tile.
+        let tiles = |t| (p(t).gate_up_tile, p(t).down_tile);
+        assert_eq!(tiles(1), (7, 7));
+        assert_eq!(tiles(16), (16, 16));
+        assert_eq!(tiles(64), (16, 16));
+        assert_eq!(tiles(256), (16, 8));
+        assert_eq!(tiles(1024), (3, 10));
+        assert_eq!(tiles(4096), (4, 4));
+        // The decode tile (BK 64) serves any k, 2880 included.
         let q = plan(1, 4, 64, 2048, 2880);
-        assert_eq!((q.gate_up_tile, q.down_tile), (1, 0));
+        assert_eq!((q.gate_up_tile, q.down_tile), (7, 7));
         for t in [1, 7, 64, 300, 5000] {
             let pl = plan(t, 2, 8, 4096, 14336);
             assert_eq!(TILES[pl.gate_up_tile].bm, TILES[pl.down_tile].bm);

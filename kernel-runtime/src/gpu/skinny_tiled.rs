@@ -29,8 +29,10 @@ const MAX_SHARED_BYTES: usize = 227 << 10;
 /// Dynamic shared memory a kernel gets without opting in.
 const DEFAULT_SHARED_BYTES: usize = 48 << 10;
 
-/// `MINISGL_SKINNY_TILED`: the tiled path of `linear` (default on).
-static ENABLED: Switch = Switch::new("MINISGL_SKINNY_TILED");
+/// `MINISGL_SKINNY_TILED=1`: the tiled path of `linear`. Off by default: measured
+/// on the H200 it lost to cuBLASLt at almost every shape past 16 rows (Llama-3-8B
+/// o_proj at m = 64: 67.7 against 13.2 us; docs/PERF.md, fifth session, call 2).
+static ENABLED: Switch = Switch::off_by_default("MINISGL_SKINNY_TILED");
 
 /// Turns the tiled path of `linear` on or off for this process (`None`: back
 /// to `MINISGL_SKINNY_TILED`).

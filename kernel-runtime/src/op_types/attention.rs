@@ -116,7 +116,7 @@ impl Default for DecodeTuning {
             graph_split_waves: 2,
             chunk_min: 128,
             stages: 0,
-            plan: DecodePlanKind::Waves,
+            plan: DecodePlanKind::Keys,
             merge: SplitMerge::Auto,
             block_us: 1.0,
             combine_us: 3.0,

@@ -39,8 +39,8 @@ mod store;
 
 pub use attention::{
     decode_graph_splits, decode_kernel_fits, decode_tuning, paged_attention, paged_attention_with,
-    set_decode_split_merge, set_decode_tuning, set_prefill_tile, AttnKernel, DecodePlanKind, DecodeTuning, PagedAttnMeta,
-    SplitMerge,
+    set_decode_split_merge, set_decode_tuning, set_prefill_tile, AttnKernel, DecodePlanKind, DecodeTuning,
+    PagedAttnMeta, SplitMerge,
 };
 pub use convert::{cast, copy};
 pub use dense::{argmax, fused_add_rms_norm, head_rms_norm, linear, linear_silu_mul, rms_norm, rope, silu_mul};
