@@ -59,14 +59,14 @@ pub enum DecodePlanKind {
 /// Who merges the splits of a split decode launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum SplitMerge {
-    /// The combine launch.
+    /// The combine launch (the default, see `DecodeTuning::default`).
+    #[default]
     Never,
     /// The last block of each (sequence, kv head), in the decode launch.
     Always,
     /// The last block when the launch's busy blocks fit one wave (a small batch
     /// of long contexts: the combine launch would be a large part of the
     /// latency), else the combine launch.
-    #[default]
     Auto,
 }
 
@@ -117,7 +117,10 @@ impl Default for DecodeTuning {
             chunk_min: 128,
             stages: 0,
             plan: DecodePlanKind::Keys,
-            merge: SplitMerge::Auto,
+            // Off: the merging instance's bits differed from the combine launch's,
+            // so an eager step and its graph replay disagreed (docs/PERF.md, fifth
+            // session, calls 3-4), and the merge saved nothing measurable.
+            merge: SplitMerge::Never,
             block_us: 1.0,
             combine_us: 3.0,
         }
