@@ -17,8 +17,21 @@ use crate::manifest::{Artifact, Cubin, KernelEntry, Manifest, MANIFEST_FORMAT};
 use crate::sources::{family_hash, sha256_hex, KernelSources};
 use crate::spec::{Family, Instance, Spec};
 
-/// The architecture built when none is given.
-pub const DEFAULT_ARCH: &str = "sm_90";
+/// The architecture built when none is given: Hopper with its arch-specific
+/// features (`wgmma`, `setmaxnreg`), which the H100/H200 run and nothing else does,
+/// as it is with plain sm_90 machine code.
+pub const DEFAULT_ARCH: &str = "sm_90a";
+
+/// The architecture NVRTC compiles for on a device of real architecture `arch`:
+/// the arch-specific target where the kernels use its instructions (sm_90 -> sm_90a),
+/// the architecture itself elsewhere.
+pub fn nvrtc_arch(arch: &str) -> String {
+    if arch == "sm_90" {
+        "sm_90a".to_owned()
+    } else {
+        arch.to_owned()
+    }
+}
 
 /// Device compile flags shared by the library objects, the cubins and NVRTC.
 pub const DEVICE_FLAGS: &[&str] = &["-std=c++20", "-O3"];
@@ -501,6 +514,9 @@ mod tests {
             assert!(validate_arch(bad).is_err(), "{bad}");
         }
         assert_eq!(gencode("sm_90a"), "-gencode=arch=compute_90a,code=sm_90a");
+        assert_eq!(nvrtc_arch("sm_90"), "sm_90a");
+        assert_eq!(nvrtc_arch("sm_80"), "sm_80");
+        assert_eq!(nvrtc_arch("sm_90a"), "sm_90a");
         assert_eq!(library_name(&["sm_80".into(), "sm_90".into()]), "libminisgl_kernels_sm_80-sm_90.so");
     }
 }

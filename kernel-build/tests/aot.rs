@@ -1,5 +1,5 @@
 //! The ahead-of-time build, end to end with the real nvcc: every family compiles
-//! for sm_90 and the manifest names every kernel with its hash (checked on the
+//! for sm_90a and the manifest names every kernel with its hash (checked on the
 //! workspace's own build, `target/kernels`, which `cargo xtask build-kernels` has
 //! usually made already, so it is built once and shared with the tests that load
 //! it); a second run rebuilds nothing, a changed source rebuilds only its family
@@ -44,7 +44,7 @@ fn options(csrc: &Path, out: &Path, nvcc: &Path) -> AotOptions {
     AotOptions {
         csrc_dir: csrc.to_owned(),
         out_dir: out.to_owned(),
-        archs: vec!["sm_90".into()],
+        archs: vec![aot::DEFAULT_ARCH.into()],
         nvcc: Some(nvcc.to_owned()),
         jobs: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
     }
@@ -91,11 +91,11 @@ fn every_family_builds_and_the_manifest_names_each_kernel() {
     let csrc = kernel_build::workspace_csrc_dir();
     let out = csrc.join("..").join("target").join("kernels");
     let spec = Spec::load(&csrc).unwrap();
-    assert_eq!(aot::DEFAULT_ARCH, "sm_90", "the assertions below name sm_90");
+    assert_eq!(aot::DEFAULT_ARCH, "sm_90a", "the assertions below name sm_90a");
     let report = aot::build(&options(&csrc, &out, &nvcc)).unwrap();
     assert!(report.manifest.is_some());
     let manifest = Manifest::read(&out).unwrap();
-    assert_eq!(manifest.archs, ["sm_90"]);
+    assert_eq!(manifest.archs, ["sm_90a"]);
     assert!(manifest.nvcc_version.starts_with("13."), "nvcc {}", manifest.nvcc_version);
     assert!(out.join(&manifest.library.path).is_file());
     assert_eq!(manifest.kernels.len(), spec.families.len());
@@ -201,7 +201,7 @@ fn builds_then_rebuilds_only_what_changed() {
         events.iter().filter_map(|e| e.strip_prefix("compiled ")).map(str::to_owned).collect();
     compiled.sort();
     assert_eq!(compiled, fourth.compiled, "{events:?}");
-    assert_eq!(events.last().unwrap(), &format!("linking {}", aot::library_name(&["sm_90".to_owned()])));
+    assert_eq!(events.last().unwrap(), &format!("linking {}", aot::library_name(&["sm_90a".to_owned()])));
 }
 
 #[test]

@@ -142,7 +142,7 @@ fn aot_mode_names_the_missing_instance_and_auto_mode_plans_jit() {
     assert!(err.contains("MINISGL_KERNEL_MODE=aot"), "{err}");
     // A device the library was not built for.
     let err = aot.plan("store", &built, "sm_80").unwrap_err().to_string();
-    assert!(err.contains("for sm_80 (built for sm_90)"), "{err}");
+    assert!(err.contains("for sm_80 (built for sm_90a)"), "{err}");
 
     let Some(auto) = aot_registry(KernelMode::Auto) else { return };
     assert_eq!(auto.plan("store", &built, "sm_90").unwrap(), Plan::Library);

@@ -1,5 +1,5 @@
 //! Every kernel family of the dense and attention ops compiles through NVRTC for
-//! sm_90 on a machine without a GPU, from the sources kernel-runtime embeds: the
+//! sm_90a (what the runtime compiles for on sm_90) on a machine without a GPU, from the sources kernel-runtime embeds: the
 //! run-time path an instance missing from the AOT build takes (no system headers,
 //! no cuda_fp16.h / cuda_bf16.h in device code).
 //!
@@ -109,7 +109,7 @@ fn every_dense_and_attention_family_compiles_with_nvrtc_for_sm90() {
                         let family =
                             spec.family(name).unwrap_or_else(|| panic!("family `{name}` is not in kernels.toml"));
                         let instance = family.instance(values).unwrap();
-                        match jit::compile(sources, family, &instance, "sm_90") {
+                        match jit::compile(sources, family, &instance, "sm_90a") {
                             Ok(cubin) if cubin.starts_with(b"\x7fELF") => {}
                             Ok(_) => failed.push(format!("{name}[{instance}]: NVRTC output is not a cubin")),
                             Err(e) => failed.push(format!("{name}[{instance}]: {e}")),

@@ -1,4 +1,4 @@
-//! Every instance of the MoE kernel families compiles through NVRTC for sm_90 on
+//! Every instance of the MoE kernel families compiles through NVRTC for sm_90a on
 //! a machine without a GPU, from the sources kernel-runtime embeds (the run-time
 //! path of an instance missing from the AOT build), and the families declare
 //! their AOT instances.
@@ -36,7 +36,7 @@ fn every_moe_instance_compiles_with_nvrtc_for_sm90() {
                     loop {
                         let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         let Some((family, instance)) = work.get(i) else { return failed };
-                        match jit::compile(sources, family, instance, "sm_90") {
+                        match jit::compile(sources, family, instance, "sm_90a") {
                             Ok(cubin) if cubin.starts_with(b"\x7fELF") => {}
                             Ok(_) => failed.push(format!("{}[{instance}]: NVRTC output is not a cubin", family.name)),
                             Err(e) => failed.push(format!("{}[{instance}]: {e}", family.name)),

@@ -2,7 +2,7 @@
 //!
 //! | task | what |
 //! | --- | --- |
-//! | `build-kernels [--arch sm_90[,sm_80]] [--out DIR]` | nvcc every family of csrc/kernels.toml into a shared library, cubins and manifest.json |
+//! | `build-kernels [--arch sm_90a[,sm_80]] [--out DIR]` | nvcc every family of csrc/kernels.toml into a shared library, cubins and manifest.json |
 //! | `codegen [--check]` | bindgen `tensor.h` and `nccl227.h` into kernel-runtime/src/sys/ |
 //! | `gpu-bundle [--out DIR]` | everything a GPU run needs in one folder (default `.gpu/`) with `run.sh` |
 #![forbid(unsafe_code)]

@@ -530,7 +530,8 @@ pub fn resolve(device: &CudaDevice, family_name: &str, instance: &Instance) -> R
             load_cubin(device, &image, entry, "aot cubin")?
         }
         _ => {
-            let (cubin, _) = reg.jit.get_or_compile(&reg.sources, family, instance, &device.arch())?;
+            let arch = kernel_build::aot::nvrtc_arch(&device.arch());
+            let (cubin, _) = reg.jit.get_or_compile(&reg.sources, family, instance, &arch)?;
             load_cubin(device, &cubin, entry, "nvrtc")?
         }
     };
