@@ -14,7 +14,8 @@
 //!
 //! The `decode-var` cases run the decode kernel's variants at the four shapes of
 //! issue 12 (b=64 ctx=2048, b=256 ctx=1024, b=1 ctx=4096 with 32/8 heads, and
-//! Qwen3-0.6B's 16/8 heads at b=64 with contexts uniform in [100, 2000]): the
+//! Qwen3-0.6B's 16/8 heads at b=64 with contexts uniform in [100, 2000]) and at
+//! the widest decode step of `minisgl bench` (16/8, b=256, U[100, 2048]): the
 //! tensor-core block's pipeline stages (2, 3, 4: 3, 2, 1 blocks an SM at head dim
 //! 128) under each split plan (`waves`, `keys`), split merge as the tuning says
 //! (`auto`: in the decode launch when its busy blocks fit one wave), and at b=1
@@ -184,6 +185,10 @@ fn run() -> kernel_runtime::Result<()> {
         ("32/8 page=16 b=256 ctx=1024".into(), decode(32, 16, vec![(1, 1024); 256])),
         ("32/8 page=16 b=1 ctx=4096".into(), decode(32, 16, vec![(1, 4096)])),
         ("16/8 page=16 b=64 ctx=U[100,2000]".into(), decode(16, 16, uniform_contexts(64, 100, 2000, 7))),
+        // The decode steps of `minisgl bench` (Qwen3-0.6B): up to 256 rows, contexts
+        // from the shortest prompt to the longest prompt plus its output.
+        ("16/8 page=16 b=256 ctx=U[100,2048]".into(), decode(16, 16, uniform_contexts(256, 100, 2048, 11))),
+        ("16/8 page=16 b=128 ctx=U[300,2048]".into(), decode(16, 16, uniform_contexts(128, 300, 2048, 13))),
     ];
     for (i, (name, shape)) in decode_shapes.into_iter().enumerate() {
         let Shape { hq, hkv, head_dim, page_size, ref seqs } = shape;
@@ -197,6 +202,7 @@ fn run() -> kernel_runtime::Result<()> {
         ("32/8 page=16 b=256 ctx=1024", 32, vec![(1, 1024); 256]),
         ("32/8 page=16 b=1 ctx=4096", 32, vec![(1, 4096)]),
         ("16/8 page=16 b=64 ctx=U[100,2000]", 16, uniform_contexts(64, 100, 2000, 7)),
+        ("16/8 page=16 b=256 ctx=U[100,2048]", 16, uniform_contexts(256, 100, 2048, 11)),
     ];
     for (i, (name, hq, seqs)) in variant_shapes.into_iter().enumerate() {
         let b1 = seqs.len() == 1;

@@ -17,6 +17,11 @@
  * Phase 1 (moe_route_align, decode-sized batches) runs in one block of 1024
  * threads: its 32 warps route the tokens, then the same block sorts the pairs by
  * expert (moe_align's single-block sort), saving a launch on the decode path.
+ *
+ * Programmatic dependent launch (sm_90, device.cuh's protocol): the kernel reads
+ * only the router logits of the GEMM before it, so it waits for it first and then
+ * lets the gate_up GEMM launch, whose blocks are resident and waiting when the
+ * sort is done instead of being launched after it.
  */
 #include "minisgl/moe.cuh"
 
@@ -26,6 +31,7 @@ constexpr int kRouteWarps = 4;
 
 template <int DTYPE>
 __device__ __forceinline__ void moe_route_impl(const msgl_moe_route_params& p) {
+  grid_prologue();
   const int warp = threadIdx.x / kWarpSize;
   if (p.phase == 0) {
     const long long token = static_cast<long long>(blockIdx.x) * kRouteWarps + warp;
@@ -112,7 +118,7 @@ int32_t launch_moe_route(const char* op, const msgl_moe_route_params& p, int32_t
   const unsigned smem = fused ? moe_align_ranked_smem(p.num_experts) : 0;
   switch (dtype) {
 #define MSGL_CASE(D) \
-  case D: moe_route_kernel<D><<<static_cast<unsigned>(blocks), threads, smem, s>>>(p); break;
+  case D: (void)launch_pdl(moe_route_kernel<D>, dim3(static_cast<unsigned>(blocks)), dim3(threads), smem, s, p); break;
     MSGL_FOR_EACH_INSTANCE(MSGL_CASE)
 #undef MSGL_CASE
     default:

@@ -240,6 +240,8 @@ pub struct EngineStats {
     pub host_time: Duration,
     /// Rows (requests) of the last step.
     pub last_step_rows: usize,
+    /// Tokens of the last step (more than its rows when it prefilled).
+    pub last_step_tokens: usize,
 }
 
 /// Which limit a request exceeds.
@@ -314,6 +316,7 @@ pub struct Engine<R> {
     forward_time: Duration,
     host_time: Duration,
     last_step_rows: usize,
+    last_step_tokens: usize,
     /// The grammars of the requests in flight that have one.
     grammars: HashMap<ReqId, Grammar>,
     /// The penalty slots of requests with penalties, on a runner that applies
@@ -377,6 +380,7 @@ impl<R: ModelRunner> Engine<R> {
             forward_time: Duration::ZERO,
             host_time: Duration::ZERO,
             last_step_rows: 0,
+            last_step_tokens: 0,
             grammars: HashMap::new(),
             penalty_slots: PenaltySlots::default(),
         })
@@ -395,6 +399,11 @@ impl<R: ModelRunner> Engine<R> {
         let events = if overlap { Vec::new() } else { self.drain()? };
         self.overlap = overlap;
         Ok(events)
+    }
+
+    /// `(rows, tokens)` of the step launched last (cheaper than [`Engine::stats`]).
+    pub fn last_step_shape(&self) -> (usize, usize) {
+        (self.last_step_rows, self.last_step_tokens)
     }
 
     /// Whether overlap scheduling is on.
@@ -520,6 +529,7 @@ impl<R: ModelRunner> Engine<R> {
         }
         let rows = prepared.logits_rows().len();
         self.last_step_rows = prepared.num_rows();
+        self.last_step_tokens = prepared.num_tokens();
         let runner_start = Instant::now();
         // Only requests with a grammar pay for constrained decoding; the engine
         // resolves the step before (`step_overlapped`), so their grammars have
@@ -860,6 +870,7 @@ impl<R: ModelRunner> Engine<R> {
             forward_time: self.forward_time,
             host_time: self.host_time,
             last_step_rows: self.last_step_rows,
+            last_step_tokens: self.last_step_tokens,
         }
     }
 

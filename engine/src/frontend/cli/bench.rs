@@ -247,8 +247,12 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let mut progress = Progress::new(num_requests, started);
+    let mut profile = StepProfile::new(engine.overlap());
     while engine.has_work() {
+        let step_started = Instant::now();
         let events = engine.step()?;
+        let (rows, tokens) = engine.last_step_shape();
+        profile.record(step_started.elapsed(), rows, tokens);
         progress.output_tokens += events.len();
         progress.finished += events.iter().filter(|e| e.finished.is_some()).count();
         progress.tick();
@@ -279,6 +283,9 @@ pub fn run(args: BenchArgs) -> anyhow::Result<ExitCode> {
         forward.as_secs_f64(),
         host.as_secs_f64()
     );
+    for line in profile.lines() {
+        println!("{line}");
+    }
     if args.json {
         let obj = serde_json::json!({
             "requests": progress.finished, "seed": args.seed, "vocab_size": vocab_size,
@@ -346,9 +353,89 @@ impl Progress {
     }
 }
 
+/// Where the timed run's wall time went, by kind of step: the steps that
+/// prefilled (more tokens than rows) and the decode steps by batch size. A
+/// call of `Engine::step` waits for the step launched by the call before it when
+/// steps overlap (for its own step otherwise), so its wall time is booked to
+/// that step.
+struct StepProfile {
+    overlap: bool,
+    /// (rows, tokens) of the step the previous call launched.
+    pending: Option<(usize, usize)>,
+    /// Per bucket: steps, seconds, rows summed.
+    buckets: [(u64, f64, u64); StepProfile::BUCKETS.len() + 1],
+}
+
+impl StepProfile {
+    /// Upper bounds (rows) of the decode buckets; the last slot is prefill.
+    const BUCKETS: [usize; 5] = [1, 16, 64, 128, usize::MAX];
+
+    fn new(overlap: bool) -> Self {
+        Self { overlap, pending: None, buckets: [(0, 0.0, 0); Self::BUCKETS.len() + 1] }
+    }
+
+    fn record(&mut self, wall: Duration, rows: usize, tokens: usize) {
+        let booked = if self.overlap { self.pending.replace((rows, tokens)) } else { Some((rows, tokens)) };
+        let Some((rows, tokens)) = booked else { return };
+        let slot = if tokens > rows {
+            Self::BUCKETS.len()
+        } else {
+            Self::BUCKETS.iter().position(|&hi| rows <= hi).unwrap_or(Self::BUCKETS.len() - 1)
+        };
+        let b = &mut self.buckets[slot];
+        b.0 += 1;
+        b.1 += wall.as_secs_f64();
+        b.2 += rows as u64;
+    }
+
+    /// One line per non-empty bucket: steps, seconds, mean step time and rows.
+    fn lines(&self) -> Vec<String> {
+        let mut lo = 1;
+        let mut out = Vec::new();
+        for (i, &(steps, secs, rows)) in self.buckets.iter().enumerate() {
+            let label = match Self::BUCKETS.get(i) {
+                Some(&usize::MAX) => format!("decode {lo}+ rows"),
+                Some(&hi) => format!("decode {lo}-{hi} rows"),
+                None => "prefill steps".to_owned(),
+            };
+            if let Some(&hi) = Self::BUCKETS.get(i) {
+                lo = hi.saturating_add(1);
+            }
+            if steps > 0 {
+                out.push(format!(
+                    "  {label:20} {steps:5} steps {secs:7.2} s ({:.3} ms a step, {:.0} rows on average)",
+                    secs * 1e3 / steps as f64,
+                    rows as f64 / steps as f64
+                ));
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_step_profile_books_a_call_to_the_step_it_waited_for() {
+        let ms = Duration::from_millis;
+        let mut overlapped = StepProfile::new(true);
+        overlapped.record(ms(5), 4, 400); // launches a prefill step, waits for nothing
+        overlapped.record(ms(7), 4, 4); // waits for the prefill
+        overlapped.record(ms(2), 3, 3); // waits for the 4-row decode step
+        let lines = overlapped.lines();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].contains("decode 2-16 rows") && lines[0].contains("1 steps"), "{lines:?}");
+        assert!(lines[0].contains("2.000 ms"), "{lines:?}");
+        assert!(lines[1].contains("prefill steps") && lines[1].contains("7.000 ms"), "{lines:?}");
+        let mut plain = StepProfile::new(false);
+        plain.record(ms(3), 1, 1);
+        plain.record(ms(9), 300, 300);
+        let lines = plain.lines();
+        assert!(lines[0].contains("decode 1-1 rows") && lines[0].contains("3.000 ms"), "{lines:?}");
+        assert!(lines[1].contains("decode 129+ rows") && lines[1].contains("300 rows"), "{lines:?}");
+    }
 
     /// Expected values printed by CPython 3.11.7 for bench.py's draw:
     /// `random.seed(s); p = [[randint(0, V-1) for _ in range(randint(100, 1024))]
