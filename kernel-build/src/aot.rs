@@ -49,6 +49,10 @@ pub struct AotOptions {
     pub nvcc: Option<PathBuf>,
     /// Parallel nvcc processes.
     pub jobs: usize,
+    /// Also one cubin per instance (loaded alone by `kernel-runtime` when the
+    /// library cannot serve it). The GPU bundle ships only the library and skips
+    /// them, which halves the compiles of a rebuild.
+    pub cubins: bool,
 }
 
 /// What a build did.
@@ -211,7 +215,7 @@ pub fn build_with_progress(opts: &AotOptions, progress: &(dyn Fn(Progress<'_>) +
         objects.push(obj);
 
         let mut cubins = Vec::new();
-        if family.jit_entry.is_some() {
+        if opts.cubins && family.jit_entry.is_some() {
             for arch in &opts.archs {
                 for inst in family.instances() {
                     let rel = format!("cubin/{}/{arch}/{}.cubin", family.name, inst.tag());

@@ -47,6 +47,7 @@ fn options(csrc: &Path, out: &Path, nvcc: &Path) -> AotOptions {
         archs: vec![aot::DEFAULT_ARCH.into()],
         nvcc: Some(nvcc.to_owned()),
         jobs: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
+        cubins: true,
     }
 }
 

@@ -21,7 +21,8 @@ const MAX_BUNDLE_BYTES: u64 = 40 << 20;
 pub fn run(out: PathBuf) -> Result<()> {
     let root = crate::workspace_root();
     let kernels_dir = root.join("target").join("kernels");
-    crate::build_kernels(vec![kernel_build::aot::DEFAULT_ARCH.into()], Some(kernels_dir.clone()), None)?;
+    // The bundle ships the library alone (see below), so the cubins are not built.
+    crate::build_kernels(vec![kernel_build::aot::DEFAULT_ARCH.into()], Some(kernels_dir.clone()), None, false)?;
 
     if out.exists() {
         std::fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;

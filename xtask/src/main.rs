@@ -2,7 +2,7 @@
 //!
 //! | task | what |
 //! | --- | --- |
-//! | `build-kernels [--arch sm_90a[,sm_80]] [--out DIR]` | nvcc every family of csrc/kernels.toml into a shared library, cubins and manifest.json |
+//! | `build-kernels [--arch sm_90a[,sm_80]] [--out DIR] [--no-cubins]` | nvcc every family of csrc/kernels.toml into a shared library, cubins and manifest.json |
 //! | `codegen [--check]` | bindgen `tensor.h` and `nccl227.h` into kernel-runtime/src/sys/ |
 //! | `gpu-bundle [--out DIR]` | everything a GPU run needs in one folder (default `.gpu/`) with `run.sh` |
 #![forbid(unsafe_code)]
@@ -37,6 +37,9 @@ enum Task {
         /// Parallel nvcc processes (default: the number of cores).
         #[arg(long)]
         jobs: Option<usize>,
+        /// Only the shared library (no per-instance cubins).
+        #[arg(long)]
+        no_cubins: bool,
     },
     /// Regenerate the Rust mirrors of the C headers with bindgen.
     Codegen {
@@ -61,7 +64,7 @@ pub fn workspace_root() -> PathBuf {
 
 fn main() -> Result<()> {
     match Cli::parse().task {
-        Task::BuildKernels { arch, out, jobs } => build_kernels(arch, out, jobs),
+        Task::BuildKernels { arch, out, jobs, no_cubins } => build_kernels(arch, out, jobs, !no_cubins),
         Task::Codegen { check } => codegen::run(check),
         Task::GpuBundle { out } => gpu_bundle::run(out.unwrap_or_else(|| workspace_root().join(".gpu"))),
     }
@@ -70,7 +73,7 @@ fn main() -> Result<()> {
 /// `cargo xtask build-kernels`: one progress bar over the objects and cubins
 /// that are out of date (each one an nvcc run of seconds to a minute), a line
 /// per compiled file, then the link and a summary.
-pub fn build_kernels(arch: Vec<String>, out: Option<PathBuf>, jobs: Option<usize>) -> Result<()> {
+pub fn build_kernels(arch: Vec<String>, out: Option<PathBuf>, jobs: Option<usize>, cubins: bool) -> Result<()> {
     let root = workspace_root();
     let opts = kernel_build::aot::AotOptions {
         csrc_dir: root.join("csrc"),
@@ -78,6 +81,7 @@ pub fn build_kernels(arch: Vec<String>, out: Option<PathBuf>, jobs: Option<usize
         archs: arch,
         nvcc: None,
         jobs: jobs.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)),
+        cubins,
     };
     let started = std::time::Instant::now();
     eprintln!("build-kernels: checking {} for {}", opts.out_dir.display(), opts.archs.join(","));
