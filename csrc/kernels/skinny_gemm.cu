@@ -55,6 +55,20 @@
  * weight row is reduced exactly as the plain kernel reduces it, and both sums are
  * rounded to the dtype before silu_mul's f32 math (activation.cu): bitwise the
  * result of the gate_up GEMM followed by silu_mul.
+ *
+ * The pre-norm variant (NORM = 1, the decoder layer's residual step fused in front
+ * of the qkv or gate_up projection, saving the norm's launch): x is the previous
+ * block's output h, and after the dependency wait every block computes, for each
+ * of its m rows, s = h + residual in f32, the row's mean square, and the GEMM input
+ * s * rsqrt(mean(s^2) + eps) * norm_w rounded to the dtype, into shared memory
+ * (rows padded by 64 bytes, so that the 16-byte loads of two rows in one phase
+ * fall in different banks); block 0 also writes s rounded to residual_out. The
+ * math is fused_add_rms_norm's (norm.cu: the norm of the f32 sum), the sum of
+ * squares in another order, so the input may differ from the two-kernel path's in
+ * the last bit. The main loop then reads x from shared memory instead of L2. A
+ * separate residual_out is what makes this safe: every block reads the residual
+ * while block 0 writes the new one. Re-reading h and residual per block costs L2
+ * traffic of 2 m k bytes a block, small at decode sizes (4 KiB at m = 1, k = 1024).
  */
 #include "minisgl/mma.cuh"
 #include "minisgl/device.cuh"
@@ -74,6 +88,10 @@ constexpr int kSkinnyStepBytes = kSkinnyWarps * kWarpSize * 2 * 16;
 /* The prefetch budget: at most 96 KiB a block (prefetch_steps * M_TILES <= 12),
  * which still leaves two blocks an SM with their partial tiles. */
 constexpr int kSkinnyMaxPrefetchTileSteps = 12;
+/* The widest rows the pre-norm variant (NORM) normalises into shared memory: 16
+ * rows of 2048 are 65 KiB, which with the prefetch still leaves two blocks an SM
+ * when the host trims the prefetch (gpu/skinny.rs). */
+constexpr int kSkinnyMaxNormK = 2048;
 
 /* A 16-byte load of streamed weights: read-only path, not kept in L1 (each byte
  * is used once). */
@@ -109,7 +127,65 @@ template <int U, int M_TILES, int N_TILES> struct SkinnyStage {
   uint4 x[U][N_TILES];
 };
 
-template <int DTYPE, int N_TILES, int M_TILES, int GATED>
+/* Bytes between two normalised rows in shared memory (NORM): the row, plus 64 so
+ * that lanes reading rows g and g + 1 in one 8-lane phase hit different banks. */
+__host__ __device__ constexpr long long skinny_norm_row_bytes(long long k) { return 2 * k + 64; }
+
+/* The pre-norm residual step of NORM (see the file comment): rows [0, m) of
+ * x + residual, normalised into `xs` (rows skinny_norm_row_bytes(k) apart); block
+ * `writer` also stores the rounded sums to residual_out. Ends with a barrier. */
+template <int DTYPE>
+__device__ __forceinline__ void skinny_norm_rows(const msgl_skinny_gemm_params& p, unsigned char* xs, bool writer) {
+  using T = typename DType<DTYPE>::Storage;
+  constexpr int E = Vec16<DTYPE>::kElems;
+  __shared__ float row_sums[16][kSkinnyWarps];
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const long long chunks = p.k / E;
+  const char* h = static_cast<const char*>(p.x);
+  const char* r = static_cast<const char*>(p.residual);
+  /* s = h + residual of one 16-byte chunk, in f32. */
+  auto sum_chunk = [&](long long row, long long c, Vec16<DTYPE>& s) {
+    Vec16<DTYPE> rv;
+    s.from_raw(load_global_cg16(h + (row * p.x_stride + c * E) * 2));
+    rv.from_raw(load_global_cg16(r + (row * p.residual_stride + c * E) * 2));
+#pragma unroll
+    for (int e = 0; e < E; ++e) s.v[e] += rv.v[e];
+  };
+  for (long long row = 0; row < p.m; ++row) {
+    float ss = 0.f;
+    for (long long c = threadIdx.x; c < chunks; c += kSkinnyThreads) {
+      Vec16<DTYPE> s;
+      sum_chunk(row, c, s);
+#pragma unroll
+      for (int e = 0; e < E; ++e) ss += s.v[e] * s.v[e];
+      if (writer) *reinterpret_cast<uint4*>(static_cast<T*>(p.residual_out) + row * p.k + c * E) = s.to_raw();
+    }
+#pragma unroll
+    for (int o = kWarpSize / 2; o > 0; o /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) row_sums[row][warp] = ss;
+  }
+  __syncthreads();
+  const T* nw = static_cast<const T*>(p.norm_w);
+  const float inv_k = 1.f / static_cast<float>(p.k);
+  for (long long row = 0; row < p.m; ++row) {
+    float ss = 0.f;
+#pragma unroll
+    for (int w = 0; w < kSkinnyWarps; ++w) ss += row_sums[row][w];
+    const float inv_rms = rsqrtf(ss * inv_k + p.eps);
+    for (long long c = threadIdx.x; c < chunks; c += kSkinnyThreads) {
+      Vec16<DTYPE> s, wv;
+      sum_chunk(row, c, s);
+      wv.from_raw(load_global_cg16(nw + c * E));
+#pragma unroll
+      for (int e = 0; e < E; ++e) s.v[e] = s.v[e] * inv_rms * wv.v[e];
+      *reinterpret_cast<uint4*>(xs + row * skinny_norm_row_bytes(p.k) + c * 16) = s.to_raw();
+    }
+  }
+  __syncthreads();
+}
+
+template <int DTYPE, int N_TILES, int M_TILES, int GATED, int NORM>
 __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& p) {
   using T = typename DType<DTYPE>::Storage;
   constexpr int U = kSkinnyUnroll / M_TILES;
@@ -166,13 +242,18 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
   /* Wait for the previous kernel, then let the next one stage its weights (device.cuh). */
   grid_prologue();
 
+  /* NORM: the normalised rows, in dynamic shared memory after the prefetch slots. */
+  unsigned char* xs = skinny_smem + static_cast<long long>(p.prefetch_steps) * M_TILES * kSkinnyStepBytes;
+  if constexpr (NORM) skinny_norm_rows<DTYPE>(p, xs, blockIdx.x == 0);
+
   const char* x_row[N_TILES];
   bool x_ok[N_TILES];
 #pragma unroll
   for (int j = 0; j < N_TILES; ++j) {
     const long long r = 8 * j + g;
     x_ok[j] = r < p.m;
-    x_row[j] = static_cast<const char*>(p.x) + (x_ok[j] ? r : 0) * p.x_stride * 2 + t * 16;
+    x_row[j] = NORM ? reinterpret_cast<const char*>(xs) + (x_ok[j] ? r : 0) * skinny_norm_row_bytes(p.k) + t * 16
+                    : static_cast<const char*>(p.x) + (x_ok[j] ? r : 0) * p.x_stride * 2 + t * 16;
   }
 
   float acc[M_TILES][N_TILES][4];
@@ -190,7 +271,14 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
       const bool in = s + u < s_end;
       const long long off = (s + u) * 64;
 #pragma unroll
-      for (int j = 0; j < N_TILES; ++j) st.x[u][j] = in && x_ok[j] ? load_global_cg16(x_row[j] + off) : zero;
+      for (int j = 0; j < N_TILES; ++j) {
+        if (!(in && x_ok[j]))
+          st.x[u][j] = zero;
+        else if constexpr (NORM)
+          st.x[u][j] = *reinterpret_cast<const uint4*>(x_row[j] + off);
+        else
+          st.x[u][j] = load_global_cg16(x_row[j] + off);
+      }
     }
   };
   /* Loads the w rows of k-steps [s, s + U): from the prefetched slots, else from
@@ -311,10 +399,11 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
 #if defined(MSGL_JIT_INSTANCE)
 /* One instance, compiled by NVRTC or into an AOT cubin; launched from Rust with
  * block = 256, grid = ceil(n / (16 * M_TILES)) (GATED: ceil(n / (8 * M_TILES))),
- * prefetch_steps * M_TILES * kSkinnyStepBytes of dynamic shared memory, without
+ * prefetch_steps * M_TILES * kSkinnyStepBytes (NORM: + m * skinny_norm_row_bytes(k))
+ * of dynamic shared memory, without
  * clusters (no K split) and without the PDL attribute (the waits are no-ops). */
 extern "C" __global__ void __launch_bounds__(256, 2) msgl_skinny_gemm_kernel(const msgl_skinny_gemm_params p) {
-  msgl::skinny_gemm_impl<MSGL_DTYPE, MSGL_N_TILES, MSGL_M_TILES, MSGL_GATED>(p);
+  msgl::skinny_gemm_impl<MSGL_DTYPE, MSGL_N_TILES, MSGL_M_TILES, MSGL_GATED, MSGL_NORM>(p);
 }
 #endif
 
@@ -322,24 +411,24 @@ extern "C" __global__ void __launch_bounds__(256, 2) msgl_skinny_gemm_kernel(con
 #include <atomic>
 
 #include "minisgl/check.h"
-#include "msgl_instances.inc" /* MSGL_FOR_EACH_INSTANCE(X): X(DTYPE, N_TILES, M_TILES, GATED) for each AOT instance */
+#include "msgl_instances.inc" /* MSGL_FOR_EACH_INSTANCE(X): X(DTYPE, N_TILES, M_TILES, GATED, NORM) for each AOT instance */
 
 namespace msgl {
-template <int DTYPE, int N_TILES, int M_TILES, int GATED>
+template <int DTYPE, int N_TILES, int M_TILES, int GATED, int NORM>
 __global__ void __launch_bounds__(256, 2) skinny_gemm_kernel(const msgl_skinny_gemm_params p) {
-  skinny_gemm_impl<DTYPE, N_TILES, M_TILES, GATED>(p);
+  skinny_gemm_impl<DTYPE, N_TILES, M_TILES, GATED, NORM>(p);
 }
 
 /* Launches one instance with `smem` bytes of dynamic shared memory, raising the
  * instance's limit on the current device first when it is above what was
  * allowed there so far (and asking for the largest shared-memory carveout, so
  * that two blocks with their prefetch fit an SM beside other kernels' blocks). */
-template <int DTYPE, int N_TILES, int M_TILES, int GATED>
+template <int DTYPE, int N_TILES, int M_TILES, int GATED, int NORM>
 static cudaError_t launch_skinny(dim3 grid, size_t smem, cudaStream_t s, unsigned k_splits,
                                  const msgl_skinny_gemm_params& p) {
   constexpr int kMaxDevices = 64;
   static std::atomic<size_t> allowed[kMaxDevices];
-  auto kernel = skinny_gemm_kernel<DTYPE, N_TILES, M_TILES, GATED>;
+  auto kernel = skinny_gemm_kernel<DTYPE, N_TILES, M_TILES, GATED, NORM>;
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
@@ -357,8 +446,10 @@ static cudaError_t launch_skinny(dim3 grid, size_t smem, cudaStream_t s, unsigne
 }  // namespace msgl
 
 extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x, const msgl_tensor* w,
-                                    const msgl_tensor* bias, int32_t m_tiles, int32_t k_splits, int32_t gated,
-                                    int32_t prefetch_steps, msgl_stream stream) {
+                                    const msgl_tensor* bias, const msgl_tensor* residual,
+                                    const msgl_tensor* residual_out, const msgl_tensor* norm_w, float eps,
+                                    int32_t m_tiles, int32_t k_splits, int32_t gated, int32_t prefetch_steps,
+                                    msgl_stream stream) {
   using namespace msgl;
   const char* op = gated ? "skinny_gemm_silu_mul" : "skinny_gemm";
   constexpr uint32_t halves = dtype_bit(MSGL_F16) | dtype_bit(MSGL_BF16);
@@ -396,6 +487,30 @@ extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x
   if (prefetch_steps < 0 || prefetch_steps * m_tiles > kSkinnyMaxPrefetchTileSteps)
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: prefetch_steps %d must be 0..%d for m_tiles %d", op, prefetch_steps,
                      kSkinnyMaxPrefetchTileSteps / m_tiles, m_tiles);
+  const int32_t norm = residual != nullptr || residual_out != nullptr || norm_w != nullptr ? 1 : 0;
+  if (norm) {
+    if (residual == nullptr || residual_out == nullptr || norm_w == nullptr)
+      return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: residual, residual_out and norm_w go together", op);
+    MSGL_TRY(expect_tensor(residual, op, "residual", 2, halves));
+    MSGL_TRY(expect_tensor(residual_out, op, "residual_out", 2, halves));
+    MSGL_TRY(expect_tensor(norm_w, op, "norm_w", 1, halves));
+    MSGL_TRY(expect_same(x, "x", residual, "residual", op));
+    MSGL_TRY(expect_same(x, "x", residual_out, "residual_out", op));
+    MSGL_TRY(expect_same(x, "x", norm_w, "norm_w", op));
+    MSGL_TRY(expect_dim(residual, op, "residual", 0, m));
+    MSGL_TRY(expect_dim(residual, op, "residual", 1, k));
+    MSGL_TRY(expect_dim(residual_out, op, "residual_out", 0, m));
+    MSGL_TRY(expect_dim(residual_out, op, "residual_out", 1, k));
+    MSGL_TRY(expect_dim(norm_w, op, "norm_w", 0, k));
+    MSGL_TRY(expect_contiguous(residual_out, op, "residual_out"));
+    MSGL_TRY(expect_contiguous(norm_w, op, "norm_w"));
+    MSGL_TRY(expect_rows(residual, op, "residual", 16));
+    if (k > kSkinnyMaxNormK)
+      return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the pre-norm rows need k <= %d, got %lld", op, kSkinnyMaxNormK,
+                       static_cast<long long>(k));
+    if (residual_out->data == residual->data || residual_out->data == x->data)
+      return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: residual_out must not be x or residual", op);
+  }
   if (n == 0) return MSGL_OK;
 
   msgl_skinny_gemm_params p{};
@@ -408,6 +523,13 @@ extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x
   p.k = k;
   p.x_stride = m > 1 ? x->strides[0] : k;
   p.prefetch_steps = prefetch_steps;
+  if (norm) {
+    p.residual = residual->data;
+    p.residual_out = residual_out->data;
+    p.norm_w = norm_w->data;
+    p.residual_stride = m > 1 ? residual->strides[0] : k;
+    p.eps = eps;
+  }
   const int32_t n_tiles = m <= 8 ? 1 : 2;
   const int64_t cols_per_block = (gated ? 8 : 16) * int64_t{m_tiles};
   const int64_t tiles = (n + cols_per_block - 1) / cols_per_block;
@@ -415,20 +537,21 @@ extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: grid of %lld blocks is too large", op,
                      static_cast<long long>(tiles * k_splits));
   const dim3 grid(static_cast<unsigned>(tiles * k_splits));
-  const size_t smem = static_cast<size_t>(prefetch_steps) * m_tiles * kSkinnyStepBytes;
+  const size_t smem = static_cast<size_t>(prefetch_steps) * m_tiles * kSkinnyStepBytes +
+                      (norm ? static_cast<size_t>(m * skinny_norm_row_bytes(k)) : 0);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   bool launched = false;
   cudaError_t err = cudaSuccess;
-#define MSGL_CASE(D, NT, MT, GT)                                                                                  \
-  if (!launched && x->dtype == D && n_tiles == NT && m_tiles == MT && gated == GT) {                              \
-    err = launch_skinny<D, NT, MT, GT>(grid, smem, s, static_cast<unsigned>(k_splits), p);                        \
+#define MSGL_CASE(D, NT, MT, GT, NM)                                                                              \
+  if (!launched && x->dtype == D && n_tiles == NT && m_tiles == MT && gated == GT && norm == NM) {                \
+    err = launch_skinny<D, NT, MT, GT, NM>(grid, smem, s, static_cast<unsigned>(k_splits), p);                    \
     launched = true;                                                                                              \
   }
   MSGL_FOR_EACH_INSTANCE(MSGL_CASE)
 #undef MSGL_CASE
   if (!launched)
-    return set_error(MSGL_ERR_NO_INSTANCE, "%s: no AOT instance DTYPE=%d N_TILES=%d M_TILES=%d GATED=%d", op, x->dtype,
-                     n_tiles, m_tiles, gated);
+    return set_error(MSGL_ERR_NO_INSTANCE, "%s: no AOT instance DTYPE=%d N_TILES=%d M_TILES=%d GATED=%d NORM=%d", op,
+                     x->dtype, n_tiles, m_tiles, gated, norm);
   if (err != cudaSuccess)
     return set_error(MSGL_ERR_CUDA, "%s: %zu bytes of shared memory: %s", op, smem, cudaGetErrorString(err));
   return check_launch(op);

@@ -17,6 +17,8 @@
 //!   skinny kernel's epilogue) against the CPU pair and bitwise against
 //!   `skinny_gemm` then `silu_mul` on the GPU, both tile widths, bias, odd widths,
 //!   and the fallback outside the rule;
+//! - `fused_add_rms_norm_linear` (the pre-norm residual step inside the skinny
+//!   kernel) against the CPU's two steps and the two GPU ops, gated or not;
 //! - decode attention with its splits merged by the decode launch's last blocks,
 //!   bitwise against the combine launch, over the fixed-split plans of CUDA
 //!   graphs and the host plan, run twice (the counters must be left zero).
@@ -482,6 +484,69 @@ fn linear_silu_mul_is_the_unfused_pair_bit_for_bit() -> Result<()> {
         let want = ops::linear_silu_mul(&x, &w, None)?;
         let got = ops::linear_silu_mul(&gpu(&x)?, &gpu(&w)?, None)?;
         assert_close(&format!("linear_silu_mul fallback {dtype} m={m}"), &got, &want, tol(dtype))?;
+    }
+    Ok(())
+}
+
+/// The pre-norm variant (the residual add and RMSNorm computed by every block of
+/// the projection that follows): against the CPU's two steps, and on the GPU the
+/// new residual bit for bit the norm kernel's. Where the rule takes it (k <= 2048,
+/// 1-16 MiB of weights) the residual comes back in a new buffer; elsewhere the two
+/// ops run in place.
+#[test]
+fn fused_add_rms_norm_linear_matches_the_two_steps() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let mut r = rng(29);
+    for dtype in [DType::BF16, DType::F16] {
+        // Qwen3-0.6B's qkv and gate_up (k = 1024), a k = 2048 one (Qwen3-1.7B's qkv),
+        // and one past the widest rows (k = 4096: the two ops).
+        for (n, k, gated) in [(4096, 1024, false), (6144, 1024, true), (4096, 2048, false), (2048, 4096, false)] {
+            for m in [1, 2, 7, 8, 9, 16] {
+                for bias in [false, true] {
+                    let what = format!("fused_add_rms_norm_linear {dtype} m={m} n={n} k={k} gated={gated} bias={bias}");
+                    let x = random(&mut r, &[m, k], dtype, 0.0, 1.0)?;
+                    let res = random(&mut r, &[m, k], dtype, 0.0, 3.0)?;
+                    let nw = random(&mut r, &[k], dtype, 1.0, 0.5)?;
+                    let w = random(&mut r, &[n, k], dtype, 0.0, 0.05)?;
+                    let b = bias.then(|| random(&mut r, &[n], dtype, 0.0, 1.0)).transpose()?;
+                    let (want, want_res) = ops::fused_add_rms_norm_linear(
+                        host_copy(&x)?,
+                        host_copy(&res)?,
+                        &nw,
+                        EPS,
+                        &w,
+                        b.as_ref(),
+                        gated,
+                    )?;
+                    let (gnw, gw, gb) = (gpu(&nw)?, gpu(&w)?, b.as_ref().map(gpu).transpose()?);
+                    let run = |norm: bool| -> Result<(Tensor, Tensor, bool)> {
+                        ops::set_skinny_norm(Some(norm));
+                        let gres = gpu(&res)?;
+                        let input = gres.clone();
+                        let done = ops::fused_add_rms_norm_linear(gpu(&x)?, gres, &gnw, EPS, &gw, gb.as_ref(), gated);
+                        ops::set_skinny_norm(None);
+                        let (out, new_res) = done.with_context(|| what.clone())?;
+                        let moved = !new_res.same_buffer(&input);
+                        Ok((out, new_res, moved))
+                    };
+                    let (got, got_res, fused) = run(true)?;
+                    // (A dry run on the CPU runs the two steps in place.)
+                    let expect_fused = k <= 2048 && target() != CPU;
+                    ensure!(fused == expect_fused, "{what}: fused launch {fused}, expected {expect_fused}");
+                    assert_close_elementwise(&format!("{what}: residual"), &got_res, &want_res, dtype)?;
+                    assert_close(&format!("{what}: out"), &got, &want, tol(dtype))?;
+                    let (two, two_res, moved) = run(false)?;
+                    ensure!(!moved, "{what}: the two ops update the residual in place");
+                    ensure!(
+                        got_res.to_host_bytes()? == two_res.to_host_bytes()?,
+                        "{what}: residual differs from the norm kernel's"
+                    );
+                    assert_close(&format!("{what}: out against the two GPU ops"), &got, &two, tol(dtype))?;
+                }
+            }
+        }
     }
     Ok(())
 }

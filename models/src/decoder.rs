@@ -7,7 +7,8 @@
 //!
 //! Unlike the HF files, the attention is paged (the cache and the batch layout
 //! come from the caller through `ForwardCtx`), the projections are fused (qkv,
-//! gate_up), and the residual add is fused into the next RMSNorm.
+//! gate_up), and the residual add is fused into the next RMSNorm, which is fused
+//! into the projection after it where the GPU can (`ops::fused_add_rms_norm_linear`).
 
 use kernel_runtime::{ops, DType, Device, Tensor};
 
@@ -15,13 +16,20 @@ use crate::causal_lm::CausalLm;
 use crate::config::ModelConfig;
 use crate::ctx::{AttnBackend, ForwardBatch, ForwardCtx, KvCache};
 use crate::error::Result;
-use crate::layers::{AttnOptions, GatedMlp, ParallelLmHead, RmsNorm, RopeAttention, VocabParallelEmbedding};
+use crate::layers::{AttnOptions, GatedMlp, ParallelLmHead, PreNorm, RmsNorm, RopeAttention, VocabParallelEmbedding};
 use crate::rotary::RotaryEmbedding;
 use crate::weights::{VarBuilder, Weights};
 
 /// The MLP of a decoder layer: `[t, hidden]` in, a new `[t, hidden]` out.
 pub(crate) trait DecoderMlp: std::fmt::Debug + Send + Sync {
     fn forward(&self, x: &Tensor) -> Result<Tensor>;
+
+    /// The layer's second pre-norm step, then [`DecoderMlp::forward`]: `(output,
+    /// residual)`. An MLP whose first projection can take the step fused overrides it.
+    fn forward_prenorm(&self, pre: PreNorm<'_>) -> Result<(Tensor, Tensor)> {
+        let (x, residual) = pre.apply()?;
+        Ok((self.forward(&x)?, residual))
+    }
 
     /// Whether `forward` only enqueues device work whose launches depend on the
     /// row count alone (no host reads, no host-planned shapes), so that a CUDA
@@ -34,6 +42,10 @@ pub(crate) trait DecoderMlp: std::fmt::Debug + Send + Sync {
 impl DecoderMlp for GatedMlp {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         GatedMlp::forward(self, x)
+    }
+
+    fn forward_prenorm(&self, pre: PreNorm<'_>) -> Result<(Tensor, Tensor)> {
+        GatedMlp::forward_prenorm(self, pre)
     }
 }
 
@@ -48,12 +60,12 @@ pub(crate) struct DecoderLayer<M> {
 
 impl<M: DecoderMlp> DecoderLayer<M> {
     /// `(hidden, residual)` in, `(hidden, residual)` out; the residual add of the
-    /// previous block happens in this layer's first norm.
+    /// previous block happens in this layer's first norm. Each norm travels to the
+    /// projection after it (qkv, gate_up), which runs both in one launch where it can.
     fn forward(&self, ctx: &ForwardCtx<'_>, x: Tensor, residual: Option<Tensor>) -> Result<(Tensor, Tensor)> {
-        let (x, residual) = self.input_layernorm.forward_fused(x, residual)?;
-        let x = self.self_attn.forward(ctx, &x)?;
-        let (x, residual) = self.post_attention_layernorm.forward_fused(x, Some(residual))?;
-        Ok((self.mlp.forward(&x)?, residual))
+        let (x, residual) =
+            self.self_attn.forward_prenorm(ctx, PreNorm { x, residual, norm: &self.input_layernorm })?;
+        self.mlp.forward_prenorm(PreNorm { x, residual: Some(residual), norm: &self.post_attention_layernorm })
     }
 }
 

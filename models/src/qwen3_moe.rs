@@ -20,7 +20,7 @@ use crate::config::ModelConfig;
 use crate::ctx::AttnBackend;
 use crate::decoder::{Decoder, DecoderMlp};
 use crate::error::Result;
-use crate::layers::{AttnOptions, GatedMlp, RouterProbe, SparseMoeBlock};
+use crate::layers::{AttnOptions, GatedMlp, PreNorm, RouterProbe, SparseMoeBlock};
 use crate::moe_backend::MoeBackendKind;
 use crate::weights::{VarBuilder, Weights};
 
@@ -36,6 +36,18 @@ impl DecoderMlp for Qwen3MoeMlp {
         match self {
             Qwen3MoeMlp::Dense(mlp) => mlp.forward(x),
             Qwen3MoeMlp::Sparse(moe) => moe.forward(x),
+        }
+    }
+
+    /// A dense layer takes the pre-norm step into its gate_up projection; a sparse
+    /// one normalises first (its router and experts both read the normed rows).
+    fn forward_prenorm(&self, pre: PreNorm<'_>) -> Result<(Tensor, Tensor)> {
+        match self {
+            Qwen3MoeMlp::Dense(mlp) => mlp.forward_prenorm(pre),
+            Qwen3MoeMlp::Sparse(moe) => {
+                let (x, residual) = pre.apply()?;
+                Ok((moe.forward(&x)?, residual))
+            }
         }
     }
 

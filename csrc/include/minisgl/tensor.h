@@ -239,9 +239,13 @@ typedef struct msgl_rope_store_params {
  * weights do not depend on the previous kernel). GATED = 1 is a gate_up
  * projection with SiLU-and-mul fused: w [2n, k] holds the gate rows then the
  * up rows, out[m, j] = silu(gate[m, j]) * up[m, j] with both rounded to the
- * dtype first, and a block makes 8 * M_TILES outputs. Instance parameters: DTYPE
+ * dtype first, and a block makes 8 * M_TILES outputs. NORM = 1 runs the pre-norm
+ * residual step of a decoder layer first (what fused_add_rms_norm does): s = x +
+ * residual in f32, residual_out = s rounded (written by block 0), and the GEMM's
+ * input is s * rsqrt(mean(s^2) + eps) * norm_w, rounded to the dtype, which every
+ * block computes into shared memory for its m rows. Instance parameters: DTYPE
  * (bf16 or f16), N_TILES (x rows / 8, rounded up: 1 or 2, so m <= 16), M_TILES
- * (16-row tiles of w per warp: 1 or 2), GATED (0 or 1).
+ * (16-row tiles of w per warp: 1 or 2), GATED (0 or 1), NORM (0 or 1).
  */
 typedef struct msgl_skinny_gemm_params {
   void* out;                   /* device, [m, n] contiguous */
@@ -253,8 +257,14 @@ typedef struct msgl_skinny_gemm_params {
   int64_t k;                   /* a multiple of 32 */
   int64_t x_stride;            /* elements, a multiple of 8 */
   int32_t prefetch_steps;      /* k-steps per warp staged before the wait: 0..12 / M_TILES; dynamic shared
-                                  memory prefetch_steps * M_TILES * 8 KiB */
+                                  memory prefetch_steps * M_TILES * 8 KiB (+ the NORM rows) */
   int32_t reserved;            /* 0 */
+  const void* residual;        /* NORM: device, [m, k], rows residual_stride elements apart, 16-byte aligned */
+  void* residual_out;          /* NORM: device, [m, k] contiguous: x + residual rounded (not residual itself) */
+  const void* norm_w;          /* NORM: device, [k] */
+  int64_t residual_stride;     /* NORM: elements, a multiple of 8 */
+  float eps;                   /* NORM: added to the mean square */
+  int32_t reserved2;           /* 0 */
 } msgl_skinny_gemm_params;
 
 /*
@@ -663,10 +673,16 @@ MSGL_API int32_t msgl_rope_store(const msgl_tensor* q, const msgl_tensor* k, con
  * m_tiles: the M_TILES instance (1 or 2); k_splits: blocks of a cluster that share
  * one tile's K (1..8, at most k / 32); gated: 1 for the GATED instance (w [2n, k],
  * bias [2n], out [m, n] = silu(gate) * up); prefetch_steps: k-steps of w per warp
- * staged in shared memory before the grid dependency wait (0..12 / m_tiles). */
+ * staged in shared memory before the grid dependency wait (0..12 / m_tiles).
+ * residual, residual_out, norm_w: NULL, or all three for the NORM instance (the
+ * pre-norm residual step first: residual [m, k] like x, residual_out [m, k]
+ * contiguous and not overlapping x or residual, norm_w [k] contiguous; k <= 2048
+ * so that the normalised rows fit shared memory), with eps. */
 MSGL_API int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x, const msgl_tensor* w,
-                                  const msgl_tensor* bias, int32_t m_tiles, int32_t k_splits, int32_t gated,
-                                  int32_t prefetch_steps, msgl_stream stream);
+                                  const msgl_tensor* bias, const msgl_tensor* residual,
+                                  const msgl_tensor* residual_out, const msgl_tensor* norm_w, float eps,
+                                  int32_t m_tiles, int32_t k_splits, int32_t gated, int32_t prefetch_steps,
+                                  msgl_stream stream);
 
 /* skinny_tiled: out [m, n] contiguous, x [m, k] (unit last stride, 16-byte aligned
  * rows), w [n, k] contiguous, bias [n] or NULL; bf16/f16; m >= 1, k % 32 == 0.
@@ -826,7 +842,7 @@ static_assert(sizeof(msgl_moe_gemm_params) == 112, "msgl_moe_gemm_params layout 
 static_assert(sizeof(msgl_moe_sum_params) == 64, "msgl_moe_sum_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_rope_store_params) == 192, "msgl_rope_store_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_fill_uniform_params) == 32, "msgl_fill_uniform_params layout changed: run cargo xtask codegen");
-static_assert(sizeof(msgl_skinny_gemm_params) == 72, "msgl_skinny_gemm_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_skinny_gemm_params) == 112, "msgl_skinny_gemm_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_skinny_tiled_params) == 80, "msgl_skinny_tiled_params layout changed: run cargo xtask codegen");
 #endif
 

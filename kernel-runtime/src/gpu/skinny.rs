@@ -1,8 +1,10 @@
 //! The skinny GEMM on CUDA (csrc/kernels/skinny_gemm.cu): `x @ w^T (+ bias)` for
 //! up to 16 rows, at the weight-streaming limit, and the rule that picks it over
 //! cuBLASLt inside `linear`; its gated variant (a gate_up projection with
-//! SiLU-and-mul in the epilogue) and the rule of `linear_silu_mul`; and the weight
-//! prefetch every launch stages in shared memory before its grid dependency wait.
+//! SiLU-and-mul in the epilogue) and the rule of `linear_silu_mul`; its pre-norm
+//! variant (the decoder layer's residual add and RMSNorm in front of the product,
+//! `fused_add_rms_norm_linear`); and the weight prefetch every launch stages in
+//! shared memory before its grid dependency wait.
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -45,6 +47,16 @@ static PREFETCH: Switch = Switch::new("MINISGL_SKINNY_PREFETCH");
 /// cause not yet found, and the benchmark is the same either way (docs/PERF.md,
 /// fifth session, calls 3-4).
 static GATED: Switch = Switch::off_by_default("MINISGL_SKINNY_GATED");
+/// `MINISGL_SKINNY_NORM=0`: the pre-norm variant off (the norm kernel, then the
+/// product).
+static NORM: Switch = Switch::new("MINISGL_SKINNY_NORM");
+
+/// Widest rows the pre-norm variant normalises into shared memory
+/// (skinny_gemm.cu's kSkinnyMaxNormK).
+const MAX_NORM_K: usize = 2048;
+/// Dynamic shared memory of a pre-norm launch (prefetch slots and rows): within
+/// it two blocks still fit an SM beside their static partial tiles (16.5 KiB).
+const NORM_SHARED_BUDGET: usize = 96 << 10;
 
 /// Turns the skinny path of `ops::linear` on or off for this process, overriding
 /// `MINISGL_SKINNY_GEMM` (for A/B benchmarks); `None` goes back to the variable.
@@ -76,6 +88,31 @@ pub(crate) fn prefetch_steps(k: usize, m_tiles: usize, k_splits: usize) -> usize
     }
     let block_steps = (k / 32).div_ceil(k_splits.max(1));
     block_steps.div_ceil(8).min(MAX_PREFETCH_TILE_STEPS / m_tiles.max(1))
+}
+
+/// Turns the pre-norm variant on or off for this process, overriding
+/// `MINISGL_SKINNY_NORM`; `None` goes back to the variable.
+pub(crate) fn set_norm(on: Option<bool>) {
+    NORM.set(on);
+}
+
+/// Shared-memory bytes of the normalised rows of a pre-norm launch
+/// (skinny_gemm.cu's `m * skinny_norm_row_bytes(k)`).
+fn norm_rows_bytes(m: usize, k: usize) -> usize {
+    m * (2 * k + 64)
+}
+
+/// The prefetch of a pre-norm launch: [`prefetch_steps`] trimmed so that the slots
+/// and the normalised rows stay within [`NORM_SHARED_BUDGET`]; `None` when the rows
+/// alone do not fit (or k is past [`MAX_NORM_K`]), and the caller runs the norm
+/// kernel first.
+pub(crate) fn norm_prefetch_steps(m: usize, k: usize, m_tiles: usize) -> Option<usize> {
+    let rows = norm_rows_bytes(m, k);
+    if k > MAX_NORM_K || rows > NORM_SHARED_BUDGET {
+        return None;
+    }
+    let fit = (NORM_SHARED_BUDGET - rows) / (m_tiles.max(1) * PREFETCH_STEP_BYTES);
+    Some(prefetch_steps(k, m_tiles, 1).min(fit))
 }
 
 /// How the skinny kernel runs one product: `m_tiles` 16-row tiles of w per warp
@@ -148,7 +185,67 @@ pub(crate) fn operands_aligned(x: &Tensor, w: &Tensor) -> bool {
 /// devices and [`operands_aligned`]). A K split runs only through the AOT library
 /// (it needs a cluster launch); a JIT-compiled instance runs unsplit.
 pub(crate) fn skinny_gemm(out: &Tensor, x: &Tensor, w: &Tensor, bias: Option<&Tensor>, plan: SkinnyPlan) -> Result<()> {
-    launch("skinny_gemm", out, x, w, bias, plan, false)
+    launch("skinny_gemm", out, x, w, bias, plan, false, None)
+}
+
+/// The pre-norm inputs of a launch: `residual` `[m, k]` (rows 16-byte aligned, unit
+/// inner stride), `residual_out` `[m, k]` contiguous (another buffer), the norm's
+/// `weight` `[k]` and `eps`.
+pub(crate) struct PreNorm<'a> {
+    pub residual: &'a Tensor,
+    pub residual_out: &'a Tensor,
+    pub weight: &'a Tensor,
+    pub eps: f32,
+}
+
+/// The residual step and the product in one launch where the skinny rule takes the
+/// product and the rows fit shared memory: `residual_out = x + residual`, `out =
+/// rms_norm(residual_out) * norm_w @ w^T (+ bias)` (gated: `silu(gate) * up` of it,
+/// in the epilogue when the gated kernel is on, else by `silu_mul` after). Returns `Ok(Some((out, residual_out)))`, new
+/// tensors; `Ok(None)` when the caller runs the norm kernel and the product apart
+/// (the variant or the skinny path off, a shape the rule leaves to cuBLASLt, a
+/// strided residual or bias, rows too wide). The op checked shapes, dtypes, devices.
+pub(crate) fn fused_add_rms_norm_linear(
+    x: &Tensor,
+    residual: &Tensor,
+    norm_w: &Tensor,
+    eps: f32,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    gated: bool,
+) -> Result<Option<(Tensor, Tensor)>> {
+    const OP: &str = "fused_add_rms_norm_linear";
+    let dev = device_of(OP, x)?;
+    let [m, k] = x.dims::<2>(OP, "x")?;
+    // SiLU-and-mul in the epilogue with the gated kernel on, else its own launch after.
+    let epilogue = gated && GATED.get();
+    let usable = enabled() && NORM.get() && bias.is_none_or(Tensor::is_contiguous) && norm_w.is_contiguous();
+    if !usable || !rows_aligned(residual, 16) {
+        return Ok(None);
+    }
+    let aligned = operands_aligned(x, w);
+    let sms = dev.sm_count().max(1) as usize;
+    let plan = if epilogue {
+        plan_gated(m, w.dim(0) / 2, k, x.dtype(), aligned, sms)
+    } else {
+        plan(m, w.dim(0), k, x.dtype(), aligned, sms)
+    };
+    let Some(plan) = plan else { return Ok(None) };
+    if norm_prefetch_steps(m, k, plan.m_tiles).is_none() {
+        return Ok(None);
+    }
+    let n = if epilogue { w.dim(0) / 2 } else { w.dim(0) };
+    let out = Tensor::empty(&[m, n], x.dtype(), x.device())?;
+    let residual_out = Tensor::empty(&[m, k], x.dtype(), x.device())?;
+    let pre = PreNorm { residual, residual_out: &residual_out, weight: norm_w, eps };
+    let op = if epilogue { "skinny_gemm_silu_mul" } else { "skinny_gemm" };
+    launch(op, &out, x, w, bias, plan, epilogue, Some(&pre))?;
+    if gated && !epilogue {
+        let act = Tensor::empty(&[m, n / 2], x.dtype(), x.device())?;
+        super::silu_mul(&act, &out)?;
+        return Ok(Some((act, residual_out)));
+    }
+    Ok(Some((out, residual_out)))
 }
 
 /// Runs the gated kernel: `out` `[m, inter]` = silu(gate) * up of `x @ w^T (+
@@ -161,7 +258,7 @@ pub(crate) fn skinny_gemm_silu_mul(
     bias: Option<&Tensor>,
     plan: SkinnyPlan,
 ) -> Result<()> {
-    launch("skinny_gemm_silu_mul", out, x, w, bias, plan, true)
+    launch("skinny_gemm_silu_mul", out, x, w, bias, plan, true, None)
 }
 
 /// `linear` then `silu_mul` in one gated launch when [`plan_gated`] picks it:
@@ -185,7 +282,10 @@ pub(crate) fn linear_silu_mul(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> 
     Ok(Some(out))
 }
 
-/// Both variants: `gated` selects the GATED instance (w holds 2 n rows).
+/// Every variant: `gated` selects the GATED instance (w holds 2 n rows), `pre`
+/// the NORM instance (x is then the previous block's output, normalised with the
+/// residual first).
+#[allow(clippy::too_many_arguments)]
 fn launch(
     op: &'static str,
     out: &Tensor,
@@ -194,6 +294,7 @@ fn launch(
     bias: Option<&Tensor>,
     plan: SkinnyPlan,
     gated: bool,
+    pre: Option<&PreNorm<'_>>,
 ) -> Result<()> {
     let dev = device_of(op, x)?;
     let [m, xk] = x.dims::<2>(op, "x")?;
@@ -221,8 +322,13 @@ fn launch(
     let n_tiles = m.div_ceil(8);
     let cols_per_block = (if gated { 8 } else { 16 }) * m_tiles;
     let grid = grid_u32(op, n.div_ceil(cols_per_block))?;
-    let prefetch = prefetch_steps(k, m_tiles, k_splits);
-    let shared = prefetch * m_tiles * PREFETCH_STEP_BYTES;
+    let prefetch = match pre {
+        Some(_) if k_splits != 1 => return Err(Error::arg(op, "the pre-norm variant runs unsplit")),
+        Some(_) => norm_prefetch_steps(m, k, m_tiles)
+            .ok_or_else(|| Error::arg(op, format!("pre-norm rows of m={m} k={k} do not fit shared memory")))?,
+        None => prefetch_steps(k, m_tiles, k_splits),
+    };
+    let shared = prefetch * m_tiles * PREFETCH_STEP_BYTES + pre.map_or(0, |_| norm_rows_bytes(m, k));
     let p = msgl_skinny_gemm_params {
         out: out.device_ptr() as *mut _,
         x: x.device_ptr() as *const _,
@@ -234,8 +340,19 @@ fn launch(
         x_stride: if m > 1 { x.strides()[0] as i64 } else { k as i64 },
         prefetch_steps: prefetch as i32,
         reserved: 0,
+        residual: pre.map_or(std::ptr::null(), |p| p.residual.device_ptr() as *const _),
+        residual_out: pre.map_or(std::ptr::null_mut(), |p| p.residual_out.device_ptr() as *mut _),
+        norm_w: pre.map_or(std::ptr::null(), |p| p.weight.device_ptr() as *const _),
+        residual_stride: pre.map_or(0, |p| if m > 1 { p.residual.strides()[0] as i64 } else { k as i64 }),
+        eps: pre.map_or(0.0, |p| p.eps),
+        reserved2: 0,
     };
     let (a, b, c) = (out.abi(), x.abi(), w.abi());
+    let pre_abi = pre.map(|p| (p.residual.abi(), p.residual_out.abi(), p.weight.abi()));
+    let null = std::ptr::null();
+    let (res_ptr, res_out_ptr, norm_ptr) =
+        pre_abi.as_ref().map_or((null, null, null), |(r, o, n)| (r as *const _, o as *const _, n as *const _));
+    let eps = pre.map_or(0.0, |p| p.eps);
     let bias_abi = bias.map(Tensor::abi);
     let bias_ptr = bias_abi.as_ref().map_or(std::ptr::null(), |b| b as *const _);
     dispatch(
@@ -247,6 +364,7 @@ fn launch(
             ("N_TILES", n_tiles as i64),
             ("M_TILES", m_tiles as i64),
             ("GATED", i64::from(gated)),
+            ("NORM", i64::from(pre.is_some())),
         ],
         |lib, stream| {
             // SAFETY: the views describe live device tensors checked by the caller
@@ -258,6 +376,10 @@ fn launch(
                     &b,
                     &c,
                     bias_ptr,
+                    res_ptr,
+                    res_out_ptr,
+                    norm_ptr,
+                    eps,
                     m_tiles as i32,
                     k_splits as i32,
                     i32::from(gated),
@@ -341,6 +463,26 @@ mod tests {
         assert!(prefetch_steps(8192, 2, 1) * 2 * PREFETCH_STEP_BYTES <= 96 << 10);
         set_prefetch(Some(false));
         assert_eq!(prefetch_steps(1024, 1, 1), 0);
+        set_prefetch(None);
+    }
+
+    #[test]
+    fn pre_norm_rows_share_the_prefetch_budget() {
+        set_prefetch(Some(true));
+        // Qwen3-0.6B's qkv and gate_up (k = 1024): the whole prefetch fits beside
+        // one row, and beside 16 rows (33 KiB) too.
+        assert_eq!(norm_prefetch_steps(1, 1024, 1), Some(4));
+        assert_eq!(norm_prefetch_steps(16, 1024, 2), Some(3));
+        assert_eq!(norm_prefetch_steps(16, 1024, 1), Some(4));
+        // k = 2048 at 16 rows (65 KiB): the prefetch is trimmed to what is left.
+        assert_eq!(norm_prefetch_steps(16, 2048, 1), Some(3));
+        assert_eq!(norm_prefetch_steps(16, 2048, 2), Some(1));
+        // Wider rows: the norm kernel first.
+        assert_eq!(norm_prefetch_steps(1, 4096, 1), None);
+        for (m, k, t) in [(1, 1024, 1), (16, 1024, 2), (16, 2048, 1), (16, 2048, 2), (7, 1536, 2)] {
+            let steps = norm_prefetch_steps(m, k, t).unwrap();
+            assert!(steps * t * PREFETCH_STEP_BYTES + norm_rows_bytes(m, k) <= NORM_SHARED_BUDGET, "{m} {k} {t}");
+        }
         set_prefetch(None);
     }
 

@@ -21,23 +21,9 @@ const FLOATS: &[DType] = &[DType::F32, DType::F16, DType::BF16];
 /// f32 (accumulate) on every device.
 pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     const OP: &str = "linear";
-    let device = common_device(OP, &[("x", x), ("w", w)])?;
-    let [m, k] = x.dims::<2>(OP, "x")?;
-    let [n, wk] = w.dims::<2>(OP, "w")?;
-    if wk != k {
-        return Err(Error::arg(
-            OP,
-            format!("argument `w` has shape {:?}, expected [_, {k}] to match `x` {:?}", w.shape(), x.shape()),
-        ));
-    }
-    x.expect_dtype(OP, "x", FLOATS)?;
-    if w.dtype() != x.dtype() {
-        return Err(Error::arg(OP, format!("argument `w` has dtype {}, `x` has {}", w.dtype(), x.dtype())));
-    }
-    w.expect_contiguous(OP, "w")?;
-    if let Some(b) = bias {
-        b.expect_shape(OP, "bias", &[n])?.expect_device(OP, "bias", device)?.expect_dtype(OP, "bias", &[x.dtype()])?;
-    }
+    let device = check_projection(OP, x, w, bias, false)?;
+    let [m, _] = x.dims::<2>(OP, "x")?;
+    let n = w.dim(0);
     let out = Tensor::empty(&[m, n], x.dtype(), device)?;
     if m == 0 || n == 0 {
         return Ok(out);
@@ -180,31 +166,77 @@ pub fn silu_mul(x: &Tensor) -> Result<Tensor> {
 /// ops.
 pub fn linear_silu_mul(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     const OP: &str = "linear_silu_mul";
-    let device = common_device(OP, &[("x", x), ("w", w)])?;
-    let [_, k] = x.dims::<2>(OP, "x")?;
-    let [n2, wk] = w.dims::<2>(OP, "w")?;
-    if wk != k || n2 % 2 != 0 {
-        return Err(Error::arg(
-            OP,
-            format!("argument `w` has shape {:?}, expected [2 i, {k}] to match `x` {:?}", w.shape(), x.shape()),
-        ));
-    }
-    x.expect_dtype(OP, "x", FLOATS)?;
-    if w.dtype() != x.dtype() {
-        return Err(Error::arg(OP, format!("argument `w` has dtype {}, `x` has {}", w.dtype(), x.dtype())));
-    }
-    w.expect_contiguous(OP, "w")?;
-    if let Some(b) = bias {
-        b.expect_shape(OP, "bias", &[n2])?.expect_device(OP, "bias", device)?.expect_dtype(OP, "bias", &[x.dtype()])?;
-    }
+    let device = check_projection(OP, x, w, bias, true)?;
     if let Device::Cuda(_) = device {
-        if x.dim(0) > 0 && n2 > 0 {
+        if x.dim(0) > 0 && w.dim(0) > 0 {
             if let Some(out) = crate::gpu::skinny::linear_silu_mul(x, w, bias)? {
                 return Ok(out);
             }
         }
     }
     silu_mul(&linear(x, w, bias)?)
+}
+
+/// The argument checks of a projection `x` `[m, k]` @ `w^T` (+ `bias`): `w` `[n, k]`
+/// contiguous (`gated`: `[2 i, k]`, gate rows then up rows), `bias` `[n]`, one
+/// float dtype, one device (returned).
+fn check_projection(op: &'static str, x: &Tensor, w: &Tensor, bias: Option<&Tensor>, gated: bool) -> Result<Device> {
+    let device = common_device(op, &[("x", x), ("w", w)])?;
+    let [_, k] = x.dims::<2>(op, "x")?;
+    let [n, wk] = w.dims::<2>(op, "w")?;
+    if wk != k || (gated && n % 2 != 0) {
+        let rows = if gated { "2 i" } else { "_" };
+        return Err(Error::arg(
+            op,
+            format!("argument `w` has shape {:?}, expected [{rows}, {k}] to match `x` {:?}", w.shape(), x.shape()),
+        ));
+    }
+    x.expect_dtype(op, "x", FLOATS)?;
+    if w.dtype() != x.dtype() {
+        return Err(Error::arg(op, format!("argument `w` has dtype {}, `x` has {}", w.dtype(), x.dtype())));
+    }
+    w.expect_contiguous(op, "w")?;
+    if let Some(b) = bias {
+        b.expect_shape(op, "bias", &[n])?.expect_device(op, "bias", device)?.expect_dtype(op, "bias", &[x.dtype()])?;
+    }
+    Ok(device)
+}
+
+/// A decoder layer's pre-norm residual step and the projection after it:
+/// `residual += x; h = rms_norm(residual) * norm_w; out = h @ w^T (+ bias)`, or with
+/// `gated` `silu(gate) * up` of that product's halves (as [`linear_silu_mul`]).
+/// `x` and `residual` `[t, k]` contiguous, same dtype (distinct buffers), `norm_w`
+/// `[k]`. Consumes both and returns `(out, residual)`: the residual may come back
+/// in another buffer, since on the GPU at decode sizes the two steps are one skinny
+/// launch (whose blocks all read the old residual while one writes the new); else
+/// this is [`fused_add_rms_norm`] then the projection.
+pub fn fused_add_rms_norm_linear(
+    x: Tensor,
+    residual: Tensor,
+    norm_w: &Tensor,
+    eps: f32,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    gated: bool,
+) -> Result<(Tensor, Tensor)> {
+    const OP: &str = "fused_add_rms_norm_linear";
+    let device = check_projection(OP, &x, w, bias, gated)?;
+    common_device(OP, &[("x", &x), ("residual", &residual), ("norm_w", norm_w)])?;
+    if let (Device::Cuda(_), true) = (device, x.dim(0) > 0 && w.dim(0) > 0) {
+        let [t, k] = x.dims::<2>(OP, "x")?;
+        residual.expect_shape(OP, "residual", &[t, k])?.expect_dtype(OP, "residual", &[x.dtype()])?;
+        norm_w.expect_shape(OP, "norm_w", &[k])?.expect_dtype(OP, "norm_w", &[x.dtype()])?;
+        if !x.same_buffer(&residual) {
+            if let Some(done) =
+                crate::gpu::skinny::fused_add_rms_norm_linear(&x, &residual, norm_w, eps, w, bias, gated)?
+            {
+                return Ok(done);
+            }
+        }
+    }
+    fused_add_rms_norm(&x, &residual, norm_w, eps)?;
+    let out = if gated { linear_silu_mul(&x, w, bias)? } else { linear(&x, w, bias)? };
+    Ok((out, residual))
 }
 
 /// Index of the largest value of each row of `x` `[b, v]` (the first one on ties);

@@ -8,6 +8,7 @@
 //! | [`copy`], [`cast`] | strided copy, dtype conversion |
 //! | [`linear`] | `x @ w^T + b` (cuBLASLt on CUDA) |
 //! | [`rms_norm`], [`fused_add_rms_norm`], [`head_rms_norm`] | RMSNorm variants |
+//! | [`fused_add_rms_norm_linear`] | the pre-norm residual step and the projection after it |
 //! | [`rope`] | rotary embedding (neox layout), in place |
 //! | [`rope_store`] | q/k norm (optional) + rotary embedding + KV store, fused |
 //! | [`skinny_gemm`], [`set_skinny_gemm`], [`set_skinny_prefetch`] | the decode GEMM `linear` picks at m <= 16, its switch and its weight prefetch's |
@@ -43,7 +44,10 @@ pub use attention::{
     PagedAttnMeta, SplitMerge,
 };
 pub use convert::{cast, copy};
-pub use dense::{argmax, fused_add_rms_norm, head_rms_norm, linear, linear_silu_mul, rms_norm, rope, silu_mul};
+pub use dense::{
+    argmax, fused_add_rms_norm, fused_add_rms_norm_linear, head_rms_norm, linear, linear_silu_mul, rms_norm, rope,
+    silu_mul,
+};
 pub use fused::{rope_store, QkNorm, RopeStore};
 pub use index::{embedding, index};
 pub use logprobs::{logprobs, logprobs_cols, RowLogprobs, MAX_TOP_LOGPROBS};

@@ -30,6 +30,14 @@ pub fn set_skinny_prefetch(on: Option<bool>) {
     crate::gpu::skinny::set_prefetch(on);
 }
 
+/// Turns the pre-norm variant of the skinny kernel (the residual add and RMSNorm
+/// in front of the projection, [`super::fused_add_rms_norm_linear`]) on or off for
+/// this process, or back to `MINISGL_SKINNY_NORM` (`None`; on unless that
+/// variable is `0`). For A/B benchmarks and tests.
+pub fn set_skinny_norm(on: Option<bool>) {
+    crate::gpu::skinny::set_norm(on);
+}
+
 /// Forces the tiled path of [`super::linear`] (the rule after the skinny one) on
 /// or off for this process, or back to `MINISGL_SKINNY_TILED` (`None`; on unless
 /// that variable is `0`). For A/B benchmarks.

@@ -504,12 +504,18 @@ pub struct msgl_skinny_gemm_params {
     pub x_stride: i64,
     pub prefetch_steps: i32,
     pub reserved: i32,
+    pub residual: *const ::std::os::raw::c_void,
+    pub residual_out: *mut ::std::os::raw::c_void,
+    pub norm_w: *const ::std::os::raw::c_void,
+    pub residual_stride: i64,
+    pub eps: f32,
+    pub reserved2: i32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     [
         "Size of msgl_skinny_gemm_params",
-    ][::std::mem::size_of::<msgl_skinny_gemm_params>() - 72usize];
+    ][::std::mem::size_of::<msgl_skinny_gemm_params>() - 112usize];
     [
         "Alignment of msgl_skinny_gemm_params",
     ][::std::mem::align_of::<msgl_skinny_gemm_params>() - 8usize];
@@ -543,6 +549,24 @@ const _: () = {
     [
         "Offset of field: msgl_skinny_gemm_params::reserved",
     ][::std::mem::offset_of!(msgl_skinny_gemm_params, reserved) - 68usize];
+    [
+        "Offset of field: msgl_skinny_gemm_params::residual",
+    ][::std::mem::offset_of!(msgl_skinny_gemm_params, residual) - 72usize];
+    [
+        "Offset of field: msgl_skinny_gemm_params::residual_out",
+    ][::std::mem::offset_of!(msgl_skinny_gemm_params, residual_out) - 80usize];
+    [
+        "Offset of field: msgl_skinny_gemm_params::norm_w",
+    ][::std::mem::offset_of!(msgl_skinny_gemm_params, norm_w) - 88usize];
+    [
+        "Offset of field: msgl_skinny_gemm_params::residual_stride",
+    ][::std::mem::offset_of!(msgl_skinny_gemm_params, residual_stride) - 96usize];
+    [
+        "Offset of field: msgl_skinny_gemm_params::eps",
+    ][::std::mem::offset_of!(msgl_skinny_gemm_params, eps) - 104usize];
+    [
+        "Offset of field: msgl_skinny_gemm_params::reserved2",
+    ][::std::mem::offset_of!(msgl_skinny_gemm_params, reserved2) - 108usize];
 };
 impl Default for msgl_skinny_gemm_params {
     fn default() -> Self {
@@ -1573,6 +1597,10 @@ pub struct KernelLibrary {
         x: *const msgl_tensor,
         w: *const msgl_tensor,
         bias: *const msgl_tensor,
+        residual: *const msgl_tensor,
+        residual_out: *const msgl_tensor,
+        norm_w: *const msgl_tensor,
+        eps: f32,
         m_tiles: i32,
         k_splits: i32,
         gated: i32,
@@ -2000,6 +2028,10 @@ impl KernelLibrary {
         x: *const msgl_tensor,
         w: *const msgl_tensor,
         bias: *const msgl_tensor,
+        residual: *const msgl_tensor,
+        residual_out: *const msgl_tensor,
+        norm_w: *const msgl_tensor,
+        eps: f32,
         m_tiles: i32,
         k_splits: i32,
         gated: i32,
@@ -2012,6 +2044,10 @@ impl KernelLibrary {
             x,
             w,
             bias,
+            residual,
+            residual_out,
+            norm_w,
+            eps,
             m_tiles,
             k_splits,
             gated,

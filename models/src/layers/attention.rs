@@ -17,7 +17,7 @@ use crate::config::ModelConfig;
 use crate::ctx::{AttnInputs, ForwardCtx};
 use crate::error::Result;
 use crate::layers::linear::{ColumnParallelLinear, RowParallelLinear};
-use crate::layers::norm::RmsNorm;
+use crate::layers::norm::{PreNorm, RmsNorm};
 use crate::rotary::RotaryEmbedding;
 use crate::weights::VarBuilder;
 
@@ -92,10 +92,22 @@ impl RopeAttention {
 
     /// `x` `[t, hidden]` (normed hidden states) to a new `[t, hidden]`.
     pub fn forward(&self, ctx: &ForwardCtx<'_>, x: &Tensor) -> Result<Tensor> {
-        let t = x.dim(0);
+        self.attend(ctx, self.qkv_proj.forward(x)?)
+    }
+
+    /// The layer's pre-norm step and [`RopeAttention::forward`], the step fused into
+    /// the qkv projection: `(output, residual)`.
+    pub fn forward_prenorm(&self, ctx: &ForwardCtx<'_>, pre: PreNorm<'_>) -> Result<(Tensor, Tensor)> {
+        let (qkv, residual) = self.qkv_proj.forward_prenorm(pre, false)?;
+        Ok((self.attend(ctx, qkv)?, residual))
+    }
+
+    /// Everything after the qkv projection: `qkv` `[t, (hq + 2 hkv) d]` to `[t, hidden]`.
+    fn attend(&self, ctx: &ForwardCtx<'_>, qkv: Tensor) -> Result<Tensor> {
+        let t = qkv.dim(0);
         let (hq, hkv, d) = (self.num_heads, self.num_kv_heads, self.head_dim);
         // [t, (hq + 2 hkv) * d] viewed as [t, hq + 2 hkv, d], then split by heads.
-        let qkv = self.qkv_proj.forward(x)?.reshape(&[t, hq + 2 * hkv, d])?;
+        let qkv = qkv.reshape(&[t, hq + 2 * hkv, d])?;
         let q = qkv.narrow(1, 0, hq)?;
         let k = qkv.narrow(1, hq, hkv)?;
         let v = qkv.narrow(1, hq + hkv, hkv)?;

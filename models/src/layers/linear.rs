@@ -12,6 +12,7 @@ use std::ops::Range;
 use kernel_runtime::{ops, Tensor};
 
 use crate::error::Result;
+use crate::layers::norm::PreNorm;
 use crate::tp::TpGroup;
 use crate::weights::{Slice, VarBuilder};
 
@@ -53,6 +54,31 @@ impl Linear {
     /// to a new `[t, out / 2]` (one launch where the GPU's skinny rule takes it).
     pub fn forward_silu_mul(&self, x: &Tensor) -> Result<Tensor> {
         Ok(ops::linear_silu_mul(x, &self.weight, self.bias.as_ref())?)
+    }
+
+    /// The pre-norm step, then this projection (`gated`: then `silu(gate) * up`, as
+    /// [`Linear::forward_silu_mul`]): `(output, residual)`. With a residual, one op
+    /// (`ops::fused_add_rms_norm_linear`: one launch where the GPU's skinny rule
+    /// takes the product); before the first layer, the norm of `x`, which becomes the
+    /// residual.
+    pub fn forward_prenorm(&self, pre: PreNorm<'_>, gated: bool) -> Result<(Tensor, Tensor)> {
+        let PreNorm { x, residual, norm } = pre;
+        match residual {
+            Some(residual) => Ok(ops::fused_add_rms_norm_linear(
+                x,
+                residual,
+                norm.weight(),
+                norm.eps(),
+                &self.weight,
+                self.bias.as_ref(),
+                gated,
+            )?),
+            None => {
+                let h = norm.forward(&x)?;
+                let out = if gated { self.forward_silu_mul(&h)? } else { self.forward(&h)? };
+                Ok((out, x))
+            }
+        }
     }
 
     /// The `[out, in]` weight.
@@ -114,6 +140,11 @@ impl ColumnParallelLinear {
     /// a new `[t, part]` ([`Linear::forward_silu_mul`]).
     pub fn forward_silu_mul(&self, x: &Tensor) -> Result<Tensor> {
         self.linear.forward_silu_mul(x)
+    }
+
+    /// [`Linear::forward_prenorm`] on this rank's features.
+    pub fn forward_prenorm(&self, pre: PreNorm<'_>, gated: bool) -> Result<(Tensor, Tensor)> {
+        self.linear.forward_prenorm(pre, gated)
     }
 
     /// Output features of each fused part (on this rank).

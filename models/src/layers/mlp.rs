@@ -6,6 +6,7 @@ use kernel_runtime::Tensor;
 use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::layers::linear::{ColumnParallelLinear, RowParallelLinear};
+use crate::layers::norm::PreNorm;
 use crate::weights::VarBuilder;
 
 /// `LlamaMLP` / `Qwen2MLP` / `Qwen3MLP` / `MistralMLP`.
@@ -36,5 +37,12 @@ impl GatedMlp {
     /// path, the two ops elsewhere).
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         self.down_proj.forward(&self.gate_up_proj.forward_silu_mul(x)?)
+    }
+
+    /// The layer's pre-norm step and [`GatedMlp::forward`], the step fused into the
+    /// gate_up projection: `(output, residual)`.
+    pub fn forward_prenorm(&self, pre: PreNorm<'_>) -> Result<(Tensor, Tensor)> {
+        let (act, residual) = self.gate_up_proj.forward_prenorm(pre, true)?;
+        Ok((self.down_proj.forward(&act)?, residual))
     }
 }

@@ -28,4 +28,4 @@ pub use embedding::{ParallelLmHead, VocabParallelEmbedding};
 pub use linear::{ColumnParallelLinear, Linear, RowParallelLinear};
 pub use mlp::GatedMlp;
 pub use moe::{RouterProbe, SparseMoeBlock};
-pub use norm::RmsNorm;
+pub use norm::{PreNorm, RmsNorm};

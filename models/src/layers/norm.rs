@@ -3,11 +3,29 @@
 //! Besides the plain form, decoders use it fused with the residual add (the
 //! pre-norm step `residual += x; x = norm(residual)`, one pass instead of two) and
 //! per attention head (Qwen3's q/k norm), all three as kernel-runtime ops.
+//! [`PreNorm`] carries the fused step's inputs to the projection that consumes its
+//! output, which on the GPU at decode sizes runs both in one launch.
 
 use kernel_runtime::{ops, Tensor};
 
 use crate::error::Result;
 use crate::weights::VarBuilder;
+
+/// A decoder block's input before its pre-norm: the previous block's output `x`,
+/// the residual stream (none before the first layer) and the norm. The first
+/// projection of the block applies it ([`crate::layers::Linear::forward_prenorm`]).
+pub struct PreNorm<'a> {
+    pub x: Tensor,
+    pub residual: Option<Tensor>,
+    pub norm: &'a RmsNorm,
+}
+
+impl PreNorm<'_> {
+    /// The normed input and the residual, as [`RmsNorm::forward_fused`] makes them.
+    pub fn apply(self) -> Result<(Tensor, Tensor)> {
+        self.norm.forward_fused(self.x, self.residual)
+    }
+}
 
 /// RMSNorm over the last dimension.
 #[derive(Debug, Clone)]
