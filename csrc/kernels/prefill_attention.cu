@@ -464,16 +464,25 @@ __device__ __forceinline__ void prefill_attention_impl(const msgl_attention_para
  * writes 16-byte vectors, as above.
  * --------------------------------------------------------------------------------- */
 
-/* TILE -> (WGS, BN, STAGES) for the wgmma path; mirrored by gpu/prefill.rs. */
+/* TILE -> (WGS, BN, STAGES, OVERLAP) for the wgmma path (OVERLAP: the loop that
+ * runs the softmax of tile j under the P V product of tile j - 1); mirrored by
+ * gpu/prefill.rs. */
 template <int TILE, int HEAD_DIM> struct PrefillWgTile;
+#define MSGL_PREFILL_WG_TILE(T, W, N, S, O)                                  \
+  template <int HEAD_DIM> struct PrefillWgTile<T, HEAD_DIM> {                \
+    static constexpr int WGS = W, BN = N, STAGES = S;                        \
+    static constexpr bool OVERLAP = O;                                       \
+  };
+MSGL_PREFILL_WG_TILE(17, 3, 64, 2, false)
+MSGL_PREFILL_WG_TILE(18, 2, 64, 3, false)
+MSGL_PREFILL_WG_TILE(19, 2, 64, 4, true)
+MSGL_PREFILL_WG_TILE(20, 2, 128, 3, true)
+MSGL_PREFILL_WG_TILE(21, 3, 64, 3, true)
+#undef MSGL_PREFILL_WG_TILE
+/* TILE 16: 128 x 128 up to head dim 128, 128 x 64 at 256 (shared memory). */
 template <int HEAD_DIM> struct PrefillWgTile<16, HEAD_DIM> {
   static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
-};
-template <int HEAD_DIM> struct PrefillWgTile<17, HEAD_DIM> {
-  static constexpr int WGS = 3, BN = 64, STAGES = 2;
-};
-template <int HEAD_DIM> struct PrefillWgTile<18, HEAD_DIM> {
-  static constexpr int WGS = 2, BN = 64, STAGES = 3;
+  static constexpr bool OVERLAP = false;
 };
 
 __host__ __device__ constexpr bool prefill_is_wgmma(int tile) { return tile >= 16; }
@@ -749,9 +758,12 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
       cp_async16(smem + off + wg_swz(BN, r, ccol), src, valid ? 16 : 0);
     }
   };
-  /* Prologue: Q with tile 0, then tiles 1..STAGES-2, one group each (always committed). */
+  /* Prologue: Q with tile 0, then tiles 1..PROLOGUE-1, one group each (always
+   * committed): STAGES - 1 tiles, STAGES - 2 for the overlapped loop (it keeps the
+   * previous tile resident). */
+  constexpr int PROLOGUE = Cfg::OVERLAP ? STAGES - 2 : STAGES - 1;
 #pragma unroll
-  for (int t = 0; t < STAGES - 1; ++t) {
+  for (int t = 0; t < PROLOGUE; ++t) {
     if (t < num_tiles) {
       load_kv(k_off(t), p.k_cache, t);
       load_kv(v_off(t), p.v_cache, t);
@@ -781,27 +793,16 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
 #pragma unroll
   for (int i = 0; i < ON; ++i) o[i] = 0.f;
   float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
+  float s[SN];              /* S of the current tile, then its probabilities */
+  unsigned pa[BN / 16][4];  /* P as the register A operand of O += P V */
   const float scale_log2 = p.scale_log2;
   const unsigned q_addr = s_base + wrow0 * 128; /* this warpgroup's 64 rows, column block 0 */
+  /* The keys of tile `it` reach this warpgroup's rows (warpgroup-uniform, as every
+   * condition around a wgmma must be). */
+  auto active = [&](int it) { return wg_rows && it * BN <= wg_last_pos; };
 
-  for (int it = 0; it < num_tiles; ++it) {
-    const int buf = it % STAGES;
-    cp_async_wait<STAGES - 2>(); /* Q and tile it of this thread have landed */
-    fence_proxy_async_smem();    /* ... and are visible to wgmma */
-    __syncthreads();             /* ... of every thread; tile it - 1 is done */
-    {
-      const int next = it + STAGES - 1;
-      if (next < num_tiles) {
-        load_kv(k_off(next % STAGES), p.k_cache, next);
-        load_kv(v_off(next % STAGES), p.v_cache, next);
-      }
-      cp_async_commit();
-    }
-    const int start = it * BN;
-    if (!wg_rows || start > wg_last_pos) continue; /* warpgroup-uniform */
-
-    /* S = Q K^T. */
-    float s[SN];
+  /* Issues S = Q K^T for the tile in stage `buf` (one commit group). */
+  auto issue_s = [&](int buf) {
 #pragma unroll
     for (int i = 0; i < SN; ++i) s[i] = 0.f;
     const unsigned k_addr = s_base + k_off(buf);
@@ -813,16 +814,27 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
       wgmma_ss<BN, DTYPE>(s, da, db, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_regs(s);
-
-    /* Mask: only tiles reaching past the warpgroup's first position. */
-    if (start + BN - 1 > wg_first_pos) {
+  };
+  /* Issues O += P V for the tile in stage `buf` (one commit group). */
+  auto issue_pv = [&](int buf) {
+    const unsigned v_addr = s_base + v_off(buf);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      const unsigned long long db = wg_desc(v_addr + kk * 16 * 128, BN * 128, 1024);
+      wgmma_rs<HEAD_DIM, DTYPE>(o, pa[kk], db);
+    }
+    wgmma_commit();
+  };
+  /* The causal mask and the online softmax of S (keys from `start`; log2 domain, as
+   * the mma.sync path): s becomes the probabilities, m and l advance, alpha is the
+   * factor O must be scaled by. */
+  auto softmax = [&](int start, float (&alpha)[2]) {
+    if (start + BN - 1 > wg_first_pos) { /* only tiles reaching past the first position */
 #pragma unroll
       for (int i = 0; i < SN; ++i)
         if (start + (i / 4) * 8 + tid * 2 + (i & 1) > pos[(i / 2) % 2]) s[i] = neg_inf();
     }
-    /* Online softmax (log2 domain; see the mma.sync path). */
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float tile_max = neg_inf();
@@ -832,7 +844,7 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
       const float m_new = fmaxf(m[h], tile_max * scale_log2);
       const float m_ref = m_new == neg_inf() ? 0.f : m_new;
-      const float alpha = fast_exp2(m[h] - m_ref);
+      alpha[h] = fast_exp2(m[h] - m_ref);
       m[h] = m_new;
       float sum = 0.f;
 #pragma unroll
@@ -844,17 +856,19 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
           sum += pv;
         }
       }
-      l[h] = l[h] * alpha + sum;
-#pragma unroll
-      for (int j = 0; j < HEAD_DIM / 8; ++j) {
-        o[4 * j + 2 * h] *= alpha;
-        o[4 * j + 2 * h + 1] *= alpha;
-      }
+      l[h] = l[h] * alpha[h] + sum;
     }
-
-    /* O += P V. P is packed whole before the fence: registers written between the
-     * wgmma of one group make ptxas insert a warpgroup.arrive before each. */
-    unsigned pa[BN / 16][4];
+  };
+  auto rescale = [&](const float (&alpha)[2]) {
+#pragma unroll
+    for (int j = 0; j < HEAD_DIM / 8; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[4 * j + i] *= alpha[i / 2];
+    }
+  };
+  /* P from the probabilities, packed whole before the next fence: registers written
+   * between the wgmma of one group make ptxas insert a warpgroup.arrive before each. */
+  auto pack_p = [&]() {
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
 #pragma unroll
@@ -863,17 +877,85 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
         asm volatile("" : "+r"(pa[kk][i])::"memory");
       }
     }
-    wgmma_fence_regs(o);
-    const unsigned v_addr = s_base + v_off(buf);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      const unsigned long long db = wg_desc(v_addr + kk * 16 * 128, BN * 128, 1024);
-      wgmma_rs<HEAD_DIM, DTYPE>(o, pa[kk], db);
+  };
+
+  if constexpr (!Cfg::OVERLAP) {
+    /* Tile it: wait for it, publish it, load tile it + STAGES - 1 into the stage of
+     * tile it - 1; S, softmax, O += P V, each product waited for. */
+    for (int it = 0; it < num_tiles; ++it) {
+      const int buf = it % STAGES;
+      cp_async_wait<STAGES - 2>(); /* Q and tile it of this thread have landed */
+      fence_proxy_async_smem();    /* ... and are visible to wgmma */
+      __syncthreads();             /* ... of every thread; tile it - 1 is done */
+      {
+        const int next = it + STAGES - 1;
+        if (next < num_tiles) {
+          load_kv(k_off(next % STAGES), p.k_cache, next);
+          load_kv(v_off(next % STAGES), p.v_cache, next);
+        }
+        cp_async_commit();
+      }
+      if (!active(it)) continue;
+      issue_s(buf);
+      wgmma_wait<0>();
+      wgmma_fence_regs(s);
+      float alpha[2];
+      softmax(it * BN, alpha);
+      rescale(alpha);
+      pack_p();
+      wgmma_fence_regs(o);
+      issue_pv(buf);
+      wgmma_wait<0>();
+      wgmma_fence_regs(o);
     }
-    wgmma_commit();
-    wgmma_wait<0>();
-    wgmma_fence_regs(o);
+  } else {
+    /* FA3's intra-warpgroup overlap: step j issues S_j = Q K_j and O += P_{j-1} V_{j-1},
+     * waits for S_j only and runs its softmax while the P V product is in flight.
+     * Tiles j - 1 and j are resident in step j, so step j loads tile j + STAGES - 2
+     * into the stage of tile j - 2 (free: every warpgroup finished step j - 1, hence
+     * P_{j-2} V_{j-2}, before the barrier). The prologue loaded tiles 0..STAGES-3. */
+    static_assert(STAGES >= 3, "the overlapped loop keeps two tiles resident and loads a third");
+    /* Tiles 0..n_active-1 reach this warpgroup's rows (active() is monotone). */
+    const int n_active = wg_rows ? min(num_tiles, wg_last_pos / BN + 1) : 0;
+    for (int j = 0; j <= num_tiles; ++j) {
+      cp_async_wait<STAGES - 3>(); /* tile j of this thread has landed (j < num_tiles) */
+      fence_proxy_async_smem();
+      __syncthreads();
+      {
+        const int next = j + STAGES - 2;
+        if (next < num_tiles) {
+          load_kv(k_off(next % STAGES), p.k_cache, next);
+          load_kv(v_off(next % STAGES), p.v_cache, next);
+        }
+        cp_async_commit();
+      }
+      /* Each branch waits for all it issued: ptxas serialises wgmma that stay in flight
+       * across a branch it cannot prove uniform. */
+      float alpha[2];
+      if (j < n_active) {
+        if (j == 0) {
+          issue_s(0);
+          wgmma_wait<0>();
+          wgmma_fence_regs(s);
+          softmax(0, alpha); /* O is still zero: no rescale */
+          pack_p();
+        } else {
+          issue_s(j % STAGES);
+          issue_pv((j - 1) % STAGES);
+          wgmma_wait<1>(); /* S_j (committed first) is done, P V may not be */
+          wgmma_fence_regs(s);
+          softmax(j * BN, alpha);
+          wgmma_wait<0>(); /* P_{j-1} V_{j-1}: O and P are free */
+          wgmma_fence_regs(o);
+          rescale(alpha);
+          pack_p();
+        }
+      } else if (j == n_active && j > 0) {
+        issue_pv((j - 1) % STAGES); /* the last active tile's P V */
+        wgmma_wait<0>();
+        wgmma_fence_regs(o);
+      }
+    }
   }
   cp_async_wait<0>();
   if (!wg_rows) return;
@@ -933,6 +1015,10 @@ __device__ __forceinline__ void prefill_entry(const msgl_attention_params& p) {
  * mirrors both). */
 extern "C" __global__ void __launch_bounds__(msgl::prefill_block_threads<MSGL_TILE, MSGL_HEAD_DIM>(), 1)
     msgl_prefill_attention_kernel(const msgl_attention_params p) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  /* A run-time instance is compiled for its device: a wgmma tile must be sm_90a. */
+  static_assert(!msgl::prefill_is_wgmma(MSGL_TILE), "the wgmma prefill tiles need sm_90a");
+#endif
   msgl::prefill_entry<MSGL_DTYPE, MSGL_HEAD_DIM, MSGL_TILE>(p);
 }
 #endif

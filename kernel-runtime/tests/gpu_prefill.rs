@@ -11,7 +11,7 @@
 //! Coverage: page sizes 1/16/64/256, head dims 64/128/256, GQA 1/2/4/8, bf16 and
 //! f16, ragged batches with cached prefixes and decodes riding along, lengths that
 //! are and are not multiples of the tiles (1..1025 in one batch, 4096 and 8192
-//! alone), and every tile variant that fits each head dim, the wgmma tiles (16..18,
+//! alone), and every tile variant that fits each head dim, the wgmma tiles (16..21,
 //! sm_90a) included.
 
 mod common;
@@ -246,7 +246,7 @@ fn prefill_attention_gpu_tile_variants() -> Result<()> {
     Ok(())
 }
 
-/// The wgmma tiles (TILE 16..18, sm_90a) against the CPU reference: bf16 and f16,
+/// The wgmma tiles (TILE 16..21, sm_90a) against the CPU reference: bf16 and f16,
 /// page sizes 1/16/64, head dims 64/128/256 (the tiles that fit each), GQA 1/2/4/8
 /// in turn, on the ragged, prompt and tail batches (lengths 1 and non-multiples of
 /// the 128/192-row and 64/128-key tiles, cached prefixes, a sequence without new
@@ -262,7 +262,7 @@ fn prefill_attention_gpu_wgmma_tiles() -> Result<()> {
     let mut i = 0;
     for dtype in [DType::BF16, DType::F16] {
         for page_size in [1, 16, 64] {
-            for (head_dim, tiles) in [(64, vec![16, 17, 18]), (128, vec![16, 17, 18]), (256, vec![16])] {
+            for (head_dim, tiles) in [(64, (16..=21).collect()), (128, (16..=21).collect()), (256, vec![16])] {
                 let case = Case { dtype, page_size, head_dim, heads: HEADS[i % HEADS.len()] };
                 i += 1;
                 let tiles: Vec<Option<usize>> = tiles.into_iter().map(Some).collect();
@@ -293,7 +293,7 @@ fn prefill_attention_gpu_wgmma_long() -> Result<()> {
     }
     let mut r = rng(17);
     let mut failures = Vec::new();
-    let tiles = [Some(16), Some(17), Some(18)];
+    let tiles: Vec<Option<usize>> = (16..=21).map(Some).collect();
     let long: [(Case, &str, Batch); 2] = [
         (Case { dtype: DType::BF16, page_size: 16, head_dim: 128, heads: (8, 2) }, "L=4096", vec![(4096, 4096)]),
         (

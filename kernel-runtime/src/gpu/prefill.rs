@@ -14,7 +14,7 @@
 //! [`set_prefill_tile`] (benchmarks) picks one; a variant whose accumulators or
 //! shared memory do not fit the head dimension is an error naming it.
 //!
-//! The Hopper tiles ([`WGMMA_TILES`], TILE 16..18, the kernel's `PrefillWgTile`):
+//! The Hopper tiles ([`WGMMA_TILES`], TILE 16..21, the kernel's `PrefillWgTile`):
 //! wgmma with 2 or 3 warpgroups of 64 query rows, 128-byte swizzled K/V tiles; they
 //! need an sm_90 device (the kernels are built and JIT-compiled for sm_90a there)
 //! and are an error elsewhere. Not the default: `MINISGL_PREFILL_TILE=16` picks one.
@@ -60,9 +60,17 @@ const fn wg_shape(warpgroups: usize, keys: usize, stages: usize) -> TileShape {
 /// The first wgmma tile id.
 pub(super) const FIRST_WGMMA_TILE: usize = 16;
 
-/// prefill_attention.cu's `PrefillWgTile` for TILE = 16, 17, 18 at head dims up to
-/// 128 (TILE 16 takes 64-key tiles at head dim 256: [`tile_shape`]).
-pub(super) const WGMMA_TILES: [TileShape; 3] = [wg_shape(2, 128, 2), wg_shape(3, 64, 2), wg_shape(2, 64, 3)];
+/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..21 at head dims up to 128
+/// (TILE 16 takes 64-key tiles at head dim 256: [`tile_shape`]). 19..21 run the
+/// softmax of one K/V tile under the P V product of the previous one.
+pub(super) const WGMMA_TILES: [TileShape; 6] = [
+    wg_shape(2, 128, 2),
+    wg_shape(3, 64, 2),
+    wg_shape(2, 64, 3),
+    wg_shape(2, 64, 4),
+    wg_shape(2, 128, 3),
+    wg_shape(3, 64, 3),
+];
 
 /// prefill_attention.cu's `PrefillTile` for TILE = 1..8 (index 0 is [`tile_shape`]'s
 /// per-head-dim default and is not read from here).
@@ -390,12 +398,20 @@ mod tests {
         assert_eq!((t17.rows(), t17.threads(), t17.keys, t17.stages), (192, 384, 64, 2));
         let t18 = tile_shape(18, 128).unwrap();
         assert_eq!((t18.rows(), t18.threads(), t18.keys, t18.stages), (128, 256, 64, 3));
-        for t in 16..=18 {
+        // The overlapped loops: 19 (64 keys, 4 stages), 20 (128 keys, 3 stages: just
+        // under the 227 KiB), 21 (3 warpgroups, 64 keys, 3 stages).
+        let t20 = tile_shape(20, 128).unwrap();
+        assert_eq!((t20.rows(), t20.keys, t20.stages), (128, 128, 3));
+        assert_eq!(t20.smem_bytes(128), (128 + 768) * 256 + 1024);
+        assert_eq!(tile_shape(21, 128).unwrap().rows(), 192);
+        for t in 16..=21 {
             let s = tile_shape(t, 64).unwrap();
             assert!(s.fits(64) && tile_shape(t, 128).unwrap().fits(128), "tile {t}");
         }
+        let fit_256: Vec<usize> = (16..=21).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
+        assert_eq!(fit_256, vec![16]);
         assert!(!t17.fits(256) && !t18.fits(256));
         assert_eq!(tile_shape(15, 128), None);
-        assert_eq!(tile_shape(19, 128), None);
+        assert_eq!(tile_shape(22, 128), None);
     }
 }
