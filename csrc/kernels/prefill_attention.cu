@@ -46,6 +46,11 @@
  * Epilogue: each warp normalises its rows, stages them in its own rows of the Q
  * buffer and writes 16-byte vectors (a token's heads of the group are contiguous
  * in `out`).
+ *
+ * TILE >= 16 selects the Hopper path further down (wgmma, sm_90a only; same grid,
+ * rows and output): 2 or 3 warpgroups of 64 query rows, 128-byte swizzled tiles,
+ * and for TILE 19..21 the softmax of one K/V tile overlapping the P V product of
+ * the previous one.
  */
 #include "minisgl/attention.cuh"
 #include "minisgl/mma.cuh"
