@@ -22,8 +22,9 @@
 //! the merge forced each way. The other cases run the environment's tuning
 //! (`MINISGL_DECODE_*`, gpu/decode_plan.rs), so a run script can sweep it too.
 //! The `prefill-new tile=N` cases run each tile variant of the prefill kernel
-//! (prefill_attention.cu), `prefill-tile` the tile kernel, `prefill` what `Auto`
-//! picks, at the same three shapes.
+//! (prefill_attention.cu; N = 16..21 are the wgmma tiles), `prefill-tile` the tile
+//! kernel, `prefill` what `Auto` picks (with `MINISGL_PREFILL_TILE`'s tile), at the
+//! same three shapes.
 //!
 //! The `decode-graph` cases run the fixed-split plan a CUDA graph captures at
 //! batch 1 (Qwen3-0.6B's heads, the split count of a 40960-token context: most
@@ -166,11 +167,12 @@ fn uniform_contexts(n: usize, lo: usize, hi: usize, seed: u64) -> Vec<(usize, us
 }
 
 /// The prefill kernel's tile variants the bench sweeps: `MINISGL_BENCH_PREFILL_TILES`
-/// (comma-separated), else all of 0..=8 (every one fits head dim 128).
+/// (comma-separated), else all of 0..=8 and the wgmma tiles 16..=21 (every one fits
+/// head dim 128; the wgmma ones need sm_90).
 fn prefill_tiles() -> Vec<usize> {
     match std::env::var("MINISGL_BENCH_PREFILL_TILES") {
         Ok(v) => v.split(',').filter_map(|t| t.trim().parse().ok()).collect(),
-        Err(_) => (0..=8).collect(),
+        Err(_) => (0..=8).chain(16..=21).collect(),
     }
 }
 

@@ -46,6 +46,11 @@
  * Epilogue: each warp normalises its rows, stages them in its own rows of the Q
  * buffer and writes 16-byte vectors (a token's heads of the group are contiguous
  * in `out`).
+ *
+ * TILE >= 16 selects the Hopper path further down (wgmma, sm_90a only; same grid,
+ * rows and output): 2 or 3 warpgroups of 64 query rows, 128-byte swizzled tiles,
+ * and for TILE 19..21 the softmax of one K/V tile overlapping the P V product of
+ * the previous one.
  */
 #include "minisgl/attention.cuh"
 #include "minisgl/mma.cuh"
@@ -414,16 +419,612 @@ __device__ __forceinline__ void prefill_attention_impl(const msgl_attention_para
   }
 }
 
+
+/* ---------------------------------------------------------------------------------
+ * The Hopper path (TILE >= 16, sm_90a): wgmma, FlashAttention-3 style but without
+ * producer/consumer warp specialisation. A block is WGS warpgroups (128 threads
+ * each); warpgroup w owns the 64 packed query rows [64 w, 64 w + 64) of the block's
+ * BM = 64 WGS rows (the same (token, head in the GQA group) packing, grid order and
+ * tile lookup as above, so the host's q tile count is the same formula).
+ *
+ * Per K/V tile of BN keys, each warpgroup:
+ *   S = Q K^T    wgmma m64nBNk16, A = Q and B = K from shared memory (both K-major)
+ *   online softmax on the f32 S accumulators in registers (log2 domain, as above)
+ *   O += P V     wgmma m64nHDk16, A = P from registers (bf16/f16), B = V from shared
+ *                memory, MN-major (keys are the reduction dimension; transpose bit)
+ * All threads gather K/V tiles with 16-byte cp.async (the page table as above);
+ * STAGES buffers, one commit group per tile (K and V together), the loads of tile
+ * it + STAGES - 1 issued after the barrier of tile it so they overlap its products.
+ * cp.async writes through the generic proxy and wgmma reads through the async
+ * proxy: every thread runs fence.proxy.async after its copies have landed and before
+ * the barrier that publishes them.
+ *
+ * Shared layout (the 128-byte swizzle, the canonical wgmma layout): a tile of R rows
+ * (query or key rows) of HEAD_DIM 16-bit elements is stored as HEAD_DIM / 64 column
+ * blocks of R rows x 128 bytes (64 elements), block b at b * R * 128 bytes; in a block
+ * row r is at r * 128, and its 16-byte chunk c (elements 8c..8c+7 of the block) at
+ * ((c ^ (r % 8)) * 16): Swizzle<3,4,3> on the byte address, so every tile starts at
+ * a multiple of 1024 bytes (the dynamic shared base is rounded up to 1024).
+ * Descriptors (bits 0-13 start >> 4, 16-29 LBO >> 4, 32-45 SBO >> 4, 62-63 = 1:
+ * 128-byte swizzle):
+ *   Q, K (K-major): 8-row groups 1024 bytes apart (SBO = 1024); a k-step of 16
+ *     elements is 32 bytes inside a 128-byte row, so step kk starts at block kk / 4
+ *     plus (kk % 4) * 32 bytes; LBO is unused by K-major swizzled layouts (set to 16).
+ *   V (MN-major, for P V): along N (head dim) 64 elements per 128-byte row, the next
+ *     64 at the next column block (LBO = R * 128); along K (keys) 8 rows 128 bytes
+ *     apart, the next 8 keys 1024 bytes on (SBO = 1024); key step kk (16 keys) starts
+ *     at kk * 16 * 128 bytes.
+ * K and V tiles share the storage layout; only their descriptors differ.
+ *
+ * Fragments (PTX ISA, wgmma register fragments): warp q of a warpgroup holds rows
+ * 16 q .. 16 q + 15 of the m64 tile; lane 4 g + t holds, of every 8-column block j,
+ * d[4j], d[4j+1] = row g, columns 8j + 2t, 8j + 2t + 1 and d[4j+2], d[4j+3] = row
+ * g + 8, the same columns. The register A fragment of m64k16 is mma.sync's m16k16 A
+ * per warp: {row g, k 2t..2t+1}, {row g+8, k 2t..}, {row g, k 2t+8..}, {row g+8, k
+ * 2t+8..}, so P for key step kk packs S blocks 2kk and 2kk+1 exactly as the mma.sync
+ * path does.
+ *
+ * Output: each warp normalises its 16 rows, stages them in its own rows of the Q
+ * buffer (after a warpgroup barrier: the warpgroup's last wgmma read them) and
+ * writes 16-byte vectors, as above.
+ * --------------------------------------------------------------------------------- */
+
+/* TILE -> (WGS, BN, STAGES, OVERLAP) for the wgmma path (OVERLAP: the loop that
+ * runs the softmax of tile j under the P V product of tile j - 1); mirrored by
+ * gpu/prefill.rs. */
+template <int TILE, int HEAD_DIM> struct PrefillWgTile;
+#define MSGL_PREFILL_WG_TILE(T, W, N, S, O)                                  \
+  template <int HEAD_DIM> struct PrefillWgTile<T, HEAD_DIM> {                \
+    static constexpr int WGS = W, BN = N, STAGES = S;                        \
+    static constexpr bool OVERLAP = O;                                       \
+  };
+MSGL_PREFILL_WG_TILE(17, 3, 64, 2, false)
+MSGL_PREFILL_WG_TILE(18, 2, 64, 3, false)
+MSGL_PREFILL_WG_TILE(19, 2, 64, 4, true)
+MSGL_PREFILL_WG_TILE(20, 2, 128, 3, true)
+MSGL_PREFILL_WG_TILE(21, 3, 64, 3, true)
+#undef MSGL_PREFILL_WG_TILE
+/* TILE 16: 128 x 128 up to head dim 128, 128 x 64 at 256 (shared memory). */
+template <int HEAD_DIM> struct PrefillWgTile<16, HEAD_DIM> {
+  static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
+  static constexpr bool OVERLAP = false;
+};
+
+__host__ __device__ constexpr bool prefill_is_wgmma(int tile) { return tile >= 16; }
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* wgmma d (m64nN, f32) += a (m64k16, shared, K-major) * b (k16nN, shared, K-major);
+ * acc = 0 overwrites d. */
+template <int N, int DTYPE>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], unsigned long long da, unsigned long long db, int acc);
+/* wgmma d (m64nN, f32) += a (m64k16, registers) * b (k16nN, shared, MN-major). */
+template <int N, int DTYPE>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long db);
+template <> __device__ __forceinline__ void wgmma_ss<64, MSGL_BF16>(float (&d)[32], unsigned long long da, unsigned long long db, int acc) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0; }\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(acc));
+}
+template <> __device__ __forceinline__ void wgmma_ss<64, MSGL_F16>(float (&d)[32], unsigned long long da, unsigned long long db, int acc) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0; }\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(da), "l"(db), "r"(acc));
+}
+template <> __device__ __forceinline__ void wgmma_ss<128, MSGL_BF16>(float (&d)[64], unsigned long long da, unsigned long long db, int acc) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0; }\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(acc));
+}
+template <> __device__ __forceinline__ void wgmma_ss<128, MSGL_F16>(float (&d)[64], unsigned long long da, unsigned long long db, int acc) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0; }\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(acc));
+}
+template <> __device__ __forceinline__ void wgmma_rs<64, MSGL_BF16>(float (&d)[32], const unsigned (&a)[4], unsigned long long db) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1; }\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_rs<64, MSGL_F16>(float (&d)[32], const unsigned (&a)[4], unsigned long long db) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1; }\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_rs<128, MSGL_BF16>(float (&d)[64], const unsigned (&a)[4], unsigned long long db) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1; }\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_rs<128, MSGL_F16>(float (&d)[64], const unsigned (&a)[4], unsigned long long db) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1; }\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_rs<256, MSGL_BF16>(float (&d)[128], const unsigned (&a)[4], unsigned long long db) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 1; }\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+      "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+      "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+      "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+      "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+      "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+      "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+      "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+      "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_rs<256, MSGL_F16>(float (&d)[128], const unsigned (&a)[4], unsigned long long db) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, %133, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, {%128, %129, %130, %131}, %132, p, 1, 1, 1; }\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+      "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+      "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+      "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+      "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+      "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+      "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+      "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+      "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+/* Keeps the compiler from moving uses of wgmma accumulators across the wait. */
+template <int N> __device__ __forceinline__ void wgmma_fence_regs(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+/* Makes this thread's completed cp.async writes visible to the async proxy (wgmma). */
+__device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+/* A barrier of the 128 threads of warpgroup `wg` (ids 1.., 0 is __syncthreads). */
+__device__ __forceinline__ void warpgroup_sync(int wg) { asm volatile("bar.sync %0, 128;" ::"r"(wg + 1) : "memory"); }
+
+/* A shared-memory matrix descriptor with the 128-byte swizzle. */
+__device__ __forceinline__ unsigned long long wg_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+  return static_cast<unsigned long long>((addr & 0x3ffffu) >> 4) | (static_cast<unsigned long long>(lbo >> 4) << 16) |
+         (static_cast<unsigned long long>(sbo >> 4) << 32) | (1ull << 62);
+}
+#endif
+
+/* Byte offset of 16-byte chunk c (elements 8c..8c+7) of row r in a swizzled tile of
+ * `rows` rows (see the layout above). */
+__device__ __forceinline__ int wg_swz(int rows, int r, int c) {
+  return (c / 8) * rows * 128 + r * 128 + (((c % 8) ^ (r % 8)) << 4);
+}
+
+template <int TILE, int HEAD_DIM> __host__ __device__ constexpr int prefill_wg_threads() {
+  return 128 * PrefillWgTile<TILE, HEAD_DIM>::WGS;
+}
+template <int TILE, int HEAD_DIM> __host__ __device__ constexpr int prefill_wg_rows() {
+  return 64 * PrefillWgTile<TILE, HEAD_DIM>::WGS;
+}
+/* Q and STAGES K and V tiles, unpadded, plus 1024 bytes to align the base. */
+template <int TILE, int HEAD_DIM> __host__ __device__ constexpr long long prefill_wg_smem_bytes() {
+  using C = PrefillWgTile<TILE, HEAD_DIM>;
+  return static_cast<long long>(prefill_wg_rows<TILE, HEAD_DIM>() + 2 * C::STAGES * C::BN) * HEAD_DIM * 2 + 1024;
+}
+
+template <int DTYPE, int HEAD_DIM, int TILE>
+__device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(DTYPE == MSGL_BF16 || DTYPE == MSGL_F16, "tensor cores: bf16 or f16");
+  using T = typename DType<DTYPE>::Storage;
+  using Cfg = PrefillWgTile<TILE, HEAD_DIM>;
+  constexpr int BN = Cfg::BN, STAGES = Cfg::STAGES;
+  constexpr int BM = prefill_wg_rows<TILE, HEAD_DIM>();
+  constexpr int THREADS = prefill_wg_threads<TILE, HEAD_DIM>();
+  constexpr int CHUNKS = HEAD_DIM / 8;       /* 16-byte chunks per head row */
+  constexpr int RSTEP = THREADS / CHUNKS;    /* rows one copy round covers */
+  constexpr int Q_BYTES = BM * HEAD_DIM * 2;
+  constexpr int KV_BYTES = BN * HEAD_DIM * 2;
+  constexpr int SN = BN / 2;                 /* S accumulators per thread */
+  constexpr int ON = HEAD_DIM / 2;           /* O accumulators per thread */
+  static_assert(HEAD_DIM % 64 == 0 && BN % 64 == 0 && STAGES >= 2, "tile shapes");
+  static_assert(THREADS % CHUNKS == 0, "a thread copies the same chunk column of every row it loads");
+  static_assert(BM % RSTEP == 0, "whole copy rounds for Q");
+  constexpr int KV_ROUNDS = (BN + RSTEP - 1) / RSTEP; /* the last one partial with 3 warpgroups */
+
+  extern __shared__ __align__(1024) unsigned char prefill_wg_smem[];
+  const unsigned raw = smem_u32(prefill_wg_smem);
+  const unsigned pad = (1024u - (raw & 1023u)) & 1023u;
+  unsigned char* smem = prefill_wg_smem + pad;
+  const unsigned s_base = raw + pad; /* 1024-aligned */
+  auto k_off = [](int stage) { return Q_BYTES + stage * KV_BYTES; };
+  auto v_off = [](int stage) { return Q_BYTES + (STAGES + stage) * KV_BYTES; };
+
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const int kv_head = static_cast<int>(blockIdx.x % p.num_kv_heads);
+  const int item = static_cast<int>(blockIdx.x / p.num_kv_heads);
+  int seq = 0, tile_in_seq = 0;
+  if (!prefill_find_tile(p, item, group, BM, seq, tile_in_seq)) return;
+  const int q_start = p.q_indptr[seq];
+  const int q_len = p.q_indptr[seq + 1] - q_start;
+  const int prefix = p.kv_lens[seq] - q_len;
+  const int row0 = tile_in_seq * BM;
+  const int rows = min(BM, q_len * group - row0);
+  const int last_pos = prefix + (row0 + rows - 1) / group;
+  const int kv_stop = last_pos + 1;
+  const int num_tiles = (kv_stop + BN - 1) / BN;
+  const int* pages = p.block_table + static_cast<long long>(seq) * p.max_pages;
+
+  const int ccol = threadIdx.x % CHUNKS;
+  const int crow = threadIdx.x / CHUNKS;
+#pragma unroll
+  for (int i = 0; i < BM / RSTEP; ++i) {
+    const int r = crow + i * RSTEP;
+    const bool valid = r < rows;
+    const T* src = static_cast<const T*>(p.q);
+    if (valid) {
+      const int pr = row0 + r;
+      src += static_cast<long long>(q_start + pr / group) * p.q_token_stride +
+             static_cast<long long>(kv_head * group + pr % group) * p.q_head_stride + ccol * 8;
+    }
+    cp_async16(smem + wg_swz(BM, r, ccol), src, valid ? 16 : 0);
+  }
+  const int page_size = p.page_size;
+  const int page_shift = (page_size & (page_size - 1)) == 0 ? __ffs(page_size) - 1 : -1;
+  /* Keys [tile * BN, tile * BN + BN) of this kv head from `cache` into the swizzled
+   * tile at byte `off`: zeros past kv_stop and for page numbers outside the cache. */
+  auto load_kv = [&](int off, const void* cache, int tile) {
+#pragma unroll
+    for (int i = 0; i < KV_ROUNDS; ++i) {
+      const int r = crow + i * RSTEP;
+      if (BN % RSTEP != 0 && r >= BN) break;
+      const int kv = tile * BN + r;
+      const T* src = static_cast<const T*>(cache);
+      bool valid = kv < kv_stop;
+      if (valid) {
+        const int page_idx = page_shift >= 0 ? kv >> page_shift : kv / page_size;
+        const int in_page = page_shift >= 0 ? kv & (page_size - 1) : kv - page_idx * page_size;
+        const int page = __ldg(pages + page_idx);
+        valid = page >= 0 && page < p.num_pages;
+        if (valid) {
+          const long long slot = static_cast<long long>(page) * page_size + in_page;
+          src += (slot * p.num_kv_heads + kv_head) * HEAD_DIM + ccol * 8;
+        }
+      }
+      cp_async16(smem + off + wg_swz(BN, r, ccol), src, valid ? 16 : 0);
+    }
+  };
+  /* Prologue: Q with tile 0, then tiles 1..PROLOGUE-1, one group each (always
+   * committed): STAGES - 1 tiles, STAGES - 2 for the overlapped loop (it keeps the
+   * previous tile resident). */
+  constexpr int PROLOGUE = Cfg::OVERLAP ? STAGES - 2 : STAGES - 1;
+#pragma unroll
+  for (int t = 0; t < PROLOGUE; ++t) {
+    if (t < num_tiles) {
+      load_kv(k_off(t), p.k_cache, t);
+      load_kv(v_off(t), p.v_cache, t);
+    }
+    cp_async_commit();
+  }
+
+  /* This warpgroup's rows [wrow0, wrow0 + 64); this thread's rows wrow0 + 16 q + g
+   * and + 8 (the accumulator layout). */
+  const int wg = threadIdx.x / 128;
+  const int warp_in_wg = (threadIdx.x / kWarpSize) % 4;
+  const int lane = threadIdx.x % kWarpSize;
+  const int g = lane / 4, tid = lane % 4;
+  const int wrow0 = wg * 64;
+  const bool wg_rows = wrow0 < rows; /* warpgroup-uniform, as every wgmma condition */
+  const int wrows = wg_rows ? min(64, rows - wrow0) : 1;
+  const int wg_first_pos = prefix + (row0 + wrow0) / group;
+  const int wg_last_pos = prefix + (row0 + wrow0 + wrows - 1) / group;
+  int pos[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = wrow0 + warp_in_wg * 16 + g + 8 * h;
+    pos[h] = r < rows ? prefix + (row0 + r) / group : last_pos;
+  }
+
+  float o[ON];
+#pragma unroll
+  for (int i = 0; i < ON; ++i) o[i] = 0.f;
+  float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
+  float s[SN];              /* S of the current tile, then its probabilities */
+  unsigned pa[BN / 16][4];  /* P as the register A operand of O += P V */
+  const float scale_log2 = p.scale_log2;
+  const unsigned q_addr = s_base + wrow0 * 128; /* this warpgroup's 64 rows, column block 0 */
+  /* The keys of tile `it` reach this warpgroup's rows (warpgroup-uniform, as every
+   * condition around a wgmma must be). */
+  auto active = [&](int it) { return wg_rows && it * BN <= wg_last_pos; };
+
+  /* Issues S = Q K^T for the tile in stage `buf` (one commit group). */
+  auto issue_s = [&](int buf) {
+#pragma unroll
+    for (int i = 0; i < SN; ++i) s[i] = 0.f;
+    const unsigned k_addr = s_base + k_off(buf);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+      const unsigned long long da = wg_desc(q_addr + (kk / 4) * (BM * 128) + (kk % 4) * 32, 16, 1024);
+      const unsigned long long db = wg_desc(k_addr + (kk / 4) * (BN * 128) + (kk % 4) * 32, 16, 1024);
+      wgmma_ss<BN, DTYPE>(s, da, db, kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+  };
+  /* Issues O += P V for the tile in stage `buf` (one commit group). */
+  auto issue_pv = [&](int buf) {
+    const unsigned v_addr = s_base + v_off(buf);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      const unsigned long long db = wg_desc(v_addr + kk * 16 * 128, BN * 128, 1024);
+      wgmma_rs<HEAD_DIM, DTYPE>(o, pa[kk], db);
+    }
+    wgmma_commit();
+  };
+  /* The causal mask and the online softmax of S (keys from `start`; log2 domain, as
+   * the mma.sync path): s becomes the probabilities, m and l advance, alpha is the
+   * factor O must be scaled by. */
+  auto softmax = [&](int start, float (&alpha)[2]) {
+    if (start + BN - 1 > wg_first_pos) { /* only tiles reaching past the first position */
+#pragma unroll
+      for (int i = 0; i < SN; ++i)
+        if (start + (i / 4) * 8 + tid * 2 + (i & 1) > pos[(i / 2) % 2]) s[i] = neg_inf();
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float tile_max = neg_inf();
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) tile_max = fmaxf(tile_max, fmaxf(s[4 * j + 2 * h], s[4 * j + 2 * h + 1]));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+      const float m_new = fmaxf(m[h], tile_max * scale_log2);
+      const float m_ref = m_new == neg_inf() ? 0.f : m_new;
+      alpha[h] = fast_exp2(m[h] - m_ref);
+      m[h] = m_new;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float pv = fast_exp2(fmaf(s[4 * j + 2 * h + e], scale_log2, -m_ref));
+          s[4 * j + 2 * h + e] = pv;
+          sum += pv;
+        }
+      }
+      l[h] = l[h] * alpha[h] + sum;
+    }
+  };
+  auto rescale = [&](const float (&alpha)[2]) {
+#pragma unroll
+    for (int j = 0; j < HEAD_DIM / 8; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) o[4 * j + i] *= alpha[i / 2];
+    }
+  };
+  /* P from the probabilities, packed whole before the next fence: registers written
+   * between the wgmma of one group make ptxas insert a warpgroup.arrive before each. */
+  auto pack_p = [&]() {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        pa[kk][i] = pack2<DTYPE>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+        asm volatile("" : "+r"(pa[kk][i])::"memory");
+      }
+    }
+  };
+
+  if constexpr (!Cfg::OVERLAP) {
+    /* Tile it: wait for it, publish it, load tile it + STAGES - 1 into the stage of
+     * tile it - 1; S, softmax, O += P V, each product waited for. */
+    for (int it = 0; it < num_tiles; ++it) {
+      const int buf = it % STAGES;
+      cp_async_wait<STAGES - 2>(); /* Q and tile it of this thread have landed */
+      fence_proxy_async_smem();    /* ... and are visible to wgmma */
+      __syncthreads();             /* ... of every thread; tile it - 1 is done */
+      {
+        const int next = it + STAGES - 1;
+        if (next < num_tiles) {
+          load_kv(k_off(next % STAGES), p.k_cache, next);
+          load_kv(v_off(next % STAGES), p.v_cache, next);
+        }
+        cp_async_commit();
+      }
+      if (!active(it)) continue;
+      issue_s(buf);
+      wgmma_wait<0>();
+      wgmma_fence_regs(s);
+      float alpha[2];
+      softmax(it * BN, alpha);
+      rescale(alpha);
+      pack_p();
+      wgmma_fence_regs(o);
+      issue_pv(buf);
+      wgmma_wait<0>();
+      wgmma_fence_regs(o);
+    }
+  } else {
+    /* FA3's intra-warpgroup overlap: step j issues S_j = Q K_j and O += P_{j-1} V_{j-1},
+     * waits for S_j only and runs its softmax while the P V product is in flight.
+     * Tiles j - 1 and j are resident in step j, so step j loads tile j + STAGES - 2
+     * into the stage of tile j - 2 (free: every warpgroup finished step j - 1, hence
+     * P_{j-2} V_{j-2}, before the barrier). The prologue loaded tiles 0..STAGES-3. */
+    static_assert(STAGES >= 3, "the overlapped loop keeps two tiles resident and loads a third");
+    /* Tiles 0..n_active-1 reach this warpgroup's rows (active() is monotone). */
+    const int n_active = wg_rows ? min(num_tiles, wg_last_pos / BN + 1) : 0;
+    for (int j = 0; j <= num_tiles; ++j) {
+      cp_async_wait<STAGES - 3>(); /* tile j of this thread has landed (j < num_tiles) */
+      fence_proxy_async_smem();
+      __syncthreads();
+      {
+        const int next = j + STAGES - 2;
+        if (next < num_tiles) {
+          load_kv(k_off(next % STAGES), p.k_cache, next);
+          load_kv(v_off(next % STAGES), p.v_cache, next);
+        }
+        cp_async_commit();
+      }
+      /* Each branch waits for all it issued: ptxas serialises wgmma that stay in flight
+       * across a branch it cannot prove uniform. */
+      float alpha[2];
+      if (j < n_active) {
+        if (j == 0) {
+          issue_s(0);
+          wgmma_wait<0>();
+          wgmma_fence_regs(s);
+          softmax(0, alpha); /* O is still zero: no rescale */
+          pack_p();
+        } else {
+          issue_s(j % STAGES);
+          issue_pv((j - 1) % STAGES);
+          wgmma_wait<1>(); /* S_j (committed first) is done, P V may not be */
+          wgmma_fence_regs(s);
+          softmax(j * BN, alpha);
+          wgmma_wait<0>(); /* P_{j-1} V_{j-1}: O and P are free */
+          wgmma_fence_regs(o);
+          rescale(alpha);
+          pack_p();
+        }
+      } else if (j == n_active && j > 0) {
+        issue_pv((j - 1) % STAGES); /* the last active tile's P V */
+        wgmma_wait<0>();
+        wgmma_fence_regs(o);
+      }
+    }
+  }
+  cp_async_wait<0>();
+  if (!wg_rows) return;
+
+  /* Epilogue: the warpgroup's wgmma are done with its Q rows; each warp stages its 16
+   * rows there (swizzled, as Q was) and writes them out. */
+  warpgroup_sync(wg);
+  const int r_warp = wrow0 + warp_in_wg * 16;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float total = l[h];
+    total += __shfl_xor_sync(0xffffffffu, total, 1);
+    total += __shfl_xor_sync(0xffffffffu, total, 2);
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    const int r = r_warp + g + 8 * h;
+#pragma unroll
+    for (int j = 0; j < HEAD_DIM / 8; ++j)
+      *reinterpret_cast<unsigned*>(smem + wg_swz(BM, r, j) + tid * 4) =
+          pack2<DTYPE>(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+  }
+  __syncwarp();
+  T* out = static_cast<T*>(p.out);
+  for (int c = lane; c < 16 * CHUNKS; c += kWarpSize) {
+    const int r = r_warp + c / CHUNKS, col = c % CHUNKS;
+    if (r >= rows) break;
+    const int pr = row0 + r;
+    const long long row = static_cast<long long>(q_start + pr / group) * p.num_q_heads + kv_head * group + pr % group;
+    *reinterpret_cast<uint4*>(out + row * HEAD_DIM + col * 8) = *reinterpret_cast<const uint4*>(smem + wg_swz(BM, r, col));
+  }
+#else
+  (void)p;
+  __trap(); /* the wgmma tiles need sm_90a; the host offers them only there */
+#endif
+}
+
+/* The block's threads, rows and dynamic shared memory for any TILE. */
+template <int TILE, int HEAD_DIM> __host__ __device__ constexpr int prefill_block_threads() {
+  if constexpr (prefill_is_wgmma(TILE)) return prefill_wg_threads<TILE, HEAD_DIM>();
+  else return prefill_threads<TILE, HEAD_DIM>();
+}
+template <int TILE, int HEAD_DIM> __host__ __device__ constexpr long long prefill_block_smem_bytes() {
+  if constexpr (prefill_is_wgmma(TILE)) return prefill_wg_smem_bytes<TILE, HEAD_DIM>();
+  else return prefill_smem_bytes<TILE, HEAD_DIM>();
+}
+template <int DTYPE, int HEAD_DIM, int TILE>
+__device__ __forceinline__ void prefill_entry(const msgl_attention_params& p) {
+  if constexpr (prefill_is_wgmma(TILE)) prefill_wgmma_impl<DTYPE, HEAD_DIM, TILE>(p);
+  else prefill_attention_impl<DTYPE, HEAD_DIM, TILE>(p);
+}
+
 }  // namespace msgl
 
 #if defined(MSGL_JIT_INSTANCE)
 /* One instance, compiled by NVRTC or into an AOT cubin; launched from Rust with
- * block = prefill_threads<TILE, HEAD_DIM>(), grid = num_q_tiles * num_kv_heads and
- * prefill_smem_bytes<TILE, HEAD_DIM>() of dynamic shared memory (gpu/prefill.rs
+ * block = prefill_block_threads<TILE, HEAD_DIM>(), grid = num_q_tiles * num_kv_heads and
+ * prefill_block_smem_bytes<TILE, HEAD_DIM>() of dynamic shared memory (gpu/prefill.rs
  * mirrors both). */
-extern "C" __global__ void __launch_bounds__(msgl::prefill_threads<MSGL_TILE, MSGL_HEAD_DIM>(), 1)
+extern "C" __global__ void __launch_bounds__(msgl::prefill_block_threads<MSGL_TILE, MSGL_HEAD_DIM>(), 1)
     msgl_prefill_attention_kernel(const msgl_attention_params p) {
-  msgl::prefill_attention_impl<MSGL_DTYPE, MSGL_HEAD_DIM, MSGL_TILE>(p);
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  /* A run-time instance is compiled for its device: a wgmma tile must be sm_90a. */
+  static_assert(!msgl::prefill_is_wgmma(MSGL_TILE), "the wgmma prefill tiles need sm_90a");
+#endif
+  msgl::prefill_entry<MSGL_DTYPE, MSGL_HEAD_DIM, MSGL_TILE>(p);
 }
 #endif
 
@@ -434,14 +1035,14 @@ extern "C" __global__ void __launch_bounds__(msgl::prefill_threads<MSGL_TILE, MS
 namespace msgl {
 
 template <int DTYPE, int HEAD_DIM, int TILE>
-__global__ void __launch_bounds__(prefill_threads<TILE, HEAD_DIM>(), 1)
+__global__ void __launch_bounds__(prefill_block_threads<TILE, HEAD_DIM>(), 1)
     prefill_attention_kernel(const msgl_attention_params p) {
-  prefill_attention_impl<DTYPE, HEAD_DIM, TILE>(p);
+  prefill_entry<DTYPE, HEAD_DIM, TILE>(p);
 }
 
 template <int DTYPE, int HEAD_DIM, int TILE>
 static int32_t launch_prefill_attention(const msgl_attention_params& p, cudaStream_t s) {
-  constexpr long long smem = prefill_smem_bytes<TILE, HEAD_DIM>();
+  constexpr long long smem = prefill_block_smem_bytes<TILE, HEAD_DIM>();
   cudaError_t err = cudaFuncSetAttribute(prefill_attention_kernel<DTYPE, HEAD_DIM, TILE>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess)
@@ -449,7 +1050,7 @@ static int32_t launch_prefill_attention(const msgl_attention_params& p, cudaStre
   const long long blocks = static_cast<long long>(p.num_q_tiles) * p.num_kv_heads;
   if (blocks > 0)
     prefill_attention_kernel<DTYPE, HEAD_DIM, TILE>
-        <<<static_cast<unsigned>(blocks), prefill_threads<TILE, HEAD_DIM>(), smem, s>>>(p);
+        <<<static_cast<unsigned>(blocks), prefill_block_threads<TILE, HEAD_DIM>(), smem, s>>>(p);
   return check_launch("prefill_attention");
 }
 }  // namespace msgl

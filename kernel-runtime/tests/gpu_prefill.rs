@@ -11,7 +11,8 @@
 //! Coverage: page sizes 1/16/64/256, head dims 64/128/256, GQA 1/2/4/8, bf16 and
 //! f16, ragged batches with cached prefixes and decodes riding along, lengths that
 //! are and are not multiples of the tiles (1..1025 in one batch, 4096 and 8192
-//! alone), and every tile variant that fits each head dim.
+//! alone), and every tile variant that fits each head dim, the wgmma tiles (16..21,
+//! sm_90a) included.
 
 mod common;
 
@@ -242,6 +243,77 @@ fn prefill_attention_gpu_tile_variants() -> Result<()> {
         }
     }
     ensure!(failures.is_empty(), "{} tile variant cases failed:\n{}", failures.len(), failures.join("\n"));
+    Ok(())
+}
+
+/// The wgmma tiles (TILE 16..21, sm_90a) against the CPU reference: bf16 and f16,
+/// page sizes 1/16/64, head dims 64/128/256 (the tiles that fit each), GQA 1/2/4/8
+/// in turn, on the ragged, prompt and tail batches (lengths 1 and non-multiples of
+/// the 128/192-row and 64/128-key tiles, cached prefixes, a sequence without new
+/// tokens).
+#[test]
+fn prefill_attention_gpu_wgmma_tiles() -> Result<()> {
+    if !enabled_or_dry_run() {
+        return Ok(());
+    }
+    // The dry run (the CPU twice) takes one case of one tile.
+    let dry = target() == CPU;
+    let mut r = rng(16);
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    let mut i = 0;
+    for dtype in [DType::BF16, DType::F16] {
+        for page_size in [1, 16, 64] {
+            for (head_dim, tiles) in [(64, (16..=21).collect()), (128, (16..=21).collect()), (256, vec![16])] {
+                if dry && cases > 0 {
+                    break;
+                }
+                let case = Case { dtype, page_size, head_dim, heads: HEADS[i % HEADS.len()] };
+                i += 1;
+                let tiles: Vec<Option<usize>> =
+                    if dry { vec![Some(16)] } else { tiles.into_iter().map(Some).collect() };
+                for (name, batch) in ragged_batches() {
+                    cases += 1;
+                    if let Err(e) = check(&mut r, &case, name, &batch, &[AttnKernel::Prefill], &tiles) {
+                        failures.push(format!("{e:#}"));
+                    }
+                }
+            }
+        }
+    }
+    println!("prefill attention, wgmma tiles: {cases} cases");
+    ensure!(failures.is_empty(), "{} of {cases} wgmma cases failed:\n{}", failures.len(), failures.join("\n"));
+    Ok(())
+}
+
+/// The wgmma tiles on long sequences: L=4096 alone, and a 3000-token chunk over a
+/// cached prefix of 1096 (GQA 4, page size 16), bf16 and f16.
+#[test]
+fn prefill_attention_gpu_wgmma_long() -> Result<()> {
+    if !enabled_or_dry_run() {
+        return Ok(());
+    }
+    if target() == CPU {
+        println!("skipped in the dry run: too long for the CPU twice");
+        return Ok(());
+    }
+    let mut r = rng(17);
+    let mut failures = Vec::new();
+    let tiles: Vec<Option<usize>> = (16..=21).map(Some).collect();
+    let long: [(Case, &str, Batch); 2] = [
+        (Case { dtype: DType::BF16, page_size: 16, head_dim: 128, heads: (8, 2) }, "L=4096", vec![(4096, 4096)]),
+        (
+            Case { dtype: DType::F16, page_size: 16, head_dim: 128, heads: (8, 2) },
+            "chunk 3000 over 1096",
+            vec![(3000, 4096), (1, 333)],
+        ),
+    ];
+    for (case, name, batch) in &long {
+        if let Err(e) = check(&mut r, case, name, batch, &[AttnKernel::Prefill], &tiles) {
+            failures.push(format!("{e:#}"));
+        }
+    }
+    ensure!(failures.is_empty(), "{} long wgmma cases failed:\n{}", failures.len(), failures.join("\n"));
     Ok(())
 }
 

@@ -83,6 +83,21 @@ fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
     for tile in [3, 5, 8] {
         out.push(("prefill_attention", vec![("DTYPE", 2), ("HEAD_DIM", 256), ("TILE", tile)]));
     }
+    // The wgmma tiles (sm_90a): each at head dim 128 in both dtypes, 16 at 64 and 256.
+    for (dtype, head_dim, tile) in [
+        (1, 128, 16),
+        (2, 128, 16),
+        (1, 128, 17),
+        (2, 128, 18),
+        (1, 128, 19),
+        (2, 128, 20),
+        (1, 128, 21),
+        (2, 64, 16),
+        (1, 64, 20),
+        (1, 256, 16),
+    ] {
+        out.push(("prefill_attention", vec![("DTYPE", dtype), ("HEAD_DIM", head_dim), ("TILE", tile)]));
+    }
     out
 }
 

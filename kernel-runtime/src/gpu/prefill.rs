@@ -13,6 +13,11 @@
 //! (default 0, the per-head-dim default; 1..8 are compiled at run time) or
 //! [`set_prefill_tile`] (benchmarks) picks one; a variant whose accumulators or
 //! shared memory do not fit the head dimension is an error naming it.
+//!
+//! The Hopper tiles ([`WGMMA_TILES`], TILE 16..21, the kernel's `PrefillWgTile`):
+//! wgmma with 2 or 3 warpgroups of 64 query rows, 128-byte swizzled K/V tiles; they
+//! need an sm_90 device (the kernels are built and JIT-compiled for sm_90a there)
+//! and are an error elsewhere. Not the default: `MINISGL_PREFILL_TILE=16` picks one.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -38,11 +43,34 @@ pub(super) struct TileShape {
     pub m_tiles: usize,
     pub keys: usize,
     pub stages: usize,
+    /// The wgmma path (sm_90a): warps come in warpgroups of 4 with one 64-row m-tile
+    /// per warpgroup (`m_tiles` 1 keeps `rows` = 16 * warps), unpadded swizzled rows.
+    pub wgmma: bool,
 }
 
 const fn shape(warps: usize, m_tiles: usize, keys: usize, stages: usize) -> TileShape {
-    TileShape { warps, m_tiles, keys, stages }
+    TileShape { warps, m_tiles, keys, stages, wgmma: false }
 }
+
+/// A wgmma tile of `warpgroups` warpgroups (64 query rows each).
+const fn wg_shape(warpgroups: usize, keys: usize, stages: usize) -> TileShape {
+    TileShape { warps: 4 * warpgroups, m_tiles: 1, keys, stages, wgmma: true }
+}
+
+/// The first wgmma tile id.
+pub(super) const FIRST_WGMMA_TILE: usize = 16;
+
+/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..21 at head dims up to 128
+/// (TILE 16 takes 64-key tiles at head dim 256: [`tile_shape`]). 19..21 run the
+/// softmax of one K/V tile under the P V product of the previous one.
+pub(super) const WGMMA_TILES: [TileShape; 6] = [
+    wg_shape(2, 128, 2),
+    wg_shape(3, 64, 2),
+    wg_shape(2, 64, 3),
+    wg_shape(2, 64, 4),
+    wg_shape(2, 128, 3),
+    wg_shape(3, 64, 3),
+];
 
 /// prefill_attention.cu's `PrefillTile` for TILE = 1..8 (index 0 is [`tile_shape`]'s
 /// per-head-dim default and is not read from here).
@@ -62,6 +90,8 @@ pub(super) const TILES: [TileShape; 9] = [
 const MAX_SMEM: usize = 232_448;
 /// The most f32 accumulators (O and S) a thread may hold before the kernel spills.
 const MAX_ACCUMULATORS: usize = 192;
+/// The same for blocks of more than 256 threads (at most 168 registers a thread).
+const MAX_ACCUMULATORS_384: usize = 112;
 
 impl TileShape {
     /// Query rows a block holds.
@@ -74,24 +104,33 @@ impl TileShape {
     }
 
     /// prefill_attention.cu's `prefill_smem_bytes`: Q and `stages` K and V tiles,
-    /// rows of `head_dim` 16-bit elements plus 16 bytes.
+    /// rows of `head_dim` 16-bit elements plus 16 bytes; for the wgmma tiles
+    /// (`prefill_wg_smem_bytes`) unpadded rows plus 1024 bytes to align the base.
     pub(super) fn smem_bytes(&self, head_dim: usize) -> usize {
-        (self.rows() + 2 * self.stages * self.keys) * (head_dim + 8) * 2
+        let rows = self.rows() + 2 * self.stages * self.keys;
+        if self.wgmma {
+            rows * head_dim * 2 + 1024
+        } else {
+            rows * (head_dim + 8) * 2
+        }
     }
 
     /// Whether the shape fits `head_dim`: its accumulators (O: head_dim / 2 and S:
     /// keys / 2 per m-tile and thread) in registers, its buffers in shared memory.
     pub(super) fn fits(&self, head_dim: usize) -> bool {
-        self.m_tiles * (head_dim + self.keys) / 2 <= MAX_ACCUMULATORS && self.smem_bytes(head_dim) <= MAX_SMEM
+        let limit = if self.threads() > 256 { MAX_ACCUMULATORS_384 } else { MAX_ACCUMULATORS };
+        self.m_tiles * (head_dim + self.keys) / 2 <= limit && self.smem_bytes(head_dim) <= MAX_SMEM
     }
 }
 
 /// The shape of tile `tile` at `head_dim` (TILE 0: 128 x 64 up to head dim 128,
-/// 64 x 32 at 256), or `None` past the table.
+/// 64 x 32 at 256; TILE 16: 128 x 128, 128 x 64 at 256), or `None` past the tables.
 pub(super) fn tile_shape(tile: usize, head_dim: usize) -> Option<TileShape> {
     match tile {
         0 if head_dim <= 128 => Some(shape(4, 2, 64, 2)),
         0 => Some(shape(4, 1, 32, 2)),
+        16 if head_dim > 128 => Some(wg_shape(2, 64, 2)),
+        t if t >= FIRST_WGMMA_TILE => WGMMA_TILES.get(t - FIRST_WGMMA_TILE).copied(),
         _ => TILES.get(tile).copied(),
     }
 }
@@ -225,6 +264,12 @@ pub(super) fn prefill_attention(
     let shape = tile_shape(tile, d)
         .filter(|s| s.fits(d))
         .ok_or_else(|| Error::arg(OP, format!("prefill tile {tile} does not exist or does not fit head dim {d}")))?;
+    if shape.wgmma && dev.capability().0 != 9 {
+        return Err(Error::arg(
+            OP,
+            format!("prefill tile {tile} uses wgmma, which needs an sm_90 device, not {}", dev.arch()),
+        ));
+    }
     let tiles = q_tiles(meta.q_lens_host, hq / hkv, shape.rows());
     if tiles == 0 {
         return Ok(());
@@ -334,5 +379,39 @@ mod tests {
         }
         let fit_256: Vec<usize> = (0..TILES.len()).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
         assert_eq!(fit_256, vec![0, 3, 5, 8]);
+    }
+
+    #[test]
+    fn wgmma_tile_shapes_mirror_the_kernel_table() {
+        // TILE 16: 2 warpgroups (128 rows, 256 threads), 128-key tiles, 2 stages:
+        // Q 32 KiB + 4 x 32 KiB + the alignment slack.
+        let t16 = tile_shape(16, 128).unwrap();
+        assert!(t16.wgmma);
+        assert_eq!((t16.rows(), t16.threads(), t16.keys, t16.stages), (128, 256, 128, 2));
+        assert_eq!(t16.smem_bytes(128), (128 + 512) * 256 + 1024);
+        // At head dim 256 it takes 64-key tiles.
+        let t16_256 = tile_shape(16, 256).unwrap();
+        assert_eq!((t16_256.rows(), t16_256.keys), (128, 64));
+        assert!(t16_256.fits(256));
+        // TILE 17: 3 warpgroups, 64 keys; TILE 18: 2 warpgroups, 64 keys, 3 stages.
+        let t17 = tile_shape(17, 128).unwrap();
+        assert_eq!((t17.rows(), t17.threads(), t17.keys, t17.stages), (192, 384, 64, 2));
+        let t18 = tile_shape(18, 128).unwrap();
+        assert_eq!((t18.rows(), t18.threads(), t18.keys, t18.stages), (128, 256, 64, 3));
+        // The overlapped loops: 19 (64 keys, 4 stages), 20 (128 keys, 3 stages: just
+        // under the 227 KiB), 21 (3 warpgroups, 64 keys, 3 stages).
+        let t20 = tile_shape(20, 128).unwrap();
+        assert_eq!((t20.rows(), t20.keys, t20.stages), (128, 128, 3));
+        assert_eq!(t20.smem_bytes(128), (128 + 768) * 256 + 1024);
+        assert_eq!(tile_shape(21, 128).unwrap().rows(), 192);
+        for t in 16..=21 {
+            let s = tile_shape(t, 64).unwrap();
+            assert!(s.fits(64) && tile_shape(t, 128).unwrap().fits(128), "tile {t}");
+        }
+        let fit_256: Vec<usize> = (16..=21).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
+        assert_eq!(fit_256, vec![16]);
+        assert!(!t17.fits(256) && !t18.fits(256));
+        assert_eq!(tile_shape(15, 128), None);
+        assert_eq!(tile_shape(22, 128), None);
     }
 }
