@@ -41,6 +41,12 @@
  * one 16-byte column, so it keeps a row index per A copy and a validity bit per
  * weight copy rather than a pointer per copy: that is what lets the 64 x 64 warp
  * tiles take 64-wide k stages without spilling.
+ *
+ * Tiles 18.. are wgmma tiles (sm_90a, moe_wgmma_impl; a trap on other archs, and
+ * the host refuses them on devices other than sm_90): the mma.sync tiles are
+ * register-bound at large M (every warp holds its A and B fragments), while
+ * wgmma reads both operands from shared memory. Same decomposition, pair list,
+ * epilogues and PDL; the ring holds 128-byte-swizzled rows for the descriptors.
  */
 #include "minisgl/mma.cuh"
 

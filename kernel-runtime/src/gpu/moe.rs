@@ -11,7 +11,8 @@
 //! each expert gets, `tokens * top_k / experts`, as mini-sglang's
 //! `get_default_config` chooses Triton block sizes from the batch size. [`TILES`]
 //! mirrors moe_gemm.cu's table (checked by a test against the embedded source);
-//! every entry is an AOT instance, so none is compiled at run time:
+//! the plan's tiles and the wgmma tiles are AOT instances (kernels.toml), so none
+//! of them is compiled at run time:
 //!
 //! | rows per expert | tile | BM x BN x BK | warps | stages | regime |
 //! | --- | --- | --- | --- | --- | --- |
