@@ -10,7 +10,8 @@
 //! `SUMMARY moe-tiles M=<m> gate_up=<g> down=<d> ...` (`moe-experts` with every
 //! pair of tiles of equal rows from the tile table, `*` marking the plan's pair;
 //! `MINISGL_MOE_BENCH_TILES=5,6,7` sweeps only pairs of those tiles, `=none`
-//! skips the sweep; the wgmma tiles 18..22 are swept on sm_90 only), then `SUMMARY moe-tiles-best M=<m> gate_up=<g> down=<d> ...`
+//! skips the sweep; the wgmma tiles 18..23 are swept on sm_90 only), then
+//! `SUMMARY moe-tiles-best M=<m> gate_up=<g> down=<d> ...`
 //!
 //! The sweep is what the plan's table (kernel-runtime gpu/moe.rs `PLAN`) is set
 //! from; `MINISGL_MOE_TILE_GATE_UP` / `MINISGL_MOE_TILE_DOWN` override the plan

@@ -101,8 +101,9 @@ MSGL_MOE_WGMMA_TILE(19, 128, 128, 64, 2, 4, 1)  // 129 KB
 MSGL_MOE_WGMMA_TILE(20, 128, 256, 64, 2, 3, 1)  // 145 KB, 128 accumulators per thread
 MSGL_MOE_WGMMA_TILE(21, 128, 256, 64, 2, 4, 1)  // 193 KB
 MSGL_MOE_WGMMA_TILE(22, 64, 256, 64, 1, 4, 1)   // 161 KB
+MSGL_MOE_WGMMA_TILE(23, 128, 128, 64, 2, 6, 1)  // 193 KB: tile 19 with loads 4 stages ahead
 #undef MSGL_MOE_WGMMA_TILE
-constexpr int kMoeTiles = 23;
+constexpr int kMoeTiles = 24;
 
 /* The BM (BK when `bk`) of tile `tile`, 0 when there is no such tile. */
 template <int TILE = 0> __host__ __device__ constexpr int moe_tile_bm(int tile, bool bk = false) {

@@ -28,10 +28,11 @@
 //! (7), 32 x 128 x 64 with 3 stages (8, 3 CTAs per SM) and 32 x 64 x 128 (9, twice
 //! the CTAs of tile 2) for a few rows per expert; 8-warp 64 x 128 (10), 128 x 128
 //! (11) and 128 x 256 (12) tiles for prefill; 13..17 are tiles 0, 7, 2, 8 and 3
-//! with a 256-byte L2 prefetch hint on the weight copies. 18..22 are wgmma tiles
+//! with a 256-byte L2 prefetch hint on the weight copies. 18..23 are wgmma tiles
 //! (sm_90a; an error on other devices, see [`tile_runs_on`]): 64 rows per consumer
 //! warpgroup, 128-byte-swizzled cp.async stages, one wgmma group in flight; 64 x 128
-//! (18), 128 x 128 (19), 128 x 256 with 3 and 4 stages (20, 21), 64 x 256 (22), BK 64.
+//! (18), 128 x 128 (19; 23 with 6 stages), 128 x 256 with 3 and 4 stages (20, 21),
+//! 64 x 256 (22), BK 64.
 //! `MINISGL_MOE_TILE_GATE_UP` and `MINISGL_MOE_TILE_DOWN` (tile indices, of equal BM)
 //! replace the plan's tiles.
 //!
@@ -98,7 +99,7 @@ const fn wgmma_tile(bm: usize, bn: usize, wg: usize, stages: usize) -> MoeTile {
 }
 
 /// moe_gemm.cu's tile table, by TILE.
-pub(crate) const TILES: [MoeTile; 23] = [
+pub(crate) const TILES: [MoeTile; 24] = [
     MoeTile { bm: 16, bn: 64, bk: 64, wm: 1, wn: 2, stages: 8, prefetch: 0, wgmma: false },
     MoeTile { bm: 16, bn: 128, bk: 128, wm: 1, wn: 4, stages: 4, prefetch: 0, wgmma: false },
     MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4, prefetch: 0, wgmma: false },
@@ -122,6 +123,7 @@ pub(crate) const TILES: [MoeTile; 23] = [
     wgmma_tile(128, 256, 2, 3),
     wgmma_tile(128, 256, 2, 4),
     wgmma_tile(64, 256, 1, 4),
+    wgmma_tile(128, 128, 2, 6),
 ];
 
 /// The shape of every tile of the table, by TILE: `[bm, bn, bk, wm, wn, stages]`
@@ -768,7 +770,7 @@ mod tests {
     #[test]
     fn wgmma_tiles_fit_their_kernel() {
         let wgmma: Vec<(usize, MoeTile)> = TILES.iter().copied().enumerate().filter(|(_, t)| t.wgmma).collect();
-        assert_eq!(wgmma.iter().map(|w| w.0).collect::<Vec<_>>(), [18, 19, 20, 21, 22]);
+        assert_eq!(wgmma.iter().map(|w| w.0).collect::<Vec<_>>(), [18, 19, 20, 21, 22, 23]);
         for (i, t) in wgmma {
             assert_eq!(t.bk, 64, "tile {i}: one 128-byte swizzled row per stage row");
             assert_eq!(t.bm, 64 * t.wm, "tile {i}: 64 rows per consumer warpgroup");
