@@ -16,6 +16,9 @@
 //!   gate_up and down GEMMs take different tiles), runs that repeat bit for bit,
 //!   and the fused route+sort path of `fused_moe` bit for bit against route, then
 //!   sort.
+//! - the wgmma tiles (18.., sm_90 only: elsewhere they drop out of the tile lists)
+//!   alone and paired with the mma.sync tiles of their rows, M = 1..8192 at
+//!   Qwen3-30B-A3B's shapes (bf16 and f16), the odd shapes and E=8 top-2.
 //!
 //! Outputs are poisoned (NaN bytes) before each run: the caching allocator hands
 //! the next allocation of the same size a poisoned block.
@@ -338,7 +341,10 @@ fn gpu_wgmma_tiles_match_naive() -> Result<()> {
         return Ok(());
     }
     let tiles = wgmma_tiles();
-    ensure!(!tiles.is_empty(), "the GPU runs no wgmma tile (sm_90 only)");
+    if tiles.is_empty() {
+        println!("skipped: the wgmma tiles run on sm_90 only");
+        return Ok(());
+    }
     let same: Vec<_> = tiles.iter().map(|&t| (t, t)).collect();
     let (e, k, h, i) = CONFIGS[0];
     let w = experts(79, e, h, i, DType::BF16)?;
