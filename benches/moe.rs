@@ -10,7 +10,8 @@
 //! `SUMMARY moe-tiles M=<m> gate_up=<g> down=<d> ...` (`moe-experts` with every
 //! pair of tiles of equal rows from the tile table, `*` marking the plan's pair;
 //! `MINISGL_MOE_BENCH_TILES=5,6,7` sweeps only pairs of those tiles, `=none`
-//! skips the sweep), then `SUMMARY moe-tiles-best M=<m> gate_up=<g> down=<d> ...`
+//! skips the sweep; the wgmma tiles 18..23 are swept on sm_90 only), then
+//! `SUMMARY moe-tiles-best M=<m> gate_up=<g> down=<d> ...`
 //!
 //! The sweep is what the plan's table (kernel-runtime gpu/moe.rs `PLAN`) is set
 //! from; `MINISGL_MOE_TILE_GATE_UP` / `MINISGL_MOE_TILE_DOWN` override the plan
@@ -265,6 +266,9 @@ fn tile_pairs() -> Vec<(usize, usize)> {
         Ok(v) => v.split(',').filter_map(|t| t.trim().parse().ok()).filter(|&t| t < shapes.len()).collect(),
         Err(_) => (0..shapes.len()).collect(),
     };
+    // The wgmma tiles (18..) run on sm_90 only: elsewhere they drop out of the sweep.
+    let chosen: Vec<usize> =
+        chosen.into_iter().filter(|&t| ops::moe::moe_tile_supported(t, GPU).unwrap_or(false)).collect();
     let mut pairs = Vec::new();
     for &g in &chosen {
         for &d in &chosen {

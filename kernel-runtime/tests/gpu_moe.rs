@@ -16,6 +16,9 @@
 //!   gate_up and down GEMMs take different tiles), runs that repeat bit for bit,
 //!   and the fused route+sort path of `fused_moe` bit for bit against route, then
 //!   sort.
+//! - the wgmma tiles (18.., sm_90 only: elsewhere they drop out of the tile lists)
+//!   alone and paired with the mma.sync tiles of their rows, M = 1..8192 at
+//!   Qwen3-30B-A3B's shapes (bf16 and f16), the odd shapes and E=8 top-2.
 //!
 //! Outputs are poisoned (NaN bytes) before each run: the caching allocator hands
 //! the next allocation of the same size a poisoned block.
@@ -254,16 +257,31 @@ fn fused_experts_match_naive_at_odd_shapes() -> Result<()> {
 const ODD: [(usize, usize, usize, usize); 4] =
     [(3, 1, 8 * 37, 8 * 23), (5, 3, 8 * 9, 8 * 129), (17, 8, 8 * 131, 8 * 5), (256, 8, 8 * 65, 8)];
 
+/// The tiles of the table that run on the GPU (the wgmma tiles 18.. need sm_90).
+fn gpu_tiles() -> Vec<usize> {
+    (0..ops::moe::moe_tile_shapes().len()).filter(|&t| ops::moe::moe_tile_supported(t, GPU).unwrap()).collect()
+}
+
+/// The wgmma tiles of the table (first index 18), when the GPU runs them.
+fn wgmma_tiles() -> Vec<usize> {
+    gpu_tiles().into_iter().filter(|&t| t >= WGMMA_FIRST).collect()
+}
+const WGMMA_FIRST: usize = 18;
+
 /// Every tile of the table for both GEMMs.
 fn same_tiles() -> Vec<(usize, usize)> {
-    (0..ops::moe::moe_tile_shapes().len()).map(|t| (t, t)).collect()
+    gpu_tiles().into_iter().map(|t| (t, t)).collect()
 }
 
 /// Every (gate_up, down) pair of different tiles of equal rows.
 fn mixed_tiles() -> Vec<(usize, usize)> {
     let shapes = ops::moe::moe_tile_shapes();
-    let n = shapes.len();
-    (0..n).flat_map(|g| (0..n).map(move |d| (g, d))).filter(|&(g, d)| g != d && shapes[g][0] == shapes[d][0]).collect()
+    let tiles = gpu_tiles();
+    tiles
+        .iter()
+        .flat_map(|&g| tiles.iter().map(move |&d| (g, d)))
+        .filter(|&(g, d)| g != d && shapes[g][0] == shapes[d][0])
+        .collect()
 }
 
 /// `fused_experts_with` each tile pair against the naive experts, for `m` tokens
@@ -310,6 +328,58 @@ fn every_tile_matches_naive_qwen3_30b_shapes() -> Result<()> {
     }
     for m in [1, 16, 300] {
         check_tiles(&w, (e, k), m, &mixed_tiles(), "qwen3-30b mixed")?;
+    }
+    Ok(())
+}
+
+/// The wgmma tiles (both GEMMs, and paired with every mma.sync tile of their rows)
+/// from M = 1 to 8192 at Qwen3-30B-A3B's shapes, in bf16 and f16, and at the odd
+/// shapes (the zero-filled k tail stage, guarded n tails, one-expert runs).
+#[test]
+fn gpu_wgmma_tiles_match_naive() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let tiles = wgmma_tiles();
+    if tiles.is_empty() {
+        println!("skipped: the wgmma tiles run on sm_90 only");
+        return Ok(());
+    }
+    let same: Vec<_> = tiles.iter().map(|&t| (t, t)).collect();
+    let (e, k, h, i) = CONFIGS[0];
+    let w = experts(79, e, h, i, DType::BF16)?;
+    for m in [1, 2, 8, 16, 64, 255, 256, 1024, 4096, 8192] {
+        check_tiles(&w, (e, k), m, &same, "wgmma qwen3-30b")?;
+    }
+    let mixed: Vec<_> = mixed_tiles().into_iter().filter(|&(g, d)| g >= WGMMA_FIRST || d >= WGMMA_FIRST).collect();
+    for m in [7, 300, 4096] {
+        check_tiles(&w, (e, k), m, &mixed, "wgmma qwen3-30b mixed")?;
+    }
+    for (n, &(e, k, h, i)) in ODD.iter().enumerate() {
+        let w = experts(140 + n as u64, e, h, i, DType::BF16)?;
+        for m in [1, 5, 64, 300, 2000] {
+            check_tiles(&w, (e, k), m, &same, "wgmma odd shape")?;
+        }
+    }
+    let (e, k, h, i) = CONFIGS[2];
+    let w = experts(141, e, h, i, DType::BF16)?;
+    for m in [3, 600, 4096] {
+        check_tiles(&w, (e, k), m, &same, "wgmma e8 top2")?;
+    }
+    // f16 at Qwen3-30B-A3B's shapes, through the same plans.
+    let w = experts(142, CONFIGS[0].0, CONFIGS[0].2, CONFIGS[0].3, DType::F16)?;
+    for m in [1, 300, 4096] {
+        let x = random(m as u64 + 11, &[m, CONFIGS[0].2], DType::F16, 1.0, GPU)?;
+        let rt = routing(m as u64 + 12, m, CONFIGS[0].0, CONFIGS[0].1)?;
+        let want = ops::naive_experts(&x, &w.w13, &w.w2, &rt)?;
+        for &t in &tiles {
+            let what = format!("wgmma f16 qwen3-30b m={m} tile {t}");
+            let plan = Some(MoePlan { gate_up_tile: t, down_tile: t, pdl: true });
+            poison_next_alloc(m * CONFIGS[0].2 * 2)?;
+            let got = ops::fused_experts_with(&x, &w.w13, &w.w2, &rt, plan).with_context(|| what.clone())?;
+            let err = rel_l2(&got, &want)?;
+            ensure!(err <= 1e-2, "{what}: relative L2 error {err:.3e} > 1e-2");
+        }
     }
     Ok(())
 }

@@ -68,4 +68,13 @@ fn moe_families_have_jit_entries_and_aot_instances() {
             }
         }
     }
+    // The wgmma tiles (sm_90a) too: the sweep and the overrides reach them.
+    for dtype in [1, 2] {
+        for tile in 18..24 {
+            for gate_up in [0, 1] {
+                let inst = gemm.instance(&[("DTYPE", dtype), ("TILE", tile), ("GATE_UP", gate_up)]).unwrap();
+                assert!(gemm.has_aot_instance(&inst), "moe_gemm[{inst}] is not built ahead of time");
+            }
+        }
+    }
 }

@@ -11,7 +11,8 @@
 //! each expert gets, `tokens * top_k / experts`, as mini-sglang's
 //! `get_default_config` chooses Triton block sizes from the batch size. [`TILES`]
 //! mirrors moe_gemm.cu's table (checked by a test against the embedded source);
-//! every entry is an AOT instance, so none is compiled at run time:
+//! the plan's tiles and the wgmma tiles are AOT instances (kernels.toml), so none
+//! of them is compiled at run time:
 //!
 //! | rows per expert | tile | BM x BN x BK | warps | stages | regime |
 //! | --- | --- | --- | --- | --- | --- |
@@ -27,8 +28,13 @@
 //! (7), 32 x 128 x 64 with 3 stages (8, 3 CTAs per SM) and 32 x 64 x 128 (9, twice
 //! the CTAs of tile 2) for a few rows per expert; 8-warp 64 x 128 (10), 128 x 128
 //! (11) and 128 x 256 (12) tiles for prefill; 13..17 are tiles 0, 7, 2, 8 and 3
-//! with a 256-byte L2 prefetch hint on the weight copies. `MINISGL_MOE_TILE_GATE_UP` and
-//! `MINISGL_MOE_TILE_DOWN` (tile indices, of equal BM) replace the plan's tiles.
+//! with a 256-byte L2 prefetch hint on the weight copies. 18..23 are wgmma tiles
+//! (sm_90a; an error on other devices, see [`tile_runs_on`]): 64 rows per consumer
+//! warpgroup, 128-byte-swizzled cp.async stages, one wgmma group in flight; 64 x 128
+//! (18), 128 x 128 (19; 23 with 6 stages), 128 x 256 with 3 and 4 stages (20, 21),
+//! 64 x 256 (22), BK 64.
+//! `MINISGL_MOE_TILE_GATE_UP` and `MINISGL_MOE_TILE_DOWN` (tile indices, of equal BM)
+//! replace the plan's tiles.
 //!
 //! Launches through the AOT library use programmatic dependent launch (the down
 //! GEMM starts streaming its weights while the gate_up GEMM finishes;
@@ -57,6 +63,9 @@ pub(crate) struct MoeTile {
     pub stages: usize,
     /// The L2 prefetch size hint of the weight copies, bytes (0: none).
     pub prefetch: usize,
+    /// A wgmma tile (sm_90a, moe_gemm.cu's `moe_wgmma_impl`): `wm` consumer
+    /// warpgroups of `wn` = 4 warps, 64 rows each, unpadded 128-byte-swizzled rows.
+    pub wgmma: bool,
 }
 
 impl MoeTile {
@@ -66,7 +75,12 @@ impl MoeTile {
 
     /// Dynamic shared memory: moe_gemm.cu's `moe_tile_smem`.
     fn smem_bytes(self) -> usize {
-        self.stages * (self.bm + self.bn) * (self.bk + 8) * 2
+        if self.wgmma {
+            // Unpadded rows, plus the slack that aligns the ring to 1024 bytes.
+            self.stages * (self.bm + self.bn) * self.bk * 2 + 1024
+        } else {
+            self.stages * (self.bm + self.bn) * (self.bk + 8) * 2
+        }
     }
 
     /// Output columns of one CTA: moe_gemm.cu's `moe_tile_cols`.
@@ -79,26 +93,37 @@ impl MoeTile {
     }
 }
 
+/// A wgmma tile of the table: `wg` consumer warpgroups (64 rows each), BK 64.
+const fn wgmma_tile(bm: usize, bn: usize, wg: usize, stages: usize) -> MoeTile {
+    MoeTile { bm, bn, bk: 64, wm: wg, wn: 4, stages, prefetch: 0, wgmma: true }
+}
+
 /// moe_gemm.cu's tile table, by TILE.
-pub(crate) const TILES: [MoeTile; 18] = [
-    MoeTile { bm: 16, bn: 64, bk: 64, wm: 1, wn: 2, stages: 8, prefetch: 0 },
-    MoeTile { bm: 16, bn: 128, bk: 128, wm: 1, wn: 4, stages: 4, prefetch: 0 },
-    MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4, prefetch: 0 },
-    MoeTile { bm: 64, bn: 128, bk: 64, wm: 2, wn: 2, stages: 4, prefetch: 0 },
-    MoeTile { bm: 128, bn: 128, bk: 64, wm: 2, wn: 2, stages: 3, prefetch: 0 },
-    MoeTile { bm: 16, bn: 32, bk: 128, wm: 1, wn: 1, stages: 4, prefetch: 0 },
-    MoeTile { bm: 16, bn: 64, bk: 128, wm: 1, wn: 2, stages: 3, prefetch: 0 },
-    MoeTile { bm: 16, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4, prefetch: 0 },
-    MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 3, prefetch: 0 },
-    MoeTile { bm: 32, bn: 64, bk: 128, wm: 1, wn: 2, stages: 4, prefetch: 0 },
-    MoeTile { bm: 64, bn: 128, bk: 64, wm: 2, wn: 4, stages: 4, prefetch: 0 },
-    MoeTile { bm: 128, bn: 128, bk: 64, wm: 2, wn: 4, stages: 3, prefetch: 0 },
-    MoeTile { bm: 128, bn: 256, bk: 64, wm: 2, wn: 4, stages: 3, prefetch: 0 },
-    MoeTile { bm: 16, bn: 64, bk: 64, wm: 1, wn: 2, stages: 8, prefetch: 256 },
-    MoeTile { bm: 16, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4, prefetch: 256 },
-    MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4, prefetch: 256 },
-    MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 3, prefetch: 256 },
-    MoeTile { bm: 64, bn: 128, bk: 64, wm: 2, wn: 2, stages: 4, prefetch: 256 },
+pub(crate) const TILES: [MoeTile; 24] = [
+    MoeTile { bm: 16, bn: 64, bk: 64, wm: 1, wn: 2, stages: 8, prefetch: 0, wgmma: false },
+    MoeTile { bm: 16, bn: 128, bk: 128, wm: 1, wn: 4, stages: 4, prefetch: 0, wgmma: false },
+    MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4, prefetch: 0, wgmma: false },
+    MoeTile { bm: 64, bn: 128, bk: 64, wm: 2, wn: 2, stages: 4, prefetch: 0, wgmma: false },
+    MoeTile { bm: 128, bn: 128, bk: 64, wm: 2, wn: 2, stages: 3, prefetch: 0, wgmma: false },
+    MoeTile { bm: 16, bn: 32, bk: 128, wm: 1, wn: 1, stages: 4, prefetch: 0, wgmma: false },
+    MoeTile { bm: 16, bn: 64, bk: 128, wm: 1, wn: 2, stages: 3, prefetch: 0, wgmma: false },
+    MoeTile { bm: 16, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4, prefetch: 0, wgmma: false },
+    MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 3, prefetch: 0, wgmma: false },
+    MoeTile { bm: 32, bn: 64, bk: 128, wm: 1, wn: 2, stages: 4, prefetch: 0, wgmma: false },
+    MoeTile { bm: 64, bn: 128, bk: 64, wm: 2, wn: 4, stages: 4, prefetch: 0, wgmma: false },
+    MoeTile { bm: 128, bn: 128, bk: 64, wm: 2, wn: 4, stages: 3, prefetch: 0, wgmma: false },
+    MoeTile { bm: 128, bn: 256, bk: 64, wm: 2, wn: 4, stages: 3, prefetch: 0, wgmma: false },
+    MoeTile { bm: 16, bn: 64, bk: 64, wm: 1, wn: 2, stages: 8, prefetch: 256, wgmma: false },
+    MoeTile { bm: 16, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4, prefetch: 256, wgmma: false },
+    MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 4, prefetch: 256, wgmma: false },
+    MoeTile { bm: 32, bn: 128, bk: 64, wm: 1, wn: 4, stages: 3, prefetch: 256, wgmma: false },
+    MoeTile { bm: 64, bn: 128, bk: 64, wm: 2, wn: 2, stages: 4, prefetch: 256, wgmma: false },
+    wgmma_tile(64, 128, 1, 4),
+    wgmma_tile(128, 128, 2, 4),
+    wgmma_tile(128, 256, 2, 3),
+    wgmma_tile(128, 256, 2, 4),
+    wgmma_tile(64, 256, 1, 4),
+    wgmma_tile(128, 128, 2, 6),
 ];
 
 /// The shape of every tile of the table, by TILE: `[bm, bn, bk, wm, wn, stages]`
@@ -190,6 +215,28 @@ fn tile(op: &'static str, index: usize) -> Result<MoeTile> {
                 ),
             )
         })
+}
+
+/// Whether tile `cfg` runs on a device of compute capability `capability`: the
+/// wgmma tiles need sm_90 (the sm_90a build or NVRTC's sm_90a); elsewhere their
+/// kernel is a trap.
+pub(crate) fn tile_runs_on(cfg: MoeTile, capability: (i32, i32)) -> bool {
+    !cfg.wgmma || capability == (9, 0)
+}
+
+fn check_arch(op: &'static str, index: usize, cfg: MoeTile, capability: (i32, i32)) -> Result<()> {
+    if tile_runs_on(cfg, capability) {
+        return Ok(());
+    }
+    Err(Error::arg(
+        op,
+        format!(
+            "tile {index} is a wgmma tile (sm_90a only), the device is sm_{}{}: pick a tile below {}",
+            capability.0,
+            capability.1,
+            TILES.iter().position(|t| t.wgmma).unwrap_or(TILES.len())
+        ),
+    ))
 }
 
 fn ptr(t: &Tensor) -> *mut std::ffi::c_void {
@@ -372,6 +419,7 @@ pub(crate) fn gemm(
     const OP: &str = "moe_gemm";
     let dev = device_of(OP, a)?;
     let cfg = tile(OP, tile_index)?;
+    check_arch(OP, tile_index, cfg, dev.capability())?;
     let [num_experts, n_w, k] = w.dims::<3>(OP, "w")?;
     let n = if gate_up { n_w / 2 } else { n_w };
     let rows = align.sorted_ids.dim(0);
@@ -631,11 +679,24 @@ mod tests {
             .filter(|l| l.starts_with(|c: char| c.is_ascii_digit()))
             .map(|l| l.split(')').next().unwrap().split(',').map(|v| v.trim().parse().unwrap()).collect())
             .collect();
-        assert_eq!(rows.len(), TILES.len());
+        // The wgmma tiles: (T, BM, BN, BK, WG, STAGES, MINB), after the mma.sync tiles.
+        let wgmma: Vec<Vec<usize>> = text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("MSGL_MOE_WGMMA_TILE("))
+            .filter(|l| l.starts_with(|c: char| c.is_ascii_digit()))
+            .map(|l| l.split(')').next().unwrap().split(',').map(|v| v.trim().parse().unwrap()).collect())
+            .collect();
+        assert_eq!(rows.len() + wgmma.len(), TILES.len());
         for (i, r) in rows.iter().enumerate() {
             let t = TILES[i];
             assert_eq!(r[..7], [i, t.bm, t.bn, t.bk, t.wm, t.wn, t.stages], "tile {i}");
             assert_eq!(r[8], t.prefetch, "tile {i}");
+            assert!(!t.wgmma, "tile {i}");
+        }
+        for (j, r) in wgmma.iter().enumerate() {
+            let (i, t) = (rows.len() + j, TILES[rows.len() + j]);
+            assert_eq!(r[..6], [i, t.bm, t.bn, t.bk, t.wm, t.stages], "tile {i}");
+            assert!(t.wgmma && t.wn == 4 && t.prefetch == 0, "tile {i}");
         }
         assert!(text.contains(&format!("constexpr int kMoeTiles = {};", TILES.len())));
     }
@@ -702,5 +763,47 @@ mod tests {
         let shapes = tile_shapes();
         assert_eq!(shapes.len(), TILES.len());
         assert_eq!(shapes[12], [128, 256, 64, 2, 4, 3]);
+        assert_eq!(shapes[19], [128, 128, 64, 2, 4, 4]);
+    }
+
+    /// The wgmma tiles: what moe_wgmma_impl's static asserts and the launch need.
+    #[test]
+    fn wgmma_tiles_fit_their_kernel() {
+        let wgmma: Vec<(usize, MoeTile)> = TILES.iter().copied().enumerate().filter(|(_, t)| t.wgmma).collect();
+        assert_eq!(wgmma.iter().map(|w| w.0).collect::<Vec<_>>(), [18, 19, 20, 21, 22, 23]);
+        for (i, t) in wgmma {
+            assert_eq!(t.bk, 64, "tile {i}: one 128-byte swizzled row per stage row");
+            assert_eq!(t.bm, 64 * t.wm, "tile {i}: 64 rows per consumer warpgroup");
+            assert!(matches!(t.bn, 128 | 256) && t.stages >= 3, "tile {i}");
+            assert_eq!(t.threads(), 128 * t.wm, "tile {i}");
+            let rstep = t.threads() / 8;
+            assert!(rstep.is_multiple_of(8) && (t.bn / 2).is_multiple_of(rstep), "tile {i}");
+            assert_eq!(t.smem_bytes(), t.stages * (t.bm + t.bn) * 128 + 1024, "tile {i}");
+            assert!(t.smem_bytes() <= 227 * 1024, "tile {i}");
+            // The columns of one CTA: gate_up pairs BN / 2 gate and BN / 2 up rows.
+            assert_eq!((t.cols(true), t.cols(false)), (t.bn / 2, t.bn), "tile {i}");
+        }
+        // The plan never picks a wgmma tile on its own (the lead switches after measuring).
+        for r in PLAN {
+            assert!(r.1.is_none_or(|g| !TILES[g].wgmma) && r.2.is_none_or(|d| !TILES[d].wgmma), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn wgmma_tiles_run_on_sm90_only() {
+        for (i, &t) in TILES.iter().enumerate() {
+            assert!(tile_runs_on(t, (9, 0)), "tile {i}");
+            assert_eq!(tile_runs_on(t, (8, 0)), !t.wgmma, "tile {i}");
+            assert_eq!(tile_runs_on(t, (10, 0)), !t.wgmma, "tile {i}");
+        }
+        let err = check_arch("moe_gemm", 19, TILES[19], (8, 9)).unwrap_err().to_string();
+        assert!(err.contains("wgmma") && err.contains("sm_89") && err.contains("below 18"), "{err}");
+        assert!(check_arch("moe_gemm", 4, TILES[4], (8, 0)).is_ok());
+        // Overrides name wgmma tiles like any other; their row counts must agree.
+        let p = with_overrides(MoePlan { gate_up_tile: 4, down_tile: 4, pdl: true }, Some("19"), Some("20"));
+        assert_eq!((p.gate_up_tile, p.down_tile), (19, 20));
+        assert_eq!(check_plan(p).unwrap(), 128);
+        assert_eq!(check_plan(MoePlan { gate_up_tile: 18, down_tile: 3, pdl: true }).unwrap(), 64);
+        assert!(check_plan(MoePlan { gate_up_tile: 18, down_tile: 19, pdl: true }).is_err());
     }
 }

@@ -241,6 +241,16 @@ pub fn moe_tile_shapes() -> Vec<[usize; 6]> {
     crate::gpu::moe::tile_shapes()
 }
 
+/// Whether tile `tile` of [`moe_tile_shapes`] runs on `device`: every tile on a
+/// CPU device (which ignores plans), the wgmma tiles only on sm_90 GPUs.
+pub fn moe_tile_supported(tile: usize, device: Device) -> Result<bool> {
+    let Some(&cfg) = crate::gpu::moe::TILES.get(tile) else { return Ok(false) };
+    match device {
+        Device::Cuda(ordinal) => Ok(crate::gpu::moe::tile_runs_on(cfg, crate::cuda::device(ordinal)?.capability())),
+        _ => Ok(true),
+    }
+}
+
 /// The plan the CUDA path takes for `num_tokens` tokens (the heuristic, or the
 /// tiles `MINISGL_MOE_TILE_GATE_UP` / `MINISGL_MOE_TILE_DOWN` name).
 pub fn moe_plan(num_tokens: usize, top_k: usize, num_experts: usize, hidden: usize, inter: usize) -> MoePlan {
