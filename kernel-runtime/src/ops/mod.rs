@@ -59,7 +59,7 @@ pub use penalties::{apply_penalties, penalty_count, CountKind, PenaltyRow, PROMP
 pub use random::fill_uniform;
 pub use sampling::{apply_token_mask, sample, sample_into, SampleRow};
 pub use skinny::{
-    set_skinny_gemm, set_skinny_prefetch, set_skinny_tiled, skinny_gemm, skinny_gemm_silu_mul, skinny_tiled,
-    skinny_tiled_default_plan, TiledPlan,
+    set_skinny_gemm, set_skinny_norm, set_skinny_prefetch, set_skinny_tiled, skinny_gemm, skinny_gemm_silu_mul,
+    skinny_tiled, skinny_tiled_default_plan, TiledPlan,
 };
 pub use store::store_kv;
