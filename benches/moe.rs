@@ -229,7 +229,7 @@ fn run() -> kernel_runtime::Result<()> {
     for (op, label) in [(Op::FusedMoe, "moe"), (Op::Experts, "moe-experts")] {
         for c in &cases {
             let us = median_us(&timer, op, &w, c, 25)?;
-            let p = ops::moe::moe_plan(c.m, TOP_K, EXPERTS, HIDDEN, INTER);
+            let p = ops::moe::moe_plan(c.m, TOP_K, EXPERTS, HIDDEN, INTER, GPU)?;
             println!("SUMMARY {label} M={} {} (tiles {} {})", c.m, figures(c, us), p.gate_up_tile, p.down_tile);
         }
     }
@@ -239,7 +239,7 @@ fn run() -> kernel_runtime::Result<()> {
         return Ok(());
     }
     for c in &cases {
-        let p = ops::moe::moe_plan(c.m, TOP_K, EXPERTS, HIDDEN, INTER);
+        let p = ops::moe::moe_plan(c.m, TOP_K, EXPERTS, HIDDEN, INTER, GPU)?;
         let mut best: Option<(f64, usize, usize)> = None;
         for &(g, d) in &pairs {
             let plan = MoePlan { gate_up_tile: g, down_tile: d, pdl: p.pdl };

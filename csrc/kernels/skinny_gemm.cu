@@ -434,8 +434,9 @@ static cudaError_t launch_skinny(dim3 grid, size_t smem, cudaStream_t s, unsigne
   if (err != cudaSuccess) return err;
   const bool tracked = device >= 0 && device < kMaxDevices;
   if (!tracked || smem > allowed[device].load(std::memory_order_relaxed)) {
-    if (smem > (48 << 10))
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    /* Always: with the static partial tiles (16.5 KiB for NORM) even less than 48
+     * KiB of dynamic memory can pass the default limit of 48 KiB a block. */
+    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err == cudaSuccess)
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
     if (err != cudaSuccess) return err;

@@ -249,9 +249,20 @@ pub(crate) fn paged_attention(
     let tensor_cores = q.dtype() != DType::F32 && decode_tensor_cores_enabled();
     let rows = decode_rows(meta.q_lens_host, hq / hkv, d, tensor_cores);
     // Batches of long query runs: the prefill kernel (prefill::kernel_for's rule).
-    let sms = device_of(OP, &q)?.sm_count().max(1) as usize;
-    let kernel =
-        super::prefill::kernel_for(kernel, q.dtype(), d, scale, rows.is_some(), meta.q_lens_host, hq / hkv, hkv, sms);
+    let dev = device_of(OP, &q)?;
+    let (sms, hopper) = (dev.sm_count().max(1) as usize, dev.capability() == (9, 0));
+    let kernel = super::prefill::kernel_for(
+        kernel,
+        q.dtype(),
+        d,
+        scale,
+        rows.is_some(),
+        meta.q_lens_host,
+        hq / hkv,
+        hkv,
+        sms,
+        hopper,
+    );
     match (kernel, rows) {
         (AttnKernel::Prefill, _) => {
             let p = attention_params(out, &q, k_cache, v_cache, meta, scale, 0, 1)?;

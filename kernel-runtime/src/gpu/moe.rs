@@ -139,37 +139,62 @@ const ALIGN_THREADS: usize = 1024;
 
 /// The heuristic's table: the first row whose bound exceeds the rows per expert
 /// gives the tiles `(gate_up, down)`; `None` is the decode tile for that GEMM's k
-/// (tile 1 when k % 128 == 0, else tile 0). The last row has no bound.
+/// (tile 1 when k % 128 == 0, else tile 0). The last row has no bound. A row names
+/// the pair of an sm_90 GPU and the pair of any other (the wgmma tiles run only on
+/// sm_90; the others are the mma.sync tiles of equal rows).
 ///
-/// The rows are the best pairs of the H200 sweep at E=128 top-8 H=2048 I=768
-/// (benches/moe.rs `moe-tiles-best`, docs/PERF.md, fifth session, call 2): M=1
-/// 7/7 (42.9 us against tile 1's 46.8), M=4-64 16/16 (tile 8 with the L2
-/// prefetch: M=64 334.6 against 362.2 us), M=256 16/8 (365.0 against 381.8),
-/// M=1024 3/10 (629.6 against 635.6); M=4096 keeps 4/4.
-const PLAN: [(f64, Option<usize>, Option<usize>); 5] = [
-    (0.2, Some(7), Some(7)),
-    (8.0, Some(16), Some(16)),
-    (24.0, Some(16), Some(8)),
-    (96.0, Some(3), Some(10)),
-    (f64::INFINITY, Some(4), Some(4)),
+/// The rows are the best pairs of the H200 sweeps at E=128 top-8 H=2048 I=768
+/// (benches/moe.rs `moe-tiles-best`, docs/PERF.md): M=1 7/7 (42.9 us against tile
+/// 1's 46.8), M=4-256 16/16 (tile 8 with the L2 prefetch: M=64 327 against 362 us,
+/// M=256 352 against 16/8's 364), from 24 rows an expert the 64-row wgmma tile
+/// 18/18 (M=256: 361, M=1024: 461 us, against 3/10's 606), and from 40 the 128 x
+/// 256 wgmma tile 21/21 (M=1024 439 us, M=4096 1038 against 4/4's 1482; sixth
+/// session, call 2). Elsewhere M=1024 keeps 3/10 (fifth session: 629.6 against 635.6).
+type PlanRow = (f64, (Option<usize>, Option<usize>), (Option<usize>, Option<usize>));
+const PLAN: [PlanRow; 5] = [
+    (0.2, (Some(7), Some(7)), (Some(7), Some(7))),
+    (24.0, (Some(16), Some(16)), (Some(16), Some(16))),
+    (40.0, (Some(18), Some(18)), (Some(3), Some(10))),
+    (96.0, (Some(21), Some(21)), (Some(3), Some(10))),
+    (f64::INFINITY, (Some(21), Some(21)), (Some(4), Some(4))),
 ];
 
 /// The tile configuration for a batch of `num_tokens` tokens routed to `top_k` of
 /// `num_experts` experts, with hidden size `hidden` and intermediate size `inter`
 /// (see the module docs), unless `MINISGL_MOE_TILE_GATE_UP` / `MINISGL_MOE_TILE_DOWN`
 /// name the tiles (see [`with_overrides`]).
-pub(crate) fn plan(num_tokens: usize, top_k: usize, num_experts: usize, hidden: usize, inter: usize) -> MoePlan {
-    let (gate_up_tile, down_tile) = heuristic(num_tokens, top_k, num_experts, hidden, inter);
+pub(crate) fn plan(
+    num_tokens: usize,
+    top_k: usize,
+    num_experts: usize,
+    hidden: usize,
+    inter: usize,
+    hopper: bool,
+) -> MoePlan {
+    let (gate_up_tile, down_tile) = heuristic(num_tokens, top_k, num_experts, hidden, inter, hopper);
     let env = env_overrides();
     with_overrides(MoePlan { gate_up_tile, down_tile, pdl: pdl_enabled() }, env.0.as_deref(), env.1.as_deref())
 }
 
 /// The table's tiles `(gate_up, down)` for a batch (see [`PLAN`]).
-fn heuristic(num_tokens: usize, top_k: usize, num_experts: usize, hidden: usize, inter: usize) -> (usize, usize) {
+fn heuristic(
+    num_tokens: usize,
+    top_k: usize,
+    num_experts: usize,
+    hidden: usize,
+    inter: usize,
+    hopper: bool,
+) -> (usize, usize) {
     let rows_per_expert = (num_tokens * top_k) as f64 / num_experts.max(1) as f64;
     let decode = |k: usize| if k.is_multiple_of(128) { 1 } else { 0 };
     let row = PLAN.iter().find(|r| rows_per_expert < r.0).unwrap_or(&PLAN[PLAN.len() - 1]);
-    (row.1.unwrap_or_else(|| decode(hidden)), row.2.unwrap_or_else(|| decode(inter)))
+    let (g, d) = if hopper { row.1 } else { row.2 };
+    (g.unwrap_or_else(|| decode(hidden)), d.unwrap_or_else(|| decode(inter)))
+}
+
+/// Whether `capability` runs the plan's sm_90 pairs (see [`PLAN`]).
+pub(crate) fn is_hopper(capability: (i32, i32)) -> bool {
+    capability == (9, 0)
 }
 
 /// `MINISGL_MOE_TILE_GATE_UP` and `MINISGL_MOE_TILE_DOWN`, read once.
@@ -221,7 +246,7 @@ fn tile(op: &'static str, index: usize) -> Result<MoeTile> {
 /// wgmma tiles need sm_90 (the sm_90a build or NVRTC's sm_90a); elsewhere their
 /// kernel is a trap.
 pub(crate) fn tile_runs_on(cfg: MoeTile, capability: (i32, i32)) -> bool {
-    !cfg.wgmma || capability == (9, 0)
+    !cfg.wgmma || is_hopper(capability)
 }
 
 fn check_arch(op: &'static str, index: usize, cfg: MoeTile, capability: (i32, i32)) -> Result<()> {
@@ -704,20 +729,31 @@ mod tests {
     #[test]
     fn the_plan_follows_rows_per_expert() {
         // Qwen3-30B-A3B: 128 experts, top-8, hidden 2048, intermediate 768.
-        let p = |t| plan(t, 8, 128, 2048, 768);
-        let tiles = |t| (p(t).gate_up_tile, p(t).down_tile);
-        assert_eq!(tiles(1), (7, 7));
-        assert_eq!(tiles(16), (16, 16));
-        assert_eq!(tiles(64), (16, 16));
-        assert_eq!(tiles(256), (16, 8));
-        assert_eq!(tiles(1024), (3, 10));
-        assert_eq!(tiles(4096), (4, 4));
+        let p = |t, hopper| plan(t, 8, 128, 2048, 768, hopper);
+        let tiles = |t, hopper| (p(t, hopper).gate_up_tile, p(t, hopper).down_tile);
+        assert_eq!(tiles(1, true), (7, 7));
+        assert_eq!(tiles(16, true), (16, 16));
+        assert_eq!(tiles(64, true), (16, 16));
+        assert_eq!(tiles(256, true), (16, 16));
+        assert_eq!(tiles(512, true), (18, 18));
+        assert_eq!(tiles(1024, true), (21, 21));
+        assert_eq!(tiles(4096, true), (21, 21));
+        // Off sm_90 the wgmma rows fall back to mma.sync tiles.
+        assert_eq!(tiles(512, false), (3, 10));
+        assert_eq!(tiles(1024, false), (3, 10));
+        assert_eq!(tiles(4096, false), (4, 4));
+        for t in [1, 16, 256, 512, 1024, 4096] {
+            let pl = p(t, false);
+            assert!(!TILES[pl.gate_up_tile].wgmma && !TILES[pl.down_tile].wgmma, "{t}");
+        }
         // The decode tile (BK 64) serves any k, 2880 included.
-        let q = plan(1, 4, 64, 2048, 2880);
+        let q = plan(1, 4, 64, 2048, 2880, true);
         assert_eq!((q.gate_up_tile, q.down_tile), (7, 7));
         for t in [1, 7, 64, 300, 5000] {
-            let pl = plan(t, 2, 8, 4096, 14336);
-            assert_eq!(TILES[pl.gate_up_tile].bm, TILES[pl.down_tile].bm);
+            for hopper in [true, false] {
+                let pl = plan(t, 2, 8, 4096, 14336, hopper);
+                assert_eq!(TILES[pl.gate_up_tile].bm, TILES[pl.down_tile].bm);
+            }
         }
         for tile in TILES {
             assert!(tile.smem_bytes() <= 227 * 1024, "{tile:?}");
@@ -732,9 +768,11 @@ mod tests {
         }
         // Every row of the heuristic's table names tiles of equal rows.
         for r in PLAN {
-            for k in [64, 128] {
-                let (g, d) = (r.1.unwrap_or(k / 128), r.2.unwrap_or(k / 128));
-                assert_eq!(TILES[g].bm, TILES[d].bm, "{r:?}");
+            for (g, d) in [r.1, r.2] {
+                for k in [64, 128] {
+                    let (g, d) = (g.unwrap_or(k / 128), d.unwrap_or(k / 128));
+                    assert_eq!(TILES[g].bm, TILES[d].bm, "{r:?}");
+                }
             }
         }
     }
@@ -783,9 +821,9 @@ mod tests {
             // The columns of one CTA: gate_up pairs BN / 2 gate and BN / 2 up rows.
             assert_eq!((t.cols(true), t.cols(false)), (t.bn / 2, t.bn), "tile {i}");
         }
-        // The plan never picks a wgmma tile on its own (the lead switches after measuring).
+        // The plan's pairs for other GPUs never name a wgmma tile.
         for r in PLAN {
-            assert!(r.1.is_none_or(|g| !TILES[g].wgmma) && r.2.is_none_or(|d| !TILES[d].wgmma), "{r:?}");
+            assert!(r.2 .0.is_none_or(|g| !TILES[g].wgmma) && r.2 .1.is_none_or(|d| !TILES[d].wgmma), "{r:?}");
         }
     }
 

@@ -17,7 +17,8 @@
 //! The Hopper tiles ([`WGMMA_TILES`], TILE 16..21, the kernel's `PrefillWgTile`):
 //! wgmma with 2 or 3 warpgroups of 64 query rows, 128-byte swizzled K/V tiles; they
 //! need an sm_90 device (the kernels are built and JIT-compiled for sm_90a there)
-//! and are an error elsewhere. Not the default: `MINISGL_PREFILL_TILE=16` picks one.
+//! and are an error elsewhere. Tile 16 is the default on sm_90 GPUs (an AOT instance
+//! at every head dim), tile 0 elsewhere; `MINISGL_PREFILL_TILE` picks another.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -197,11 +198,12 @@ pub(super) fn kernel_for(
     group: usize,
     num_kv_heads: usize,
     sms: usize,
+    hopper: bool,
 ) -> AttnKernel {
     if kernel != AttnKernel::Auto || decode_fits || !supports(dtype, head_dim) || !scale_ok(scale) {
         return kernel;
     }
-    let rows = tile_shape(selected_tile(), head_dim).map_or(128, |s| s.rows());
+    let rows = tile_shape(selected_tile(hopper), head_dim).map_or(128, |s| s.rows());
     let take = match mode() {
         Mode::Tile => false,
         Mode::New => true,
@@ -223,13 +225,15 @@ pub(crate) fn set_prefill_tile(tile: Option<usize>) {
 }
 
 /// The tile table entry launches use: the override, else `MINISGL_PREFILL_TILE`,
-/// else 0.
-fn selected_tile() -> usize {
-    static ENV: OnceLock<usize> = OnceLock::new();
+/// else the default: on an sm_90 GPU (`hopper`) the wgmma tile 16 (225 against
+/// 185 TFLOP/s for tile 0 at 32/8 heads, L = 4096; docs/PERF.md, sixth session,
+/// call 2), elsewhere tile 0.
+fn selected_tile(hopper: bool) -> usize {
+    static ENV: OnceLock<Option<usize>> = OnceLock::new();
     match TILE_OVERRIDE.load(Ordering::Relaxed) {
-        usize::MAX => *ENV.get_or_init(|| {
-            std::env::var("MINISGL_PREFILL_TILE").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(0)
-        }),
+        usize::MAX => ENV
+            .get_or_init(|| std::env::var("MINISGL_PREFILL_TILE").ok().and_then(|v| v.trim().parse().ok()))
+            .unwrap_or(if hopper { FIRST_WGMMA_TILE } else { 0 }),
         t => t,
     }
 }
@@ -260,7 +264,7 @@ pub(super) fn prefill_attention(
             format!("the prefill kernel needs a positive finite scale, not {}", params.scale_log2),
         ));
     }
-    let tile = selected_tile();
+    let tile = selected_tile(dev.capability() == (9, 0));
     let shape = tile_shape(tile, d)
         .filter(|s| s.fits(d))
         .ok_or_else(|| Error::arg(OP, format!("prefill tile {tile} does not exist or does not fit head dim {d}")))?;
@@ -343,18 +347,27 @@ mod tests {
     fn explicit_choices_and_unsupported_batches_keep_their_kernel() {
         let long = [4096];
         for k in [AttnKernel::Tile, AttnKernel::Decode, AttnKernel::Prefill] {
-            assert_eq!(kernel_for(k, DType::BF16, 128, 0.1, false, &long, 4, 8, 132), k);
+            assert_eq!(kernel_for(k, DType::BF16, 128, 0.1, false, &long, 4, 8, 132, true), k);
         }
-        assert_eq!(kernel_for(AttnKernel::Auto, DType::F32, 128, 0.1, false, &long, 4, 8, 132), AttnKernel::Auto);
-        assert_eq!(kernel_for(AttnKernel::Auto, DType::BF16, 96, 0.1, false, &long, 4, 8, 132), AttnKernel::Auto);
+        assert_eq!(kernel_for(AttnKernel::Auto, DType::F32, 128, 0.1, false, &long, 4, 8, 132, true), AttnKernel::Auto);
+        assert_eq!(kernel_for(AttnKernel::Auto, DType::BF16, 96, 0.1, false, &long, 4, 8, 132, true), AttnKernel::Auto);
         // A non-positive scale, and a batch the decode kernel holds, stay off it.
-        assert_eq!(kernel_for(AttnKernel::Auto, DType::BF16, 128, 0.0, false, &long, 4, 8, 132), AttnKernel::Auto);
-        assert_eq!(kernel_for(AttnKernel::Auto, DType::BF16, 128, 0.1, true, &[1; 512], 4, 8, 132), AttnKernel::Auto);
+        assert_eq!(
+            kernel_for(AttnKernel::Auto, DType::BF16, 128, 0.0, false, &long, 4, 8, 132, true),
+            AttnKernel::Auto
+        );
+        assert_eq!(
+            kernel_for(AttnKernel::Auto, DType::BF16, 128, 0.1, true, &[1; 512], 4, 8, 132, true),
+            AttnKernel::Auto
+        );
         // Without MINISGL_PREFILL_KERNEL (the test environment), the rule decides.
         if std::env::var_os("MINISGL_PREFILL_KERNEL").is_none() {
-            assert_eq!(kernel_for(AttnKernel::Auto, DType::F16, 64, 0.1, false, &long, 4, 8, 132), AttnKernel::Prefill);
             assert_eq!(
-                kernel_for(AttnKernel::Auto, DType::BF16, 128, 0.1, false, &[9; 64], 4, 8, 132),
+                kernel_for(AttnKernel::Auto, DType::F16, 64, 0.1, false, &long, 4, 8, 132, true),
+                AttnKernel::Prefill
+            );
+            assert_eq!(
+                kernel_for(AttnKernel::Auto, DType::BF16, 128, 0.1, false, &[9; 64], 4, 8, 132, true),
                 AttnKernel::Auto
             );
         }

@@ -34,8 +34,11 @@ const MAX_PREFETCH_TILE_STEPS: usize = 12;
 /// Shared-memory bytes of one prefetched k-step of one 16-row tile in a block
 /// (skinny_gemm.cu's kSkinnyStepBytes: 8 warps x 32 lanes x 2 rows x 16 bytes).
 const PREFETCH_STEP_BYTES: usize = 8 * 32 * 2 * 16;
-/// Dynamic shared memory a kernel gets without opting in.
+/// Shared memory a block gets without opting in (static and dynamic together).
 const DEFAULT_SHARED_BYTES: usize = 48 << 10;
+/// The most static shared memory an instance declares (skinny_gemm.cu: the
+/// warps' partial tiles, 16 KiB at two tiles of each, and the NORM row sums).
+const STATIC_SHARED_BYTES: usize = 16 * 1024 + 512;
 
 /// `MINISGL_SKINNY_GEMM`: the skinny path of `linear` (and of `linear_silu_mul`).
 static ENABLED: Switch = Switch::new("MINISGL_SKINNY_GEMM");
@@ -389,7 +392,7 @@ fn launch(
             }
         },
         |f| {
-            if shared > DEFAULT_SHARED_BYTES {
+            if shared + STATIC_SHARED_BYTES > DEFAULT_SHARED_BYTES {
                 f.set_max_dynamic_shared_bytes(dev, shared as u32)?;
             }
             // SAFETY: `p` is the msgl_skinny_gemm_params the entry takes, filled from

@@ -193,9 +193,10 @@ pub fn fused_experts_with(
         Device::Cpu => crate::cpu::moe::fused_experts(&out, x, w13, w2, routing)?,
         Device::Cuda(_) => {
             fused_experts_support(x.dtype(), s.hidden, s.inter).map_err(|m| Error::arg(OP, m))?;
-            let plan = plan.unwrap_or_else(|| {
-                crate::gpu::moe::plan(s.num_tokens, routing.top_k(), s.num_experts, s.hidden, s.inter)
-            });
+            let plan = match plan {
+                Some(plan) => plan,
+                None => moe_plan(s.num_tokens, routing.top_k(), s.num_experts, s.hidden, s.inter, device)?,
+            };
             crate::gpu::moe::fused_experts(&out, x, w13, w2, routing, plan)?
         }
     }
@@ -225,7 +226,7 @@ pub fn fused_moe(
                 return Err(Error::arg(OP, "argument `router_logits` must have unit stride in its last dimension"));
             }
             fused_experts_support(x.dtype(), s.hidden, s.inter).map_err(|m| Error::arg(OP, m))?;
-            let plan = crate::gpu::moe::plan(s.num_tokens, top_k, s.num_experts, s.hidden, s.inter);
+            let plan = moe_plan(s.num_tokens, top_k, s.num_experts, s.hidden, s.inter, device)?;
             let out = Tensor::empty(&[s.num_tokens, s.hidden], x.dtype(), device)?;
             crate::gpu::moe::fused_moe(&out, x, router_logits, w13, w2, top_k, renormalize, plan)?;
             Ok(out)
@@ -251,10 +252,22 @@ pub fn moe_tile_supported(tile: usize, device: Device) -> Result<bool> {
     }
 }
 
-/// The plan the CUDA path takes for `num_tokens` tokens (the heuristic, or the
-/// tiles `MINISGL_MOE_TILE_GATE_UP` / `MINISGL_MOE_TILE_DOWN` name).
-pub fn moe_plan(num_tokens: usize, top_k: usize, num_experts: usize, hidden: usize, inter: usize) -> MoePlan {
-    crate::gpu::moe::plan(num_tokens, top_k, num_experts, hidden, inter)
+/// The plan the CUDA path takes for `num_tokens` tokens on `device` (the heuristic,
+/// with the wgmma tiles on sm_90 GPUs, or the tiles `MINISGL_MOE_TILE_GATE_UP` /
+/// `MINISGL_MOE_TILE_DOWN` name).
+pub fn moe_plan(
+    num_tokens: usize,
+    top_k: usize,
+    num_experts: usize,
+    hidden: usize,
+    inter: usize,
+    device: Device,
+) -> Result<MoePlan> {
+    let hopper = match device {
+        Device::Cuda(ordinal) => crate::gpu::moe::is_hopper(crate::cuda::device(ordinal)?.capability()),
+        _ => false,
+    };
+    Ok(crate::gpu::moe::plan(num_tokens, top_k, num_experts, hidden, inter, hopper))
 }
 
 /// The experts of a batch one at a time with the dense ops, the reference of the
