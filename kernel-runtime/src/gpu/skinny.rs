@@ -245,7 +245,7 @@ pub(crate) fn fused_add_rms_norm_linear(
     launch(op, &out, x, w, bias, plan, epilogue, Some(&pre))?;
     if gated && !epilogue {
         let act = Tensor::empty(&[m, n / 2], x.dtype(), x.device())?;
-        super::silu_mul(&act, &out)?;
+        super::activation::silu_mul(&act, &out)?;
         return Ok(Some((act, residual_out)));
     }
     Ok(Some((out, residual_out)))
