@@ -35,10 +35,18 @@ fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
         for n_tiles in [1, 2] {
             for m_tiles in [1, 2] {
                 for gated in [0, 1] {
-                    out.push((
-                        "skinny_gemm",
-                        vec![("DTYPE", dtype), ("N_TILES", n_tiles), ("M_TILES", m_tiles), ("GATED", gated)],
-                    ));
+                    for norm in [0, 1] {
+                        out.push((
+                            "skinny_gemm",
+                            vec![
+                                ("DTYPE", dtype),
+                                ("N_TILES", n_tiles),
+                                ("M_TILES", m_tiles),
+                                ("GATED", gated),
+                                ("NORM", norm),
+                            ],
+                        ));
+                    }
                 }
             }
         }
