@@ -62,21 +62,20 @@ impl Linear {
     /// takes the product); before the first layer, the norm of `x`, which becomes the
     /// residual.
     pub fn forward_prenorm(&self, pre: PreNorm<'_>, gated: bool) -> Result<(Tensor, Tensor)> {
-        let PreNorm { x, residual, norm } = pre;
-        match residual {
+        match pre.residual {
             Some(residual) => Ok(ops::fused_add_rms_norm_linear(
-                x,
+                pre.x,
                 residual,
-                norm.weight(),
-                norm.eps(),
+                pre.norm.weight(),
+                pre.norm.eps(),
                 &self.weight,
                 self.bias.as_ref(),
                 gated,
             )?),
             None => {
-                let h = norm.forward(&x)?;
+                let (h, residual) = pre.apply()?;
                 let out = if gated { self.forward_silu_mul(&h)? } else { self.forward(&h)? };
-                Ok((out, x))
+                Ok((out, residual))
             }
         }
     }
