@@ -166,6 +166,47 @@ fn uniform_contexts(n: usize, lo: usize, hi: usize, seed: u64) -> Vec<(usize, us
         .collect()
 }
 
+/// The contexts of a sweep batch: all equal, or uniform in [lo, hi].
+#[derive(Clone, Copy)]
+enum DecodeContexts {
+    Uniform(usize),
+    Ragged(usize, usize),
+}
+
+impl std::fmt::Display for DecodeContexts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeContexts::Uniform(c) => write!(f, "{c}"),
+            DecodeContexts::Ragged(lo, hi) => write!(f, "U[{lo},{hi}]"),
+        }
+    }
+}
+
+/// The `decode-sweep` batches: sizes from a fraction of a wave of blocks to several
+/// waves, at short and long contexts, and two ragged ones.
+fn decode_sweep_shapes() -> Vec<(usize, DecodeContexts)> {
+    use DecodeContexts::{Ragged, Uniform};
+    vec![
+        (16, Uniform(4096)),
+        (32, Uniform(2048)),
+        (32, Uniform(4096)),
+        (48, Uniform(2048)),
+        (48, Uniform(4096)),
+        (64, Uniform(1024)),
+        (64, Uniform(4096)),
+        (96, Uniform(1024)),
+        (96, Uniform(2048)),
+        (128, Uniform(1024)),
+        (128, Uniform(2048)),
+        (192, Uniform(1024)),
+        (192, Uniform(2048)),
+        (256, Uniform(512)),
+        (256, Uniform(2048)),
+        (32, Ragged(100, 4096)),
+        (128, Ragged(100, 4096)),
+    ]
+}
+
 /// The prefill kernel's tile variants the bench sweeps: `MINISGL_BENCH_PREFILL_TILES`
 /// (comma-separated), else all of 0..=8 and the wgmma tiles 16..=21 (every one fits
 /// head dim 128; the wgmma ones need sm_90).
@@ -227,6 +268,28 @@ fn run() -> kernel_runtime::Result<()> {
                         500 + i as u64,
                     )?);
                 }
+            }
+        }
+    }
+    // `MINISGL_BENCH_DECODE_SWEEP=1`: the keys plan at 2 and 3 stages (and each
+    // with unsplit_waves 1) over a grid of batch sizes and contexts (32/8 heads),
+    // the data the plan's instance choice is priced from (gpu/decode_plan.rs).
+    if std::env::var("MINISGL_BENCH_DECODE_SWEEP").is_ok_and(|v| v.trim() == "1") {
+        for (i, (b, ctx)) in decode_sweep_shapes().into_iter().enumerate() {
+            let seqs = match ctx {
+                DecodeContexts::Uniform(c) => vec![(1, c); b],
+                DecodeContexts::Ragged(lo, hi) => uniform_contexts(b, lo, hi, 17 + i as u64),
+            };
+            // `u1`: no split once the unsplit blocks fill a wave (unsplit_waves 1).
+            for (stages, unsplit_waves, tag) in [(2, 4, ""), (3, 4, ""), (2, 1, " u1"), (3, 1, " u1")] {
+                let tuning = DecodeTuning { stages, unsplit_waves, plan: DecodePlanKind::Keys, ..ops::decode_tuning() };
+                cases.push(attention_case(
+                    format!("decode-sweep stages={stages}{tag} 32/8 page=16 b={b} ctx={ctx}"),
+                    decode(32, 16, seqs.clone()),
+                    AttnKernel::Decode,
+                    Splits { fixed: None, merge: None, tuning: Some(tuning), prefill_tile: None },
+                    600 + i as u64,
+                )?);
             }
         }
     }

@@ -46,9 +46,12 @@
  * kernel's), at most kv_chunk keys, each sequence cut into equal splits
  * (decode_row_chunk), or kv_chunk = 0: the graph plan's equal chunks.
  *
- * Programmatic dependent launch: grid_prologue first (wait for the previous
- * grid, then let the next launch; minisgl/device.cuh); a block reads nothing
- * before it (q and the caches are the previous kernels' outputs).
+ * Programmatic dependent launch (minisgl/device.cuh): grid_prologue waits for
+ * the previous grid, then lets the next launch. The CUDA-core block reads nothing
+ * before it; the tensor-core block first issues its pipeline's first tiles when
+ * they hold only keys of earlier steps (the kernel before, rope_store, writes
+ * this step's rows and q), so that memory round trip overlaps the previous
+ * kernel.
  *
  * That is the CUDA-core block. For bf16/f16 the tensor-core block (ROWS = 16,
  * decode_attention_mma_block below) takes the same work with mma.sync products.
@@ -599,16 +602,19 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
   auto k_stage = [&](int s) { return pipe + s * 2 * BN * ROW; };
   auto v_stage = [&](int s) { return pipe + (s * 2 + 1) * BN * ROW; };
 
-  /* Stage Q (row r: token r / group, head kv_head * group + r % group; zeros past `rows`). */
-  for (int c = threadIdx.x; c < 16 * CHUNKS; c += kDecodeThreads) {
-    const int r = c / CHUNKS, col = c % CHUNKS;
-    const T* src = static_cast<const T*>(p.q);
-    if (r < rows)
-      src += static_cast<long long>(q_start + r / group) * p.q_token_stride +
-             static_cast<long long>(kv_head * group + r % group) * p.q_head_stride + col * CE;
-    cp_async16(q_s + r * ROW + col * CE, src, r < rows ? 16 : 0);
-  }
-  cp_async_commit(); /* Q: the first group; waited for after the pipeline's first tiles are issued */
+  /* Stage Q (row r: token r / group, head kv_head * group + r % group; zeros past
+   * `rows`): one cp.async group. */
+  auto stage_q = [&]() {
+    for (int c = threadIdx.x; c < 16 * CHUNKS; c += kDecodeThreads) {
+      const int r = c / CHUNKS, col = c % CHUNKS;
+      const T* src = static_cast<const T*>(p.q);
+      if (r < rows)
+        src += static_cast<long long>(q_start + r / group) * p.q_token_stride +
+               static_cast<long long>(kv_head * group + r % group) * p.q_head_stride + col * CE;
+      cp_async16(q_s + r * ROW + col * CE, src, r < rows ? 16 : 0);
+    }
+    cp_async_commit();
+  };
 
   const int g = lane / 4, tid = lane % 4;
   int pos[2];
@@ -651,12 +657,32 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
     }
     cp_async_commit(); /* one group per tile, empty past the end */
   };
+  /* The pipeline's first STAGES - 1 tiles of this warp, and Q. Under programmatic
+   * dependent launch the tiles go before the grid dependency wait when they hold
+   * only keys of earlier steps (every key before kv_len - q_len: the kernel before
+   * this one, rope_store, writes the new tokens' rows, and the block table and
+   * lengths are copied from the host before the step's first kernel), so their
+   * page-table loads and copies overlap the previous kernel's tail; Q (that
+   * kernel's output) and tiles that reach a new key are read after the wait. The
+   * same copies either way: the bits do not depend on it. */
+  const int last_early_tile = (my_tiles < STAGES - 1 ? my_tiles : STAGES - 1) - 1;
+  const bool early = last_early_tile < 0 || tile_start(last_early_tile) + BN <= kv_len - q_len;
+  if (early) {
 #pragma unroll
-  for (int t = 0; t < STAGES - 1; ++t) issue(t);
-  /* Q's group has landed (the STAGES - 1 tile groups behind it may be in flight):
-   * its copy overlapped the page-table load and the first K/V copies instead of
-   * delaying them by a memory round trip. */
-  cp_async_wait<STAGES - 1>();
+    for (int t = 0; t < STAGES - 1; ++t) issue(t);
+  }
+  grid_prologue();
+  stage_q();
+  if (early) {
+    cp_async_wait<0>(); /* Q's group, the last one (the earlier tiles landed meanwhile) */
+  } else {
+#pragma unroll
+    for (int t = 0; t < STAGES - 1; ++t) issue(t);
+    /* Q's group has landed (the STAGES - 1 tile groups behind it may be in flight):
+     * its copy overlapped the first K/V copies instead of delaying them by a
+     * memory round trip. */
+    cp_async_wait<STAGES - 1>();
+  }
   __syncthreads(); /* Q was copied by every thread of the block */
   const T* q_frag = q_s + ((lane % 8) + ((lane / 8) % 2) * 8) * ROW + (lane / 16) * 8;
   unsigned qa[M::kQFromSmem ? 1 : DK][4];
@@ -806,14 +832,16 @@ template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES> __host__ __device__ con
 template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES, int MERGE>
 __device__ __forceinline__ void decode_attention_impl(const msgl_attention_params& p) {
   static_assert(ROWS == 16 || STAGES == 0, "STAGES selects the tensor-core block's pipeline only");
+  if constexpr (ROWS == 16) {
+    static_assert(DTYPE != MSGL_F32, "the tensor-core decode block needs bf16 or f16");
+    if (p.phase == 0) {
+      decode_attention_mma_block<DTYPE, HEAD_DIM, STAGES, MERGE>(p); /* its own grid_prologue */
+      return;
+    }
+  }
   grid_prologue();
   if (p.phase == 0) {
-    if constexpr (ROWS == 16) {
-      static_assert(DTYPE != MSGL_F32, "the tensor-core decode block needs bf16 or f16");
-      decode_attention_mma_block<DTYPE, HEAD_DIM, STAGES, MERGE>(p);
-    } else {
-      decode_attention_block<DTYPE, HEAD_DIM, ROWS, MERGE>(p);
-    }
+    if constexpr (ROWS != 16) decode_attention_block<DTYPE, HEAD_DIM, ROWS, MERGE>(p);
   } else {
     decode_combine<DTYPE, HEAD_DIM>(p);
   }

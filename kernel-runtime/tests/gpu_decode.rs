@@ -15,7 +15,7 @@ use std::sync::Mutex;
 
 use anyhow::{bail, ensure, Context, Result};
 use common::{enabled_or_dry_run, gpu, random, rng, target, view_like};
-use kernel_runtime::ops::{self, AttnKernel, DecodePlanKind, DecodeTuning, PagedAttnMeta};
+use kernel_runtime::ops::{self, AttnKernel, DecodePlanKind, DecodeTuning, PagedAttnMeta, RopeStore};
 use kernel_runtime::{DType, Device, Tensor};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -300,4 +300,148 @@ fn gpu_decode_variants_at_benchmark_shapes() -> Result<()> {
         (Case { dtype: DType::BF16, page_size: 16, head_dim: 128, heads: (16, 8) }, "b64-ragged".to_owned(), ragged),
     ];
     run_matrix(&mut cases, true)
+}
+
+/// A `[max_pos, rotary_dim]` cos/sin table (the layout `ops::rope` reads).
+fn cos_sin_table(max_pos: usize, rotary_dim: usize) -> Result<Tensor> {
+    let half = rotary_dim / 2;
+    let mut v = Vec::with_capacity(max_pos * rotary_dim);
+    for p in 0..max_pos {
+        let angles: Vec<f32> =
+            (0..half).map(|i| p as f32 * 10000f32.powf(-2.0 * i as f32 / rotary_dim as f32)).collect();
+        v.extend(angles.iter().map(|a| a.cos()));
+        v.extend(angles.iter().map(|a| a.sin()));
+    }
+    Ok(Tensor::from_slice(&v, &[max_pos, rotary_dim], CPU)?)
+}
+
+/// The decode kernel issues its first key tiles before the grid dependency wait
+/// when they hold only keys of earlier steps: the step's new keys, stored by
+/// rope_store right before it (both launched with programmatic dependent launch),
+/// must still be read after that store. The new slots are first overwritten with
+/// NaN bytes (a plain launch, finished before rope_store starts), so a tile read
+/// too early shows as a NaN; every pipeline depth, with the host's plan and a
+/// graph's fixed splits, against the CPU's rope_store and attention.
+#[test]
+fn gpu_decode_reads_the_keys_rope_store_wrote_just_before() -> Result<()> {
+    if !enabled_or_dry_run() {
+        return Ok(());
+    }
+    let _guard = TUNING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut r = rng(24);
+    let (dtype, page_size, d, hq, hkv) = (DType::BF16, 16, 128, 16, 8);
+    // Single new tokens at every offset in a tile and in a page, short contexts whose
+    // first tile is new, and steps of up to 8 new tokens (16 rows at GQA 2).
+    let mut batch: Vec<(usize, usize)> = (0..40).map(|_| (1, r.gen_range(1..=3000))).collect();
+    batch.extend([(1, 1), (1, 16), (1, 17), (8, 8), (8, 9), (5, 700), (2, 4096), (3, 33)]);
+    let q_lens: Vec<usize> = batch.iter().map(|b| b.0).collect();
+    let kv_lens: Vec<usize> = batch.iter().map(|b| b.1).collect();
+    let (b, t) = (batch.len(), q_lens.iter().sum::<usize>());
+    let pages_per_seq: Vec<usize> = kv_lens.iter().map(|kv| kv.div_ceil(page_size)).collect();
+    let max_pages = pages_per_seq.iter().copied().max().unwrap_or(1);
+    let num_pages = pages_per_seq.iter().sum::<usize>() + 3;
+    let mut order: Vec<i32> = (0..num_pages as i32).collect();
+    order.shuffle(&mut r);
+    let mut table = vec![-1i32; b * max_pages];
+    let (mut next, mut positions, mut slots, mut indptr) = (0, Vec::new(), Vec::new(), vec![0i32]);
+    for (s, (&n, &(ql, kv))) in pages_per_seq.iter().zip(&batch).enumerate() {
+        table[s * max_pages..][..n].copy_from_slice(&order[next..next + n]);
+        next += n;
+        for pos in kv - ql..kv {
+            positions.push(pos as i32);
+            slots.push(table[s * max_pages + pos / page_size] * page_size as i32 + (pos % page_size) as i32);
+        }
+        indptr.push(indptr.last().copied().unwrap_or(0) + ql as i32);
+    }
+    let kv_i32: Vec<i32> = kv_lens.iter().map(|&k| k as i32).collect();
+    let ti = Tensor::from_slice(&indptr, &[b + 1], CPU)?;
+    let tk = Tensor::from_slice(&kv_i32, &[b], CPU)?;
+    let tt = Tensor::from_slice(&table, &[b, max_pages], CPU)?;
+    let tpos = Tensor::from_slice(&positions, &[t], CPU)?;
+    let tslots = Tensor::from_slice(&slots, &[t], CPU)?;
+    let cos_sin = cos_sin_table(4096, d)?;
+    let qkv = random(&mut r, &[t, hq + 2 * hkv, d], dtype, 0.0, 1.0)?;
+    let k_cache = random(&mut r, &[num_pages, page_size, hkv, d], dtype, 0.0, 1.0)?;
+    let v_cache = random(&mut r, &[num_pages, page_size, hkv, d], dtype, 0.0, 1.0)?;
+    let scale = 1.0 / (d as f32).sqrt();
+    let heads = |x: &Tensor| -> Result<[Tensor; 3]> {
+        Ok([x.narrow(1, 0, hq)?, x.narrow(1, hq, hkv)?, x.narrow(1, hq + hkv, hkv)?])
+    };
+    // Copies that the ops may write in place (`contiguous` may alias).
+    let copy_of = |x: &Tensor, device: Device| -> Result<Tensor> {
+        Ok(Tensor::from_bytes(&x.to_host_bytes()?, x.dtype(), x.shape(), device)?)
+    };
+    let (pristine, gkc, gvc) = (copy_of(&qkv, target())?, copy_of(&k_cache, target())?, copy_of(&v_cache, target())?);
+    // The reference: rope_store, then attention, on the CPU.
+    let want = Tensor::zeros(&[t, hq, d], dtype, CPU)?;
+    {
+        let (cq, ck, cv) = (copy_of(&qkv, CPU)?, copy_of(&k_cache, CPU)?, copy_of(&v_cache, CPU)?);
+        let [q, k, v] = heads(&cq)?;
+        let store = RopeStore {
+            q: &q,
+            k: &k,
+            v: &v,
+            k_cache: &ck,
+            v_cache: &cv,
+            positions: &tpos,
+            out_loc: &tslots,
+            cos_sin: &cos_sin,
+            qk_norm: None,
+        };
+        ops::rope_store(&store)?;
+        let meta = PagedAttnMeta {
+            q_indptr: &ti,
+            kv_lens: &tk,
+            block_table: &tt,
+            q_lens_host: &q_lens,
+            kv_lens_host: &kv_lens,
+            decode_splits: None,
+        };
+        ops::paged_attention(&want, &q, &ck, &cv, &meta, scale)?;
+    }
+    let (gi, gk, gt, gpos, gslots, gcs) = (gpu(&ti)?, gpu(&tk)?, gpu(&tt)?, gpu(&tpos)?, gpu(&tslots)?, gpu(&cos_sin)?);
+    let nan_rows = poisoned(&[t, hkv, d], dtype)?;
+    let mut failures = Vec::new();
+    for stages in [2, 3, 4] {
+        ops::set_decode_tuning(Some(DecodeTuning { stages, chunk_min: 64, ..DecodeTuning::default() }));
+        for decode_splits in [None, Some(1), Some(7)] {
+            let what = format!("decode after rope_store [stages {stages}, splits {decode_splits:?}]");
+            let got = poisoned(&[t, hq, d], dtype)?;
+            let result = (|| -> Result<f64> {
+                let work = copy_of(&pristine, target())?; // rope_store rotates q in place
+                let [q, k, v] = heads(&work)?;
+                ops::store_kv(&gkc, &gvc, &gslots, &nan_rows, &nan_rows)?;
+                let store = RopeStore {
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                    k_cache: &gkc,
+                    v_cache: &gvc,
+                    positions: &gpos,
+                    out_loc: &gslots,
+                    cos_sin: &gcs,
+                    qk_norm: None,
+                };
+                ops::rope_store(&store)?;
+                let meta = PagedAttnMeta {
+                    q_indptr: &gi,
+                    kv_lens: &gk,
+                    block_table: &gt,
+                    q_lens_host: &q_lens,
+                    kv_lens_host: &kv_lens,
+                    decode_splits,
+                };
+                ops::paged_attention_with(&got, &q, &gkc, &gvc, &meta, scale, AttnKernel::Decode)?;
+                rel_l2(&got, &want)
+            })();
+            match result {
+                Ok(err) if err <= 1e-2 => {}
+                Ok(err) => failures.push(format!("{what}: relative L2 error {err:.3e} > 1e-2")),
+                Err(e) => failures.push(format!("{what}: {e:#}")),
+            }
+        }
+    }
+    ops::set_decode_tuning(None);
+    ensure!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
 }

@@ -23,7 +23,9 @@ constexpr int kWarpSize = 32;
  * (check.h: launch_pdl) and keep one protocol:
  *   1. before the wait, a kernel reads only data that no kernel of the step
  *      writes (its weights: the skinny GEMM stages its weight slice in shared
- *      memory, the norms load their weight vectors) and writes nothing;
+ *      memory, the norms load their weight vectors; decode attention the cached
+ *      keys of earlier steps, through the block table the host copied before
+ *      the step) and writes nothing;
  *   2. then `grid_prologue`: it waits for the previous grid and only then lets
  *      the next one launch. The next kernel's weight prologue therefore runs
  *      while this one works, and no more than two kernels are ever resident:

@@ -299,30 +299,33 @@ fn decode_attention(
     let elem = q.dtype().size_in_bytes();
     let sms = dev.sm_count().max(1) as usize;
     let tuning = decode_plan::tuning();
-    let (stages, slots) = decode_instance(elem, d, rows, &tuning, sms);
-    let shared = decode_plan::smem_bytes(elem, d, rows, stages);
-    let plan = match meta.decode_splits {
+    let rows_per_block = meta.q_lens_host.iter().map(|&q| q * (hq / hkv)).max().unwrap_or(1);
+    let partial_bytes = rows_per_block * (d * 4 + 4);
+    let (q_lens, kv_lens) = (meta.q_lens_host, meta.kv_lens_host);
+    let (stages, slots, plan) = match meta.decode_splits {
         // kv_chunk 0: the kernel cuts each sequence itself (attention_row_chunk).
-        Some(splits) => decode_plan::SplitPlan {
-            kv_chunk: 0,
-            max_splits: splits.max(1),
-            balanced: false,
-            busy_blocks: b * hkv * splits.max(1),
-        },
+        Some(splits) => {
+            let (stages, slots) = decode_instance(elem, d, rows, &tuning, sms);
+            let plan = decode_plan::SplitPlan {
+                kv_chunk: 0,
+                max_splits: splits.max(1),
+                balanced: false,
+                busy_blocks: b * hkv * splits.max(1),
+            };
+            (stages, slots, plan)
+        }
+        // The tensor-core block: its pipeline depth chosen with the plan.
+        None if rows == 16 => {
+            let c = decode_plan::eager_choice(q_lens, kv_lens, hkv, elem, d, sms, partial_bytes, &tuning);
+            (c.stages, c.slots, c.plan)
+        }
         None => {
-            let rows_per_block = meta.q_lens_host.iter().map(|&q| q * (hq / hkv)).max().unwrap_or(1);
-            let partial_bytes = rows_per_block * (d * 4 + 4);
-            decode_plan::eager_plan(
-                meta.q_lens_host,
-                meta.kv_lens_host,
-                hkv,
-                slots,
-                2 * d * elem,
-                partial_bytes,
-                &tuning,
-            )
+            let (stages, slots) = decode_instance(elem, d, rows, &tuning, sms);
+            let plan = decode_plan::eager_plan(q_lens, kv_lens, hkv, slots, 2 * d * elem, partial_bytes, &tuning);
+            (stages, slots, plan)
         }
     };
+    let shared = decode_plan::smem_bytes(elem, d, rows, stages);
     let max_splits = plan.max_splits;
     let grid = grid_u32(OP, b * hkv * max_splits)?;
     let p = attention_params(out, q, k_cache, v_cache, meta, scale, plan.kv_chunk, max_splits)?;

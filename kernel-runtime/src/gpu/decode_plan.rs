@@ -19,6 +19,12 @@
 //!   ragged batch has no short tail splits and its short sequences are not split.
 //!   At b=64 ctx=2048 on 132 SMs it picks no split (two even waves); at b=1
 //!   ctx=4096 splits of 128-256 keys in one wave.
+//!
+//! With the keys plan an eager step of the tensor-core block at head dim 128 also
+//! picks its pipeline depth ([`eager_choice`]): the keys plan of 2 stages (3
+//! blocks an SM) and of 3 stages (2 blocks), priced by a fitted model of waves and
+//! per-block bandwidth ([`launch_price`]). Graph steps keep the default depth
+//! (their lengths are unknown at capture; ragged batches favour 2 stages).
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -310,6 +316,161 @@ pub(crate) fn eager_plan(
     }
 }
 
+/// What one tensor-core instance sustains, for [`launch_price`]: fitted to the
+/// keys plan's launches at 2 and 3 stages over 17 batches (benches/attention.rs
+/// `decode-sweep`, docs/PERF.md, seventh session, call 1; 5% rms error).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct InstanceRates {
+    /// HBM bytes per microsecond with every slot busy.
+    hbm_bytes_per_us: f64,
+    /// The most one block reads per microsecond (its pipeline's bytes in flight
+    /// over the memory latency): what a launch of few blocks gets.
+    block_bytes_per_us: f64,
+    /// Microseconds a wave of blocks spends filling its pipelines and merging.
+    wave_us: f64,
+}
+
+/// Rates of the instances eager steps choose between (head dim 128, 16-bit): two
+/// stages (three blocks an SM) stream best with every slot busy; three (two
+/// blocks an SM, twice the keys in flight a warp) fill better the grids whose
+/// blocks make a fraction of a wave on 396 slots (b = 32 or 64 at 8 kv heads).
+fn instance_rates(stages: usize) -> InstanceRates {
+    match stages {
+        2 => InstanceRates { hbm_bytes_per_us: 3.9e6, block_bytes_per_us: 2.0e4, wave_us: 2.0 },
+        _ => InstanceRates { hbm_bytes_per_us: 4.1e6, block_bytes_per_us: 2.0e4, wave_us: 5.0 },
+    }
+}
+
+/// The split merge's cost in [`launch_price`]: partials written and read, and
+/// the combine launch (fitted with [`instance_rates`]).
+const PRICE_COMBINE_US: f64 = 6.0;
+
+/// Estimated microseconds of a launch of `plan` on `slots` resident blocks: whole
+/// waves at the instance's HBM rate; a launch of at most one wave and its partial
+/// last wave at what their blocks can pull (`block_bytes_per_us` each, at most the
+/// HBM rate), since they start together (from two waves on, blocks finish at
+/// staggered times and the last wave overlaps the others); half the spread between
+/// the largest block and the mean at a block's rate (ragged batches); the merge of
+/// split partials.
+fn launch_price(
+    lens: &[usize],
+    num_kv_heads: usize,
+    slots: usize,
+    key_bytes: usize,
+    partial_bytes: usize,
+    plan: &SplitPlan,
+    r: InstanceRates,
+) -> f64 {
+    let chunk = plan.kv_chunk.max(1);
+    let (mut blocks, mut largest) = (0usize, 0f64);
+    for &kv in lens {
+        let n = splits_of(kv, chunk);
+        blocks += n;
+        largest = largest.max(kv as f64 / n as f64);
+    }
+    let blocks = (blocks * num_kv_heads.max(1)).max(1);
+    let keys = lens.iter().sum::<usize>() * num_kv_heads.max(1);
+    let mean = keys as f64 / blocks as f64;
+    let block_bytes = mean * key_bytes as f64;
+    let slots = slots.max(1);
+    let (full, rest) = (blocks / slots, blocks % slots);
+    let rate_of = |n: usize| r.hbm_bytes_per_us.min(n as f64 * r.block_bytes_per_us);
+    let mut us = if full >= 2 {
+        blocks as f64 * block_bytes / r.hbm_bytes_per_us + (full + usize::from(rest > 0)) as f64 * r.wave_us
+    } else {
+        let mut us = full as f64 * (slots as f64 * block_bytes / rate_of(slots) + r.wave_us);
+        if rest > 0 {
+            us += rest as f64 * block_bytes / rate_of(rest) + r.wave_us;
+        }
+        us
+    };
+    us += 0.5 * (largest - mean) * key_bytes as f64 / r.block_bytes_per_us;
+    if blocks > lens.len() * num_kv_heads.max(1) {
+        us += PRICE_COMBINE_US + 2.0 * (blocks * partial_bytes) as f64 / r.hbm_bytes_per_us;
+    }
+    us
+}
+
+/// An eager decode launch: the tensor-core block's pipeline stages, its resident
+/// block slots on the GPU, and the split plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EagerChoice {
+    pub stages: usize,
+    pub slots: usize,
+    pub plan: SplitPlan,
+}
+
+/// The eager launch of the tensor-core block for a batch: with the keys plan, the
+/// default stages (`tuning.stages` 0) and head dim 128 in a 16-bit dtype, the
+/// keys plan of 2 and of 3 stages, whichever [`launch_price`] makes cheaper (each
+/// instance's own split plan); otherwise the one instance `stages` gives (its
+/// slots from `slots_of`).
+///
+/// Remembered for the next call with the same inputs, as [`keys_plan_cached`]: a
+/// decode step asks once per layer.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn eager_choice(
+    q_lens: &[usize],
+    kv_lens: &[usize],
+    num_kv_heads: usize,
+    elem_bytes: usize,
+    head_dim: usize,
+    sms: usize,
+    partial_bytes: usize,
+    t: &DecodeTuning,
+) -> EagerChoice {
+    type Last = Option<(Vec<usize>, Vec<usize>, [usize; 5], DecodeTuning, EagerChoice)>;
+    thread_local! {
+        static LAST: RefCell<Last> = const { RefCell::new(None) };
+    }
+    let dims = [num_kv_heads, elem_bytes, head_dim, sms, partial_bytes];
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        if let Some((q, kv, d, tuning, choice)) = last.as_ref() {
+            if q.as_slice() == q_lens && kv.as_slice() == kv_lens && *d == dims && tuning == t {
+                return *choice;
+            }
+        }
+        let choice = eager_choice_uncached(q_lens, kv_lens, num_kv_heads, elem_bytes, head_dim, sms, partial_bytes, t);
+        *last = Some((q_lens.to_vec(), kv_lens.to_vec(), dims, *t, choice));
+        choice
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn eager_choice_uncached(
+    q_lens: &[usize],
+    kv_lens: &[usize],
+    num_kv_heads: usize,
+    elem_bytes: usize,
+    head_dim: usize,
+    sms: usize,
+    partial_bytes: usize,
+    t: &DecodeTuning,
+) -> EagerChoice {
+    let key_bytes = 2 * head_dim * elem_bytes;
+    let slots_of = |stages: usize| blocks_per_sm(16, mma_smem_bytes(elem_bytes, head_dim, stages)) * sms.max(1);
+    let one = |stages: usize| {
+        let slots = slots_of(stages);
+        let plan = eager_plan(q_lens, kv_lens, num_kv_heads, slots, key_bytes, partial_bytes, t);
+        EagerChoice { stages, slots, plan }
+    };
+    let choose = t.stages == 0 && t.plan == DecodePlanKind::Keys && head_dim == 128 && elem_bytes == 2;
+    if !choose {
+        return one(mma_stages(elem_bytes, head_dim, t.stages));
+    }
+    let lens: Vec<usize> = active(q_lens, kv_lens).collect();
+    let price = |c: &EagerChoice| {
+        launch_price(&lens, num_kv_heads, c.slots, key_bytes, partial_bytes, &c.plan, instance_rates(c.stages))
+    };
+    let (two, three) = (one(2), one(3));
+    if price(&three) < price(&two) {
+        three
+    } else {
+        two
+    }
+}
+
 /// The fixed split count of a graph's decode step (see gpu::decode_graph_splits):
 /// `pairs` (sequence, kv head) pairs of up to `max_kv_len` keys, `slots` resident
 /// blocks; `min_splits` for batches that fill the GPU anyway.
@@ -487,5 +648,54 @@ mod tests {
         assert!(merge_in_kernel(SplitMerge::Auto, &graph, true, 8, 264, &t));
         let graph = SplitPlan { kv_chunk: 0, max_splits: 2, balanced: false, busy_blocks: 1024 };
         assert!(!merge_in_kernel(SplitMerge::Auto, &graph, true, 512, 264, &t));
+    }
+
+    /// Contexts uniform in [lo, hi] from a fixed LCG (as benches/attention.rs).
+    fn uniform(n: usize, lo: usize, hi: usize, seed: u64) -> Vec<usize> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                lo + (s >> 33) as usize % (hi - lo + 1)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn eager_choice_takes_three_stages_where_two_leave_a_wave_half_empty() {
+        let t = DecodeTuning::default();
+        // 32/8 heads at head dim 128 in bf16 (partials of 4 rows) on 132 SMs: 396
+        // slots at 2 stages, 264 at 3 (docs/PERF.md, seventh session, call 1).
+        let stages = |kv: &[usize]| {
+            let q = vec![1; kv.len()];
+            let c = eager_choice(&q, kv, 8, 2, 128, 132, 4 * 516, &t);
+            assert_eq!(c.slots, if c.stages == 2 { 396 } else { 264 });
+            c.stages
+        };
+        // 512 blocks are 1.3 waves of 396 and 1.9 of 264: 141 against 152 us measured.
+        assert_eq!(stages(&[2048; 64]), 3);
+        assert_eq!(stages(&[1024; 64]), 3);
+        assert_eq!(stages(&[4096; 32]), 3);
+        // 384 blocks fill 396 slots; many waves stream best at 2 stages.
+        assert_eq!(stages(&[2048; 48]), 2);
+        assert_eq!(stages(&[1024; 96]), 2);
+        assert_eq!(stages(&[1024; 256]), 2);
+        assert_eq!(stages(&[512; 256]), 2);
+        // Ragged batches, batch 1.
+        assert_eq!(stages(&uniform(64, 100, 2000, 7)), 2);
+        assert_eq!(stages(&uniform(256, 100, 2048, 11)), 2);
+        assert_eq!(stages(&uniform(32, 100, 4096, 17)), 2);
+        assert_eq!(stages(&[4096]), 2);
+        assert_eq!(stages(&[300]), 2);
+        // A forced depth, another head dimension or the waves plan: no choice.
+        let q = [1; 64];
+        let forced = DecodeTuning { stages: 2, ..t };
+        assert_eq!(eager_choice(&q, &[2048; 64], 8, 2, 128, 132, 4 * 516, &forced).stages, 2);
+        assert_eq!(eager_choice(&q, &[2048; 64], 8, 2, 64, 132, 4 * 260, &t).stages, 4);
+        let waves = DecodeTuning { plan: DecodePlanKind::Waves, ..t };
+        assert_eq!(eager_choice(&q, &[2048; 64], 8, 2, 128, 132, 4 * 516, &waves).stages, 2);
+        // The choice's plan is that instance's keys plan.
+        let c = eager_choice(&q, &[2048; 64], 8, 2, 128, 132, 4 * 516, &t);
+        assert_eq!(c.plan, keys_plan(&q, &[2048; 64], 8, 264, 512, 4 * 516, &t));
     }
 }

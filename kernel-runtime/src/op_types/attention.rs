@@ -91,9 +91,11 @@ pub struct DecodeTuning {
     /// up to a multiple of 64).
     pub chunk_min: usize,
     /// The tensor-core block's pipeline stages (`MINISGL_DECODE_STAGES`, 0: the
-    /// default of the head dimension, 4 at 64, 3 at 128, 2 at 256); 2 to 4, fewer
-    /// where the shared memory would not fit. Fewer stages, more resident blocks
-    /// (bf16 head dim 128: 3 stages 2 blocks an SM, 2 stages 3 blocks).
+    /// default of the head dimension, 4 at 64, 2 at 128 and 256, and at head dim
+    /// 128 with the keys plan eager steps take 2 or 3 per batch,
+    /// `gpu::decode_plan::eager_choice`); 2 to 4, fewer where the shared memory
+    /// would not fit. Fewer stages, more resident blocks (bf16 head dim 128: 3
+    /// stages 2 blocks an SM, 2 stages 3 blocks).
     pub stages: usize,
     /// The eager plan (`MINISGL_DECODE_PLAN`: `waves`, the default, or `keys`).
     pub plan: DecodePlanKind,
