@@ -17,8 +17,9 @@
 //! The Hopper tiles ([`WGMMA_TILES`], TILE 16..21, the kernel's `PrefillWgTile`):
 //! wgmma with 2 or 3 warpgroups of 64 query rows, 128-byte swizzled K/V tiles; they
 //! need an sm_90 device (the kernels are built and JIT-compiled for sm_90a there)
-//! and are an error elsewhere. Tile 16 is the default on sm_90 GPUs (an AOT instance
-//! at every head dim), tile 0 elsewhere; `MINISGL_PREFILL_TILE` picks another.
+//! and are an error elsewhere. On sm_90 GPUs tile 17 is the default up to head dim
+//! 128 and tile 16 at 256 (AOT instances, [`default_tile`]), tile 0 elsewhere;
+//! `MINISGL_PREFILL_TILE` picks another.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -203,7 +204,7 @@ pub(super) fn kernel_for(
     if kernel != AttnKernel::Auto || decode_fits || !supports(dtype, head_dim) || !scale_ok(scale) {
         return kernel;
     }
-    let rows = tile_shape(selected_tile(hopper), head_dim).map_or(128, |s| s.rows());
+    let rows = tile_shape(selected_tile(hopper, head_dim), head_dim).map_or(128, |s| s.rows());
     let take = match mode() {
         Mode::Tile => false,
         Mode::New => true,
@@ -224,16 +225,27 @@ pub(crate) fn set_prefill_tile(tile: Option<usize>) {
     TILE_OVERRIDE.store(tile.unwrap_or(usize::MAX), Ordering::Relaxed);
 }
 
+/// The default tile at `head_dim`: on an sm_90 GPU (`hopper`) the wgmma tile 17
+/// (three warpgroups of 64 query rows, 64-key tiles) up to head dim 128, 294 / 226
+/// / 266 TFLOP/s against tile 16's 225 / 177 / 219 at 32/8 b=1 L=4096, b=8 L=1024
+/// and 16/8 b=1 L=4096 (docs/PERF.md, seventh session, call 2), and tile 16 at
+/// head dim 256 (tile 17's three 64 x 256 accumulators do not fit); elsewhere tile 0.
+pub(super) fn default_tile(hopper: bool, head_dim: usize) -> usize {
+    match (hopper, head_dim <= 128) {
+        (true, true) => FIRST_WGMMA_TILE + 1,
+        (true, false) => FIRST_WGMMA_TILE,
+        (false, _) => 0,
+    }
+}
+
 /// The tile table entry launches use: the override, else `MINISGL_PREFILL_TILE`,
-/// else the default: on an sm_90 GPU (`hopper`) the wgmma tile 16 (225 against
-/// 185 TFLOP/s for tile 0 at 32/8 heads, L = 4096; docs/PERF.md, sixth session,
-/// call 2), elsewhere tile 0.
-fn selected_tile(hopper: bool) -> usize {
+/// else [`default_tile`].
+fn selected_tile(hopper: bool, head_dim: usize) -> usize {
     static ENV: OnceLock<Option<usize>> = OnceLock::new();
     match TILE_OVERRIDE.load(Ordering::Relaxed) {
         usize::MAX => ENV
             .get_or_init(|| std::env::var("MINISGL_PREFILL_TILE").ok().and_then(|v| v.trim().parse().ok()))
-            .unwrap_or(if hopper { FIRST_WGMMA_TILE } else { 0 }),
+            .unwrap_or_else(|| default_tile(hopper, head_dim)),
         t => t,
     }
 }
@@ -264,7 +276,7 @@ pub(super) fn prefill_attention(
             format!("the prefill kernel needs a positive finite scale, not {}", params.scale_log2),
         ));
     }
-    let tile = selected_tile(dev.capability() == (9, 0));
+    let tile = selected_tile(dev.capability() == (9, 0), d);
     let shape = tile_shape(tile, d)
         .filter(|s| s.fits(d))
         .ok_or_else(|| Error::arg(OP, format!("prefill tile {tile} does not exist or does not fit head dim {d}")))?;
@@ -315,6 +327,18 @@ pub(super) fn prefill_attention(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_tile_fits_every_head_dim() {
+        for d in [64, 128, 256] {
+            let hopper = default_tile(true, d);
+            assert!(tile_shape(hopper, d).is_some_and(|s| s.wgmma && s.fits(d)), "tile {hopper} at {d}");
+            assert!(tile_shape(default_tile(false, d), d).is_some_and(|s| !s.wgmma && s.fits(d)));
+        }
+        assert_eq!((default_tile(true, 128), default_tile(true, 256), default_tile(false, 128)), (17, 16, 0));
+        // Tile 17's accumulators (three warpgroups) do not fit head dim 256.
+        assert!(tile_shape(17, 256).is_some_and(|s| !s.fits(256)));
+    }
 
     #[test]
     fn long_prefills_take_the_prefill_kernel_and_decodes_do_not() {
