@@ -1,11 +1,13 @@
-//! Decode GEMMs (`x @ w^T`, bf16) at the projections of Llama-3-8B and
-//! Qwen3-0.6B, M = 1, 4, 16, 32, 64, 128, 256 rows: the skinny kernel
+//! Decode GEMMs (`x @ w^T`, bf16) at the projections of Llama-3-8B, Qwen3-0.6B
+//! and Qwen3-30B-A3B's attention, M = 1, 4, 16, 32, 64, 128, 256 rows: the skinny kernel
 //! (`ops::skinny_gemm`, m <= 16: both tile widths, and one tile with K split 4
 //! ways) and the tiled skinny kernel (`ops::skinny_tiled`, every M: the rule's
 //! default plan `tiled`, then one line per plan that changes one of its choices,
 //! `tiled-wn<w>` / `-ch<c>` / `-st<s>` / `-sp<s>` / `-nt<t>`, each label ending in
 //! the whole plan `[nt wn ch st sp]`) against cuBLASLt (`ops::linear` with the
-//! skinny paths switched off), plus `ops::linear` as the dispatch rule runs it.
+//! skinny paths switched off), the streaming kernel (`ops::stream_gemm`, m <= 16
+//! on sm_90: its default plan `stream` and `stream-ch<chunk>-st<stages>[-2d]`),
+//! plus `ops::linear` as the dispatch rule runs it.
 //! Set `MINISGL_GEMM_BENCH_SHAPES=llama3-8b` (a substring of "model proj") to run
 //! some shapes only. Criterion
 //! timing with CUDA events around back-to-back launches (`iter_custom`), and one
@@ -54,6 +56,9 @@ const SHAPES: &[(&str, &str, usize, usize)] = &[
     ("llama3-8b", "o", 4096, 4096),
     ("llama3-8b", "gate_up", 4096, 28672),
     ("llama3-8b", "down", 14336, 4096),
+    ("llama3-8b", "lm_head", 4096, 128256),
+    ("qwen3-30b-a3b", "qkv", 2048, 5120),
+    ("qwen3-30b-a3b", "o", 4096, 2048),
     ("qwen3-0.6b", "qkv", 1024, 4096),
     ("qwen3-0.6b", "o", 2048, 1024),
     ("qwen3-0.6b", "gate_up", 1024, 6144),
@@ -82,6 +87,9 @@ enum Variant {
     SkinnyThenSilu,
     /// `ops::linear_silu_mul` as dispatched.
     LinearSiluMul,
+    /// `ops::stream_gemm` with its default plan (`None`) or this chunk, depth and
+    /// copy shape (whole rows: one 3-D copy a stage; else 2-D copies of 256 k).
+    Stream(Option<(usize, usize, bool)>),
     /// `ops::skinny_tiled` with this plan; the label's prefix names what it
     /// changes from the rule's default plan ("" for the default itself).
     Tiled(&'static str, ops::TiledPlan),
@@ -100,6 +108,8 @@ impl Variant {
             Variant::SkinnySilu(t) => format!("skinny-silu{t}"),
             Variant::SkinnyThenSilu => "skinny+silu_mul".into(),
             Variant::LinearSiluMul => "linear_silu_mul".into(),
+            Variant::Stream(None) => "stream".into(),
+            Variant::Stream(Some((c, s, whole))) => format!("stream-ch{c}-st{s}{}", if whole { "" } else { "-2d" }),
             Variant::Tiled(what, p) => {
                 format!("tiled{what} [nt{} wn{} ch{} st{} sp{}]", p.n_tiles, p.warps_n, p.chunk, p.stages, p.k_splits)
             }
@@ -178,6 +188,7 @@ fn case(
     m: usize,
     variant: Variant,
     criterion: bool,
+    sms: usize,
 ) -> kernel_runtime::Result<Case> {
     let [n, k] = [ws[0].dim(0), ws[0].dim(1)];
     let x = Tensor::from_slice(&random_bf16(m * k, 11, 1.0), &[m, k], GPU)?;
@@ -215,6 +226,15 @@ fn case(
                 ops::skinny_gemm(&x, w, None, None, None).and_then(|g| ops::silu_mul(&g)).map(drop)
             }
             Variant::LinearSiluMul => ops::linear_silu_mul(&x, w, None).map(drop),
+            Variant::Stream(stages) => {
+                let plan = stages.map(|(chunk, s, whole_rows)| ops::StreamPlan {
+                    chunk,
+                    stages: s,
+                    blocks: n.div_ceil(16).min(sms),
+                    whole_rows,
+                });
+                ops::stream_gemm(&x, w, None, plan).map(drop)
+            }
             Variant::Tiled(_, p) => ops::skinny_tiled(&x, w, None, Some(p)).map(drop),
         }
     });
@@ -283,6 +303,15 @@ fn run() -> kernel_runtime::Result<()> {
             if m <= 16 {
                 variants.extend([Variant::Skinny(1), Variant::Skinny(2), Variant::SkinnySplit4]);
                 variants.extend([Variant::SkinnyNoPrefetch(1), Variant::SkinnyNoPrefetch(2)]);
+                if dev.capability().0 >= 9 {
+                    let (d1024, d512) = if m <= 8 { (4, 8) } else { (3, 6) };
+                    variants.extend([
+                        Variant::Stream(None),
+                        Variant::Stream(Some((1024, 2, true))),
+                        Variant::Stream(Some((512, d512, true))),
+                        Variant::Stream(Some((1024, d1024, false))),
+                    ]);
+                }
                 if model == "qwen3-0.6b" && proj != "lm_head" {
                     variants.extend([Variant::NormSkinny { prefetch: true }, Variant::NormSkinny { prefetch: false }]);
                 }
@@ -302,7 +331,7 @@ fn run() -> kernel_runtime::Result<()> {
                 let headline = model == "llama3-8b"
                     && matches!(m, 1 | 16)
                     && (v == Variant::Cublaslt || v == Variant::Skinny(rule_tiles));
-                cases.push(case(&label, &ws, m, v, headline)?);
+                cases.push(case(&label, &ws, m, v, headline, sms)?);
             }
         }
         // Warm up: module loading, plan creation and any NVRTC compile stay out.

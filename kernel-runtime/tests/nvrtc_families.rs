@@ -56,6 +56,11 @@ fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
             out.push(("skinny_tiled", vec![("DTYPE", dtype), ("N_TILES", n_tiles)]));
         }
     }
+    for dtype in [1, 2] {
+        for n_tiles in [1, 2] {
+            out.push(("stream_gemm", vec![("DTYPE", dtype), ("N_TILES", n_tiles)]));
+        }
+    }
     for (dtype, head_dim, mma) in [(2, 128, 1), (1, 64, 1), (2, 256, 1), (0, 64, 0), (0, 128, 0), (2, 128, 0)] {
         out.push(("attention", vec![("DTYPE", dtype), ("HEAD_DIM", head_dim), ("MMA", mma)]));
     }
@@ -157,6 +162,7 @@ fn every_new_family_has_a_jit_entry_and_aot_instances() {
         "rope_store",
         "skinny_gemm",
         "skinny_tiled",
+        "stream_gemm",
         "activation",
         "argmax",
         "random",

@@ -295,6 +295,34 @@ typedef struct msgl_skinny_tiled_params {
 } msgl_skinny_tiled_params;
 
 /*
+ * stream_gemm: out[m, n] = sum_k x[m, k] w[n, k] (+ bias[n]) for m <= 16 rows and
+ * large weights (stream_gemm.cu): a persistent grid (one block an SM) of
+ * contiguous 16-row weight tiles, each summed over its whole K in one block from
+ * a ring of `stages` shared-memory stages that a producer thread fills with 2-D
+ * tensor copies (sm_90) through the tensor maps of w and x. Deterministic: the sums depend on the shape only. Instance
+ * parameters: DTYPE (bf16 or f16), N_TILES (8-row tiles of x: 1 for m <= 8, 2).
+ */
+/* A CUDA tensor map (CUtensorMap: 128 opaque bytes, built on the host by
+ * cuTensorMapEncodeTiled), passed by value inside a kernel's params. */
+typedef struct __attribute__((aligned(128))) msgl_tensor_map {
+  uint64_t opaque[16];
+} msgl_tensor_map;
+
+typedef struct msgl_stream_gemm_params {
+  msgl_tensor_map w_map;       /* w [n, k]: boxes of 256 k (whole_rows: chunk k) x 16 rows, zero fill */
+  msgl_tensor_map x_map;       /* x [m, k]: boxes of 256 k (whole_rows: chunk k) x 8 N_TILES rows, zero fill */
+  void* out;                   /* device, [m, n] contiguous */
+  const void* bias;            /* device, [n], or NULL */
+  int64_t m;                   /* rows of x, 1..16 */
+  int64_t n;                   /* output columns */
+  int64_t k;                   /* a multiple of 32 */
+  int32_t stages;              /* pipeline depth: 2..8 */
+  int32_t chunk;               /* k elements of a stage: 256, 512 or 1024 */
+  int32_t whole_rows;          /* 1: 3-D maps [rows][k / 256][256], boxes {256, chunk / 256, rows} */
+  int32_t reserved;            /* 0 */
+} msgl_stream_gemm_params;
+
+/*
  * fill_uniform: out[i] = center + half_width * (2 u(seed, i) - 1) with u the top 24
  * bits of splitmix64(seed + (i + 1) * 0x9e3779b97f4a7c15) over 2^24 (dummy weights;
  * kernel-runtime's cpu::random computes the same values). Instance parameter: DTYPE.
@@ -695,6 +723,23 @@ MSGL_API int32_t msgl_skinny_tiled(const msgl_tensor* out, const msgl_tensor* x,
 /* The dynamic shared memory (bytes) one skinny_tiled block takes for a plan, or -1
  * for an invalid plan: max(stages stages of weights and x, the partial tiles). */
 MSGL_API int64_t msgl_skinny_tiled_smem_bytes(int32_t n_tiles, int32_t warps_n, int32_t chunk, int32_t stages);
+
+/* stream_gemm: out [m, n] contiguous, x [m, k] (unit last stride, 16-byte aligned
+ * rows), w [n, k] contiguous, bias [n] or NULL; bf16/f16; 1 <= m <= 16, k % 32 == 0;
+ * sm_90 or newer. w_map, x_map: their tensor maps (msgl_tensor_map: bf16/f16, 2-D,
+ * dims {k, rows}, boxes {256, 16} for w and {256, 8 N_TILES} for x, no swizzle,
+ * zero fill; or, whole_rows = 1 (k % 256 == 0), 3-D views {256, k / 256, rows} with
+ * boxes {256, chunk / 256, 16} and {256, chunk / 256, 8 N_TILES}; gpu/stream_gemm.rs
+ * builds them). chunk: k elements a stage (256, 512, 1024); stages: the pipeline
+ * depth (2..8, within the shared memory an SM has: msgl_stream_gemm_smem_bytes);
+ * blocks: the persistent grid (1..ceil(n / 16), one an SM). */
+MSGL_API int32_t msgl_stream_gemm(const msgl_tensor* out, const msgl_tensor* x, const msgl_tensor* w,
+                                  const msgl_tensor* bias, const msgl_tensor_map* w_map,
+                                  const msgl_tensor_map* x_map, int32_t whole_rows, int32_t chunk,
+                                  int32_t stages, int32_t blocks, msgl_stream stream);
+/* The dynamic shared memory (bytes) of one stream_gemm block, or -1 for an invalid
+ * n_tiles (1, 2), chunk or stage count. */
+MSGL_API int64_t msgl_stream_gemm_smem_bytes(int32_t n_tiles, int32_t chunk, int32_t stages);
 
 /* fill_uniform: out [numel] contiguous, f32/f16/bf16; grid blocks of 256 threads
  * (grid-stride loop: any positive grid gives the same values). */

@@ -249,6 +249,14 @@ pub(crate) fn linear(out: &Tensor, x: &Tensor, w: &Tensor, bias: Option<&Tensor>
     if super::skinny::enabled() && bias.is_none_or(Tensor::is_contiguous) {
         let aligned = super::skinny::operands_aligned(x, w);
         let sms = dev.sm_count().max(1) as usize;
+        // With MINISGL_STREAM_GEMM=1 (off by default: `stream_gemm::ENABLED` says
+        // why), large weights at m <= 16 on sm_90 go to the streaming kernel, whose
+        // tensor copies keep ~130 KiB of weights in flight an SM; =all sends it
+        // every product of 1 MiB and more, ahead of the skinny kernel.
+        let capability = dev.capability();
+        if let Some(plan) = super::stream_gemm::linear_plan(m, n, k, x.dtype(), aligned, capability, sms) {
+            return super::stream_gemm::stream_gemm(out, x, w, bias, plan);
+        }
         if let Some(plan) = super::skinny::plan(m, n, k, x.dtype(), aligned, sms) {
             return super::skinny::skinny_gemm(out, x, w, bias, plan);
         }

@@ -8,6 +8,7 @@
 //! | [`rope`] | `rope` | `rope` |
 //! | [`rope_store`] | `rope_store` | `rope_store` (q/k norm + rope + KV store) |
 //! | [`skinny`] | `skinny_gemm` | `linear` and `linear_silu_mul` at m <= 16 (by rule), `skinny_gemm`, `skinny_gemm_silu_mul` |
+//! | [`stream_gemm`] | `stream_gemm` | `linear` at m <= 16 of large weights (by rule), `stream_gemm` |
 //! | [`activation`] | `activation` | `silu_mul` |
 //! | [`argmax`] | `argmax` | `argmax` |
 //! | [`attention`] | `attention` | `paged_attention` |
@@ -44,6 +45,7 @@ mod rope_store;
 mod sampling;
 pub(crate) mod skinny;
 pub(crate) mod skinny_tiled;
+pub(crate) mod stream_gemm;
 mod token_mask;
 
 pub(crate) use activation::silu_mul;

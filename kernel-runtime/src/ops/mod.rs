@@ -13,6 +13,7 @@
 //! | [`rope_store`] | q/k norm (optional) + rotary embedding + KV store, fused |
 //! | [`skinny_gemm`], [`set_skinny_gemm`], [`set_skinny_prefetch`] | the decode GEMM `linear` picks at m <= 16, its switch and its weight prefetch's |
 //! | [`skinny_tiled`], [`TiledPlan`], [`set_skinny_tiled`] | the pipelined decode GEMM `linear` picks next (mid batches, large weights), its plan and switch |
+//! | [`stream_gemm`], [`StreamPlan`], [`set_stream_gemm`] | the copy-engine decode GEMM `linear` picks for large weights at m <= 16 (sm_90), its plan and switch |
 //! | [`linear_silu_mul`], [`skinny_gemm_silu_mul`] | gate_up projection + SiLU-and-mul (one launch on the skinny path) |
 //! | [`silu_mul`] | SiLU(gate) * up |
 //! | [`argmax`] | greedy token choice |
@@ -59,7 +60,7 @@ pub use penalties::{apply_penalties, penalty_count, CountKind, PenaltyRow, PROMP
 pub use random::fill_uniform;
 pub use sampling::{apply_token_mask, sample, sample_into, SampleRow};
 pub use skinny::{
-    set_skinny_gemm, set_skinny_norm, set_skinny_prefetch, set_skinny_tiled, skinny_gemm, skinny_gemm_silu_mul,
-    skinny_tiled, skinny_tiled_default_plan, TiledPlan,
+    set_skinny_gemm, set_skinny_norm, set_skinny_prefetch, set_skinny_tiled, set_stream_gemm, skinny_gemm,
+    skinny_gemm_silu_mul, skinny_tiled, skinny_tiled_default_plan, stream_gemm, StreamPlan, TiledPlan,
 };
 pub use store::store_kv;

@@ -2,8 +2,10 @@
 //! (csrc/kernels/skinny_gemm.cu) whatever the dispatch rule says, its gated
 //! variant `skinny_gemm_silu_mul` (a gate_up projection with SiLU-and-mul in the
 //! epilogue), `skinny_tiled` (the pipelined kernel of mid batch sizes and large
-//! weights, csrc/kernels/skinny_tiled.cu, with an explicit plan), and the
-//! switches of the rules and of the kernels' weight prefetch.
+//! weights, csrc/kernels/skinny_tiled.cu, with an explicit plan), `stream_gemm`
+//! (the copy-engine kernel of large weights at m <= 16,
+//! csrc/kernels/stream_gemm.cu), and the switches of the rules and of the
+//! kernels' weight prefetch.
 //! Models call [`super::linear`] and [`super::linear_silu_mul`], which pick the
 //! kernels by rule on CUDA (see `gpu::skinny::plan`, `plan_gated`); these ops are
 //! for tests and benchmarks.
@@ -89,6 +91,59 @@ pub fn skinny_tiled(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, plan: Option<
             let sms = x.cuda_device().map_or(1, |d| d.sm_count().max(1) as usize);
             let plan = plan.unwrap_or_else(|| crate::gpu::skinny_tiled::rule_plan(m, n, k, sms));
             crate::gpu::skinny_tiled::skinny_tiled(&out, x, w, bias, plan)?;
+        }
+    }
+    Ok(out)
+}
+
+/// Forces the streaming path of [`super::linear`] (m <= 16 of large weights on
+/// sm_90) on or off for this process, or back to `MINISGL_STREAM_GEMM` (`None`;
+/// off unless that variable is `1` or `all`). For A/B benchmarks and tests.
+pub fn set_stream_gemm(on: Option<bool>) {
+    crate::gpu::stream_gemm::set_enabled(on);
+}
+
+pub use crate::gpu::stream_gemm::StreamPlan;
+
+/// `x @ w^T (+ bias)` with the streaming kernel (csrc/kernels/stream_gemm.cu)
+/// whatever the rule says: `x` `[m, k]` (1 <= m <= 16, unit inner stride, rows
+/// 16-byte aligned), `w` `[n, k]` contiguous, `bias` `[n]` contiguous, bf16/f16,
+/// `k` a multiple of 32, an sm_90 or newer GPU; `plan` overrides the default
+/// (1024-wide stages, deepest ring, one block an SM, whole rows when k % 256 == 0). Returns a new `[m, n]`. On the CPU this is
+/// the reference `linear`.
+pub fn stream_gemm(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, plan: Option<StreamPlan>) -> Result<Tensor> {
+    const OP: &str = "stream_gemm";
+    let device = common_device(OP, &[("x", x), ("w", w)])?;
+    let [m, k] = x.dims::<2>(OP, "x")?;
+    let [n, wk] = w.dims::<2>(OP, "w")?;
+    if wk != k {
+        return Err(Error::arg(
+            OP,
+            format!("argument `w` has shape {:?}, expected [_, {k}] to match `x` {:?}", w.shape(), x.shape()),
+        ));
+    }
+    x.expect_dtype(OP, "x", &[DType::BF16, DType::F16])?;
+    w.expect_dtype(OP, "w", &[x.dtype()])?.expect_contiguous(OP, "w")?;
+    if let Some(b) = bias {
+        b.expect_shape(OP, "bias", &[n])?.expect_device(OP, "bias", device)?.expect_dtype(OP, "bias", &[x.dtype()])?;
+        b.expect_contiguous(OP, "bias")?;
+    }
+    if !(1..=crate::gpu::stream_gemm::MAX_ROWS).contains(&m) || k == 0 || !k.is_multiple_of(32) {
+        return Err(Error::arg(
+            OP,
+            format!("needs 1..=16 rows and k a positive multiple of 32, got x {:?}", x.shape()),
+        ));
+    }
+    let out = Tensor::empty(&[m, n], x.dtype(), device)?;
+    if n == 0 {
+        return Ok(out);
+    }
+    match device {
+        Device::Cpu => crate::cpu::dense::linear(&out, x, w, bias)?,
+        Device::Cuda(_) => {
+            let sms = x.cuda_device().map_or(1, |d| d.sm_count().max(1) as usize);
+            let plan = plan.unwrap_or_else(|| crate::gpu::stream_gemm::default_plan(m, n, k, sms));
+            crate::gpu::stream_gemm::stream_gemm(&out, x, w, bias, plan)?;
         }
     }
     Ok(out)

@@ -648,6 +648,98 @@ impl Default for msgl_skinny_tiled_params {
     }
 }
 #[repr(C)]
+#[repr(align(128))]
+#[derive(Debug, Copy, Clone)]
+pub struct msgl_tensor_map {
+    pub opaque: [u64; 16usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of msgl_tensor_map"][::std::mem::size_of::<msgl_tensor_map>() - 128usize];
+    [
+        "Alignment of msgl_tensor_map",
+    ][::std::mem::align_of::<msgl_tensor_map>() - 128usize];
+    [
+        "Offset of field: msgl_tensor_map::opaque",
+    ][::std::mem::offset_of!(msgl_tensor_map, opaque) - 0usize];
+};
+impl Default for msgl_tensor_map {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[repr(align(128))]
+#[derive(Debug, Copy, Clone)]
+pub struct msgl_stream_gemm_params {
+    pub w_map: msgl_tensor_map,
+    pub x_map: msgl_tensor_map,
+    pub out: *mut ::std::os::raw::c_void,
+    pub bias: *const ::std::os::raw::c_void,
+    pub m: i64,
+    pub n: i64,
+    pub k: i64,
+    pub stages: i32,
+    pub chunk: i32,
+    pub whole_rows: i32,
+    pub reserved: i32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of msgl_stream_gemm_params",
+    ][::std::mem::size_of::<msgl_stream_gemm_params>() - 384usize];
+    [
+        "Alignment of msgl_stream_gemm_params",
+    ][::std::mem::align_of::<msgl_stream_gemm_params>() - 128usize];
+    [
+        "Offset of field: msgl_stream_gemm_params::w_map",
+    ][::std::mem::offset_of!(msgl_stream_gemm_params, w_map) - 0usize];
+    [
+        "Offset of field: msgl_stream_gemm_params::x_map",
+    ][::std::mem::offset_of!(msgl_stream_gemm_params, x_map) - 128usize];
+    [
+        "Offset of field: msgl_stream_gemm_params::out",
+    ][::std::mem::offset_of!(msgl_stream_gemm_params, out) - 256usize];
+    [
+        "Offset of field: msgl_stream_gemm_params::bias",
+    ][::std::mem::offset_of!(msgl_stream_gemm_params, bias) - 264usize];
+    [
+        "Offset of field: msgl_stream_gemm_params::m",
+    ][::std::mem::offset_of!(msgl_stream_gemm_params, m) - 272usize];
+    [
+        "Offset of field: msgl_stream_gemm_params::n",
+    ][::std::mem::offset_of!(msgl_stream_gemm_params, n) - 280usize];
+    [
+        "Offset of field: msgl_stream_gemm_params::k",
+    ][::std::mem::offset_of!(msgl_stream_gemm_params, k) - 288usize];
+    [
+        "Offset of field: msgl_stream_gemm_params::stages",
+    ][::std::mem::offset_of!(msgl_stream_gemm_params, stages) - 296usize];
+    [
+        "Offset of field: msgl_stream_gemm_params::chunk",
+    ][::std::mem::offset_of!(msgl_stream_gemm_params, chunk) - 300usize];
+    [
+        "Offset of field: msgl_stream_gemm_params::whole_rows",
+    ][::std::mem::offset_of!(msgl_stream_gemm_params, whole_rows) - 304usize];
+    [
+        "Offset of field: msgl_stream_gemm_params::reserved",
+    ][::std::mem::offset_of!(msgl_stream_gemm_params, reserved) - 308usize];
+};
+impl Default for msgl_stream_gemm_params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct msgl_fill_uniform_params {
     pub out: *mut ::std::os::raw::c_void,
@@ -1625,6 +1717,24 @@ pub struct KernelLibrary {
         chunk: i32,
         stages: i32,
     ) -> i64,
+    pub msgl_stream_gemm: unsafe extern "C" fn(
+        out: *const msgl_tensor,
+        x: *const msgl_tensor,
+        w: *const msgl_tensor,
+        bias: *const msgl_tensor,
+        w_map: *const msgl_tensor_map,
+        x_map: *const msgl_tensor_map,
+        whole_rows: i32,
+        chunk: i32,
+        stages: i32,
+        blocks: i32,
+        stream: msgl_stream,
+    ) -> i32,
+    pub msgl_stream_gemm_smem_bytes: unsafe extern "C" fn(
+        n_tiles: i32,
+        chunk: i32,
+        stages: i32,
+    ) -> i64,
     pub msgl_fill_uniform: unsafe extern "C" fn(
         out: *const msgl_tensor,
         seed: u64,
@@ -1819,6 +1929,10 @@ impl KernelLibrary {
         let msgl_skinny_tiled_smem_bytes = __library
             .get(b"msgl_skinny_tiled_smem_bytes\0")
             .map(|sym| *sym)?;
+        let msgl_stream_gemm = __library.get(b"msgl_stream_gemm\0").map(|sym| *sym)?;
+        let msgl_stream_gemm_smem_bytes = __library
+            .get(b"msgl_stream_gemm_smem_bytes\0")
+            .map(|sym| *sym)?;
         let msgl_fill_uniform = __library.get(b"msgl_fill_uniform\0").map(|sym| *sym)?;
         let msgl_silu_mul = __library.get(b"msgl_silu_mul\0").map(|sym| *sym)?;
         let msgl_argmax = __library.get(b"msgl_argmax\0").map(|sym| *sym)?;
@@ -1861,6 +1975,8 @@ impl KernelLibrary {
             msgl_skinny_gemm,
             msgl_skinny_tiled,
             msgl_skinny_tiled_smem_bytes,
+            msgl_stream_gemm,
+            msgl_stream_gemm_smem_bytes,
             msgl_fill_uniform,
             msgl_silu_mul,
             msgl_argmax,
@@ -2090,6 +2206,43 @@ impl KernelLibrary {
         stages: i32,
     ) -> i64 {
         (self.msgl_skinny_tiled_smem_bytes)(n_tiles, warps_n, chunk, stages)
+    }
+    pub unsafe fn msgl_stream_gemm(
+        &self,
+        out: *const msgl_tensor,
+        x: *const msgl_tensor,
+        w: *const msgl_tensor,
+        bias: *const msgl_tensor,
+        w_map: *const msgl_tensor_map,
+        x_map: *const msgl_tensor_map,
+        whole_rows: i32,
+        chunk: i32,
+        stages: i32,
+        blocks: i32,
+        stream: msgl_stream,
+    ) -> i32 {
+        (self
+            .msgl_stream_gemm)(
+            out,
+            x,
+            w,
+            bias,
+            w_map,
+            x_map,
+            whole_rows,
+            chunk,
+            stages,
+            blocks,
+            stream,
+        )
+    }
+    pub unsafe fn msgl_stream_gemm_smem_bytes(
+        &self,
+        n_tiles: i32,
+        chunk: i32,
+        stages: i32,
+    ) -> i64 {
+        (self.msgl_stream_gemm_smem_bytes)(n_tiles, chunk, stages)
     }
     pub unsafe fn msgl_fill_uniform(
         &self,
