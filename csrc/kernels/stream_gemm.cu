@@ -1,7 +1,9 @@
 /*
  * stream_gemm.cu: out[m, n] = x[m, :] . w[n, :] (+ bias[n]) for m <= 16 rows and
- * large weights (tens to hundreds of MiB: Llama-3-8B's projections, LM heads), at
- * the weight-streaming limit of a Hopper GPU.
+ * large weights (tens to hundreds of MiB: Llama-3-8B's projections, LM heads),
+ * streamed by the copy engine. Off by default in `linear` (gpu/stream_gemm.rs says
+ * why: it matches or beats cuBLASLt launch for launch, 3.2-3.9 TB/s on Llama-3-8B's
+ * projections at m = 1, but graphed decode steps got slower with it).
  *
  * Why a third decode GEMM: skinny_gemm.cu keeps its weights in flight in
  * registers (at most two stages of two k-steps a warp, 32-64 KiB an SM), and its
@@ -10,15 +12,16 @@
  * these shapes (docs/PERF.md, fifth session). Here the copy engine does the
  * streaming:
  *
- *   - one producer thread issues 2-D tensor copies (`cp.async.bulk.tensor`,
- *     sm_90) of 16 weight rows x 256 k (8 KiB a copy) and of the x rows' matching
- *     boxes into a ring of `stages` shared-memory stages of `chunk` k (256, 512
- *     or 1024: 8-32 KiB of weights), each completing on its own mbarrier with a
- *     byte count; about 100-150 KiB an SM in flight, and no registers spent. Few
- *     large copies matter: with 1-D bulk copies of one row's chunk each (1-2 KiB),
- *     the copy count, not HBM, bounded the first version (1.5-2.8 TB/s at 1 KiB
- *     rows, 3.5-4.0 at 2 KiB, and m = 16 with its 16 x-row copies a stage half
- *     that; docs/PERF.md, eighth session);
+ *   - one producer thread issues tensor copies (`cp.async.bulk.tensor`, sm_90)
+ *     into a ring of `stages` shared-memory stages of `chunk` k (256, 512 or
+ *     1024: 8-32 KiB of weights), each completing on its own mbarrier with a byte
+ *     count; about 100-150 KiB an SM in flight, and no registers spent. When k is
+ *     a multiple of 256, one 3-D copy a stage brings each of 16 weight rows' whole
+ *     chunk (and one more the x rows'); else 2-D copies of 16 rows x 256 k (8 KiB
+ *     each). Few large copies matter: with 1-D bulk copies of one row's chunk each
+ *     (1-2 KiB), the copy count, not HBM, bounded an earlier version (1.5-2.8
+ *     TB/s at 1 KiB rows, 3.5-4.0 at 2 KiB, and m = 16 with its 16 x-row copies a
+ *     stage half that; docs/PERF.md, eighth session);
  *   - a persistent grid of one block an SM (up to the tile count), block b owning
  *     the contiguous tiles [T b / G, T (b + 1) / G) of the T = ceil(n / 16)
  *     16-row weight tiles, so that every SM streams the same bytes within one
