@@ -18,32 +18,9 @@
 mod common;
 
 use anyhow::{ensure, Context, Result};
-use common::{enabled_or_dry_run as enabled, gpu, poison_next_alloc, random, rng, tol, view_like};
+use common::{assert_close, enabled_or_dry_run as enabled, gpu, poison_next_alloc, random, rng, tol, view_like};
 use kernel_runtime::ops::{self, TiledPlan};
 use kernel_runtime::{DType, Tensor};
-
-fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
-    let (mut num, mut den) = (0f64, 0f64);
-    for (a, b) in got.iter().zip(want) {
-        if !a.is_finite() {
-            return f64::INFINITY;
-        }
-        num += (f64::from(*a) - f64::from(*b)).powi(2);
-        den += f64::from(*b).powi(2);
-    }
-    if den == 0.0 {
-        num.sqrt()
-    } else {
-        (num / den).sqrt()
-    }
-}
-
-fn assert_close(what: &str, got: &Tensor, want: &Tensor, tol: f64) -> Result<()> {
-    ensure!(got.shape() == want.shape(), "{what}: shapes {:?} and {:?} differ", got.shape(), want.shape());
-    let err = rel_l2(&got.to_f32_vec()?, &want.to_f32_vec()?);
-    ensure!(err <= tol, "{what}: relative L2 error {err:.3e} > {tol:.0e}");
-    Ok(())
-}
 
 /// Explicit plans for m rows and k columns: every block shape, chunk, depth and
 /// split the kernel takes, with the tiles that hold m (at most 16) and half as

@@ -17,6 +17,28 @@ use crate::tensor::Tensor;
 
 use super::check::common_device;
 
+/// The operand checks the decode GEMM ops share: `x` `[m, k]` and `w` `[n, k]`
+/// contiguous on one device, one 16-bit dtype, `bias` `[n]` contiguous of the same
+/// dtype and device. Returns the device and `[m, n, k]`.
+fn gemm_operands(op: &'static str, x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<(Device, [usize; 3])> {
+    let device = common_device(op, &[("x", x), ("w", w)])?;
+    let [m, k] = x.dims::<2>(op, "x")?;
+    let [n, wk] = w.dims::<2>(op, "w")?;
+    if wk != k {
+        return Err(Error::arg(
+            op,
+            format!("argument `w` has shape {:?}, expected [_, {k}] to match `x` {:?}", w.shape(), x.shape()),
+        ));
+    }
+    x.expect_dtype(op, "x", &[DType::BF16, DType::F16])?;
+    w.expect_dtype(op, "w", &[x.dtype()])?.expect_contiguous(op, "w")?;
+    if let Some(b) = bias {
+        b.expect_shape(op, "bias", &[n])?.expect_device(op, "bias", device)?.expect_dtype(op, "bias", &[x.dtype()])?;
+        b.expect_contiguous(op, "bias")?;
+    }
+    Ok((device, [m, n, k]))
+}
+
 /// Forces the skinny path of [`super::linear`] on (`Some(true)`) or off
 /// (`Some(false)`) for this process, or back to `MINISGL_SKINNY_GEMM` (`None`;
 /// the path is on unless that variable is `0`). For A/B benchmarks.
@@ -63,21 +85,7 @@ pub fn skinny_tiled_default_plan(m: usize, n: usize, k: usize, sms: usize) -> Ti
 /// the reference `linear`.
 pub fn skinny_tiled(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, plan: Option<TiledPlan>) -> Result<Tensor> {
     const OP: &str = "skinny_tiled";
-    let device = common_device(OP, &[("x", x), ("w", w)])?;
-    let [m, k] = x.dims::<2>(OP, "x")?;
-    let [n, wk] = w.dims::<2>(OP, "w")?;
-    if wk != k {
-        return Err(Error::arg(
-            OP,
-            format!("argument `w` has shape {:?}, expected [_, {k}] to match `x` {:?}", w.shape(), x.shape()),
-        ));
-    }
-    x.expect_dtype(OP, "x", &[DType::BF16, DType::F16])?;
-    w.expect_dtype(OP, "w", &[x.dtype()])?.expect_contiguous(OP, "w")?;
-    if let Some(b) = bias {
-        b.expect_shape(OP, "bias", &[n])?.expect_device(OP, "bias", device)?.expect_dtype(OP, "bias", &[x.dtype()])?;
-        b.expect_contiguous(OP, "bias")?;
-    }
+    let (device, [m, n, k]) = gemm_operands(OP, x, w, bias)?;
     if m == 0 || k == 0 || !k.is_multiple_of(32) {
         return Err(Error::arg(OP, format!("needs m >= 1 and k a positive multiple of 32, got x {:?}", x.shape())));
     }
@@ -113,21 +121,7 @@ pub use crate::gpu::stream_gemm::StreamPlan;
 /// the reference `linear`.
 pub fn stream_gemm(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, plan: Option<StreamPlan>) -> Result<Tensor> {
     const OP: &str = "stream_gemm";
-    let device = common_device(OP, &[("x", x), ("w", w)])?;
-    let [m, k] = x.dims::<2>(OP, "x")?;
-    let [n, wk] = w.dims::<2>(OP, "w")?;
-    if wk != k {
-        return Err(Error::arg(
-            OP,
-            format!("argument `w` has shape {:?}, expected [_, {k}] to match `x` {:?}", w.shape(), x.shape()),
-        ));
-    }
-    x.expect_dtype(OP, "x", &[DType::BF16, DType::F16])?;
-    w.expect_dtype(OP, "w", &[x.dtype()])?.expect_contiguous(OP, "w")?;
-    if let Some(b) = bias {
-        b.expect_shape(OP, "bias", &[n])?.expect_device(OP, "bias", device)?.expect_dtype(OP, "bias", &[x.dtype()])?;
-        b.expect_contiguous(OP, "bias")?;
-    }
+    let (device, [m, n, k]) = gemm_operands(OP, x, w, bias)?;
     if !(1..=crate::gpu::stream_gemm::MAX_ROWS).contains(&m) || k == 0 || !k.is_multiple_of(32) {
         return Err(Error::arg(
             OP,
@@ -163,21 +157,7 @@ pub fn skinny_gemm(
     k_splits: Option<usize>,
 ) -> Result<Tensor> {
     const OP: &str = "skinny_gemm";
-    let device = common_device(OP, &[("x", x), ("w", w)])?;
-    let [m, k] = x.dims::<2>(OP, "x")?;
-    let [n, wk] = w.dims::<2>(OP, "w")?;
-    if wk != k {
-        return Err(Error::arg(
-            OP,
-            format!("argument `w` has shape {:?}, expected [_, {k}] to match `x` {:?}", w.shape(), x.shape()),
-        ));
-    }
-    x.expect_dtype(OP, "x", &[DType::BF16, DType::F16])?;
-    w.expect_dtype(OP, "w", &[x.dtype()])?.expect_contiguous(OP, "w")?;
-    if let Some(b) = bias {
-        b.expect_shape(OP, "bias", &[n])?.expect_device(OP, "bias", device)?.expect_dtype(OP, "bias", &[x.dtype()])?;
-        b.expect_contiguous(OP, "bias")?;
-    }
+    let (device, [m, n, k]) = gemm_operands(OP, x, w, bias)?;
     if !(1..=crate::gpu::skinny::MAX_ROWS).contains(&m) || k == 0 || !k.is_multiple_of(32) {
         return Err(Error::arg(
             OP,

@@ -86,3 +86,30 @@ pub fn poison_next_alloc(bytes: usize) -> Result<()> {
     drop(Tensor::from_bytes(&vec![0xffu8; bytes.max(1)], DType::U8, &[bytes.max(1)], target())?);
     Ok(())
 }
+
+/// Relative L2 error of `got` against `want` (the absolute one when `want` is all
+/// zeros); infinite when `got` holds a non-finite value (an unwritten, poisoned
+/// element).
+pub fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
+    let (mut num, mut den) = (0f64, 0f64);
+    for (a, b) in got.iter().zip(want) {
+        if !a.is_finite() {
+            return f64::INFINITY;
+        }
+        num += (f64::from(*a) - f64::from(*b)).powi(2);
+        den += f64::from(*b).powi(2);
+    }
+    if den == 0.0 {
+        num.sqrt()
+    } else {
+        (num / den).sqrt()
+    }
+}
+
+/// Fails unless `got` has `want`'s shape and a relative L2 error within `tol`.
+pub fn assert_close(what: &str, got: &Tensor, want: &Tensor, tol: f64) -> Result<()> {
+    anyhow::ensure!(got.shape() == want.shape(), "{what}: shapes {:?} and {:?} differ", got.shape(), want.shape());
+    let err = rel_l2(&got.to_f32_vec()?, &want.to_f32_vec()?);
+    anyhow::ensure!(err <= tol, "{what}: relative L2 error {err:.3e} > {tol:.0e}");
+    Ok(())
+}
