@@ -32,6 +32,7 @@ pub struct CudaDevice {
     /// Compute capability (major, minor).
     capability: (i32, i32),
     sm_count: i32,
+    l2_cache_bytes: usize,
     name: String,
 }
 
@@ -88,6 +89,9 @@ pub fn device(ordinal: usize) -> Result<Arc<CudaDevice>> {
     let sm_count = ctx
         .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
         .map_err(Error::driver("reading the multiprocessor count"))?;
+    let l2_cache_bytes = ctx
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
+        .map_err(Error::driver("reading the L2 cache size"))?;
     let name = ctx.name().unwrap_or_else(|_| "unknown".into());
     let dev = Arc::new(CudaDevice {
         ordinal,
@@ -96,6 +100,7 @@ pub fn device(ordinal: usize) -> Result<Arc<CudaDevice>> {
         alloc: Mutex::new(alloc::DeviceMemory::default()),
         capability,
         sm_count,
+        l2_cache_bytes: usize::try_from(l2_cache_bytes).unwrap_or(0),
         name,
     });
     map.insert(ordinal, dev.clone());
@@ -126,6 +131,11 @@ impl CudaDevice {
     /// Streaming multiprocessors.
     pub fn sm_count(&self) -> i32 {
         self.sm_count
+    }
+
+    /// Bytes of L2 cache.
+    pub fn l2_cache_bytes(&self) -> usize {
+        self.l2_cache_bytes
     }
 
     /// The compute stream every op of this device is enqueued on.
