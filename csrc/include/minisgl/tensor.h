@@ -764,7 +764,7 @@ MSGL_API int32_t msgl_fill_uniform(const msgl_tensor* out, uint64_t seed, float 
                                    int32_t grid, msgl_stream stream);
 
 /* l2_prefetch: the ranges of `p` (checked: aligned, sizes multiples of 16, count
- * 0..MSGL_L2_PREFETCH_REGIONS), grid blocks of 32 threads, launched under PDL;
+ * 0..MSGL_L2_PREFETCH_REGIONS), grid blocks of 32 threads on `stream` (no PDL);
  * bulk: the BULK instance (1 on sm_90 and later). */
 MSGL_API int32_t msgl_l2_prefetch(const msgl_l2_prefetch_params* p, int32_t grid, int32_t bulk, msgl_stream stream);
 

@@ -1,5 +1,7 @@
 //! L2 prefetch on CUDA (csrc/kernels/l2_prefetch.cu): asks the cache to fetch
-//! weights ahead of the projection that reads them.
+//! weights ahead of the projection that reads them, on the device's side stream
+//! (forked from the compute stream where the prefetch is enqueued; nothing on the
+//! compute stream waits for it).
 //!
 //! The launch shape is chosen here: one warp a block, and pieces of the ranges
 //! sized so that the whole grid holds about one piece a thread on every SM (4 KiB
@@ -10,7 +12,7 @@ use crate::error::Result;
 use crate::sys::kernels::{msgl_l2_prefetch_params, MSGL_L2_PREFETCH_REGIONS};
 use crate::tensor::Tensor;
 
-use super::launch::{device_of, dispatch, grid_u32};
+use super::launch::{device_of, dispatch_on, grid_u32};
 
 /// l2_prefetch.cu's kPrefetchThreads.
 const THREADS: usize = 32;
@@ -72,21 +74,28 @@ pub(crate) fn prefetch_l2(tensors: &[&Tensor]) -> Result<()> {
         p.chunk_bytes = piece as i64;
         let grid = grid_u32(OP, total_pieces.div_ceil(THREADS))?;
         let bulk = i32::from(dev.capability().0 >= 9);
-        dispatch(
-            OP,
-            dev,
-            "l2_prefetch",
-            &[("BULK", i64::from(bulk))],
-            |lib, stream| {
-                // SAFETY: `p` holds ranges inside live device tensors (trimmed to 16-byte
-                // boundaries); the kernel only issues cache prefetches of them.
-                unsafe { lib.msgl_l2_prefetch(&p, grid as i32, bulk, stream) }
-            },
-            |f| {
-                // SAFETY: as above; `p` is the params struct the entry takes.
-                unsafe { f.launch(dev, grid, THREADS as u32, 0, &p) }
-            },
-        )?;
+        // On the side stream: the kernels after it on the compute stream must not
+        // wait for it (a grid's end waits for its prefetches to land, which would put
+        // the whole fetch on the step's critical path).
+        dev.on_side_stream(|side| {
+            dispatch_on(
+                OP,
+                dev,
+                side,
+                "l2_prefetch",
+                &[("BULK", i64::from(bulk))],
+                |lib, stream| {
+                    // SAFETY: `p` holds ranges inside live device tensors (trimmed to
+                    // 16-byte boundaries); the kernel only issues cache prefetches of them.
+                    unsafe { lib.msgl_l2_prefetch(&p, grid as i32, bulk, stream) }
+                },
+                |f| {
+                    // SAFETY: as above; `p` is the params struct the entry takes, `side`
+                    // the device's side stream.
+                    unsafe { f.launch_on(dev, side, grid, THREADS as u32, 0, &p) }
+                },
+            )
+        })?;
     }
     Ok(())
 }
