@@ -9,8 +9,7 @@
 //! on sm_90: its default plan `stream` and `stream-ch<chunk>-st<stages>[-2d]`),
 //! plus `ops::linear` as the dispatch rule runs it.
 //! Set `MINISGL_GEMM_BENCH_SHAPES=llama3-8b` (a substring of "model proj") to run
-//! some shapes only, `MINISGL_GEMM_BENCH_HOT=1` to keep one copy of each weight
-//! (found in the L2 where it fits: the ceiling of `ops::prefetch_l2`). Criterion
+//! some shapes only. Criterion
 //! timing with CUDA events around back-to-back launches (`iter_custom`), and one
 //! plain-text line per case for run scripts:
 //!
@@ -176,10 +175,7 @@ fn random_bf16(n: usize, seed: u64, scale: f32) -> Vec<half::bf16> {
 /// `copies` distinct device buffers holding one random `[n, k]` matrix, shared by
 /// every case of a shape (generated once: lm_head's is 311 MB).
 fn weights(n: usize, k: usize) -> kernel_runtime::Result<Rc<Vec<Tensor>>> {
-    // MINISGL_GEMM_BENCH_HOT=1: one copy, read from the L2 where it fits (what
-    // an L2 prefetch ahead of the projection could give at most).
-    let hot = std::env::var("MINISGL_GEMM_BENCH_HOT").is_ok_and(|v| v.trim() == "1");
-    let copies = if hot { 1 } else { ROTATE_BYTES.div_ceil(n * k * 2).clamp(2, 64) };
+    let copies = ROTATE_BYTES.div_ceil(n * k * 2).clamp(2, 64);
     let host = random_bf16(n * k, 7, 0.05);
     let ws =
         (0..copies).map(|_| Tensor::from_slice(&host, &[n, k], GPU)).collect::<kernel_runtime::Result<Vec<_>>>()?;

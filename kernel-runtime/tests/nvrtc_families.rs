@@ -31,9 +31,6 @@ fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
     for mode in [0, 1] {
         out.push(("penalty_count", vec![("MODE", mode)]));
     }
-    for bulk in [0, 1] {
-        out.push(("l2_prefetch", vec![("BULK", bulk)]));
-    }
     for dtype in [1, 2] {
         for n_tiles in [1, 2] {
             for m_tiles in [1, 2] {
@@ -175,7 +172,6 @@ fn every_new_family_has_a_jit_entry_and_aot_instances() {
         "logprobs",
         "cast",
         "copy",
-        "l2_prefetch",
         "attention",
         "prefill_attention",
     ] {

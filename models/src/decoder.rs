@@ -16,7 +16,6 @@ use crate::causal_lm::CausalLm;
 use crate::config::ModelConfig;
 use crate::ctx::{AttnBackend, ForwardBatch, ForwardCtx, KvCache};
 use crate::error::Result;
-use crate::l2_prefetch::{L2Prefetch, LayerPrefetch};
 use crate::layers::{AttnOptions, GatedMlp, ParallelLmHead, PreNorm, RmsNorm, RopeAttention, VocabParallelEmbedding};
 use crate::rotary::RotaryEmbedding;
 use crate::weights::{VarBuilder, Weights};
@@ -31,11 +30,6 @@ pub(crate) trait DecoderMlp: std::fmt::Debug + Send + Sync {
         let (x, residual) = pre.apply()?;
         Ok((self.forward(&x)?, residual))
     }
-
-    /// The weights every forward reads whatever its input, in the order it reads
-    /// them: what a step may ask the L2 to prefetch (`crate::l2_prefetch`). A
-    /// sparse MLP's experts depend on the routing and are not among them.
-    fn step_weights(&self) -> Vec<&Tensor>;
 
     /// Whether `forward` only enqueues device work whose launches depend on the
     /// row count alone (no host reads, no host-planned shapes), so that a CUDA
@@ -53,10 +47,6 @@ impl DecoderMlp for GatedMlp {
     fn forward_prenorm(&self, pre: PreNorm<'_>) -> Result<(Tensor, Tensor)> {
         GatedMlp::forward_prenorm(self, pre)
     }
-
-    fn step_weights(&self) -> Vec<&Tensor> {
-        self.weights().to_vec()
-    }
 }
 
 /// `LlamaDecoderLayer` (and `Qwen3MoeDecoderLayer`, with its MLP).
@@ -72,17 +62,9 @@ impl<M: DecoderMlp> DecoderLayer<M> {
     /// `(hidden, residual)` in, `(hidden, residual)` out; the residual add of the
     /// previous block happens in this layer's first norm. Each norm travels to the
     /// projection after it (qkv, gate_up), which runs both in one launch where it can.
-    /// `prefetch`: the L2 prefetches this layer enqueues (`crate::l2_prefetch`).
-    fn forward(
-        &self,
-        ctx: &ForwardCtx<'_>,
-        x: Tensor,
-        residual: Option<Tensor>,
-        prefetch: &LayerPrefetch<'_>,
-    ) -> Result<(Tensor, Tensor)> {
-        let pre = PreNorm { x, residual, norm: &self.input_layernorm };
-        let (x, residual) = self.self_attn.forward_prenorm(ctx, pre, &prefetch.during_attention)?;
-        ops::prefetch_l2(&prefetch.before_mlp)?;
+    fn forward(&self, ctx: &ForwardCtx<'_>, x: Tensor, residual: Option<Tensor>) -> Result<(Tensor, Tensor)> {
+        let (x, residual) =
+            self.self_attn.forward_prenorm(ctx, PreNorm { x, residual, norm: &self.input_layernorm })?;
         self.mlp.forward_prenorm(PreNorm { x, residual: Some(residual), norm: &self.post_attention_layernorm })
     }
 }
@@ -123,14 +105,11 @@ impl<M: DecoderMlp> DecoderModel<M> {
     }
 
     /// The final hidden states `[t, hidden]` of the batch's new tokens.
-    fn forward(&self, ctx: &ForwardCtx<'_>, prefetch: &L2Prefetch) -> Result<Tensor> {
+    fn forward(&self, ctx: &ForwardCtx<'_>) -> Result<Tensor> {
         let mut x = self.embed_tokens.forward(ctx.batch.input_ids())?;
         let mut residual = None;
-        let rows = ctx.batch.num_tokens();
-        for (i, layer) in self.layers.iter().enumerate() {
-            let next_qkv = self.layers.get(i + 1).map(|l| l.self_attn.qkv_weight());
-            let plan = prefetch.layer(rows, layer.self_attn.o_weight(), &layer.mlp.step_weights(), next_qkv);
-            let (h, r) = layer.forward(ctx, x, residual, &plan)?;
+        for layer in &self.layers {
+            let (h, r) = layer.forward(ctx, x, residual)?;
             x = h;
             residual = Some(r);
         }
@@ -145,7 +124,6 @@ pub(crate) struct Decoder<M> {
     model: DecoderModel<M>,
     lm_head: ParallelLmHead,
     attn: Box<dyn AttnBackend>,
-    prefetch: L2Prefetch,
     dtype: DType,
     device: Device,
 }
@@ -169,8 +147,7 @@ impl<M: DecoderMlp> Decoder<M> {
         };
         // The rank's view: its heads (what its KV cache and kernels see).
         let config = crate::tp::rank_config(config, weights.tp().shard())?;
-        let prefetch = L2Prefetch::for_device(weights.device())?;
-        Ok(Decoder { config, model, lm_head, attn, prefetch, dtype: weights.dtype(), device: weights.device() })
+        Ok(Decoder { config, model, lm_head, attn, dtype: weights.dtype(), device: weights.device() })
     }
 }
 
@@ -199,7 +176,7 @@ impl<M: DecoderMlp> CausalLm for Decoder<M> {
         crate::ctx::check_step(&self.config, self.dtype, self.device, batch, kv)?;
         let plan = self.attn.plan(batch)?;
         let ctx = ForwardCtx { batch, kv, attn: &*self.attn, plan: &plan };
-        let hidden = self.model.forward(&ctx, &self.prefetch)?;
+        let hidden = self.model.forward(&ctx)?;
         let hidden = match batch.logit_rows() {
             Some(rows) => ops::embedding(&hidden, rows, 0)?,
             None => hidden,

@@ -72,10 +72,6 @@ pub enum ModelError {
     #[error("invalid batch: {0}")]
     Batch(String),
 
-    /// An environment variable that tunes the engine has a value it cannot take.
-    #[error("environment variable {var}: {message}")]
-    InvalidSetting { var: &'static str, message: String },
-
     /// An op of the kernel runtime failed.
     #[error(transparent)]
     Runtime(#[from] kernel_runtime::Error),

@@ -35,7 +35,6 @@ pub mod error;
 pub mod generate;
 pub mod gguf;
 pub mod graph_inputs;
-mod l2_prefetch;
 pub mod layers;
 pub mod layout;
 pub mod llama;

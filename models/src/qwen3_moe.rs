@@ -51,13 +51,6 @@ impl DecoderMlp for Qwen3MoeMlp {
         }
     }
 
-    fn step_weights(&self) -> Vec<&Tensor> {
-        match self {
-            Qwen3MoeMlp::Dense(mlp) => mlp.weights().to_vec(),
-            Qwen3MoeMlp::Sparse(moe) => vec![moe.router_weight()],
-        }
-    }
-
     /// Dense layers, and sparse ones on the fused backend (launches sized by the
     /// row count, routing read on the device); the naive backend reads the
     /// routing back to the host, so its layers run eagerly.

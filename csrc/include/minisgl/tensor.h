@@ -336,23 +336,6 @@ typedef struct msgl_fill_uniform_params {
 } msgl_fill_uniform_params;
 
 /*
- * l2_prefetch: asks the L2 cache to fetch up to MSGL_L2_PREFETCH_REGIONS device
- * ranges (the weights of the next projections) while the kernels before them leave
- * HBM idle; nothing is read into registers or written. Each thread of the grid
- * issues the prefetches of its `chunk_bytes`-sized pieces of the concatenated
- * ranges (grid-stride). Instance parameter: BULK (1: one cp.async.bulk.prefetch
- * a piece, sm_90; 0: prefetch.global.L2 of each 128-byte line).
- */
-#define MSGL_L2_PREFETCH_REGIONS 4
-typedef struct msgl_l2_prefetch_params {
-  const void* ptr[MSGL_L2_PREFETCH_REGIONS]; /* device, 16-byte aligned */
-  int64_t bytes[MSGL_L2_PREFETCH_REGIONS];   /* multiples of 16 */
-  int64_t chunk_bytes;         /* a multiple of 128, at most 2^31 */
-  int32_t count;               /* ranges in use */
-  int32_t reserved;            /* 0 */
-} msgl_l2_prefetch_params;
-
-/*
  * silu_mul: out[t, j] = silu(x[t, j]) * x[t, inter + j], f32 compute.
  * Instance parameter: DTYPE.
  */
@@ -763,11 +746,6 @@ MSGL_API int64_t msgl_stream_gemm_smem_bytes(int32_t n_tiles, int32_t chunk, int
 MSGL_API int32_t msgl_fill_uniform(const msgl_tensor* out, uint64_t seed, float center, float half_width,
                                    int32_t grid, msgl_stream stream);
 
-/* l2_prefetch: the ranges of `p` (checked: aligned, sizes multiples of 16, count
- * 0..MSGL_L2_PREFETCH_REGIONS), grid blocks of 32 threads on `stream` (no PDL);
- * bulk: the BULK instance (1 on sm_90 and later). */
-MSGL_API int32_t msgl_l2_prefetch(const msgl_l2_prefetch_params* p, int32_t grid, int32_t bulk, msgl_stream stream);
-
 /* silu_mul: out [t, i] contiguous, x [t, 2i] contiguous, same dtype. */
 MSGL_API int32_t msgl_silu_mul(const msgl_tensor* out, const msgl_tensor* x, int32_t vectorized, msgl_stream stream);
 
@@ -894,7 +872,6 @@ static_assert(sizeof(msgl_store_params) == 80, "msgl_store_params layout changed
 static_assert(sizeof(msgl_index_params) == 56, "msgl_index_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_norm_params) == 112, "msgl_norm_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_rope_params) == 104, "msgl_rope_params layout changed: run cargo xtask codegen");
-static_assert(sizeof(msgl_l2_prefetch_params) == 80, "msgl_l2_prefetch_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_silu_mul_params) == 40, "msgl_silu_mul_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_argmax_params) == 80, "msgl_argmax_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_sample_params) == 48, "msgl_sample_params layout changed: run cargo xtask codegen");

@@ -77,13 +77,10 @@ impl CudaDevice {
             .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
             .map_err(Error::driver("starting a CUDA graph capture"))?;
         let recorded = record();
-        // Side-stream work forked during the capture must join it before it ends.
-        let joined = self.join_side_stream();
         // The capture always ends, so that the stream is usable again.
         let ended = self.stream.end_capture(sys::CUgraphInstantiate_flags(0));
         drop(mode);
         let value = recorded?;
-        joined?;
         let graph = ended
             .map_err(Error::driver("ending a CUDA graph capture"))?
             .ok_or_else(|| Error::NoCuda("the CUDA graph capture recorded no work".into()))?;

@@ -17,7 +17,7 @@ pub mod graph;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaStream};
+use cudarc::driver::{result, sys, CudaContext, CudaStream};
 
 use crate::error::{Error, Result};
 
@@ -28,27 +28,11 @@ pub struct CudaDevice {
     ordinal: usize,
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    /// The side stream ([`CudaDevice::on_side_stream`]), made on first use.
-    side: Mutex<Option<SideStream>>,
     alloc: Mutex<alloc::DeviceMemory>,
     /// Compute capability (major, minor).
     capability: (i32, i32),
     sm_count: i32,
-    l2_cache_bytes: usize,
     name: String,
-}
-
-/// A second stream for work that nothing on the compute stream waits for (L2
-/// prefetches): each use forks it from the compute stream; it joins back when
-/// the compute stream is synchronised or a capture ends.
-struct SideStream {
-    stream: Arc<CudaStream>,
-    /// Recorded on the compute stream at each fork.
-    fork: CudaEvent,
-    /// Recorded on the side stream at a join.
-    join: CudaEvent,
-    /// Work enqueued since the last join.
-    pending: bool,
 }
 
 impl std::fmt::Debug for CudaDevice {
@@ -104,19 +88,14 @@ pub fn device(ordinal: usize) -> Result<Arc<CudaDevice>> {
     let sm_count = ctx
         .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
         .map_err(Error::driver("reading the multiprocessor count"))?;
-    let l2_cache_bytes = ctx
-        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
-        .map_err(Error::driver("reading the L2 cache size"))?;
     let name = ctx.name().unwrap_or_else(|_| "unknown".into());
     let dev = Arc::new(CudaDevice {
         ordinal,
         ctx,
         stream,
-        side: Mutex::new(None),
         alloc: Mutex::new(alloc::DeviceMemory::default()),
         capability,
         sm_count,
-        l2_cache_bytes: usize::try_from(l2_cache_bytes).unwrap_or(0),
         name,
     });
     map.insert(ordinal, dev.clone());
@@ -149,11 +128,6 @@ impl CudaDevice {
         self.sm_count
     }
 
-    /// Bytes of L2 cache.
-    pub fn l2_cache_bytes(&self) -> usize {
-        self.l2_cache_bytes
-    }
-
     /// The compute stream every op of this device is enqueued on.
     pub fn cu_stream(&self) -> sys::CUstream {
         self.stream.cu_stream()
@@ -176,47 +150,7 @@ impl CudaDevice {
 
     /// Blocks until every op enqueued on the compute stream has finished.
     pub fn synchronize(&self) -> Result<()> {
-        self.join_side_stream()?;
         self.stream.synchronize().map_err(Error::driver("synchronising the compute stream"))
-    }
-
-    /// Runs `enqueue` with the side stream, forked from the compute stream: what
-    /// it enqueues starts after the work enqueued so far on the compute stream, and
-    /// nothing enqueued later there waits for it (until the next join: a
-    /// synchronisation, or the end of a capture, which records the side work in
-    /// the graph too).
-    pub fn on_side_stream(&self, enqueue: impl FnOnce(sys::CUstream) -> Result<()>) -> Result<()> {
-        self.bind()?;
-        let mut side = self.side.lock().map_err(|_| Error::NoCuda("the side stream was poisoned by a panic".into()))?;
-        if side.is_none() {
-            let made = (|| {
-                Ok::<_, cudarc::driver::DriverError>(SideStream {
-                    stream: self.ctx.new_stream()?,
-                    fork: self.ctx.new_event(None)?,
-                    join: self.ctx.new_event(None)?,
-                    pending: false,
-                })
-            })()
-            .map_err(Error::driver("creating the side stream"))?;
-            *side = Some(made);
-        }
-        let Some(s) = side.as_mut() else { return Ok(()) };
-        s.fork.record(&self.stream).map_err(Error::driver("recording the fork of the side stream"))?;
-        s.stream.wait(&s.fork).map_err(Error::driver("forking the side stream"))?;
-        s.pending = true;
-        enqueue(s.stream.cu_stream())
-    }
-
-    /// Makes the compute stream wait for the side stream's work so far.
-    pub(crate) fn join_side_stream(&self) -> Result<()> {
-        let mut side = self.side.lock().map_err(|_| Error::NoCuda("the side stream was poisoned by a panic".into()))?;
-        if let Some(s) = side.as_mut().filter(|s| s.pending) {
-            self.bind()?;
-            s.join.record(&s.stream).map_err(Error::driver("recording the join of the side stream"))?;
-            self.stream.wait(&s.join).map_err(Error::driver("joining the side stream"))?;
-            s.pending = false;
-        }
-        Ok(())
     }
 
     /// Free and total device memory, in bytes.

@@ -6,8 +6,6 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
-use cudarc::driver::sys::CUstream;
-
 use crate::cuda::CudaDevice;
 use crate::error::{Error, Result};
 use crate::kernels::{self, LoadedFunction, Resolved};
@@ -30,25 +28,11 @@ pub(super) fn dispatch(
     library: impl FnOnce(&KernelLibrary, msgl_stream) -> i32,
     function: impl FnOnce(&LoadedFunction) -> Result<()>,
 ) -> Result<()> {
-    dispatch_on(op, dev, dev.cu_stream(), family, values, library, function)
-}
-
-/// [`dispatch`] on `stream` (a stream of `dev`'s context) rather than the compute
-/// stream: `library` is given `stream`, `function` must launch on it.
-pub(super) fn dispatch_on(
-    op: &'static str,
-    dev: &CudaDevice,
-    stream: CUstream,
-    family: &str,
-    values: &[(&str, i64)],
-    library: impl FnOnce(&KernelLibrary, msgl_stream) -> i32,
-    function: impl FnOnce(&LoadedFunction) -> Result<()>,
-) -> Result<()> {
     let instance = kernels::Registry::get()?.family(family)?.instance(values)?;
     match kernels::resolve(dev, family, &instance)? {
         Resolved::Library(lib) => {
             dev.bind()?;
-            let status = library(lib.launchers(), stream.cast());
+            let status = library(lib.launchers(), dev.cu_stream().cast());
             kernels::check_status(lib, op, status)
         }
         Resolved::Function(f) => function(&f),

@@ -19,7 +19,6 @@
 //! | [`penalties`] | `penalty_count`, `apply_penalties` | `penalty_count`, `apply_penalties` |
 //! | [`logprobs`] | `logprobs` | `logprobs` |
 //! | [`random`] | `random` | `fill_uniform` |
-//! | [`l2_prefetch`] | `l2_prefetch` | `prefetch_l2` |
 //! | [`moe`] | `moe_route`, `moe_align`, `moe_gemm`, `moe_sum` | the MoE ops and the tile plan |
 //!
 //! Every launcher follows `ops::store`: it checks what the kernel needs beyond the
@@ -34,7 +33,6 @@ mod attention;
 mod convert;
 mod decode_plan;
 pub(crate) mod gemm;
-mod l2_prefetch;
 mod launch;
 mod logprobs;
 pub(crate) mod moe;
@@ -56,7 +54,6 @@ pub(crate) use attention::{decode_graph_splits, decode_kernel_fits, paged_attent
 pub(crate) use convert::{cast, copy};
 pub(crate) use decode_plan::{set_split_merge, set_tuning as set_decode_tuning, tuning as decode_tuning};
 pub(crate) use gemm::linear;
-pub(crate) use l2_prefetch::prefetch_l2;
 pub(crate) use logprobs::logprobs;
 pub(crate) use norm::{fused_add_rms_norm, head_rms_norm, rms_norm};
 pub(crate) use penalties::{apply_penalties, penalty_count};

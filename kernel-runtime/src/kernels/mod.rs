@@ -450,28 +450,17 @@ impl LoadedFunction {
         shared_bytes: u32,
         params: &P,
     ) -> Result<()> {
-        // SAFETY: the caller's contract; the device's own compute stream.
-        unsafe { self.launch_on(device, device.cu_stream(), grid, block, shared_bytes, params) }
-    }
-
-    /// [`LoadedFunction::launch`] on another stream of `device` (its side stream).
-    ///
-    /// # Safety
-    /// As for [`LoadedFunction::launch`]; `stream` must be a live stream of the
-    /// device's context.
-    pub unsafe fn launch_on<P>(
-        &self,
-        device: &CudaDevice,
-        stream: cu::CUstream,
-        grid: u32,
-        block: u32,
-        shared_bytes: u32,
-        params: &P,
-    ) -> Result<()> {
         device.bind()?;
         let mut args = [params as *const P as *mut c_void];
-        result::launch_kernel(self.function, (grid.max(1), 1, 1), (block, 1, 1), shared_bytes, stream, &mut args)
-            .map_err(Error::driver("launching a kernel"))
+        result::launch_kernel(
+            self.function,
+            (grid.max(1), 1, 1),
+            (block, 1, 1),
+            shared_bytes,
+            device.cu_stream(),
+            &mut args,
+        )
+        .map_err(Error::driver("launching a kernel"))
     }
 }
 

@@ -21,7 +21,6 @@
 //! | [`apply_token_mask`] | constrained decoding's token masks, -inf where disallowed |
 //! | [`penalty_count`], [`apply_penalties`] | repetition/frequency/presence penalties from per-slot counters |
 //! | [`logprobs`] | log probabilities of sampled tokens and the top alternatives |
-//! | [`prefetch_l2`] | fetch weights into the L2 cache ahead of the projection that reads them (a hint) |
 //! | [`fill_uniform`] | deterministic uniform values, the same on every device (dummy weights) |
 //! | [`paged_attention`], [`set_decode_split_merge`], [`set_decode_tuning`] | attention over the paged KV cache (prefill and decode), and the decode kernel's split merge switch and run-time tuning |
 //! | [`moe_route`], [`moe_align`], [`moe_gemm`], [`moe_sum`], [`fused_experts`], [`fused_moe`] | mixture of experts (`moe` module) |
@@ -35,7 +34,6 @@ mod index;
 mod logprobs;
 pub mod moe;
 mod penalties;
-mod prefetch;
 mod random;
 mod sampling;
 mod skinny;
@@ -59,7 +57,6 @@ pub use moe::{
     MoePlan, MoeRouting,
 };
 pub use penalties::{apply_penalties, penalty_count, CountKind, PenaltyRow, PROMPT_BIT};
-pub use prefetch::prefetch_l2;
 pub use random::fill_uniform;
 pub use sampling::{apply_token_mask, sample, sample_into, SampleRow};
 pub use skinny::{

@@ -6,7 +6,6 @@
 
 pub const MSGL_ABI_VERSION: u32 = 4;
 pub const MSGL_MAX_DIMS: u32 = 6;
-pub const MSGL_L2_PREFETCH_REGIONS: u32 = 4;
 pub const MSGL_MOE_MAX_EXPERTS: u32 = 512;
 pub const MSGL_MOE_MAX_TOP_K: u32 = 32;
 pub const MSGL_MOE_ALIGN_SMALL: u32 = 4096;
@@ -774,48 +773,6 @@ const _: () = {
     ][::std::mem::offset_of!(msgl_fill_uniform_params, half_width) - 28usize];
 };
 impl Default for msgl_fill_uniform_params {
-    fn default() -> Self {
-        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
-        unsafe {
-            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
-            s.assume_init()
-        }
-    }
-}
-#[repr(C)]
-#[derive(Debug, Copy, Clone)]
-pub struct msgl_l2_prefetch_params {
-    pub ptr: [*const ::std::os::raw::c_void; 4usize],
-    pub bytes: [i64; 4usize],
-    pub chunk_bytes: i64,
-    pub count: i32,
-    pub reserved: i32,
-}
-#[allow(clippy::unnecessary_operation, clippy::identity_op)]
-const _: () = {
-    [
-        "Size of msgl_l2_prefetch_params",
-    ][::std::mem::size_of::<msgl_l2_prefetch_params>() - 80usize];
-    [
-        "Alignment of msgl_l2_prefetch_params",
-    ][::std::mem::align_of::<msgl_l2_prefetch_params>() - 8usize];
-    [
-        "Offset of field: msgl_l2_prefetch_params::ptr",
-    ][::std::mem::offset_of!(msgl_l2_prefetch_params, ptr) - 0usize];
-    [
-        "Offset of field: msgl_l2_prefetch_params::bytes",
-    ][::std::mem::offset_of!(msgl_l2_prefetch_params, bytes) - 32usize];
-    [
-        "Offset of field: msgl_l2_prefetch_params::chunk_bytes",
-    ][::std::mem::offset_of!(msgl_l2_prefetch_params, chunk_bytes) - 64usize];
-    [
-        "Offset of field: msgl_l2_prefetch_params::count",
-    ][::std::mem::offset_of!(msgl_l2_prefetch_params, count) - 72usize];
-    [
-        "Offset of field: msgl_l2_prefetch_params::reserved",
-    ][::std::mem::offset_of!(msgl_l2_prefetch_params, reserved) - 76usize];
-};
-impl Default for msgl_l2_prefetch_params {
     fn default() -> Self {
         let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
         unsafe {
@@ -1786,12 +1743,6 @@ pub struct KernelLibrary {
         grid: i32,
         stream: msgl_stream,
     ) -> i32,
-    pub msgl_l2_prefetch: unsafe extern "C" fn(
-        p: *const msgl_l2_prefetch_params,
-        grid: i32,
-        bulk: i32,
-        stream: msgl_stream,
-    ) -> i32,
     pub msgl_silu_mul: unsafe extern "C" fn(
         out: *const msgl_tensor,
         x: *const msgl_tensor,
@@ -1983,7 +1934,6 @@ impl KernelLibrary {
             .get(b"msgl_stream_gemm_smem_bytes\0")
             .map(|sym| *sym)?;
         let msgl_fill_uniform = __library.get(b"msgl_fill_uniform\0").map(|sym| *sym)?;
-        let msgl_l2_prefetch = __library.get(b"msgl_l2_prefetch\0").map(|sym| *sym)?;
         let msgl_silu_mul = __library.get(b"msgl_silu_mul\0").map(|sym| *sym)?;
         let msgl_argmax = __library.get(b"msgl_argmax\0").map(|sym| *sym)?;
         let msgl_sample = __library.get(b"msgl_sample\0").map(|sym| *sym)?;
@@ -2028,7 +1978,6 @@ impl KernelLibrary {
             msgl_stream_gemm,
             msgl_stream_gemm_smem_bytes,
             msgl_fill_uniform,
-            msgl_l2_prefetch,
             msgl_silu_mul,
             msgl_argmax,
             msgl_sample,
@@ -2305,15 +2254,6 @@ impl KernelLibrary {
         stream: msgl_stream,
     ) -> i32 {
         (self.msgl_fill_uniform)(out, seed, center, half_width, grid, stream)
-    }
-    pub unsafe fn msgl_l2_prefetch(
-        &self,
-        p: *const msgl_l2_prefetch_params,
-        grid: i32,
-        bulk: i32,
-        stream: msgl_stream,
-    ) -> i32 {
-        (self.msgl_l2_prefetch)(p, grid, bulk, stream)
     }
     pub unsafe fn msgl_silu_mul(
         &self,

@@ -96,28 +96,10 @@ impl RopeAttention {
     }
 
     /// The layer's pre-norm step and [`RopeAttention::forward`], the step fused into
-    /// the qkv projection: `(output, residual)`. `prefetch`: weights read after the
-    /// attention (o_proj's first), whose L2 prefetch is enqueued right after qkv so
-    /// that it overlaps RoPE, the KV store and the attention (`crate::l2_prefetch`).
-    pub fn forward_prenorm(
-        &self,
-        ctx: &ForwardCtx<'_>,
-        pre: PreNorm<'_>,
-        prefetch: &[&Tensor],
-    ) -> Result<(Tensor, Tensor)> {
+    /// the qkv projection: `(output, residual)`.
+    pub fn forward_prenorm(&self, ctx: &ForwardCtx<'_>, pre: PreNorm<'_>) -> Result<(Tensor, Tensor)> {
         let (qkv, residual) = self.qkv_proj.forward_prenorm(pre, false)?;
-        ops::prefetch_l2(prefetch)?;
         Ok((self.attend(ctx, qkv)?, residual))
-    }
-
-    /// The fused qkv projection's weight (this rank's heads).
-    pub fn qkv_weight(&self) -> &Tensor {
-        self.qkv_proj.weight()
-    }
-
-    /// o_proj's weight (this rank's columns).
-    pub fn o_weight(&self) -> &Tensor {
-        self.o_proj.weight()
     }
 
     /// Everything after the qkv projection: `qkv` `[t, (hq + 2 hkv) d]` to `[t, hidden]`.

@@ -146,11 +146,6 @@ impl ColumnParallelLinear {
         self.linear.forward_prenorm(pre, gated)
     }
 
-    /// This rank's `[out, in]` weight.
-    pub fn weight(&self) -> &Tensor {
-        self.linear.weight()
-    }
-
     /// Output features of each fused part (on this rank).
     pub fn part_sizes(&self) -> &[usize] {
         &self.part_sizes
@@ -184,11 +179,6 @@ impl RowParallelLinear {
         let weight = vb.get_slice("weight", &[out_features, in_features], slice)?;
         let bias = if bias && tp.shard().rank() == 0 { Some(vb.get("bias", &[out_features])?) } else { None };
         Ok(RowParallelLinear { linear: Linear::new(weight, bias), tp })
-    }
-
-    /// This rank's columns of the `[out, in]` weight.
-    pub fn weight(&self) -> &Tensor {
-        self.linear.weight()
     }
 
     /// `x` `[t, in / tp]` (this rank's features) to a new `[t, out]`, summed over

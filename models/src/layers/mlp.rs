@@ -39,11 +39,6 @@ impl GatedMlp {
         self.down_proj.forward(&self.gate_up_proj.forward_silu_mul(x)?)
     }
 
-    /// gate_up's and down's weights, in the order a forward reads them.
-    pub fn weights(&self) -> [&Tensor; 2] {
-        [self.gate_up_proj.weight(), self.down_proj.weight()]
-    }
-
     /// The layer's pre-norm step and [`GatedMlp::forward`], the step fused into the
     /// gate_up projection: `(output, residual)`.
     pub fn forward_prenorm(&self, pre: PreNorm<'_>) -> Result<(Tensor, Tensor)> {

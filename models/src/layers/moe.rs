@@ -149,11 +149,6 @@ impl SparseMoeBlock {
         self.backend == MoeBackendKind::Fused
     }
 
-    /// The router's weight `[E, hidden]`.
-    pub fn router_weight(&self) -> &Tensor {
-        self.gate.weight()
-    }
-
     /// The packed experts `(w13 [E, 2I, H], w2 [E, H, I])`.
     pub fn experts(&self) -> (&Tensor, &Tensor) {
         (&self.w13, &self.w2)

@@ -1,4 +1,6 @@
 #!/bin/bash
+# (Ran the L2 prefetch of commits 3c1c7ca / a8a6519, reverted after call 2: it made every
+# bs=1 step slower; docs/PERF.md, ninth session.)
 # Ninth session, call 1 (the L2 prefetch of small decode steps): its tests and the cold /
 # after-prefetch GEMM figure, the tests the prefetch reaches (fixtures, graphs, overlap),
 # then the graphed steps of Llama-3-8B, Qwen3-0.6B and Qwen3-30B-A3B with the prefetch

@@ -1,4 +1,6 @@
 #!/bin/bash
+# (Ran the L2 prefetch of commits 3c1c7ca / a8a6519, reverted after call 2: it made every
+# bs=1 step slower; docs/PERF.md, ninth session.)
 # Ninth session, call 2 (the L2 prefetch moved to a side stream forked from the compute
 # stream): its tests, the tests the capture change reaches (graphs, fixtures, overlap), the
 # graphed steps of the three models with the prefetch off / layer / attn (and at 64 rows),
