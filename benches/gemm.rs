@@ -9,9 +9,12 @@
 //! on sm_90: its default plan `stream` and `stream-ch<chunk>-st<stages>[-2d]`),
 //! plus `ops::linear` as the dispatch rule runs it.
 //! Set `MINISGL_GEMM_BENCH_SHAPES=llama3-8b` (a substring of "model proj") to run
-//! some shapes only. Criterion
-//! timing with CUDA events around back-to-back launches (`iter_custom`), and one
-//! plain-text line per case for run scripts:
+//! some shapes only, `MINISGL_GEMM_BENCH_MS=1,16` some row counts. Each case's launches are captured into a CUDA graph (at
+//! least 20 back to back, every weight copy in turn) and timed with CUDA events
+//! around replays of it (criterion's `iter_custom`, and the medians): a launch
+//! from the host costs more than the GPU work of the small shapes (Qwen3-0.6B's
+//! projections ran 8-16 us a launch timed that way, 4-8 us in ncu), and decode
+//! steps replay graphs too. One plain-text line per case for run scripts:
 //!
 //! `SUMMARY gemm <model> <proj> m=<M> <variant>: median <us> us, <TB/s> TB/s`
 //!
@@ -122,6 +125,8 @@ struct Case {
     /// Timed by criterion too (else only the SUMMARY median).
     criterion: bool,
     weight_bytes: u64,
+    /// Distinct weight copies `run` rotates over.
+    copies: usize,
     run: Box<dyn Fn() -> kernel_runtime::Result<()>>,
 }
 
@@ -194,6 +199,7 @@ fn case(
     let x = Tensor::from_slice(&random_bf16(m * k, 11, 1.0), &[m, k], GPU)?;
     let norm_w = Tensor::from_slice(&random_bf16(k, 13, 1.0), &[k], GPU)?;
     let ws = Rc::clone(ws);
+    let copies = ws.len();
     let next = std::cell::Cell::new(0usize);
     let run: Box<dyn Fn() -> kernel_runtime::Result<()>> = Box::new(move || {
         let i = next.get();
@@ -242,23 +248,44 @@ fn case(
         name: format!("gemm {label} m={m} {}", variant.label()),
         criterion,
         weight_bytes: (n * k * 2) as u64,
+        copies,
         run,
     })
 }
 
-fn time_launches(timer: &EventTimer, case: &Case, launches: u64) -> kernel_runtime::Result<f64> {
+/// A case's launches captured into one graph: at least 20, a whole number of
+/// rounds over its weight copies.
+struct Captured {
+    graph: cuda::graph::Graph,
+    launches: u64,
+}
+
+fn capture(dev: &std::sync::Arc<cuda::CudaDevice>, case: &Case) -> kernel_runtime::Result<Captured> {
+    let launches = case.copies * 20usize.div_ceil(case.copies);
+    let (graph, ()) = dev.capture(|| -> kernel_runtime::Result<()> {
+        for _ in 0..launches {
+            (case.run)()?;
+        }
+        Ok(())
+    })?;
+    Ok(Captured { graph, launches: launches as u64 })
+}
+
+/// Milliseconds of `replays` replays of `g`.
+fn time_replays(timer: &EventTimer, g: &mut Captured, replays: u64) -> kernel_runtime::Result<f64> {
     timer.start()?;
-    for _ in 0..launches {
-        (case.run)()?;
+    for _ in 0..replays {
+        g.graph.replay()?;
     }
     Ok(f64::from(timer.stop_ms()?))
 }
 
-fn median_us(timer: &EventTimer, case: &Case, samples: usize) -> kernel_runtime::Result<f64> {
-    let one = time_launches(timer, case, 10)? / 10.0;
-    let per_group = ((2.0 / one.max(1e-4)) as u64).clamp(10, 10_000);
+/// The median over `samples` groups of ~2 ms of replays, in us a launch.
+fn median_us(timer: &EventTimer, g: &mut Captured, samples: usize) -> kernel_runtime::Result<f64> {
+    let one = time_replays(timer, g, 3)? / 3.0;
+    let per_group = ((2.0 / one.max(1e-4)) as u64).clamp(2, 1_000);
     let mut us: Vec<f64> = (0..samples)
-        .map(|_| time_launches(timer, case, per_group).map(|ms| ms * 1e3 / per_group as f64))
+        .map(|_| time_replays(timer, g, per_group).map(|ms| ms * 1e3 / (per_group * g.launches) as f64))
         .collect::<kernel_runtime::Result<_>>()?;
     us.sort_by(f64::total_cmp);
     Ok(us[us.len() / 2])
@@ -290,6 +317,11 @@ fn run() -> kernel_runtime::Result<()> {
     let mut summary = Vec::new();
     let only = std::env::var("MINISGL_GEMM_BENCH_SHAPES").unwrap_or_default();
     let sms = dev.sm_count().max(1) as usize;
+    // MINISGL_GEMM_BENCH_MS=1,16: these row counts only.
+    let ms: Vec<usize> = match std::env::var("MINISGL_GEMM_BENCH_MS") {
+        Ok(v) => v.split(',').filter_map(|m| m.trim().parse().ok()).collect(),
+        Err(_) => MS.to_vec(),
+    };
     // One shape at a time, so that only its weight copies are allocated.
     for &(model, proj, k, n) in SHAPES {
         if !format!("{model} {proj}").contains(only.as_str()) {
@@ -298,7 +330,7 @@ fn run() -> kernel_runtime::Result<()> {
         let mut cases = Vec::new();
         let ws = weights(n, k)?;
         let label = format!("{model} {proj}");
-        for m in MS {
+        for &m in &ms {
             let mut variants = vec![Variant::Cublaslt, Variant::Linear];
             if m <= 16 {
                 variants.extend([Variant::Skinny(1), Variant::Skinny(2), Variant::SkinnySplit4]);
@@ -334,22 +366,26 @@ fn run() -> kernel_runtime::Result<()> {
                 cases.push(case(&label, &ws, m, v, headline, sms)?);
             }
         }
-        // Warm up: module loading, plan creation and any NVRTC compile stay out.
+        // Warm up: module loading, plan creation and any NVRTC compile stay out
+        // of the captures (which they would break).
         for case in &cases {
             (case.run)()?;
         }
         dev.synchronize()?;
+        let mut graphs = cases.iter().map(|case| capture(&dev, case)).collect::<kernel_runtime::Result<Vec<_>>>()?;
         {
             let mut group = c.benchmark_group(format!("gemm {model} {proj}"));
-            for case in cases.iter().filter(|c| c.criterion) {
+            for (case, g) in cases.iter().zip(graphs.iter_mut()).filter(|(c, _)| c.criterion) {
                 group.throughput(Throughput::Bytes(case.weight_bytes));
                 group.bench_function(&case.name, |b| {
                     b.iter_custom(|iters| {
                         if failure.borrow().is_some() {
                             return Duration::from_nanos(1);
                         }
-                        match time_launches(&timer, case, iters) {
-                            Ok(ms) => Duration::from_secs_f64(ms / 1e3),
+                        // Whole replays covering `iters` launches, scaled back to `iters`.
+                        let replays = iters.div_ceil(g.launches).max(1);
+                        match time_replays(&timer, g, replays) {
+                            Ok(ms) => Duration::from_secs_f64(ms / 1e3 * iters as f64 / (replays * g.launches) as f64),
                             Err(e) => {
                                 failure.borrow_mut().get_or_insert(e);
                                 Duration::from_nanos(1)
@@ -363,14 +399,15 @@ fn run() -> kernel_runtime::Result<()> {
         if let Some(e) = failure.borrow_mut().take() {
             return Err(e);
         }
-        for case in &cases {
-            let us = median_us(&timer, case, 30)?;
+        for (case, g) in cases.iter().zip(graphs.iter_mut()) {
+            let us = median_us(&timer, g, 30)?;
             let tbs = case.weight_bytes as f64 / (us * 1e-6) / 1e12;
             summary.push(format!(
                 "SUMMARY {}: median {us:.2} us, {tbs:.3} TB/s ({} weight bytes)",
                 case.name, case.weight_bytes
             ));
         }
+        drop(graphs);
         drop(cases);
         drop(ws);
         dev.synchronize()?;

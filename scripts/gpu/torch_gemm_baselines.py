@@ -8,6 +8,11 @@ each case rotates over enough weight copies (>= 256 MiB) to miss L2. Small ops a
 64 rows: RMSNorm and add + RMSNorm in plain torch (several kernels each; torch has
 no fused RMSNorm in eager mode before 2.4, and F.rms_norm is used where present).
 
+Each GEMM case is also timed from a CUDA graph (`torch gemm-graph ...`: 20 or more
+matmuls captured back to back, every weight copy in turn, timed over replays), the
+way benches/gemm.rs now times its cases: a launch from the host costs more than the
+GPU work of the small shapes.
+
 Run on the GPU machine: python3 scripts/gpu/torch_gemm_baselines.py
 """
 import torch
@@ -78,6 +83,16 @@ for model, proj, k, n in SHAPES:
             return torch.matmul(x, ws[i].t())
 
         report(f"torch gemm {model} {proj} m={m}", median_us(gemm), weight_bytes)
+
+        launches = len(ws) * -(-20 // len(ws))
+        for _ in range(3):
+            gemm()  # warm-up outside the capture (cuBLAS handles, workspaces)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs = [gemm() for _ in range(launches)]
+        report(f"torch gemm-graph {model} {proj} m={m}", median_us(graph.replay) / launches, weight_bytes)
+        del graph, outs
     del ws
     torch.cuda.empty_cache()
 
