@@ -149,9 +149,19 @@ pub(crate) fn plan(m: usize, n: usize, k: usize, dtype: DType, aligned: bool, sm
         && k.is_multiple_of(32)
         && aligned;
     (fits && (MIN_WEIGHT_BYTES..=MAX_WEIGHT_BYTES).contains(&(n * k * 2))).then(|| {
-        let m_tiles = if n >= 64 * sm_count.max(1) { 2 } else { 1 };
+        let m_tiles = if n >= two_tile_min_n(sm_count) { 2 } else { 1 };
         SkinnyPlan { m_tiles, k_splits: 1 }
     })
+}
+
+/// The fewest outputs at which [`plan`] takes two tiles a warp: 64 x SMs, or
+/// `MINISGL_SKINNY_TWO_TILES_MIN_N` (read once; for measuring the rule).
+fn two_tile_min_n(sm_count: usize) -> usize {
+    static OVERRIDE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let o = OVERRIDE.get_or_init(|| {
+        std::env::var("MINISGL_SKINNY_TWO_TILES_MIN_N").ok().and_then(|v| v.trim().parse().ok())
+    });
+    o.unwrap_or(64 * sm_count.max(1))
 }
 
 /// The rule of `linear_silu_mul` on CUDA: `Some(plan)` to run the gated kernel for
