@@ -44,12 +44,13 @@ const STATIC_SHARED_BYTES: usize = 16 * 1024 + 512;
 static ENABLED: Switch = Switch::new("MINISGL_SKINNY_GEMM");
 /// `MINISGL_SKINNY_PREFETCH`: the weight prefetch before the dependency wait.
 static PREFETCH: Switch = Switch::new("MINISGL_SKINNY_PREFETCH");
-/// `MINISGL_SKINNY_GATED=1`: the gated kernel in `linear_silu_mul` (else the two
-/// ops). Off by default: with it, greedy and seeded outputs of an overlapped batch of
-/// 7 differed from the plain engine's (engine-gpu_overlap; passes with it off), a
-/// cause not yet found, and the benchmark is the same either way (docs/PERF.md,
-/// fifth session, calls 3-4).
-static GATED: Switch = Switch::off_by_default("MINISGL_SKINNY_GATED");
+/// `MINISGL_SKINNY_GATED=0`: the two ops in `linear_silu_mul` instead of the gated
+/// kernel. On by default since the ninth session: the Qwen3-0.6B bs=1 graphed step
+/// takes 0.87 ms with it against 0.93 without (docs/PERF.md, ninth session, calls
+/// 4-5). It was off from the fifth session, when an overlapped batch of 7 differed
+/// from the plain engine's with it (engine-gpu_overlap); that test, the graph
+/// replay and the device-path tests pass with it since (calls 4-5).
+static GATED: Switch = Switch::new("MINISGL_SKINNY_GATED");
 /// `MINISGL_SKINNY_NORM=0`: the pre-norm variant off (the norm kernel, then the
 /// product).
 static NORM: Switch = Switch::new("MINISGL_SKINNY_NORM");
@@ -135,9 +136,12 @@ pub struct SkinnyPlan {
 /// cuBLASLt (one launch, no split-K reduction pass); everything else (more rows,
 /// f32, k not a multiple of 32, unaligned rows, weights outside that range) stays
 /// on cuBLASLt.
-/// `m_tiles` (16-row tiles of w per warp) is 2 when that still leaves two blocks
-/// per SM (n >= 64 x SMs), halving the re-reads of x, else 1 so the grid fills the
-/// GPU. K is not split: measured on the H200 (docs/PERF.md, 2026-12-01, third
+/// `m_tiles` (16-row tiles of w per warp) is 2 from n >= 32 x SMs (a grid of at
+/// least 132 blocks of 32 outputs on an H200), halving the re-reads of x, else 1
+/// so the grid fills the GPU: measured in the graphed Qwen3-0.6B bs=1 step
+/// (docs/PERF.md, ninth session, call 4), two tiles at gate_up (n = 6144) took it
+/// from 1.02 to 0.93 ms, at qkv (4096) too gave the same, at every projection
+/// (o and down, n = 1024) 1.10. K is not split: measured on the H200 (docs/PERF.md, 2026-12-01, third
 /// session), a cluster split of Qwen3-0.6B's projections at m = 1 lost more to
 /// the cluster launch and the extra waves of small blocks than it gained in SMs
 /// (gate_up 7.2 -> 10.8 us split in 2, down 5.6 -> 7.9 us split in 4; o_proj
@@ -154,14 +158,14 @@ pub(crate) fn plan(m: usize, n: usize, k: usize, dtype: DType, aligned: bool, sm
     })
 }
 
-/// The fewest outputs at which [`plan`] takes two tiles a warp: 64 x SMs, or
+/// The fewest outputs at which [`plan`] takes two tiles a warp: 32 x SMs, or
 /// `MINISGL_SKINNY_TWO_TILES_MIN_N` (read once; for measuring the rule).
 fn two_tile_min_n(sm_count: usize) -> usize {
     static OVERRIDE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
     let o = OVERRIDE.get_or_init(|| {
         std::env::var("MINISGL_SKINNY_TWO_TILES_MIN_N").ok().and_then(|v| v.trim().parse().ok())
     });
-    o.unwrap_or(64 * sm_count.max(1))
+    o.unwrap_or(32 * sm_count.max(1))
 }
 
 /// The rule of `linear_silu_mul` on CUDA: `Some(plan)` to run the gated kernel for
@@ -424,12 +428,15 @@ mod tests {
         // Qwen3-0.6B's projections at m = 1..16 on an H200 (132 SMs): qkv 8 MiB,
         // o 4 MiB, gate_up 12 MiB, down 6 MiB.
         let p = |m_tiles, k_splits| Some(SkinnyPlan { m_tiles, k_splits });
-        // qkv, o_proj, gate_up, down: one 16-row tile a warp, K whole.
+        // qkv, o_proj, down: one 16-row tile a warp, K whole; gate_up (n >= 32 x
+        // SMs): two.
         assert_eq!(plan(4, 4096, 1024, DType::F16, true, 132), p(1, 1));
         assert_eq!(plan(1, 1024, 2048, bf, true, 132), p(1, 1));
-        assert_eq!(plan(16, 6144, 1024, bf, true, 132), p(1, 1));
+        assert_eq!(plan(16, 6144, 1024, bf, true, 132), p(2, 1));
+        assert_eq!(plan(1, 4223, 1024, bf, true, 132), p(1, 1));
+        assert_eq!(plan(1, 4224, 1024, bf, true, 132), p(2, 1));
         assert_eq!(plan(1, 1024, 3072, bf, true, 132), p(1, 1));
-        assert_eq!(plan(1, 8192, 1024, bf, true, 132), p(1, 1)); // 16 MiB: the largest taken
+        assert_eq!(plan(1, 8192, 1024, bf, true, 132), p(2, 1)); // 16 MiB: the largest taken
         assert_eq!(plan(1, 16384, 512, bf, true, 132), p(2, 1));
         // Llama-3-8B's (32-224 MiB) and a vocab-wide lm_head: cuBLASLt measured faster.
         assert_eq!(plan(1, 6144, 4096, bf, true, 132), None);
