@@ -162,9 +162,8 @@ pub(crate) fn plan(m: usize, n: usize, k: usize, dtype: DType, aligned: bool, sm
 /// `MINISGL_SKINNY_TWO_TILES_MIN_N` (read once; for measuring the rule).
 fn two_tile_min_n(sm_count: usize) -> usize {
     static OVERRIDE: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    let o = OVERRIDE.get_or_init(|| {
-        std::env::var("MINISGL_SKINNY_TWO_TILES_MIN_N").ok().and_then(|v| v.trim().parse().ok())
-    });
+    let o = OVERRIDE
+        .get_or_init(|| std::env::var("MINISGL_SKINNY_TWO_TILES_MIN_N").ok().and_then(|v| v.trim().parse().ok()));
     o.unwrap_or(32 * sm_count.max(1))
 }
 
