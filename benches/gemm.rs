@@ -357,8 +357,8 @@ fn run() -> kernel_runtime::Result<()> {
                     variants.extend([Variant::SkinnySilu(1), Variant::SkinnySilu(2), Variant::SkinnyThenSilu]);
                 }
             }
-            // The tile width the dispatch rule picks (gpu::skinny::plan: 2 from n >= 64 x SMs).
-            let rule_tiles = if n >= 64 * dev.sm_count().max(1) as usize { 2 } else { 1 };
+            // The tile width the dispatch rule picks (gpu::skinny::plan: 2 from n >= 32 x SMs).
+            let rule_tiles = if n >= 32 * dev.sm_count().max(1) as usize { 2 } else { 1 };
             for v in variants {
                 let headline = model == "llama3-8b"
                     && matches!(m, 1 | 16)
