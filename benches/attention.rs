@@ -74,6 +74,23 @@ struct Shape {
     seqs: Vec<(usize, usize)>,
 }
 
+impl Shape {
+    /// K and V bytes the batch reads (bf16).
+    fn kv_bytes(&self) -> usize {
+        2 * self.seqs.iter().map(|s| s.1).sum::<usize>() * self.hkv * self.head_dim * 2
+    }
+}
+
+/// Copies of a case's cache that its launches rotate through so that, replayed
+/// back to back, they read at least [`COLD_BYTES`] (past the H200's 50 MiB L2):
+/// as in a decode step, where a layer's cache is read once between every other
+/// layer's weights and caches, the reads come from HBM.
+fn cold_copies(shape: &Shape) -> usize {
+    COLD_BYTES.div_ceil(shape.kv_bytes().max(1)).clamp(1, MAX_COPIES)
+}
+const COLD_BYTES: usize = 256 << 20;
+const MAX_COPIES: usize = 256;
+
 /// How a decode case plans its splits: the host's plan, or a CUDA graph's fixed
 /// count; with the split merge in the decode launch (`merge` true) or in the
 /// combine launch (false; `None`: as the tuning says), a decode tuning of its own
@@ -96,21 +113,40 @@ fn attention_case(
     splits: Splits,
     seed: u64,
 ) -> kernel_runtime::Result<Case> {
+    attention_case_rotating(name, shape, kernel, splits, seed, 1)
+}
+
+/// [`attention_case`] over `copies` disjoint sets of pages of one cache, each
+/// launch reading the next set (its own block table).
+fn attention_case_rotating(
+    name: String,
+    shape: Shape,
+    kernel: AttnKernel,
+    splits: Splits,
+    seed: u64,
+    copies: usize,
+) -> kernel_runtime::Result<Case> {
     let Shape { hq, hkv, head_dim: d, page_size, seqs } = shape;
+    let copies = copies.max(1);
     let b = seqs.len();
     let q_lens: Vec<usize> = seqs.iter().map(|s| s.0).collect();
     let kv_lens: Vec<usize> = seqs.iter().map(|s| s.1).collect();
     let t: usize = q_lens.iter().sum();
     let pages_per_seq: Vec<usize> = kv_lens.iter().map(|kv| kv.div_ceil(page_size)).collect();
     let max_pages = pages_per_seq.iter().copied().max().unwrap_or(1).max(1);
-    let num_pages = pages_per_seq.iter().sum::<usize>() + 1;
+    let num_pages = pages_per_seq.iter().sum::<usize>() * copies + 1;
     let order = permutation(num_pages, seed);
-    let mut table = vec![0i32; b * max_pages];
+    let mut tables = Vec::with_capacity(copies);
     let mut next = 0;
-    for (s, &n) in pages_per_seq.iter().enumerate() {
-        table[s * max_pages..][..n].copy_from_slice(&order[next..next + n]);
-        next += n;
+    for _ in 0..copies {
+        let mut table = vec![0i32; b * max_pages];
+        for (s, &n) in pages_per_seq.iter().enumerate() {
+            table[s * max_pages..][..n].copy_from_slice(&order[next..next + n]);
+            next += n;
+        }
+        tables.push(Tensor::from_slice(&table, &[b, max_pages], GPU)?);
     }
+    let turn = std::cell::Cell::new(0usize);
     let mut indptr = vec![0i32];
     for &q in &q_lens {
         indptr.push(indptr[indptr.len() - 1] + q as i32);
@@ -118,7 +154,6 @@ fn attention_case(
     let kv_i32: Vec<i32> = kv_lens.iter().map(|&k| k as i32).collect();
     let q_indptr = Tensor::from_slice(&indptr, &[b + 1], GPU)?;
     let kv = Tensor::from_slice(&kv_i32, &[b], GPU)?;
-    let block_table = Tensor::from_slice(&table, &[b, max_pages], GPU)?;
     let k_cache = random_gpu(&[num_pages, page_size, hkv, d], seed + 1)?;
     let v_cache = random_gpu(&[num_pages, page_size, hkv, d], seed + 2)?;
     let q = random_gpu(&[t, hq, d], seed + 3)?;
@@ -135,10 +170,12 @@ fn attention_case(
         bytes,
         flops: if q_lens.iter().all(|&q| q == 1) { 0 } else { flops },
         run: Box::new(move || {
+            let block_table = &tables[turn.get()];
+            turn.set((turn.get() + 1) % copies);
             let meta = PagedAttnMeta {
                 q_indptr: &q_indptr,
                 kv_lens: &kv,
-                block_table: &block_table,
+                block_table,
                 q_lens_host: &q_lens,
                 kv_lens_host: &kv_lens,
                 decode_splits: splits.fixed,
@@ -217,7 +254,71 @@ fn prefill_tiles() -> Vec<usize> {
     }
 }
 
+/// The graph-timed cases, every launch from HBM ([`cold_copies`]): the decode
+/// shapes of issue 12, and batch 1 over a range of contexts at both head
+/// layouts (Qwen3-0.6B 16/8 with its 40960-token graph plan, Llama-3-8B 32/8
+/// with 8192): the eager plan, and the graph plan at each pipeline depth of its
+/// split instance, with the combine launch or the merge in the decode launch.
+/// `SUMMARY <case> [graph, cold]` lines; no criterion run.
+fn cold_graph_cases() -> kernel_runtime::Result<()> {
+    let decode =
+        |hq: usize, seqs: Vec<(usize, usize)>| Shape { hq, hkv: 8, head_dim: 128, page_size: 16, seqs };
+    let mut cases: Vec<(Case, usize)> = Vec::new();
+    let mut push = |name: String, shape: Shape, splits: Splits, seed: u64| -> kernel_runtime::Result<()> {
+        let copies = cold_copies(&shape);
+        cases.push((attention_case_rotating(name, shape, AttnKernel::Decode, splits, seed, copies)?, copies));
+        Ok(())
+    };
+    let shapes = [
+        ("32/8 page=16 b=64 ctx=2048", 32, vec![(1, 2048); 64]),
+        ("32/8 page=16 b=256 ctx=1024", 32, vec![(1, 1024); 256]),
+        ("32/8 page=16 b=1 ctx=4096", 32, vec![(1, 4096)]),
+        ("16/8 page=16 b=64 ctx=U[100,2000]", 16, uniform_contexts(64, 100, 2000, 7)),
+        ("16/8 page=16 b=256 ctx=U[100,2048]", 16, uniform_contexts(256, 100, 2048, 11)),
+    ];
+    for (i, (name, hq, seqs)) in shapes.into_iter().enumerate() {
+        push(format!("decode {name}"), decode(hq, seqs), HOST_PLAN, 700 + i as u64)?;
+    }
+    for (hq, max_context) in [(16, 40960), (32, 8192)] {
+        for ctx in [128, 512, 1024, 2048, 4096, 8192, 16384] {
+            let seed = 800 + ctx as u64 + hq as u64;
+            push(format!("decode-b1 eager {hq}/8 ctx={ctx}"), decode(hq, vec![(1, ctx)]), HOST_PLAN, seed)?;
+            for stages in [2, 3, 4] {
+                let tuning = DecodeTuning { graph_stages: stages, ..ops::decode_tuning() };
+                ops::set_decode_tuning(Some(tuning));
+                let fixed = ops::decode_graph_splits(GPU, 1, 8, 128, DType::BF16, max_context.max(ctx));
+                ops::set_decode_tuning(None);
+                let fixed = fixed?;
+                for merge in [false, true] {
+                    let label = if merge { "merge" } else { "combine" };
+                    push(
+                        format!("decode-b1 graph stages={stages} splits={fixed} {label} {hq}/8 ctx={ctx}"),
+                        decode(hq, vec![(1, ctx)]),
+                        Splits { fixed: Some(fixed), merge: Some(merge), tuning: Some(tuning), prefill_tile: None },
+                        seed,
+                    )?;
+                }
+            }
+        }
+    }
+    let dev = kernel_runtime::cuda::device(0)?;
+    let timer = kernel_runtime::cuda::EventTimer::new(&dev)?;
+    let backlog = common::Backlog::new()?;
+    for (case, copies) in &cases {
+        let launches = (*copies as u64).max(32).next_multiple_of(*copies as u64);
+        let us = common::graph_median_us_of(&timer, &backlog, case, 30, launches)?;
+        common::print_summary(case, &format!(" [graph, cold x{copies}]"), us);
+    }
+    Ok(())
+}
+
 fn run() -> kernel_runtime::Result<()> {
+    // `MINISGL_BENCH_ATTENTION=cold`: only the graph-timed cold cases.
+    let only_cold = std::env::var("MINISGL_BENCH_ATTENTION").is_ok_and(|v| v.trim() == "cold");
+    cold_graph_cases()?;
+    if only_cold {
+        return Ok(());
+    }
     let mut cases = Vec::new();
     let decode =
         |hq: usize, page_size: usize, seqs: Vec<(usize, usize)>| Shape { hq, hkv: 8, head_dim: 128, page_size, seqs };

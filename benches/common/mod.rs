@@ -165,7 +165,7 @@ pub fn bench_cases(group_name: &str, cases: &[Case]) -> kernel_runtime::Result<(
 
 /// One `SUMMARY` line: `case`'s name and `tag`, the median, TB/s of its bytes and,
 /// where it counts them, TFLOP/s.
-fn print_summary(case: &Case, tag: &str, us: f64) {
+pub fn print_summary(case: &Case, tag: &str, us: f64) {
     let tbs = case.bytes as f64 / (us * 1e-6) / 1e12;
     let flops =
         if case.flops > 0 { format!(", {:.1} TFLOP/s", case.flops as f64 / (us * 1e-6) / 1e12) } else { String::new() };
@@ -188,9 +188,22 @@ pub fn graph_median_us(
     case: &Case,
     samples: usize,
 ) -> kernel_runtime::Result<f64> {
+    graph_median_us_of(timer, backlog, case, samples, GRAPH_LAUNCHES)
+}
+
+/// [`graph_median_us`] over a graph of `launches` launches (a case that rotates
+/// through copies of its inputs captures each copy).
+pub fn graph_median_us_of(
+    timer: &EventTimer,
+    backlog: &Backlog,
+    case: &Case,
+    samples: usize,
+    launches: u64,
+) -> kernel_runtime::Result<f64> {
     let dev = cuda::device(0)?;
+    let launches = launches.max(1);
     let (mut graph, ()) = dev.capture(|| {
-        for _ in 0..GRAPH_LAUNCHES {
+        for _ in 0..launches {
             (case.run)()?;
         }
         Ok::<(), kernel_runtime::Error>(())
@@ -204,7 +217,7 @@ pub fn graph_median_us(
         for _ in 0..GRAPH_REPLAYS {
             graph.replay()?;
         }
-        us.push(f64::from(timer.stop_ms()?) * 1e3 / (GRAPH_REPLAYS * GRAPH_LAUNCHES) as f64);
+        us.push(f64::from(timer.stop_ms()?) * 1e3 / (GRAPH_REPLAYS * launches) as f64);
     }
     us.sort_by(f64::total_cmp);
     Ok(us[us.len() / 2])

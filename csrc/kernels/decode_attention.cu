@@ -637,7 +637,13 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
     const int page = pages[page_shift >= 0 ? key >> page_shift : key / page_size];
     return page >= 0 && page < p.num_pages ? page : -1;
   };
-  int page = page_for(0);
+  /* The pages of the pipeline's first STAGES tiles, loaded side by side: one
+   * memory round trip before the first copies instead of one per tile (a block
+   * of a split batch has only a few tiles a warp, so the fill is its latency). */
+  int first_pages[STAGES];
+#pragma unroll
+  for (int t = 0; t < STAGES; ++t) first_pages[t] = page_for(t);
+  int page = first_pages[0]; /* the page of the next tile issue() copies (its caller advances it) */
   auto issue = [&](int t) {
     if (t < my_tiles) {
       const int start = tile_start(t);
@@ -653,7 +659,6 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
         cp_async16(k_stage(t % STAGES) + j * ROW + col * CE, static_cast<const T*>(p.k_cache) + off, pg >= 0 ? 16 : 0);
         cp_async16(v_stage(t % STAGES) + j * ROW + col * CE, static_cast<const T*>(p.v_cache) + off, pg >= 0 ? 16 : 0);
       }
-      page = page_for(t + 1);
     }
     cp_async_commit(); /* one group per tile, empty past the end */
   };
@@ -667,17 +672,21 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
    * same copies either way: the bits do not depend on it. */
   const int last_early_tile = (my_tiles < STAGES - 1 ? my_tiles : STAGES - 1) - 1;
   const bool early = last_early_tile < 0 || tile_start(last_early_tile) + BN <= kv_len - q_len;
-  if (early) {
+  auto issue_first = [&]() {
 #pragma unroll
-    for (int t = 0; t < STAGES - 1; ++t) issue(t);
-  }
+    for (int t = 0; t < STAGES - 1; ++t) {
+      page = first_pages[t];
+      issue(t);
+    }
+    page = first_pages[STAGES - 1];
+  };
+  if (early) issue_first();
   grid_prologue();
   stage_q();
   if (early) {
     cp_async_wait<0>(); /* Q's group, the last one (the earlier tiles landed meanwhile) */
   } else {
-#pragma unroll
-    for (int t = 0; t < STAGES - 1; ++t) issue(t);
+    issue_first();
     /* Q's group has landed (the STAGES - 1 tile groups behind it may be in flight):
      * its copy overlapped the first K/V copies instead of delaying them by a
      * memory round trip. */
@@ -698,6 +707,7 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
   float l[2] = {0.f, 0.f};
   for (int t = 0; t < my_tiles; ++t) {
     issue(t + STAGES - 1);
+    page = page_for(t + STAGES); /* one iteration ahead of its copies */
     cp_async_wait<STAGES - 1>();
     __syncwarp(); /* the tile's rows were copied by other lanes of the warp */
     const T* k_s = k_stage(t % STAGES);

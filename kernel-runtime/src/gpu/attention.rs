@@ -188,8 +188,23 @@ pub(crate) fn decode_graph_splits(
     let tensor_cores = dtype != DType::F32 && decode_tensor_cores_enabled();
     let rows = if tensor_cores { 16 } else { DECODE_ROWS[DECODE_ROWS.len() - 1] };
     let tuning = decode_plan::tuning();
-    let (_, slots) = decode_instance(dtype.size_in_bytes(), head_dim, rows, &tuning, sms);
-    decode_plan::graph_splits(num_seqs * num_kv_heads, max_kv_len, slots, graph_min_splits(), &tuning)
+    let elem = dtype.size_in_bytes();
+    let pairs = num_seqs * num_kv_heads;
+    let (_, slots) = decode_instance(elem, head_dim, rows, &tuning, sms);
+    let splits = decode_plan::graph_splits(pairs, max_kv_len, slots, graph_min_splits(), &tuning);
+    if splits <= 1 || rows != 16 {
+        return splits;
+    }
+    // A split graph runs the split instance (graph_split_instance): its slots.
+    let (_, slots) = graph_split_instance(elem, head_dim, &tuning, sms);
+    decode_plan::graph_splits(pairs, max_kv_len, slots, graph_min_splits(), &tuning).max(2)
+}
+
+/// The tensor-core instance (stages, slots) of a graph's split plan: the
+/// tuning's `graph_stages` (0: as eager launches without a plan choice).
+fn graph_split_instance(elem_bytes: usize, head_dim: usize, tuning: &DecodeTuning, sms: usize) -> (usize, usize) {
+    let stages = if tuning.graph_stages > 0 { tuning.graph_stages } else { tuning.stages };
+    decode_instance(elem_bytes, head_dim, 16, &DecodeTuning { stages, ..*tuning }, sms)
 }
 
 /// The pipeline stages (0 for the CUDA-core blocks) and resident block slots of
@@ -305,7 +320,11 @@ fn decode_attention(
     let (stages, slots, plan) = match meta.decode_splits {
         // kv_chunk 0: the kernel cuts each sequence itself (attention_row_chunk).
         Some(splits) => {
-            let (stages, slots) = decode_instance(elem, d, rows, &tuning, sms);
+            let (stages, slots) = if splits > 1 && rows == 16 {
+                graph_split_instance(elem, d, &tuning, sms)
+            } else {
+                decode_instance(elem, d, rows, &tuning, sms)
+            };
             let plan = decode_plan::SplitPlan {
                 kv_chunk: 0,
                 max_splits: splits.max(1),

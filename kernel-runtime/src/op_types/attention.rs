@@ -97,6 +97,11 @@ pub struct DecodeTuning {
     /// would not fit. Fewer stages, more resident blocks (bf16 head dim 128: 3
     /// stages 2 blocks an SM, 2 stages 3 blocks).
     pub stages: usize,
+    /// The tensor-core block's pipeline stages in a CUDA graph's split plan
+    /// (`MINISGL_DECODE_GRAPH_STAGES`, 0: as `stages`); 2 to 4. A graph splits
+    /// only batches too small to fill the GPU, whose splits hold few keys: a
+    /// deeper pipeline puts all of a warp's keys in flight at once.
+    pub graph_stages: usize,
     /// The eager plan (`MINISGL_DECODE_PLAN`: `waves`, the default, or `keys`).
     pub plan: DecodePlanKind,
     /// The split merge (`MINISGL_DECODE_SPLIT_MERGE`: `0`, `1` or `auto`, the
@@ -118,6 +123,7 @@ impl Default for DecodeTuning {
             graph_split_waves: 2,
             chunk_min: 128,
             stages: 0,
+            graph_stages: 0,
             plan: DecodePlanKind::Keys,
             // Off: the merging instance's bits differed from the combine launch's,
             // so an eager step and its graph replay disagreed (docs/PERF.md, fifth
@@ -161,12 +167,14 @@ impl DecodeTuning {
             _ => d.merge,
         };
         let stages = count("MINISGL_DECODE_STAGES", d.stages, 0, 4);
+        let graph_stages = count("MINISGL_DECODE_GRAPH_STAGES", d.graph_stages, 0, 4);
         DecodeTuning {
             split_waves: count("MINISGL_DECODE_SPLIT_WAVES", d.split_waves, 1, 64),
             unsplit_waves: count("MINISGL_DECODE_UNSPLIT_WAVES", d.unsplit_waves, 1, 64),
             graph_split_waves: count("MINISGL_DECODE_GRAPH_SPLIT_WAVES", d.graph_split_waves, 1, 64),
             chunk_min: count("MINISGL_DECODE_CHUNK_MIN", d.chunk_min, 64, 1 << 20).next_multiple_of(64),
             stages: if stages == 1 { 2 } else { stages },
+            graph_stages: if graph_stages == 1 { 2 } else { graph_stages },
             plan,
             merge,
             block_us: micros("MINISGL_DECODE_BLOCK_US", d.block_us),
@@ -193,6 +201,7 @@ mod tests {
                 "MINISGL_DECODE_BLOCK_US" => Some("0.5"),
                 "MINISGL_DECODE_COMBINE_US" => Some("-1"),
                 "MINISGL_DECODE_GRAPH_SPLIT_WAVES" => Some("x"),
+                "MINISGL_DECODE_GRAPH_STAGES" => Some("3"),
                 _ => None,
             }
             .map(str::to_owned)
@@ -200,7 +209,7 @@ mod tests {
         let t = DecodeTuning::from_vars(vars);
         assert_eq!((t.split_waves, t.unsplit_waves, t.chunk_min, t.stages), (3, 2, 256, 2));
         assert_eq!((t.plan, t.merge), (DecodePlanKind::Keys, SplitMerge::Never));
-        assert_eq!((t.block_us, t.combine_us, t.graph_split_waves), (0.5, 3.0, 2));
+        assert_eq!((t.block_us, t.combine_us, t.graph_split_waves, t.graph_stages), (0.5, 3.0, 2, 3));
         let t = DecodeTuning::from_vars(|n| (n == "MINISGL_DECODE_STAGES").then(|| "9".to_owned()));
         assert_eq!(t.stages, 4);
     }
