@@ -26,6 +26,13 @@
 //! kernel, `prefill` what `Auto` picks (with `MINISGL_PREFILL_TILE`'s tile), at the
 //! same three shapes.
 //!
+//! First, the cold cases (`[graph, cold xN]`, see `cold_graph_cases`): launches
+//! replayed from a CUDA graph, each reading one of N disjoint copies of its
+//! cache, so that every byte comes from HBM as in a decode step (the other
+//! cases below reread one cache from the L2 at small contexts);
+//! `MINISGL_BENCH_ATTENTION=cold` runs only those, and
+//! `MINISGL_BENCH_ATTENTION_FILTER=<substring>` some of them.
+//!
 //! The `decode-graph` cases run the fixed-split plan a CUDA graph captures at
 //! batch 1 (Qwen3-0.6B's heads, the split count of a 40960-token context: most
 //! blocks return at once), with the splits merged by the decode launch's last
@@ -258,13 +265,21 @@ fn prefill_tiles() -> Vec<usize> {
 /// shapes of issue 12, and batch 1 over a range of contexts at both head
 /// layouts (Qwen3-0.6B 16/8 with its 40960-token graph plan, Llama-3-8B 32/8
 /// with 8192): the eager plan, and the graph plan at each pipeline depth of its
-/// split instance, with the combine launch or the merge in the decode launch.
+/// split instance (`stages`) and at 1, 2 and 4 waves of blocks (`waves`: its
+/// split count, most of whose blocks return at once at short contexts), with
+/// the combine launch or the merge in the decode launch.
 /// `SUMMARY <case> [graph, cold]` lines; no criterion run.
 fn cold_graph_cases() -> kernel_runtime::Result<()> {
     let decode =
         |hq: usize, seqs: Vec<(usize, usize)>| Shape { hq, hkv: 8, head_dim: 128, page_size: 16, seqs };
     let mut cases: Vec<(Case, usize)> = Vec::new();
+    // `MINISGL_BENCH_ATTENTION_FILTER`: only the cases whose name contains it
+    // (a profiler run of one case).
+    let filter = std::env::var("MINISGL_BENCH_ATTENTION_FILTER").unwrap_or_default();
     let mut push = |name: String, shape: Shape, splits: Splits, seed: u64| -> kernel_runtime::Result<()> {
+        if !name.contains(filter.as_str()) {
+            return Ok(());
+        }
         let copies = cold_copies(&shape);
         cases.push((attention_case_rotating(name, shape, AttnKernel::Decode, splits, seed, copies)?, copies));
         Ok(())
@@ -283,16 +298,18 @@ fn cold_graph_cases() -> kernel_runtime::Result<()> {
         for ctx in [128, 512, 1024, 2048, 4096, 8192, 16384] {
             let seed = 800 + ctx as u64 + hq as u64;
             push(format!("decode-b1 eager {hq}/8 ctx={ctx}"), decode(hq, vec![(1, ctx)]), HOST_PLAN, seed)?;
-            for stages in [2, 3, 4] {
-                let tuning = DecodeTuning { graph_stages: stages, ..ops::decode_tuning() };
+            let variants = [(2, 2), (3, 2), (4, 2), (2, 1), (2, 4)];
+            for (stages, waves) in variants {
+                let tuning = DecodeTuning { graph_stages: stages, graph_split_waves: waves, ..ops::decode_tuning() };
                 ops::set_decode_tuning(Some(tuning));
                 let fixed = ops::decode_graph_splits(GPU, 1, 8, 128, DType::BF16, max_context.max(ctx));
                 ops::set_decode_tuning(None);
                 let fixed = fixed?;
-                for merge in [false, true] {
+                let merges: &[bool] = if waves == 2 { &[false, true] } else { &[false] };
+                for &merge in merges {
                     let label = if merge { "merge" } else { "combine" };
                     push(
-                        format!("decode-b1 graph stages={stages} splits={fixed} {label} {hq}/8 ctx={ctx}"),
+                        format!("decode-b1 graph stages={stages} waves={waves} splits={fixed} {label} {hq}/8 ctx={ctx}"),
                         decode(hq, vec![(1, ctx)]),
                         Splits { fixed: Some(fixed), merge: Some(merge), tuning: Some(tuning), prefill_tile: None },
                         seed,
