@@ -270,8 +270,7 @@ fn prefill_tiles() -> Vec<usize> {
 /// the combine launch or the merge in the decode launch.
 /// `SUMMARY <case> [graph, cold]` lines; no criterion run.
 fn cold_graph_cases() -> kernel_runtime::Result<()> {
-    let decode =
-        |hq: usize, seqs: Vec<(usize, usize)>| Shape { hq, hkv: 8, head_dim: 128, page_size: 16, seqs };
+    let decode = |hq: usize, seqs: Vec<(usize, usize)>| Shape { hq, hkv: 8, head_dim: 128, page_size: 16, seqs };
     let mut cases: Vec<(Case, usize)> = Vec::new();
     // `MINISGL_BENCH_ATTENTION_FILTER`: only the cases whose name contains it
     // (a profiler run of one case).
@@ -309,7 +308,9 @@ fn cold_graph_cases() -> kernel_runtime::Result<()> {
                 for &merge in merges {
                     let label = if merge { "merge" } else { "combine" };
                     push(
-                        format!("decode-b1 graph stages={stages} waves={waves} splits={fixed} {label} {hq}/8 ctx={ctx}"),
+                        format!(
+                            "decode-b1 graph stages={stages} waves={waves} splits={fixed} {label} {hq}/8 ctx={ctx}"
+                        ),
                         decode(hq, vec![(1, ctx)]),
                         Splits { fixed: Some(fixed), merge: Some(merge), tuning: Some(tuning), prefill_tile: None },
                         seed,

@@ -204,18 +204,26 @@ __device__ __forceinline__ void decode_combine_row(const msgl_attention_params& 
 }
 
 /* The decode kernel's combine phase: one (token, head) row per warp, as
- * attention.cuh's attention_combine, with decode_row_chunk and decode_combine_row. */
+ * attention.cuh's attention_combine, with decode_row_chunk and decode_combine_row.
+ * Its own grid_prologue: the row's sequence and length (q_indptr and kv_lens,
+ * copied from the host before the step's first kernel) are read before the wait
+ * for the attention phase, so that round trip overlaps it. */
 template <int DTYPE, int HEAD_DIM> __device__ __forceinline__ void decode_combine(const msgl_attention_params& p) {
   const long long row = static_cast<long long>(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
-  if (row >= p.num_tokens * p.num_q_heads) return;
-  const int lane = threadIdx.x % kWarpSize;
-  const int token = static_cast<int>(row / p.num_q_heads);
-  int lo = 0, hi = p.num_seqs - 1; /* the sequence of `token`: the last s with q_indptr[s] <= token */
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (p.q_indptr[mid] <= token) lo = mid; else hi = mid - 1;
+  const bool live = row < p.num_tokens * p.num_q_heads;
+  int kv_len = 0;
+  if (live) {
+    const int token = static_cast<int>(row / p.num_q_heads);
+    int lo = 0, hi = p.num_seqs - 1; /* the sequence of `token`: the last s with q_indptr[s] <= token */
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (p.q_indptr[mid] <= token) lo = mid; else hi = mid - 1;
+    }
+    kv_len = p.kv_lens[lo];
   }
-  const int kv_len = p.kv_lens[lo];
+  grid_prologue();
+  if (!live) return;
+  const int lane = threadIdx.x % kWarpSize;
   const int num_splits = attention_num_splits(kv_len, decode_row_chunk(kv_len, p));
   if (num_splits <= 1) return;
   decode_combine_row<DTYPE, HEAD_DIM>(p, row, num_splits, lane);
@@ -849,11 +857,11 @@ __device__ __forceinline__ void decode_attention_impl(const msgl_attention_param
       return;
     }
   }
-  grid_prologue();
   if (p.phase == 0) {
+    grid_prologue();
     if constexpr (ROWS != 16) decode_attention_block<DTYPE, HEAD_DIM, ROWS, MERGE>(p);
   } else {
-    decode_combine<DTYPE, HEAD_DIM>(p);
+    decode_combine<DTYPE, HEAD_DIM>(p); /* its own grid_prologue */
   }
 }
 

@@ -164,6 +164,11 @@ fn dense_fixtures_decode_through_graphs_gpu() {
 /// with the ids on the host) with graphs and without, and the GPU time of the
 /// graph replay alone (CUDA events), at batch `b` over 512-token contexts.
 fn step_times(config: &str, batches: &[usize]) {
+    step_times_at(config, batches, 512);
+}
+
+/// [`step_times`] over `ctx`-token contexts.
+fn step_times_at(config: &str, batches: &[usize], ctx: usize) {
     if !gpu_enabled() {
         return;
     }
@@ -179,7 +184,7 @@ fn step_times(config: &str, batches: &[usize]) {
     };
     for &b in batches {
         let steps = 60;
-        let seqs = prefill(&runner, &vec![512; b], 2 * steps + 2, &mut r);
+        let seqs = prefill(&runner, &vec![ctx; b], 2 * steps + 2, &mut r);
         let rows = vec![SampleRow::greedy(); b];
         let (mut graphed, mut eager, mut replay_gpu) = (Vec::new(), Vec::new(), Vec::new());
         for s in 0..steps {
@@ -212,7 +217,7 @@ fn step_times(config: &str, batches: &[usize]) {
         let (g, e, gpu) =
             (median(&mut graphed[5..].to_vec()), median(&mut eager[5..].to_vec()), median(&mut replay_gpu));
         println!(
-            "SUMMARY graph-step {config} bs={b} ctx=512: graphed {g:.3} ms/step (replay on the GPU {gpu:.3} ms, host and idle {:.0}%), eager {e:.3} ms/step; {:.2}x",
+            "SUMMARY graph-step {config} bs={b} ctx={ctx}: graphed {g:.3} ms/step (replay on the GPU {gpu:.3} ms, host and idle {:.0}%), eager {e:.3} ms/step; {:.2}x",
             (1.0 - gpu / g).max(0.0) * 100.0,
             e / g
         );
@@ -227,6 +232,14 @@ fn qwen3_0_6b_graph_step_time_gpu() {
 #[test]
 fn llama3_8b_graph_step_time_gpu() {
     step_times("llama3-8b", &[1, 64]);
+}
+
+/// Near the contexts of `models`' gpu_dummy step (a 128-token prompt, then
+/// its decode steps: here 128 to 250 keys over the 120 steps), the workload of
+/// issue 12's Llama-3-8B step targets, through the graphs the engine replays.
+#[test]
+fn llama3_8b_graph_step_time_ctx128_gpu() {
+    step_times_at("llama3-8b", &[1, 64], 128);
 }
 
 #[test]

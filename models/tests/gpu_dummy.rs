@@ -104,6 +104,11 @@ fn qwen3_0_6b_dummy_decode_bs1() {
 }
 
 #[test]
+fn qwen3_0_6b_dummy_decode_bs64() {
+    run("qwen3-0.6b", 64);
+}
+
+#[test]
 fn llama3_8b_dummy_decode_bs64() {
     run("llama3-8b", 64);
 }

@@ -171,10 +171,11 @@ fn decode_tensor_cores_enabled() -> bool {
 
 /// The fixed split count of a decode step that a CUDA graph captures
 /// ([`PagedAttnMeta::decode_splits`]): `num_seqs` sequences of up to
-/// `max_kv_len` keys. It aims for the tuning's `graph_split_waves` waves (2:
+/// `max_kv_len` keys. It aims for the tuning's `graph_split_waves` waves (1:
 /// the graph launches every split's block whatever the lengths turn out to be,
 /// and a block past its sequence's splits, though it returns at once, still
-/// costs a block launch) as if every sequence were long, and is capped so that a
+/// costs a block launch; a second wave of longer splits lost to one wave of
+/// splits twice as long) as if every sequence were long, and is capped so that a
 /// split of the longest sequence still holds `chunk_min` keys; shorter sequences
 /// use fewer splits (the rest of their blocks return at once).
 pub(crate) fn decode_graph_splits(

@@ -632,8 +632,10 @@ mod tests {
     #[test]
     fn graph_splits_and_the_merge_choice() {
         let t = DecodeTuning::default();
-        assert_eq!(graph_splits(8, 40960, 264, 1, &t), 66);
+        assert_eq!(graph_splits(8, 40960, 264, 1, &t), 33);
         assert_eq!(graph_splits(8, 1024, 264, 1, &t), 8);
+        let t2 = DecodeTuning { graph_split_waves: 2, ..t };
+        assert_eq!(graph_splits(8, 40960, 264, 1, &t2), 66);
         assert_eq!(graph_splits(2048, 40960, 264, 1, &t), 1);
         assert_eq!(graph_splits(2048, 40960, 264, 3, &t), 3);
         let t3 = DecodeTuning { graph_split_waves: 3, ..t };
@@ -644,8 +646,10 @@ mod tests {
         assert!(!merge_in_kernel(SplitMerge::Auto, &many, false, 512, 264, &t));
         assert!(merge_in_kernel(SplitMerge::Always, &many, false, 512, 264, &t));
         assert!(!merge_in_kernel(SplitMerge::Never, &one, false, 8, 264, &t));
-        let graph = SplitPlan { kv_chunk: 0, max_splits: 66, balanced: false, busy_blocks: 528 };
+        let graph = SplitPlan { kv_chunk: 0, max_splits: 33, balanced: false, busy_blocks: 264 };
         assert!(merge_in_kernel(SplitMerge::Auto, &graph, true, 8, 264, &t));
+        let graph = SplitPlan { kv_chunk: 0, max_splits: 66, balanced: false, busy_blocks: 528 };
+        assert!(!merge_in_kernel(SplitMerge::Auto, &graph, true, 8, 264, &t));
         let graph = SplitPlan { kv_chunk: 0, max_splits: 2, balanced: false, busy_blocks: 1024 };
         assert!(!merge_in_kernel(SplitMerge::Auto, &graph, true, 512, 264, &t));
     }

@@ -85,7 +85,9 @@ pub struct DecodeTuning {
     /// (`MINISGL_DECODE_UNSPLIT_WAVES`, 4); both plans.
     pub unsplit_waves: usize,
     /// Waves of blocks a CUDA graph's fixed-split plan aims for
-    /// (`MINISGL_DECODE_GRAPH_SPLIT_WAVES`, 2).
+    /// (`MINISGL_DECODE_GRAPH_SPLIT_WAVES`, 1: at batch 1 one wave was as fast
+    /// as two at short contexts and 20% faster from 8192 keys, its splits
+    /// twice as long; docs/PERF.md, tenth session, call 2).
     pub graph_split_waves: usize,
     /// The fewest keys a split holds (`MINISGL_DECODE_CHUNK_MIN`, 128; rounded
     /// up to a multiple of 64).
@@ -120,7 +122,7 @@ impl Default for DecodeTuning {
         DecodeTuning {
             split_waves: 8,
             unsplit_waves: 4,
-            graph_split_waves: 2,
+            graph_split_waves: 1,
             chunk_min: 128,
             stages: 0,
             graph_stages: 0,
@@ -209,7 +211,7 @@ mod tests {
         let t = DecodeTuning::from_vars(vars);
         assert_eq!((t.split_waves, t.unsplit_waves, t.chunk_min, t.stages), (3, 2, 256, 2));
         assert_eq!((t.plan, t.merge), (DecodePlanKind::Keys, SplitMerge::Never));
-        assert_eq!((t.block_us, t.combine_us, t.graph_split_waves, t.graph_stages), (0.5, 3.0, 2, 3));
+        assert_eq!((t.block_us, t.combine_us, t.graph_split_waves, t.graph_stages), (0.5, 3.0, 1, 3));
         let t = DecodeTuning::from_vars(|n| (n == "MINISGL_DECODE_STAGES").then(|| "9".to_owned()));
         assert_eq!(t.stages, 4);
     }
