@@ -98,6 +98,25 @@ fn cold_copies(shape: &Shape) -> usize {
 const COLD_BYTES: usize = 256 << 20;
 const MAX_COPIES: usize = 256;
 
+/// A decode batch at 8 kv heads of head dim 128 (`hq` query heads).
+fn decode_shape(hq: usize, page_size: usize, seqs: Vec<(usize, usize)>) -> Shape {
+    Shape { hq, hkv: 8, head_dim: 128, page_size, seqs }
+}
+
+/// A named decode batch: name, query heads, (new tokens, kv length) per sequence.
+type NamedDecode = (&'static str, usize, Vec<(usize, usize)>);
+
+/// The decode shapes of issue 12 (page 16) and the bench's widest decode step.
+fn issue_decode_shapes() -> Vec<NamedDecode> {
+    vec![
+        ("32/8 page=16 b=64 ctx=2048", 32, vec![(1, 2048); 64]),
+        ("32/8 page=16 b=256 ctx=1024", 32, vec![(1, 1024); 256]),
+        ("32/8 page=16 b=1 ctx=4096", 32, vec![(1, 4096)]),
+        ("16/8 page=16 b=64 ctx=U[100,2000]", 16, uniform_contexts(64, 100, 2000, 7)),
+        ("16/8 page=16 b=256 ctx=U[100,2048]", 16, uniform_contexts(256, 100, 2048, 11)),
+    ]
+}
+
 /// How a decode case plans its splits: the host's plan, or a CUDA graph's fixed
 /// count; with the split merge in the decode launch (`merge` true) or in the
 /// combine launch (false; `None`: as the tuning says), a decode tuning of its own
@@ -270,7 +289,7 @@ fn prefill_tiles() -> Vec<usize> {
 /// the combine launch or the merge in the decode launch.
 /// `SUMMARY <case> [graph, cold]` lines; no criterion run.
 fn cold_graph_cases() -> kernel_runtime::Result<()> {
-    let decode = |hq: usize, seqs: Vec<(usize, usize)>| Shape { hq, hkv: 8, head_dim: 128, page_size: 16, seqs };
+    let decode = |hq: usize, seqs: Vec<(usize, usize)>| decode_shape(hq, 16, seqs);
     let mut cases: Vec<(Case, usize)> = Vec::new();
     // `MINISGL_BENCH_ATTENTION_FILTER`: only the cases whose name contains it
     // (a profiler run of one case).
@@ -283,14 +302,7 @@ fn cold_graph_cases() -> kernel_runtime::Result<()> {
         cases.push((attention_case_rotating(name, shape, AttnKernel::Decode, splits, seed, copies)?, copies));
         Ok(())
     };
-    let shapes = [
-        ("32/8 page=16 b=64 ctx=2048", 32, vec![(1, 2048); 64]),
-        ("32/8 page=16 b=256 ctx=1024", 32, vec![(1, 1024); 256]),
-        ("32/8 page=16 b=1 ctx=4096", 32, vec![(1, 4096)]),
-        ("16/8 page=16 b=64 ctx=U[100,2000]", 16, uniform_contexts(64, 100, 2000, 7)),
-        ("16/8 page=16 b=256 ctx=U[100,2048]", 16, uniform_contexts(256, 100, 2048, 11)),
-    ];
-    for (i, (name, hq, seqs)) in shapes.into_iter().enumerate() {
+    for (i, (name, hq, seqs)) in issue_decode_shapes().into_iter().enumerate() {
         push(format!("decode {name}"), decode(hq, seqs), HOST_PLAN, 700 + i as u64)?;
     }
     for (hq, max_context) in [(16, 40960), (32, 8192)] {
@@ -338,19 +350,17 @@ fn run() -> kernel_runtime::Result<()> {
         return Ok(());
     }
     let mut cases = Vec::new();
-    let decode =
-        |hq: usize, page_size: usize, seqs: Vec<(usize, usize)>| Shape { hq, hkv: 8, head_dim: 128, page_size, seqs };
     let decode_shapes: Vec<(String, Shape)> = vec![
-        ("32/8 page=16 b=64 ctx=2048".into(), decode(32, 16, vec![(1, 2048); 64])),
-        ("32/8 page=1 b=64 ctx=2048".into(), decode(32, 1, vec![(1, 2048); 64])),
-        ("32/8 page=64 b=64 ctx=2048".into(), decode(32, 64, vec![(1, 2048); 64])),
-        ("32/8 page=16 b=256 ctx=1024".into(), decode(32, 16, vec![(1, 1024); 256])),
-        ("32/8 page=16 b=1 ctx=4096".into(), decode(32, 16, vec![(1, 4096)])),
-        ("16/8 page=16 b=64 ctx=U[100,2000]".into(), decode(16, 16, uniform_contexts(64, 100, 2000, 7))),
+        ("32/8 page=16 b=64 ctx=2048".into(), decode_shape(32, 16, vec![(1, 2048); 64])),
+        ("32/8 page=1 b=64 ctx=2048".into(), decode_shape(32, 1, vec![(1, 2048); 64])),
+        ("32/8 page=64 b=64 ctx=2048".into(), decode_shape(32, 64, vec![(1, 2048); 64])),
+        ("32/8 page=16 b=256 ctx=1024".into(), decode_shape(32, 16, vec![(1, 1024); 256])),
+        ("32/8 page=16 b=1 ctx=4096".into(), decode_shape(32, 16, vec![(1, 4096)])),
+        ("16/8 page=16 b=64 ctx=U[100,2000]".into(), decode_shape(16, 16, uniform_contexts(64, 100, 2000, 7))),
         // The decode steps of `minisgl bench` (Qwen3-0.6B): up to 256 rows, contexts
         // from the shortest prompt to the longest prompt plus its output.
-        ("16/8 page=16 b=256 ctx=U[100,2048]".into(), decode(16, 16, uniform_contexts(256, 100, 2048, 11))),
-        ("16/8 page=16 b=128 ctx=U[300,2048]".into(), decode(16, 16, uniform_contexts(128, 300, 2048, 13))),
+        ("16/8 page=16 b=256 ctx=U[100,2048]".into(), decode_shape(16, 16, uniform_contexts(256, 100, 2048, 11))),
+        ("16/8 page=16 b=128 ctx=U[300,2048]".into(), decode_shape(16, 16, uniform_contexts(128, 300, 2048, 13))),
     ];
     for (i, (name, shape)) in decode_shapes.into_iter().enumerate() {
         let Shape { hq, hkv, head_dim, page_size, ref seqs } = shape;
@@ -359,14 +369,7 @@ fn run() -> kernel_runtime::Result<()> {
         cases.push(attention_case(format!("decode-tile {name}"), twin, AttnKernel::Tile, HOST_PLAN, 200 + i as u64)?);
     }
     // The variants at the four shapes of issue 12.
-    let variant_shapes = [
-        ("32/8 page=16 b=64 ctx=2048", 32, vec![(1, 2048); 64]),
-        ("32/8 page=16 b=256 ctx=1024", 32, vec![(1, 1024); 256]),
-        ("32/8 page=16 b=1 ctx=4096", 32, vec![(1, 4096)]),
-        ("16/8 page=16 b=64 ctx=U[100,2000]", 16, uniform_contexts(64, 100, 2000, 7)),
-        ("16/8 page=16 b=256 ctx=U[100,2048]", 16, uniform_contexts(256, 100, 2048, 11)),
-    ];
-    for (i, (name, hq, seqs)) in variant_shapes.into_iter().enumerate() {
+    for (i, (name, hq, seqs)) in issue_decode_shapes().into_iter().enumerate() {
         let b1 = seqs.len() == 1;
         for stages in [2, 3, 4] {
             for plan in [DecodePlanKind::Waves, DecodePlanKind::Keys] {
@@ -381,7 +384,7 @@ fn run() -> kernel_runtime::Result<()> {
                     let tuning = DecodeTuning { stages, plan, ..ops::decode_tuning() };
                     cases.push(attention_case(
                         format!("decode-var stages={stages} plan={label}{m} {name}"),
-                        decode(hq, 16, seqs.clone()),
+                        decode_shape(hq, 16, seqs.clone()),
                         AttnKernel::Decode,
                         Splits { fixed: None, merge, tuning: Some(tuning), prefill_tile: None },
                         500 + i as u64,
@@ -404,7 +407,7 @@ fn run() -> kernel_runtime::Result<()> {
                 let tuning = DecodeTuning { stages, unsplit_waves, plan: DecodePlanKind::Keys, ..ops::decode_tuning() };
                 cases.push(attention_case(
                     format!("decode-sweep stages={stages}{tag} 32/8 page=16 b={b} ctx={ctx}"),
-                    decode(32, 16, seqs.clone()),
+                    decode_shape(32, 16, seqs.clone()),
                     AttnKernel::Decode,
                     Splits { fixed: None, merge: None, tuning: Some(tuning), prefill_tile: None },
                     600 + i as u64,
@@ -420,7 +423,7 @@ fn run() -> kernel_runtime::Result<()> {
             let label = if merge { "merge" } else { "combine" };
             cases.push(attention_case(
                 format!("decode-graph 16/8 page=16 b=1 ctx={ctx} splits={graph_splits} {label}"),
-                decode(16, 16, vec![(1, ctx)]),
+                decode_shape(16, 16, vec![(1, ctx)]),
                 AttnKernel::Decode,
                 Splits { fixed: Some(graph_splits), merge: Some(merge), tuning: None, prefill_tile: None },
                 400 + ctx as u64,

@@ -196,16 +196,27 @@ pub(crate) fn decode_graph_splits(
     if splits <= 1 || rows != 16 {
         return splits;
     }
-    // A split graph runs the split instance (graph_split_instance): its slots.
-    let (_, slots) = graph_split_instance(elem, head_dim, &tuning, sms);
+    // A split graph runs the split instance (graph_instance): its slots.
+    let (_, slots) = graph_instance(elem, head_dim, rows, splits, &tuning, sms);
     decode_plan::graph_splits(pairs, max_kv_len, slots, graph_min_splits(), &tuning).max(2)
 }
 
-/// The tensor-core instance (stages, slots) of a graph's split plan: the
-/// tuning's `graph_stages` (0: as eager launches without a plan choice).
-fn graph_split_instance(elem_bytes: usize, head_dim: usize, tuning: &DecodeTuning, sms: usize) -> (usize, usize) {
-    let stages = if tuning.graph_stages > 0 { tuning.graph_stages } else { tuning.stages };
-    decode_instance(elem_bytes, head_dim, 16, &DecodeTuning { stages, ..*tuning }, sms)
+/// The instance (stages, slots) a graph's decode launch of `splits` fixed
+/// splits runs: a split tensor-core launch takes the tuning's `graph_stages`
+/// (0: as eager launches without a plan choice), the rest `decode_instance`.
+fn graph_instance(
+    elem_bytes: usize,
+    head_dim: usize,
+    rows: usize,
+    splits: usize,
+    tuning: &DecodeTuning,
+    sms: usize,
+) -> (usize, usize) {
+    if splits > 1 && rows == 16 && tuning.graph_stages > 0 {
+        let tuning = DecodeTuning { stages: tuning.graph_stages, ..*tuning };
+        return decode_instance(elem_bytes, head_dim, rows, &tuning, sms);
+    }
+    decode_instance(elem_bytes, head_dim, rows, tuning, sms)
 }
 
 /// The pipeline stages (0 for the CUDA-core blocks) and resident block slots of
@@ -321,11 +332,7 @@ fn decode_attention(
     let (stages, slots, plan) = match meta.decode_splits {
         // kv_chunk 0: the kernel cuts each sequence itself (attention_row_chunk).
         Some(splits) => {
-            let (stages, slots) = if splits > 1 && rows == 16 {
-                graph_split_instance(elem, d, &tuning, sms)
-            } else {
-                decode_instance(elem, d, rows, &tuning, sms)
-            };
+            let (stages, slots) = graph_instance(elem, d, rows, splits, &tuning, sms);
             let plan = decode_plan::SplitPlan {
                 kv_chunk: 0,
                 max_splits: splits.max(1),
@@ -615,7 +622,7 @@ mod tests {
         assert_eq!(decode_graph_splits(16, 8, 128, bf, 40960, 132), slots.div_ceil(128));
         // The split instance's own depth sets the slots it aims for.
         let t = DecodeTuning { graph_stages: 3, ..DecodeTuning::default() };
-        let (_, slots3) = graph_split_instance(2, 128, &t, 132);
+        let (_, slots3) = graph_instance(2, 128, 16, 2, &t, 132);
         assert!(slots3 < slots);
         assert_eq!(decode_plan::graph_splits(8, 40960, slots3, 1, &t), slots3.div_ceil(8));
     }
