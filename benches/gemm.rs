@@ -7,7 +7,10 @@
 //! the whole plan `[nt wn ch st sp]`) against cuBLASLt (`ops::linear` with the
 //! skinny paths switched off), the streaming kernel (`ops::stream_gemm`, m <= 16
 //! on sm_90: its default plan `stream` and `stream-ch<chunk>-st<stages>[-2d]`),
-//! plus `ops::linear` as the dispatch rule runs it.
+//! plus `ops::linear` as the dispatch rule runs it. `cublaslt` is cuBLASLt with
+//! its algorithm measured on first use (gpu/gemm_tune.rs, as the engine runs it),
+//! `cublaslt-heuristic` the heuristic's first pick; a `SUMMARY gemm tune` line per
+//! tuned shape lists every candidate's time.
 //! Set `MINISGL_GEMM_BENCH_SHAPES=llama3-8b` (a substring of "model proj") to run
 //! some shapes only, `MINISGL_GEMM_BENCH_MS=1,16` some row counts. Each case's launches are captured into a CUDA graph (at
 //! least 20 back to back, every weight copy in turn) and timed with CUDA events
@@ -71,8 +74,11 @@ const SHAPES: &[(&str, &str, usize, usize)] = &[
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Variant {
-    /// `ops::linear` with the skinny path off.
+    /// `ops::linear` with the skinny path off (cuBLASLt's algorithm measured on
+    /// first use, as the engine runs it).
     Cublaslt,
+    /// The same with the measured choice off: the heuristic's first algorithm.
+    CublasltHeuristic,
     /// `ops::linear` as dispatched.
     Linear,
     /// `ops::skinny_gemm` with this many 16-row tiles per warp (K whole, as the rule runs it).
@@ -102,6 +108,7 @@ impl Variant {
     fn label(self) -> String {
         match self {
             Variant::Cublaslt => "cublaslt".into(),
+            Variant::CublasltHeuristic => "cublaslt-heuristic".into(),
             Variant::Linear => "linear".into(),
             Variant::Skinny(t) => format!("skinny{t}"),
             Variant::SkinnySplit4 => "skinny1-split4".into(),
@@ -209,6 +216,14 @@ fn case(
             Variant::Cublaslt => {
                 ops::set_skinny_gemm(Some(false));
                 let r = ops::linear(&x, w, None);
+                ops::set_skinny_gemm(None);
+                r.map(drop)
+            }
+            Variant::CublasltHeuristic => {
+                ops::set_skinny_gemm(Some(false));
+                ops::set_gemm_tuning(Some(false));
+                let r = ops::linear(&x, w, None);
+                ops::set_gemm_tuning(None);
                 ops::set_skinny_gemm(None);
                 r.map(drop)
             }
@@ -331,7 +346,7 @@ fn run() -> kernel_runtime::Result<()> {
         let ws = weights(n, k)?;
         let label = format!("{model} {proj}");
         for &m in &ms {
-            let mut variants = vec![Variant::Cublaslt, Variant::Linear];
+            let mut variants = vec![Variant::Cublaslt, Variant::CublasltHeuristic, Variant::Linear];
             if m <= 16 {
                 variants.extend([Variant::Skinny(1), Variant::Skinny(2), Variant::SkinnySplit4]);
                 variants.extend([Variant::SkinnyNoPrefetch(1), Variant::SkinnyNoPrefetch(2)]);
@@ -416,6 +431,9 @@ fn run() -> kernel_runtime::Result<()> {
     c.final_summary();
     for line in summary {
         println!("{line}");
+    }
+    for line in ops::gemm_tuning_report() {
+        println!("SUMMARY {line}");
     }
     Ok(())
 }

@@ -222,6 +222,9 @@ fn step_times_at(config: &str, batches: &[usize], ctx: usize) {
             e / g
         );
     }
+    for line in ops::gemm_tuning_report() {
+        println!("SUMMARY {line}");
+    }
 }
 
 #[test]

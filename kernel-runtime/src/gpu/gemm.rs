@@ -10,7 +10,8 @@
 //! One handle and one 32 MiB workspace per device ([`Blas`], created on first use
 //! and kept in `CudaDevice::blas`); the descriptors and the heuristic's algorithm
 //! are cached per (m, n, k, ld, dtype, bias, pointer alignments), so a repeated
-//! shape costs one `cublasLtMatmul` call. See the
+//! shape costs one `cublasLtMatmul` call. Decode-sized shapes take the fastest of
+//! the heuristic's first algorithms, timed on first use (`gemm_tune`). See the
 //! [cublasLtMatmul docs](https://docs.nvidia.com/cuda/cublas/#cublasltmatmul).
 
 use std::collections::HashMap;
@@ -49,6 +50,9 @@ struct GemmKey {
     bias: bool,
     /// Alignment in bytes (power of two, at most 256) of w, x, out and bias.
     align: [u32; 4],
+    /// Whether the algorithm is measured (`gemm_tune::wanted`), so that a shape
+    /// planned with tuning off (A/B benchmarks) does not stand in for a tuned one.
+    tuned: bool,
 }
 
 /// Descriptors and the chosen algorithm of one GEMM shape.
@@ -58,6 +62,9 @@ struct Plan {
     b: sys::cublasLtMatrixLayout_t,
     c: sys::cublasLtMatrixLayout_t,
     algo: sys::cublasLtMatmulAlgo_t,
+    /// The heuristic's algorithms, best first (`algo` is one of them): the
+    /// candidates of a tuned shape.
+    candidates: Vec<sys::cublasLtMatmulAlgo_t>,
 }
 
 impl Drop for Plan {
@@ -184,6 +191,7 @@ impl Plan {
             b: std::ptr::null_mut(),
             c: std::ptr::null_mut(),
             algo: sys::cublasLtMatmulAlgo_t { data: [0; 8] },
+            candidates: Vec::new(),
         };
         plan.a = lt::create_matrix_layout(ty, k, n, key.k as i64).map_err(blas_err("cublasLtMatrixLayoutCreate"))?;
         plan.b = lt::create_matrix_layout(ty, k, m, key.ldx as i64).map_err(blas_err("cublasLtMatrixLayoutCreate"))?;
@@ -217,15 +225,46 @@ impl Plan {
             set(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, u64::from(key.align[1]), 4)?;
             set(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, u64::from(key.align[2]), 4)?;
             set(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, u64::from(key.align[2]), 4)?;
-            // SAFETY: every descriptor is live and describes this GEMM.
-            unsafe { lt::get_matmul_algo_heuristic(blas.handle, desc, plan.a, plan.b, plan.c, plan.c, pref) }
-                .map_err(blas_err("cublasLtMatmulAlgoGetHeuristic (no algorithm for this shape)"))
+            let wanted = if key.tuned { super::gemm_tune::CANDIDATES } else { 1 };
+            // SAFETY: the result type is plain old data the call fills in.
+            let mut results: Vec<sys::cublasLtMatmulHeuristicResult_t> = vec![unsafe { std::mem::zeroed() }; wanted];
+            let mut count = 0i32;
+            // SAFETY: every descriptor is live and describes this GEMM; `results`
+            // holds `wanted` entries and `count` says how many were written.
+            unsafe {
+                sys::cublasLtMatmulAlgoGetHeuristic(
+                    blas.handle,
+                    desc,
+                    plan.a,
+                    plan.b,
+                    plan.c,
+                    plan.c,
+                    pref,
+                    wanted as i32,
+                    results.as_mut_ptr(),
+                    &mut count,
+                )
+            }
+            .result()
+            .map_err(blas_err("cublasLtMatmulAlgoGetHeuristic"))?;
+            results.truncate(count.clamp(0, wanted as i32) as usize);
+            Ok::<_, Error>(
+                results
+                    .into_iter()
+                    .filter(|r| r.state == sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS)
+                    .map(|r| r.algo)
+                    .collect::<Vec<_>>(),
+            )
         })();
         // SAFETY: created above, destroyed once.
         unsafe {
             let _ = lt::destroy_matmul_pref(pref);
         }
-        plan.algo = result?.algo;
+        plan.candidates = result?;
+        plan.algo = *plan.candidates.first().ok_or_else(|| Error::Blas {
+            what: "cublasLtMatmulAlgoGetHeuristic".into(),
+            message: "no algorithm for this shape".into(),
+        })?;
         Ok(plan)
     }
 }
@@ -286,6 +325,7 @@ pub(crate) fn linear(out: &Tensor, x: &Tensor, w: &Tensor, bias: Option<&Tensor>
             alignment(out.device_ptr()),
             bias.map_or(256, |b| alignment(b.device_ptr())),
         ],
+        tuned: super::gemm_tune::wanted(m, n * k * x.dtype().size_in_bytes()),
     };
     let blas = Blas::of(dev)?;
     let mut plans = blas
@@ -295,8 +335,38 @@ pub(crate) fn linear(out: &Tensor, x: &Tensor, w: &Tensor, bias: Option<&Tensor>
     dev.bind()?;
     let plan = match plans.entry(key) {
         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-        std::collections::hash_map::Entry::Vacant(e) => e.insert(Plan::new(&blas, &key)?),
+        std::collections::hash_map::Entry::Vacant(e) => {
+            let plan = e.insert(Plan::new(&blas, &key)?);
+            // Inside a capture nothing can be timed: the shape keeps the first pick.
+            if key.tuned && !dev.is_capturing() {
+                let shape = (m, n, k, key.dtype);
+                let candidates = plan.candidates.clone();
+                let chosen = super::gemm_tune::choose(dev, shape, candidates.len(), |i| {
+                    matmul(&blas, plan, &candidates[i], out, &x, w, bias, dev)
+                })?;
+                if let Some(i) = chosen {
+                    plan.algo = candidates[i];
+                }
+            }
+            plan
+        }
     };
+    let algo = plan.algo;
+    matmul(&blas, plan, &algo, out, &x, w, bias, dev)
+}
+
+/// Enqueues `out = x @ w^T (+ bias)` with `algo` (one of `plan`'s candidates).
+#[allow(clippy::too_many_arguments)]
+fn matmul(
+    blas: &Blas,
+    plan: &Plan,
+    algo: &sys::cublasLtMatmulAlgo_t,
+    out: &Tensor,
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    dev: &CudaDevice,
+) -> Result<()> {
     if let Some(b) = bias {
         let ptr: CUdeviceptr = b.device_ptr();
         // SAFETY: the plan's descriptor is live and its bias pointer attribute is a
@@ -323,7 +393,7 @@ pub(crate) fn linear(out: &Tensor, x: &Tensor, w: &Tensor, bias: Option<&Tensor>
             plan.c,
             d,
             plan.c,
-            &plan.algo,
+            algo,
             blas.workspace as *mut c_void,
             WORKSPACE_BYTES,
             dev.cu_stream() as sys::cudaStream_t,

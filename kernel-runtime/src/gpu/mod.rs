@@ -33,6 +33,7 @@ mod attention;
 mod convert;
 mod decode_plan;
 pub(crate) mod gemm;
+pub(crate) mod gemm_tune;
 mod launch;
 mod logprobs;
 pub(crate) mod moe;

@@ -156,6 +156,20 @@ pub fn silu_mul(x: &Tensor) -> Result<Tensor> {
     Ok(out)
 }
 
+/// Turns the measured choice of cuBLASLt algorithm for decode-sized products on
+/// or off for this process, or back to `MINISGL_GEMM_TUNE` (`None`; on unless
+/// that variable is `0`). Shapes already planned keep their algorithm. For A/B
+/// benchmarks.
+pub fn set_gemm_tuning(on: Option<bool>) {
+    crate::gpu::gemm_tune::set_enabled(on);
+}
+
+/// One line per cuBLASLt shape whose algorithm was measured in this process:
+/// the heuristic's first pick, the one kept, and every candidate's median time.
+pub fn gemm_tuning_report() -> Vec<String> {
+    crate::gpu::gemm_tune::report()
+}
+
 /// `silu_mul(linear(x, w, bias))`: the gated MLP's gate_up projection and its
 /// activation, `w` `[2 i, k]` holding the gate rows then the up rows (a fused
 /// `gate_up_proj`), `bias` `[2 i]`; returns a new `[m, i]`. On CUDA, where the

@@ -6,7 +6,7 @@
 //! | [`store_kv`] | scatter new K/V rows into the paged KV caches |
 //! | [`index`], [`embedding`] | embedding gather (with the vocab-parallel range) |
 //! | [`copy`], [`cast`] | strided copy, dtype conversion |
-//! | [`linear`] | `x @ w^T + b` (cuBLASLt on CUDA) |
+//! | [`linear`], [`set_gemm_tuning`], [`gemm_tuning_report`] | `x @ w^T + b` (cuBLASLt on CUDA; decode shapes' algorithm measured on first use), its switch and what it measured |
 //! | [`rms_norm`], [`fused_add_rms_norm`], [`head_rms_norm`] | RMSNorm variants |
 //! | [`fused_add_rms_norm_linear`] | the pre-norm residual step and the projection after it |
 //! | [`rope`] | rotary embedding (neox layout), in place |
@@ -46,8 +46,8 @@ pub use attention::{
 };
 pub use convert::{cast, copy};
 pub use dense::{
-    argmax, fused_add_rms_norm, fused_add_rms_norm_linear, head_rms_norm, linear, linear_silu_mul, rms_norm, rope,
-    silu_mul,
+    argmax, fused_add_rms_norm, fused_add_rms_norm_linear, gemm_tuning_report, head_rms_norm, linear, linear_silu_mul,
+    rms_norm, rope, set_gemm_tuning, silu_mul,
 };
 pub use fused::{rope_store, QkNorm, RopeStore};
 pub use index::{embedding, index};
