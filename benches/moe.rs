@@ -7,6 +7,8 @@
 //! `SUMMARY moe M=<m> <median us> us <TFLOP/s> TFLOP/s <TB/s> TB/s`
 //! `SUMMARY moe-experts M=<m> ...` (the routing given: sort, GEMMs and sum, as
 //! mini-sglang's `fused_experts` and scripts/gpu/moe_triton_baseline.py time it)
+//! `SUMMARY moe-decode M=<m> ...` / `moe-grouped` (`moe-experts` through the decode
+//! kernels, moe_decode.cu, and through the grouped GEMMs, at M <= 16)
 //! `SUMMARY moe-tiles M=<m> gate_up=<g> down=<d> ...` (`moe-experts` with every
 //! pair of tiles of equal rows from the tile table, `*` marking the plan's pair;
 //! `MINISGL_MOE_BENCH_TILES=5,6,7` sweeps only pairs of those tiles, `=none`
@@ -230,7 +232,20 @@ fn run() -> kernel_runtime::Result<()> {
         for c in &cases {
             let us = median_us(&timer, op, &w, c, 25)?;
             let p = ops::moe::moe_plan(c.m, TOP_K, EXPERTS, HIDDEN, INTER, GPU)?;
-            println!("SUMMARY {label} M={} {} (tiles {} {})", c.m, figures(c, us), p.gate_up_tile, p.down_tile);
+            let how = if p.decode {
+                "decode kernels".to_owned()
+            } else {
+                format!("tiles {} {}", p.gate_up_tile, p.down_tile)
+            };
+            println!("SUMMARY {label} M={} {} ({how})", c.m, figures(c, us));
+        }
+    }
+    // The decode kernels against the plan's tiles, experts only, where either could run.
+    for c in cases.iter().filter(|c| c.m <= 16) {
+        let p = ops::moe::moe_plan(c.m, TOP_K, EXPERTS, HIDDEN, INTER, GPU)?;
+        for (decode, label) in [(true, "moe-decode"), (false, "moe-grouped")] {
+            let us = median_us(&timer, Op::ExpertsWith(MoePlan { decode, ..p }), &w, c, 25)?;
+            println!("SUMMARY {label} M={} {}", c.m, figures(c, us));
         }
     }
 
@@ -242,7 +257,7 @@ fn run() -> kernel_runtime::Result<()> {
         let p = ops::moe::moe_plan(c.m, TOP_K, EXPERTS, HIDDEN, INTER, GPU)?;
         let mut best: Option<(f64, usize, usize)> = None;
         for &(g, d) in &pairs {
-            let plan = MoePlan { gate_up_tile: g, down_tile: d, pdl: p.pdl };
+            let plan = MoePlan { gate_up_tile: g, down_tile: d, pdl: p.pdl, decode: false };
             let us = median_us(&timer, Op::ExpertsWith(plan), &w, c, 15)?;
             let mark = if (g, d) == (p.gate_up_tile, p.down_tile) { " *" } else { "" };
             println!("SUMMARY moe-tiles M={} gate_up={g} down={d} {}{mark}", c.m, figures(c, us));

@@ -292,7 +292,7 @@ fn check_tiles(w: &Experts, (e, k): (usize, usize), m: usize, pairs: &[(usize, u
     let rt = routing(m as u64 + 1, m, e, k)?;
     let want = ops::naive_experts(&x, &w.w13, &w.w2, &rt)?;
     for &(g, d) in pairs {
-        let plan = MoePlan { gate_up_tile: g, down_tile: d, pdl: (g + d) % 2 == 0 };
+        let plan = MoePlan { gate_up_tile: g, down_tile: d, pdl: (g + d) % 2 == 0, decode: false };
         let what = format!("{what} e={e} k={k} h={h} i={} m={m} tiles {g} {d}", w.w2.dim(2));
         poison_next_alloc(m * h * 2)?;
         let got = ops::fused_experts_with(&x, &w.w13, &w.w2, &rt, Some(plan)).with_context(|| what.clone())?;
@@ -374,7 +374,7 @@ fn gpu_wgmma_tiles_match_naive() -> Result<()> {
         let want = ops::naive_experts(&x, &w.w13, &w.w2, &rt)?;
         for &t in &tiles {
             let what = format!("wgmma f16 qwen3-30b m={m} tile {t}");
-            let plan = Some(MoePlan { gate_up_tile: t, down_tile: t, pdl: true });
+            let plan = Some(MoePlan { gate_up_tile: t, down_tile: t, pdl: true, decode: false });
             poison_next_alloc(m * CONFIGS[0].2 * 2)?;
             let got = ops::fused_experts_with(&x, &w.w13, &w.w2, &rt, plan).with_context(|| what.clone())?;
             let err = rel_l2(&got, &want)?;
@@ -396,7 +396,7 @@ fn every_tile_is_deterministic() -> Result<()> {
         let x = random(m as u64 + 9, &[m, h], DType::BF16, 1.0, GPU)?;
         let rt = routing(m as u64 + 2, m, e, k)?;
         for (g, d) in same_tiles() {
-            let plan = Some(MoePlan { gate_up_tile: g, down_tile: d, pdl: true });
+            let plan = Some(MoePlan { gate_up_tile: g, down_tile: d, pdl: true, decode: false });
             let a = ops::fused_experts_with(&x, &w.w13, &w.w2, &rt, plan)?.to_host_bytes()?;
             let b = ops::fused_experts_with(&x, &w.w13, &w.w2, &rt, plan)?.to_host_bytes()?;
             ensure!(a == b, "tile {g} m={m}: two runs differ");
@@ -421,6 +421,36 @@ fn fused_moe_routes_and_sorts_in_one_kernel_for_small_batches() -> Result<()> {
             fused.to_host_bytes()? == separate.to_host_bytes()?,
             "m={m}: fused_moe differs from route + fused_experts"
         );
+    }
+    Ok(())
+}
+
+/// The decode kernels (moe_decode.cu: per-pair weight streams, no sort) against
+/// the naive experts at every configuration and odd shape, 1 to 8 tokens (past
+/// the plan's threshold too), both half dtypes, with one pair dropped and half
+/// the experts empty; and bit for bit the same on a second run.
+#[test]
+fn gpu_decode_kernels_match_naive() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    for (n, &(e, k, h, i)) in CONFIGS.iter().chain(ODD.iter()).enumerate() {
+        for dtype in [DType::BF16, DType::F16] {
+            let w = experts(300 + n as u64, e, h, i, dtype)?;
+            for m in [1, 2, 3, 4, 8] {
+                let what = format!("decode kernels {dtype} e={e} k={k} h={h} i={i} m={m}");
+                let x = random(m as u64 + 29, &[m, h], dtype, 1.0, GPU)?;
+                let rt = routing(m as u64 + 31, m, e, k)?;
+                let want = ops::naive_experts(&x, &w.w13, &w.w2, &rt).with_context(|| what.clone())?;
+                let plan = Some(MoePlan { gate_up_tile: 7, down_tile: 7, pdl: m % 2 == 0, decode: true });
+                poison_next_alloc(m * h * dtype.size_in_bytes())?;
+                let got = ops::fused_experts_with(&x, &w.w13, &w.w2, &rt, plan).with_context(|| what.clone())?;
+                let err = rel_l2(&got, &want)?;
+                ensure!(err <= 1e-2, "{what}: relative L2 error {err:.3e} > 1e-2");
+                let again = ops::fused_experts_with(&x, &w.w13, &w.w2, &rt, plan)?;
+                ensure!(got.to_host_bytes()? == again.to_host_bytes()?, "{what}: not deterministic");
+            }
+        }
     }
     Ok(())
 }

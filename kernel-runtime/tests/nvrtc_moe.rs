@@ -8,7 +8,7 @@
 
 use kernel_runtime::kernels::{self, jit};
 
-const FAMILIES: [&str; 4] = ["moe_route", "moe_align", "moe_gemm", "moe_sum"];
+const FAMILIES: [&str; 5] = ["moe_route", "moe_align", "moe_gemm", "moe_sum", "moe_decode"];
 
 #[test]
 fn every_moe_instance_compiles_with_nvrtc_for_sm90() {

@@ -642,6 +642,34 @@ typedef struct msgl_moe_sum_params {
   int32_t blocks_per_row;      /* blocks of 256 threads across one row of out */
 } msgl_moe_sum_params;
 
+/*
+ * moe_decode: the experts of a decode step of a few tokens, per (token, slot) pair
+ * straight from the routing (no sort), pair p = t * top_k + s, e = topk_ids[p]:
+ *   GATE_UP = 1: out[p, j] = silu(a_t . w_gate[e, j]) * (a_t . w_up[e, j]), j < n
+ *     (a = x [num_tokens, k], w = the packed gate_up [num_experts, 2 n, k]);
+ *   GATE_UP = 0: out[t, j] = sum_s topk_weights[p] (a_p . w[e, j])
+ *     (a = the activation [num_tokens * top_k, k], w = down [num_experts, n, k]).
+ * Pairs whose expert id is outside [0, num_experts) are skipped. A block owns
+ * cols_per_block columns of one pair (GATE_UP) or token. Instance parameters:
+ * DTYPE (bf16 or f16, of a, w and out), GATE_UP.
+ */
+typedef struct msgl_moe_decode_params {
+  const void* a;               /* device, rows a_stride elements apart, 16-byte aligned */
+  const void* w;               /* device, [num_experts, GATE_UP ? 2 n : n, k] contiguous */
+  void* out;                   /* device: GATE_UP [num_pairs, n]; else [num_tokens, n]; rows out_stride apart */
+  const int32_t* topk_ids;     /* device, [num_tokens * top_k] */
+  const float* topk_weights;   /* device, [num_tokens * top_k] (read by GATE_UP = 0) */
+  int64_t a_stride;            /* elements */
+  int64_t out_stride;          /* elements */
+  int64_t num_tokens;
+  int32_t num_experts;
+  int32_t top_k;               /* 1..MSGL_MOE_MAX_TOP_K */
+  int32_t n;                   /* output columns, a multiple of 8 */
+  int32_t k;                   /* reduction length, a multiple of 8 */
+  int32_t cols_per_block;
+  int32_t reserved;
+} msgl_moe_decode_params;
+
 /* moe_align runs its single-block phase 2 up to this many pairs; moe_route fuses
  * the sort into the routing block up to MSGL_MOE_ROUTE_ALIGN_MAX pairs. */
 #define MSGL_MOE_ALIGN_SMALL 4096
@@ -860,6 +888,13 @@ MSGL_API int32_t msgl_moe_gemm(const msgl_tensor* out, const msgl_tensor* a, con
 MSGL_API int32_t msgl_moe_sum(const msgl_tensor* out, const msgl_tensor* part, const msgl_tensor* topk_ids,
                      const msgl_tensor* topk_weights, int32_t num_experts, int32_t pdl, msgl_stream stream);
 
+/* moe_decode: out, a, w one dtype (bf16/f16), w [E, n_w, k] contiguous, a rows 16-byte
+ * aligned; topk_ids [t, k] int32 and topk_weights [t, k] f32 contiguous; gate_up 1 or 0;
+ * cols_per_block > 0; pdl as in moe_gemm (gate_up after the router, down after gate_up). */
+MSGL_API int32_t msgl_moe_decode(const msgl_tensor* out, const msgl_tensor* a, const msgl_tensor* w,
+                        const msgl_tensor* topk_ids, const msgl_tensor* topk_weights, int32_t gate_up,
+                        int32_t cols_per_block, int32_t pdl, msgl_stream stream);
+
 #endif /* !__CUDACC_RTC__ */
 
 #ifdef __cplusplus
@@ -885,6 +920,7 @@ static_assert(sizeof(msgl_moe_route_params) == 120, "msgl_moe_route_params layou
 static_assert(sizeof(msgl_moe_align_params) == 64, "msgl_moe_align_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_gemm_params) == 112, "msgl_moe_gemm_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_sum_params) == 64, "msgl_moe_sum_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_moe_decode_params) == 88, "msgl_moe_decode_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_rope_store_params) == 192, "msgl_rope_store_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_fill_uniform_params) == 32, "msgl_fill_uniform_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_skinny_gemm_params) == 112, "msgl_skinny_gemm_params layout changed: run cargo xtask codegen");

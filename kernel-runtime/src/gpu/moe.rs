@@ -1,4 +1,8 @@
-//! Mixture of experts on CUDA (csrc/kernels/moe_{route,align,gemm,sum}.cu).
+//! Mixture of experts on CUDA (csrc/kernels/moe_{route,align,gemm,sum,decode}.cu).
+//!
+//! Batches of at most [`DECODE_MAX_TOKENS`] tokens take two launches after the
+//! router instead (moe_decode.cu): per (token, expert) pair weight streams with
+//! SiLU-and-mul and the weighted top-k sum fused, no sort.
 //!
 //! A layer is four to five launches: the router (fused with the sort by expert
 //! for decode-sized batches, `moe_route_align`), the sort (`moe_align`), the
@@ -45,8 +49,8 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::op_types::moe::{moe_sorted_rows, moe_tile_entries, MoeAlignment, MoePlan, MoeRouting, MOE_BLOCK_M};
 use crate::sys::kernels::{
-    msgl_moe_align_params, msgl_moe_gemm_params, msgl_moe_route_params, msgl_moe_sum_params, MSGL_MOE_ALIGN_SMALL,
-    MSGL_MOE_ROUTE_ALIGN_MAX,
+    msgl_moe_align_params, msgl_moe_decode_params, msgl_moe_gemm_params, msgl_moe_route_params, msgl_moe_sum_params,
+    MSGL_MOE_ALIGN_SMALL, MSGL_MOE_ROUTE_ALIGN_MAX,
 };
 use crate::tensor::Tensor;
 
@@ -173,7 +177,8 @@ pub(crate) fn plan(
 ) -> MoePlan {
     let (gate_up_tile, down_tile) = heuristic(num_tokens, top_k, num_experts, hidden, inter, hopper);
     let env = env_overrides();
-    with_overrides(MoePlan { gate_up_tile, down_tile, pdl: pdl_enabled() }, env.0.as_deref(), env.1.as_deref())
+    let decode = num_tokens <= decode_max_tokens();
+    with_overrides(MoePlan { gate_up_tile, down_tile, pdl: pdl_enabled(), decode }, env.0.as_deref(), env.1.as_deref())
 }
 
 /// The table's tiles `(gate_up, down)` for a batch (see [`PLAN`]).
@@ -219,6 +224,30 @@ pub(crate) fn with_overrides(plan: MoePlan, gate_up: Option<&str>, down: Option<
     let (g, d) = (set(gate_up), set(down));
     MoePlan { gate_up_tile: g.unwrap_or(plan.gate_up_tile), down_tile: d.or(g).unwrap_or(plan.down_tile), ..plan }
 }
+
+/// Batches of at most this many tokens take the decode kernels (moe_decode.cu):
+/// each (token, expert) pair streams its expert's rows, so tokens that share an
+/// expert read it once each, and the gain (no sort, no 16-row tiles 1/16 full, the
+/// sum fused) holds while a batch's tokens rarely share one: top-8 of 128 experts
+/// at 4 tokens, 32 pairs, share an expert about twice. Measured in docs/PERF.md
+/// (eleventh session). `MINISGL_MOE_DECODE_MAX_TOKENS` replaces it (0: never).
+pub(crate) const DECODE_MAX_TOKENS: usize = 4;
+
+fn decode_max_tokens() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::env::var("MINISGL_MOE_DECODE_MAX_TOKENS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(DECODE_MAX_TOKENS)
+    })
+}
+
+/// Output columns a moe_decode block computes: 8 (4 warps of 2 columns, one
+/// round each), so that one token's pairs already make hundreds of blocks.
+const DECODE_COLS_PER_BLOCK: usize = 8;
+/// moe_decode.cu's kMoeDecodeThreads.
+const DECODE_THREADS: u32 = 128;
 
 /// Whether launches use programmatic dependent launch (`MINISGL_MOE_PDL`, default 1).
 fn pdl_enabled() -> bool {
@@ -592,6 +621,75 @@ pub(crate) fn sum(
     )
 }
 
+/// One pass of the decode kernels (see moe_decode.cu): `gate_up` writes the
+/// activation `out` `[pairs, inter]` from `a` = x `[tokens, hidden]`; else `out`
+/// `[tokens, hidden]` is the weighted top-k sum over `a` = the activation.
+fn decode_gemm(out: &Tensor, a: &Tensor, w: &Tensor, routing: &MoeRouting, gate_up: bool, pdl: bool) -> Result<()> {
+    const OP: &str = "moe_decode";
+    let dev = device_of(OP, a)?;
+    let [num_experts, n_w, k] = w.dims::<3>(OP, "w")?;
+    let n = if gate_up { n_w / 2 } else { n_w };
+    let (tokens, top_k) = (routing.topk_ids.dim(0), routing.top_k());
+    if !super::launch::rows_aligned(a, 16) {
+        return Err(Error::arg(OP, "argument `a` rows are not 16-byte aligned"));
+    }
+    let p = msgl_moe_decode_params {
+        a: ptr(a),
+        w: ptr(w),
+        out: ptr(out),
+        topk_ids: routing.topk_ids.device_ptr() as *const i32,
+        topk_weights: routing.topk_weights.device_ptr() as *const f32,
+        a_stride: if a.dim(0) > 1 { a.strides()[0] as i64 } else { k as i64 },
+        out_stride: if out.dim(0) > 1 { out.strides()[0] as i64 } else { n as i64 },
+        num_tokens: tokens as i64,
+        num_experts: num_experts as i32,
+        top_k: top_k as i32,
+        n: n as i32,
+        k: k as i32,
+        cols_per_block: DECODE_COLS_PER_BLOCK as i32,
+        reserved: 0,
+    };
+    let rows = if gate_up { tokens * top_k } else { tokens };
+    let grid = grid_u32(OP, rows * n.div_ceil(DECODE_COLS_PER_BLOCK))?;
+    let views = [out, a, w, &routing.topk_ids, &routing.topk_weights].map(Tensor::abi);
+    dispatch(
+        OP,
+        dev,
+        "moe_decode",
+        &[("DTYPE", dtype_code(a)), ("GATE_UP", i64::from(gate_up))],
+        |lib, stream| {
+            let [o, a, w, ids, wt] = &views;
+            // SAFETY: the views describe live device tensors of the shapes the op
+            // checked (the routing's, the experts'); the launcher validates them
+            // again and only enqueues work on `stream`.
+            unsafe {
+                lib.msgl_moe_decode(
+                    o,
+                    a,
+                    w,
+                    ids,
+                    wt,
+                    i32::from(gate_up),
+                    DECODE_COLS_PER_BLOCK as i32,
+                    i32::from(pdl),
+                    stream,
+                )
+            }
+        },
+        // SAFETY: `p` is the msgl_moe_decode_params the entry takes, filled from the
+        // same tensors; grid and block are the launcher's.
+        |f| unsafe { f.launch(dev, grid, DECODE_THREADS, 0, &p) },
+    )
+}
+
+/// The experts of a routed batch through the decode kernels: two launches.
+fn decode_experts(out: &Tensor, x: &Tensor, w13: &Tensor, w2: &Tensor, routing: &MoeRouting, pdl: bool) -> Result<()> {
+    let inter = w13.dim(1) / 2;
+    let act = Tensor::empty(&[routing.topk_ids.numel(), inter], x.dtype(), x.device())?;
+    decode_gemm(&act, x, w13, routing, true, pdl)?;
+    decode_gemm(out, &act, w2, routing, false, pdl)
+}
+
 /// The sort for a plan's gate_up tile, routed already or routing in the same
 /// kernel.
 fn plan_align(
@@ -654,6 +752,9 @@ pub(crate) fn fused_experts(
     routing: &MoeRouting,
     plan: MoePlan,
 ) -> Result<()> {
+    if plan.decode {
+        return decode_experts(out, x, w13, w2, routing, plan.pdl);
+    }
     let tile_m = check_plan(plan)?;
     let align = plan_align(x.device(), routing.topk_ids.numel(), w13.dim(0), tile_m)?;
     self::align(&align, &routing.topk_ids)?;
@@ -672,13 +773,17 @@ pub(crate) fn fused_moe(
     renormalize: bool,
     plan: MoePlan,
 ) -> Result<()> {
-    let tile_m = check_plan(plan)?;
     let (t, num_experts) = (x.dim(0), w13.dim(0));
     let device = x.device();
     let routing = MoeRouting {
         topk_ids: Tensor::empty(&[t, top_k], DType::I32, device)?,
         topk_weights: Tensor::empty(&[t, top_k], DType::F32, device)?,
     };
+    if plan.decode {
+        route(&routing, logits, renormalize)?;
+        return decode_experts(out, x, w13, w2, &routing, plan.pdl);
+    }
+    let tile_m = check_plan(plan)?;
     let align = plan_align(device, t * top_k, num_experts, tile_m)?;
     if t * top_k <= MSGL_MOE_ROUTE_ALIGN_MAX as usize {
         route_align(&routing, &align, logits, renormalize)?;
@@ -746,6 +851,14 @@ mod tests {
             let pl = p(t, false);
             assert!(!TILES[pl.gate_up_tile].wgmma && !TILES[pl.down_tile].wgmma, "{t}");
         }
+        // Up to DECODE_MAX_TOKENS tokens the decode kernels run (unless the
+        // environment says otherwise), past it the tiles.
+        if std::env::var_os("MINISGL_MOE_DECODE_MAX_TOKENS").is_none() {
+            for t in 1..=DECODE_MAX_TOKENS {
+                assert!(p(t, true).decode && p(t, false).decode, "{t}");
+            }
+            assert!(!p(DECODE_MAX_TOKENS + 1, true).decode && !p(64, false).decode);
+        }
         // The decode tile (BK 64) serves any k, 2880 included.
         let q = plan(1, 4, 64, 2048, 2880, true);
         assert_eq!((q.gate_up_tile, q.down_tile), (7, 7));
@@ -779,21 +892,31 @@ mod tests {
 
     #[test]
     fn environment_overrides_replace_the_plan_tiles() {
-        let base = MoePlan { gate_up_tile: 2, down_tile: 2, pdl: true };
+        let base = MoePlan { gate_up_tile: 2, down_tile: 2, pdl: true, decode: false };
         assert_eq!(with_overrides(base, None, None), base);
         assert_eq!(with_overrides(base, Some(""), Some(" ")), base);
         // Only gate_up: both GEMMs take it (one alignment serves both).
-        assert_eq!(with_overrides(base, Some("8"), None), MoePlan { gate_up_tile: 8, down_tile: 8, pdl: true });
-        assert_eq!(with_overrides(base, Some(" 5 "), Some("6")), MoePlan { gate_up_tile: 5, down_tile: 6, pdl: true });
-        assert_eq!(with_overrides(base, None, Some("9")), MoePlan { gate_up_tile: 2, down_tile: 9, pdl: true });
+        assert_eq!(
+            with_overrides(base, Some("8"), None),
+            MoePlan { gate_up_tile: 8, down_tile: 8, pdl: true, decode: false }
+        );
+        assert_eq!(
+            with_overrides(base, Some(" 5 "), Some("6")),
+            MoePlan { gate_up_tile: 5, down_tile: 6, pdl: true, decode: false }
+        );
+        assert_eq!(
+            with_overrides(base, None, Some("9")),
+            MoePlan { gate_up_tile: 2, down_tile: 9, pdl: true, decode: false }
+        );
         // What does not parse is no tile: the launch reports it instead of running another.
         let bad = with_overrides(base, Some("big"), None);
         assert_eq!(bad.gate_up_tile, usize::MAX);
         let err = check_plan(bad).unwrap_err().to_string();
         assert!(err.contains("not a number") && err.contains("MINISGL_MOE_TILE_GATE_UP"), "{err}");
-        let err = check_plan(MoePlan { gate_up_tile: 5, down_tile: 2, pdl: false }).unwrap_err().to_string();
+        let err =
+            check_plan(MoePlan { gate_up_tile: 5, down_tile: 2, pdl: false, decode: false }).unwrap_err().to_string();
         assert!(err.contains("different row counts"), "{err}");
-        assert_eq!(check_plan(MoePlan { gate_up_tile: 5, down_tile: 7, pdl: false }).unwrap(), 16);
+        assert_eq!(check_plan(MoePlan { gate_up_tile: 5, down_tile: 7, pdl: false, decode: false }).unwrap(), 16);
     }
 
     #[test]
@@ -838,10 +961,11 @@ mod tests {
         assert!(err.contains("wgmma") && err.contains("sm_89") && err.contains("below 18"), "{err}");
         assert!(check_arch("moe_gemm", 4, TILES[4], (8, 0)).is_ok());
         // Overrides name wgmma tiles like any other; their row counts must agree.
-        let p = with_overrides(MoePlan { gate_up_tile: 4, down_tile: 4, pdl: true }, Some("19"), Some("20"));
+        let p =
+            with_overrides(MoePlan { gate_up_tile: 4, down_tile: 4, pdl: true, decode: false }, Some("19"), Some("20"));
         assert_eq!((p.gate_up_tile, p.down_tile), (19, 20));
         assert_eq!(check_plan(p).unwrap(), 128);
-        assert_eq!(check_plan(MoePlan { gate_up_tile: 18, down_tile: 3, pdl: true }).unwrap(), 64);
-        assert!(check_plan(MoePlan { gate_up_tile: 18, down_tile: 19, pdl: true }).is_err());
+        assert_eq!(check_plan(MoePlan { gate_up_tile: 18, down_tile: 3, pdl: true, decode: false }).unwrap(), 64);
+        assert!(check_plan(MoePlan { gate_up_tile: 18, down_tile: 19, pdl: true, decode: false }).is_err());
     }
 }

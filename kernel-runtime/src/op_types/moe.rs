@@ -60,11 +60,14 @@ pub fn moe_tile_entries(rows: usize, num_pairs: usize, num_experts: usize, tile_
 }
 
 /// How the CUDA path runs a batch: the `moe_gemm` tile of each GEMM (their row
-/// counts must agree: one alignment serves both) and whether the launches use
-/// programmatic dependent launch.
+/// counts must agree: one alignment serves both), whether the launches use
+/// programmatic dependent launch, and whether the batch takes the decode kernels
+/// instead (`moe_decode`: weight streams per (token, expert) pair, no sort; the
+/// tiles are then unused).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MoePlan {
     pub gate_up_tile: usize,
     pub down_tile: usize,
     pub pdl: bool,
+    pub decode: bool,
 }

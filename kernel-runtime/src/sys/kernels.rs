@@ -1611,6 +1611,84 @@ impl Default for msgl_moe_sum_params {
         }
     }
 }
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct msgl_moe_decode_params {
+    pub a: *const ::std::os::raw::c_void,
+    pub w: *const ::std::os::raw::c_void,
+    pub out: *mut ::std::os::raw::c_void,
+    pub topk_ids: *const i32,
+    pub topk_weights: *const f32,
+    pub a_stride: i64,
+    pub out_stride: i64,
+    pub num_tokens: i64,
+    pub num_experts: i32,
+    pub top_k: i32,
+    pub n: i32,
+    pub k: i32,
+    pub cols_per_block: i32,
+    pub reserved: i32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    [
+        "Size of msgl_moe_decode_params",
+    ][::std::mem::size_of::<msgl_moe_decode_params>() - 88usize];
+    [
+        "Alignment of msgl_moe_decode_params",
+    ][::std::mem::align_of::<msgl_moe_decode_params>() - 8usize];
+    [
+        "Offset of field: msgl_moe_decode_params::a",
+    ][::std::mem::offset_of!(msgl_moe_decode_params, a) - 0usize];
+    [
+        "Offset of field: msgl_moe_decode_params::w",
+    ][::std::mem::offset_of!(msgl_moe_decode_params, w) - 8usize];
+    [
+        "Offset of field: msgl_moe_decode_params::out",
+    ][::std::mem::offset_of!(msgl_moe_decode_params, out) - 16usize];
+    [
+        "Offset of field: msgl_moe_decode_params::topk_ids",
+    ][::std::mem::offset_of!(msgl_moe_decode_params, topk_ids) - 24usize];
+    [
+        "Offset of field: msgl_moe_decode_params::topk_weights",
+    ][::std::mem::offset_of!(msgl_moe_decode_params, topk_weights) - 32usize];
+    [
+        "Offset of field: msgl_moe_decode_params::a_stride",
+    ][::std::mem::offset_of!(msgl_moe_decode_params, a_stride) - 40usize];
+    [
+        "Offset of field: msgl_moe_decode_params::out_stride",
+    ][::std::mem::offset_of!(msgl_moe_decode_params, out_stride) - 48usize];
+    [
+        "Offset of field: msgl_moe_decode_params::num_tokens",
+    ][::std::mem::offset_of!(msgl_moe_decode_params, num_tokens) - 56usize];
+    [
+        "Offset of field: msgl_moe_decode_params::num_experts",
+    ][::std::mem::offset_of!(msgl_moe_decode_params, num_experts) - 64usize];
+    [
+        "Offset of field: msgl_moe_decode_params::top_k",
+    ][::std::mem::offset_of!(msgl_moe_decode_params, top_k) - 68usize];
+    [
+        "Offset of field: msgl_moe_decode_params::n",
+    ][::std::mem::offset_of!(msgl_moe_decode_params, n) - 72usize];
+    [
+        "Offset of field: msgl_moe_decode_params::k",
+    ][::std::mem::offset_of!(msgl_moe_decode_params, k) - 76usize];
+    [
+        "Offset of field: msgl_moe_decode_params::cols_per_block",
+    ][::std::mem::offset_of!(msgl_moe_decode_params, cols_per_block) - 80usize];
+    [
+        "Offset of field: msgl_moe_decode_params::reserved",
+    ][::std::mem::offset_of!(msgl_moe_decode_params, reserved) - 84usize];
+};
+impl Default for msgl_moe_decode_params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 pub struct KernelLibrary {
     __library: ::libloading::Library,
     pub msgl_last_error: unsafe extern "C" fn() -> *const ::std::os::raw::c_char,
@@ -1899,6 +1977,17 @@ pub struct KernelLibrary {
         pdl: i32,
         stream: msgl_stream,
     ) -> i32,
+    pub msgl_moe_decode: unsafe extern "C" fn(
+        out: *const msgl_tensor,
+        a: *const msgl_tensor,
+        w: *const msgl_tensor,
+        topk_ids: *const msgl_tensor,
+        topk_weights: *const msgl_tensor,
+        gate_up: i32,
+        cols_per_block: i32,
+        pdl: i32,
+        stream: msgl_stream,
+    ) -> i32,
 }
 impl KernelLibrary {
     pub unsafe fn new<P>(path: P) -> Result<Self, ::libloading::Error>
@@ -1961,6 +2050,7 @@ impl KernelLibrary {
         let msgl_moe_align = __library.get(b"msgl_moe_align\0").map(|sym| *sym)?;
         let msgl_moe_gemm = __library.get(b"msgl_moe_gemm\0").map(|sym| *sym)?;
         let msgl_moe_sum = __library.get(b"msgl_moe_sum\0").map(|sym| *sym)?;
+        let msgl_moe_decode = __library.get(b"msgl_moe_decode\0").map(|sym| *sym)?;
         Ok(KernelLibrary {
             __library,
             msgl_last_error,
@@ -1995,6 +2085,7 @@ impl KernelLibrary {
             msgl_moe_align,
             msgl_moe_gemm,
             msgl_moe_sum,
+            msgl_moe_decode,
         })
     }
     pub unsafe fn msgl_last_error(&self) -> *const ::std::os::raw::c_char {
@@ -2550,5 +2641,30 @@ impl KernelLibrary {
         stream: msgl_stream,
     ) -> i32 {
         (self.msgl_moe_sum)(out, part, topk_ids, topk_weights, num_experts, pdl, stream)
+    }
+    pub unsafe fn msgl_moe_decode(
+        &self,
+        out: *const msgl_tensor,
+        a: *const msgl_tensor,
+        w: *const msgl_tensor,
+        topk_ids: *const msgl_tensor,
+        topk_weights: *const msgl_tensor,
+        gate_up: i32,
+        cols_per_block: i32,
+        pdl: i32,
+        stream: msgl_stream,
+    ) -> i32 {
+        (self
+            .msgl_moe_decode)(
+            out,
+            a,
+            w,
+            topk_ids,
+            topk_weights,
+            gate_up,
+            cols_per_block,
+            pdl,
+            stream,
+        )
     }
 }

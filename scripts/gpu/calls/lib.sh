@@ -1,0 +1,22 @@
+# shellcheck shell=bash
+# Sourced by the session call scripts (scripts/gpu/calls/*.sh, copied into .gpu/
+# and run from the repository root on the GPU machine): unpacks the bundle, sets
+# the environment the tests and benches need, and defines
+#   left         seconds left of ${BUDGET:-540}
+#   t TO NAME .. a test binary under a timeout; its result line goes to the summary
+#   step NAME T  one engine-gpu_graphs test's SUMMARY lines into the summary
+#   fin          (trapped on exit) the summary and a tarball of the logs under $OUT
+# Variables: BIN (binaries), T (tests), BB (benches), W (work dir), S (summary).
+START=$(date +%s); left() { echo $(( ${BUDGET:-540} - ($(date +%s) - START) )); }
+rm -rf /tmp/minisgl-bundle && mkdir -p /tmp/minisgl-bundle && tar xJf .gpu/bin.tar.xz -C /tmp/minisgl-bundle
+ROOT=$(pwd); BIN=/tmp/minisgl-bundle/bin; T=$BIN/tests; BB=$BIN/benches
+export MINISGL_KERNELS=$ROOT/.gpu/kernels MINISGL_CACHE_DIR=/tmp/minisgl-cache MINISGL_GPU_TESTS=1 NCCL_NVLS_ENABLE=0
+export LD_LIBRARY_PATH=/usr/local/cuda/targets/x86_64-linux/lib:/usr/local/cuda/lib64:/usr/local/nvidia/lib64
+B=$(cat .gpu/built_at); [ -e "$B" ] || { mkdir -p "$(dirname "$B")"; ln -s "$ROOT" "$B"; }
+W=/tmp/w; rm -rf $W; mkdir -p $W; S=$OUT/summary.txt; : > $S
+fin() { cat $W/t-*.sum >> $S 2>/dev/null; cp $S $W/; tar czf $OUT/logs.tgz -C /tmp w; }
+trap fin EXIT
+t() { local to=$1 name=$2; shift 2; [ $(left) -lt $to ] && to=$(left); [ $to -lt 10 ] && { echo "$name skipped" > $W/t-$name.sum; return; }
+  timeout $to "$@" > $W/$name.log 2>&1; echo "$name rc=$? $(grep -E '^test result' $W/$name.log | tail -1) ($(( $(date +%s) - START )) s)" > $W/t-$name.sum; grep -E 'panicked|FAILED|failed:|error' $W/$name.log | head -12 >> $W/t-$name.sum; }
+step() { local name=$1; shift; [ $(left) -lt 40 ] && { echo "$name skipped" >> $S; return; }; timeout 90 $T/engine-gpu_graphs $1 --test-threads=1 --nocapture 2>&1 | grep SUMMARY | sed "s/^/$name /" >> $S; }
+mkdir -p /tmp/q06; cp tests/configs/qwen3-0.6b/config.json /tmp/q06/; cp tests/fixtures/qwen3-tiny/tokenizer* /tmp/q06/
