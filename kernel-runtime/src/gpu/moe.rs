@@ -1,6 +1,6 @@
 //! Mixture of experts on CUDA (csrc/kernels/moe_{route,align,gemm,sum,decode}.cu).
 //!
-//! Batches of at most [`DECODE_MAX_TOKENS`] tokens take two launches after the
+//! Batches of at most [`DECODE_MAX_TOKENS`] (8) tokens take two launches after the
 //! router instead (moe_decode.cu): per (token, expert) pair weight streams with
 //! SiLU-and-mul and the weighted top-k sum fused, no sort.
 //!
@@ -228,10 +228,13 @@ pub(crate) fn with_overrides(plan: MoePlan, gate_up: Option<&str>, down: Option<
 /// Batches of at most this many tokens take the decode kernels (moe_decode.cu):
 /// each (token, expert) pair streams its expert's rows, so tokens that share an
 /// expert read it once each, and the gain (no sort, no 16-row tiles 1/16 full, the
-/// sum fused) holds while a batch's tokens rarely share one: top-8 of 128 experts
-/// at 4 tokens, 32 pairs, share an expert about twice. Measured in docs/PERF.md
-/// (eleventh session). `MINISGL_MOE_DECODE_MAX_TOKENS` replaces it (0: never).
-pub(crate) const DECODE_MAX_TOKENS: usize = 4;
+/// sum fused) holds while a batch's tokens rarely share one. Measured at
+/// Qwen3-30B-A3B's shapes (benches/moe.rs, docs/PERF.md eleventh session, call 1),
+/// experts only, decode kernels against the grouped GEMMs: 26.9 / 40.6 us at 1
+/// token, 41.1 / 58.4 at 2, 78.4 / 99.6 at 4, 145.5 / 154.9 at 8, and 284.8 / 230.1
+/// at 16 (64 pairs over 128 experts touch ~50 of them; 128 pairs, ~80).
+/// `MINISGL_MOE_DECODE_MAX_TOKENS` replaces it (0: never).
+pub(crate) const DECODE_MAX_TOKENS: usize = 8;
 
 fn decode_max_tokens() -> usize {
     static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
