@@ -2,7 +2,10 @@
 //! RMSNorm and the fused residual-add RMSNorm at Qwen3-0.6B's and Llama-3-8B's
 //! hidden sizes; Qwen3-0.6B's attention prologue (q norm, k norm, RoPE, KV store:
 //! four launches) against `ops::rope_store` with the q/k norm (one launch); and
-//! Llama-3-8B's (RoPE, KV store) against `ops::rope_store` without it. Criterion
+//! Llama-3-8B's (RoPE, KV store) against `ops::rope_store` without it; and token
+//! sampling (`ops::sample_with`, settings uploaded once) of Qwen3's 151,936-token
+//! bf16 logits at temperature 0.6 without filters for 1, 64 and 256 rows, and
+//! greedy at 256, whose bytes are one read of the logits. Criterion
 //! timing with CUDA events around back-to-back launches behind a backlog
 //! (benches/common), and one plain-text line per case for run scripts:
 //!
@@ -14,15 +17,17 @@
 //!
 //! Targets (issue 12): each RMSNorm and the fused prologue <= 3 us at 64 rows, where
 //! the profile of a Qwen3-0.6B decode step had 7.3 + 5.4 + 5.7 us of norms, 3.6 us
-//! of rope and 3.8 us of store. Bytes are those read plus written once. The KV
+//! of rope and 3.8 us of store; sampling about 20-30 us at 256 rows (a read of the
+//! row at near the bandwidth), where the old kernel took ~159 us for 207 rows.
+//! Bytes are those read plus written once. The KV
 //! cache holds 65536 slots in pages of 16, and the step's slots are random. On a
 //! machine without a GPU the bench prints a skip line and exits 0.
 
 mod common;
 
 use common::{Case, GPU};
-use kernel_runtime::ops::{self, QkNorm, RopeStore};
-use kernel_runtime::Tensor;
+use kernel_runtime::ops::{self, QkNorm, RopeStore, SampleRow, SampleTable};
+use kernel_runtime::{DType, Tensor};
 
 const ROWS: usize = 64;
 const SLOTS: usize = 65536;
@@ -139,6 +144,31 @@ fn prologue_cases(label: &str, hq: usize, hkv: usize, d: usize, qk_norm: bool) -
     ])
 }
 
+/// Qwen3's vocabulary.
+const VOCAB: usize = 151_936;
+
+/// Sampling of `rows` bf16 logits rows: tempered without filters, or greedy.
+fn sampling_case(rows: usize, greedy: bool) -> kernel_runtime::Result<Case> {
+    let logits = random(&[rows, VOCAB], 9 + rows as u64, 0.0, 4.0)?;
+    let params: Vec<SampleRow> = (0..rows)
+        .map(|r| match greedy {
+            true => SampleRow::greedy(),
+            false => {
+                SampleRow { temperature: 0.6, top_k: 0, top_p: 1.0, min_p: 0.0, u: (r as f32 + 0.5) / rows as f32 }
+            }
+        })
+        .collect();
+    let table = SampleTable::new(&params, GPU)?;
+    let out = Tensor::empty(&[rows], DType::I32, GPU)?;
+    let what = if greedy { "greedy" } else { "t=0.6" };
+    Ok(Case {
+        name: format!("small sample {what} bf16 {rows}x{VOCAB}"),
+        bytes: (rows * VOCAB * 2) as u64,
+        flops: 0,
+        run: Box::new(move || ops::sample_with(&logits, &table, &out)),
+    })
+}
+
 fn main() {
     if !common::gpu_present() {
         return;
@@ -155,5 +185,9 @@ fn run() -> kernel_runtime::Result<()> {
     cases.extend(norm_cases(4096, "llama3-8b")?);
     cases.extend(prologue_cases("qwen3-0.6b 16/8x128", 16, 8, 128, true)?);
     cases.extend(prologue_cases("llama3-8b 32/8x128", 32, 8, 128, false)?);
+    for rows in [1, 64, 256] {
+        cases.push(sampling_case(rows, false)?);
+    }
+    cases.push(sampling_case(256, true)?);
     common::bench_cases_and_graphs("small_ops", &cases)
 }

@@ -2,7 +2,11 @@
 //! rows agree exactly, filtered and tempered draws agree on (nearly) every row
 //! (sums in f32 on the GPU and f64 on the CPU may split a draw that lands within
 //! rounding of a CDF boundary), and stratified draws of one row follow the
-//! tempered softmax.
+//! tempered softmax. The shapes cover what the kernel's decomposition cuts
+//! (csrc/kernels/sampling.cu): vocabularies that are not a multiple of the 16-byte
+//! vector, rows that do not start on a 16-byte boundary (column views, broadcast
+//! rows), runs longer than one tile of the draw, a decode batch of 256 rows, and
+//! rows with a single finite logit or none.
 //!
 //! Runs only with MINISGL_GPU_TESTS=1 on a machine with a GPU.
 
@@ -71,6 +75,173 @@ fn gpu_stratified_draws_follow_the_tempered_softmax() {
     for (i, c) in counts.iter().enumerate() {
         let expected = w[i] / z * rows as f64;
         assert!((*c as f64 - expected).abs() <= 2.0, "token {i}: {c} draws, expected {expected:.1}");
+    }
+}
+
+/// The settings of row `r` of a mixed batch: greedy, tempered, top-k, top-p, min-p
+/// and all three, each with its own uniform number.
+fn mixed_row(rng: &mut rand::rngs::StdRng, r: usize) -> SampleRow {
+    let u = rng.gen_range(0.0..1.0);
+    match r % 6 {
+        0 => SampleRow::greedy(),
+        1 => SampleRow { temperature: 0.6, top_k: 0, top_p: 1.0, min_p: 0.0, u },
+        2 => SampleRow { temperature: 1.0, top_k: 40, top_p: 1.0, min_p: 0.0, u },
+        3 => SampleRow { temperature: 0.8, top_k: 0, top_p: 0.9, min_p: 0.0, u },
+        4 => SampleRow { temperature: 1.1, top_k: 0, top_p: 1.0, min_p: 0.1, u },
+        _ => SampleRow { temperature: 1.3, top_k: 20, top_p: 0.9, min_p: 0.05, u },
+    }
+}
+
+/// Samples `host` (a host view) on the CPU and, copied view for view, on the GPU;
+/// greedy rows and rows with one candidate must agree exactly, the others on all
+/// but `rows / 32` rows (draws within f32 rounding of a CDF boundary).
+fn assert_matches_cpu(what: &str, host: &Tensor, gpu: &Tensor, params: &[SampleRow]) {
+    let want = sample(host, params).unwrap();
+    let got = sample(gpu, params).unwrap();
+    let vocab = host.dim(1);
+    for (r, p) in params.iter().enumerate() {
+        if p.temperature == 0.0 {
+            assert_eq!(got[r], want[r], "{what}: greedy row {r}");
+        }
+        assert!((got[r] as usize) < vocab, "{what}: row {r} drew {}", got[r]);
+    }
+    let differ = want.iter().zip(&got).filter(|(a, b)| a != b).count();
+    assert!(differ <= params.len() / 32, "{what}: {differ} rows differ: {want:?} vs {got:?}");
+}
+
+/// A `[rows, vocab]` view that starts `offset` elements into rows of
+/// `vocab + pad`: rows that are not 16-byte aligned when offset or pad is not a
+/// multiple of the vector.
+fn column_view(t: &Tensor, offset: usize, vocab: usize) -> Tensor {
+    t.narrow(1, offset, vocab).unwrap()
+}
+
+#[test]
+fn gpu_sampling_handles_odd_vocabularies_and_unaligned_rows() {
+    if !enabled() {
+        return;
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(12);
+    // (rows, vocab, pad, offset): vocab not a multiple of 8 or 4, smaller than
+    // a warp's vectors, and 262_145 (runs longer than a tile of the draw).
+    for (rows, vocab, pad, offset) in [
+        (6, 7, 0, 0),
+        (6, 7, 3, 1),
+        (12, 32_001, 0, 0),
+        (12, 32_001, 5, 3),
+        (6, 151_643, 0, 0),
+        (6, 151_643, 2, 1),
+        (6, 262_145, 0, 0),
+    ] {
+        let width = vocab + pad;
+        let values: Vec<f32> = (0..rows * width).map(|_| rng.gen_range(-6.0f32..6.0)).collect();
+        let params: Vec<SampleRow> = (0..rows).map(|r| mixed_row(&mut rng, r)).collect();
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let full = Tensor::from_slice(&values, &[rows, width], Device::Cpu).unwrap().to_dtype(dtype).unwrap();
+            let gpu_full = full.to_device(Device::Cuda(0)).unwrap();
+            let (host, gpu) = (column_view(&full, offset, vocab), column_view(&gpu_full, offset, vocab));
+            assert_matches_cpu(&format!("{rows}x{vocab} (+{pad}, at {offset}) {dtype}"), &host, &gpu, &params);
+        }
+    }
+}
+
+#[test]
+fn gpu_sampling_of_a_decode_batch_matches_the_cpu_reference() {
+    if !enabled() {
+        return;
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(13);
+    let (rows, vocab) = (256, 151_936);
+    let values: Vec<f32> = (0..rows * vocab).map(|_| rng.gen_range(-8.0f32..8.0)).collect();
+    // The hot case: tempered rows without filters, a few greedy ones.
+    let params: Vec<SampleRow> = (0..rows)
+        .map(|r| {
+            let u = rng.gen_range(0.0..1.0);
+            if r % 16 == 0 {
+                SampleRow::greedy()
+            } else {
+                SampleRow { temperature: 0.6, top_k: 0, top_p: 1.0, min_p: 0.0, u }
+            }
+        })
+        .collect();
+    let host = Tensor::from_slice(&values, &[rows, vocab], Device::Cpu).unwrap().to_dtype(DType::BF16).unwrap();
+    assert_matches_cpu("256x151936 bf16", &host, &host.to_device(Device::Cuda(0)).unwrap(), &params);
+}
+
+#[test]
+fn gpu_sampling_rows_with_one_finite_logit_or_none() {
+    if !enabled() {
+        return;
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(14);
+    let vocab = 151_936;
+    // Where the one finite logit sits: the ends, vector and run boundaries
+    // (a bf16 run is 594 vectors here, an f32 run 1187), the middle.
+    let spots = [0, 1, 7, 8, vocab - 1, vocab / 2, 594 * 8 - 1, 594 * 8, 1187 * 4, 31 * 594 * 8 + 3];
+    let rows = spots.len() + 4;
+    let mut values = vec![f32::NEG_INFINITY; rows * vocab];
+    for (r, &j) in spots.iter().enumerate() {
+        values[r * vocab + j] = rng.gen_range(-3.0f32..3.0);
+    }
+    // Rows without a finite max, where the CPU's rule decides: all -inf (token
+    // 0), all NaN (token 0), NaN but one -inf (that one), and a +inf.
+    let base = spots.len() * vocab;
+    values[base + vocab..base + 2 * vocab].fill(f32::NAN);
+    values[base + 2 * vocab..base + 3 * vocab].fill(f32::NAN);
+    values[base + 2 * vocab + 1000] = f32::NEG_INFINITY;
+    for (i, v) in values[base + 3 * vocab..base + 4 * vocab].iter_mut().enumerate() {
+        *v = if i % 3 == 0 { rng.gen_range(-3.0f32..3.0) } else { f32::NEG_INFINITY };
+    }
+    values[base + 3 * vocab + 5000] = f32::INFINITY;
+    let params: Vec<SampleRow> = (0..rows).map(|r| mixed_row(&mut rng, r)).collect();
+    for dtype in [DType::F32, DType::BF16] {
+        let host = Tensor::from_slice(&values, &[rows, vocab], Device::Cpu).unwrap().to_dtype(dtype).unwrap();
+        let want = sample(&host, &params).unwrap();
+        let got = sample(&host.to_device(Device::Cuda(0)).unwrap(), &params).unwrap();
+        for (r, &j) in spots.iter().enumerate() {
+            assert_eq!(got[r], j as u32, "{dtype}: row {r} ({:?}) has one finite logit, at {j}", params[r]);
+        }
+        assert_eq!(got[spots.len()..], want[spots.len()..], "{dtype}: rows without a finite max");
+        assert_eq!(want[spots.len()..spots.len() + 3], [0, 0, 1000], "{dtype}: the CPU's rule");
+    }
+}
+
+/// Stratified draws of one row broadcast to 8192 (row stride 0) through views
+/// that do not start on a 16-byte boundary, with vocabularies whose runs span
+/// two tiles of the draw: the counts follow the tempered softmax of the row.
+#[test]
+fn gpu_stratified_draws_over_long_unaligned_rows() {
+    if !enabled() {
+        return;
+    }
+    let rows = 8192;
+    let t = 0.9f32;
+    for (vocab, offset, dtype) in [(140_001, 1, DType::F32), (280_003, 3, DType::BF16), (4_099, 5, DType::F16)] {
+        // Light logits everywhere, 24 heavy ones spread over the row.
+        let mut logits: Vec<f32> = (0..offset + vocab).map(|i| ((i * 7919 % 101) as f32) * 0.01 - 9.0).collect();
+        for j in 0..24 {
+            logits[offset + (j * 104_729 + 17) % vocab] = 1.0 + 0.125 * (j % 7) as f32;
+        }
+        let base = Tensor::from_slice(&logits, &[offset + vocab], Device::Cpu).unwrap().to_dtype(dtype).unwrap();
+        let row: Vec<f32> = base.to_f32_vec().unwrap()[offset..].to_vec();
+        let x = base.to_device(Device::Cuda(0)).unwrap().as_strided(&[rows, vocab], &[0, 1], offset).unwrap();
+        let params: Vec<SampleRow> = (0..rows)
+            .map(|i| SampleRow { temperature: t, top_k: 0, top_p: 1.0, min_p: 0.0, u: (i as f32 + 0.5) / rows as f32 })
+            .collect();
+        let mut counts = vec![0usize; vocab];
+        for tok in sample(&x, &params).unwrap() {
+            counts[tok as usize] += 1;
+        }
+        let m = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        let w: Vec<f64> = row.iter().map(|&v| ((v - m) as f64 / t as f64).exp()).collect();
+        let z: f64 = w.iter().sum();
+        for (i, c) in counts.iter().enumerate() {
+            let expected = w[i] / z * rows as f64;
+            assert!(
+                (*c as f64 - expected).abs() <= 2.0,
+                "{vocab} {dtype}: token {i}: {c} draws, expected {expected:.1}"
+            );
+        }
     }
 }
 

@@ -13,9 +13,18 @@ use kernel_runtime::kernels::{self, jit};
 /// and the 16-bit CUDA-core fallback, head_dim 256).
 fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
     let mut out = Vec::new();
-    for family in
-        ["norm", "rope", "rope_store", "activation", "argmax", "random", "token_mask", "apply_penalties", "logprobs"]
-    {
+    for family in [
+        "norm",
+        "rope",
+        "rope_store",
+        "activation",
+        "argmax",
+        "sampling",
+        "random",
+        "token_mask",
+        "apply_penalties",
+        "logprobs",
+    ] {
         for dtype in [0, 1, 2] {
             out.push((family, vec![("DTYPE", dtype)]));
         }
@@ -165,6 +174,7 @@ fn every_new_family_has_a_jit_entry_and_aot_instances() {
         "stream_gemm",
         "activation",
         "argmax",
+        "sampling",
         "random",
         "token_mask",
         "penalty_count",

@@ -62,5 +62,5 @@ pub(crate) use prefill::set_prefill_tile;
 pub(crate) use random::fill_uniform;
 pub(crate) use rope::rope;
 pub(crate) use rope_store::rope_store;
-pub(crate) use sampling::{sample, sample_into};
+pub(crate) use sampling::{sample, sample_into, sample_table, sample_with};
 pub(crate) use token_mask::apply_token_mask;

@@ -1,6 +1,8 @@
 //! Token sampling on CUDA (csrc/kernels/sampling.cu): one block of 1024 threads
-//! per row; the per-row settings go up as one small `[rows, 5]` f32 tensor and the
-//! token ids come back as `[rows]` int32.
+//! per row (its 32 warps each own one contiguous run of the row); the per-row
+//! settings go up as one small `[rows, 5]` f32 table and the token ids come back
+//! as `[rows]` int32. The kernel finds each row's alignment itself, so any row
+//! stride works with 16-byte loads.
 
 use crate::device::Device;
 use crate::dtype::DType;
@@ -33,24 +35,48 @@ pub(crate) fn sample_into(
     launch(logits, params, out, Some(upload))
 }
 
+/// The settings table of `ops::SampleTable` (waiting for the copy).
+pub(crate) fn sample_table(params: &[SampleRow], device: Device) -> Result<Tensor> {
+    table(params, device, None)
+}
+
+/// Enqueues the sampling of every row of `logits` into `out` with a table made
+/// by [`sample_table`] on the same device.
+pub(crate) fn sample_with(logits: &Tensor, prm: &Tensor, out: &Tensor) -> Result<()> {
+    launch_table(logits, prm, out)
+}
+
+/// The `[rows, 5]` f32 table the kernel reads (temperature, top_k, top_p, min_p,
+/// u a row), on `device`, written through `upload` or, without one, at once.
+fn table(params: &[SampleRow], device: Device, upload: Option<&mut crate::staging::Upload>) -> Result<Tensor> {
+    let host: Vec<f32> = params.iter().flat_map(|p| [p.temperature, p.top_k as f32, p.top_p, p.min_p, p.u]).collect();
+    // A fresh block each step: the allocator hands it out again only to work
+    // enqueued after the kernel that reads it (one stream), so it needs no
+    // lifetime of its own.
+    let prm = Tensor::empty(&[params.len(), 5], DType::F32, device)?;
+    match upload {
+        Some(upload) => upload.write_rows(&prm, &host, 5)?,
+        None => prm.write_rows(&host, 5)?,
+    }
+    Ok(prm)
+}
+
 fn launch(
     logits: &Tensor,
     params: &[SampleRow],
     out: &Tensor,
     upload: Option<&mut crate::staging::Upload>,
 ) -> Result<()> {
+    let prm = table(params, logits.device(), upload)?;
+    launch_table(logits, &prm, out)
+}
+
+/// Enqueues the kernel over `logits` with the settings `prm` (made by [`table`]
+/// on the device of the logits, one row per logits row) into `out`.
+fn launch_table(logits: &Tensor, prm: &Tensor, out: &Tensor) -> Result<()> {
     const OP: &str = "sample";
     let dev = device_of(OP, logits)?;
     let [rows, vocab] = logits.dims::<2>(OP, "logits")?;
-    let device = Device::Cuda(dev.ordinal());
-    let host: Vec<f32> = params.iter().flat_map(|p| [p.temperature, p.top_k as f32, p.top_p, p.min_p, p.u]).collect();
-    // A fresh block each step: the allocator hands it out again only to work
-    // enqueued after this kernel (one stream), so it needs no lifetime of its own.
-    let prm = Tensor::empty(&[rows, 5], DType::F32, device)?;
-    match upload {
-        Some(upload) => upload.write_rows(&prm, &host, 5)?,
-        None => prm.write_rows(&host, 5)?,
-    }
     let row_stride = if rows > 1 { logits.strides()[0] } else { vocab };
     let p = msgl_sample_params {
         logits: logits.device_ptr() as *const _,
@@ -67,9 +93,9 @@ fn launch(
         dev,
         "sampling",
         &[("DTYPE", dtype_code(logits))],
-        // SAFETY: the views describe live device tensors: the logits checked by the
-        // op, the output checked by the op, and the params made above, whose block
-        // the stream-ordered allocator reuses only for work enqueued later.
+        // SAFETY: the views describe live device tensors: the logits and the output
+        // checked by the op, and the params table of as many rows, made by `table`
+        // on the same device (its block reused only for work enqueued later).
         |lib, stream| unsafe { lib.msgl_sample(&a, &b, &c, stream) },
         // SAFETY: `p` is the msgl_sample_params the entry takes, filled from the
         // same tensors.

@@ -30,23 +30,76 @@ pub fn sample(logits: &Tensor, params: &[SampleRow]) -> Result<Vec<u32>> {
 /// ids stay on the device (read them with a [`crate::staging::Readback`]), so
 /// the host can prepare the next step meanwhile.
 pub fn sample_into(logits: &Tensor, params: &[SampleRow], out: &Tensor, upload: &mut Upload) -> Result<()> {
-    const OP: &str = "sample";
     check(logits, params)?;
+    check_out(logits, params, out)?;
+    if params.is_empty() {
+        return Ok(());
+    }
+    match logits.device() {
+        Device::Cpu => sample_on_host(logits, params, out),
+        Device::Cuda(_) => crate::gpu::sample_into(logits, params, out, upload),
+    }
+}
+
+/// The settings of [`sample`]'s rows, checked and put on a device once, for
+/// launches that reuse them without a host copy each ([`sample_with`]: a bench,
+/// a captured graph).
+#[derive(Clone, Debug)]
+pub struct SampleTable {
+    rows: Vec<SampleRow>,
+    /// On a GPU, the `[rows, 5]` f32 table the kernel reads.
+    table: Option<Tensor>,
+}
+
+impl SampleTable {
+    /// Checks `params` as [`sample`] does and copies them to `device` (waiting
+    /// for the copy).
+    pub fn new(params: &[SampleRow], device: Device) -> Result<SampleTable> {
+        check_rows(params)?;
+        let table = match device {
+            Device::Cpu => None,
+            Device::Cuda(_) => Some(crate::gpu::sample_table(params, device)?),
+        };
+        Ok(SampleTable { rows: params.to_vec(), table })
+    }
+
+    /// The settings, one per row.
+    pub fn rows(&self) -> &[SampleRow] {
+        &self.rows
+    }
+}
+
+/// [`sample_into`] with the settings of a [`SampleTable`] on the device of the
+/// logits: one launch and no host copy, so it can be captured in a CUDA graph.
+pub fn sample_with(logits: &Tensor, params: &SampleTable, out: &Tensor) -> Result<()> {
+    const OP: &str = "sample";
+    check(logits, &params.rows)?;
+    check_out(logits, &params.rows, out)?;
+    if params.rows.is_empty() {
+        return Ok(());
+    }
+    match (logits.device(), &params.table) {
+        (Device::Cpu, _) => sample_on_host(logits, &params.rows, out),
+        (Device::Cuda(_), Some(table)) if table.device() == logits.device() => {
+            crate::gpu::sample_with(logits, table, out)
+        }
+        _ => Err(Error::arg(OP, "the settings table is not on the device of `logits`")),
+    }
+}
+
+fn sample_on_host(logits: &Tensor, params: &[SampleRow], out: &Tensor) -> Result<()> {
+    let ids: Vec<i32> = crate::cpu::sampling::sample(logits, params)?.into_iter().map(|t| t as i32).collect();
+    out.write_rows(&ids, ids.len())
+}
+
+fn check_out(logits: &Tensor, params: &[SampleRow], out: &Tensor) -> Result<()> {
+    const OP: &str = "sample";
     out.expect_shape(OP, "out", &[params.len()])?.expect_dtype(OP, "out", &[DType::I32])?;
     out.expect_contiguous(OP, "out")?;
     if out.device() != logits.device() {
         return Err(Error::arg(OP, "argument `out` is not on the device of `logits`"));
     }
-    if params.is_empty() {
-        return Ok(());
-    }
-    match logits.device() {
-        Device::Cpu => {
-            let ids: Vec<i32> = crate::cpu::sampling::sample(logits, params)?.into_iter().map(|t| t as i32).collect();
-            out.write_rows(&ids, ids.len())
-        }
-        Device::Cuda(_) => crate::gpu::sample_into(logits, params, out, upload),
-    }
+    Ok(())
 }
 
 fn check(logits: &Tensor, params: &[SampleRow]) -> Result<()> {
@@ -62,6 +115,11 @@ fn check(logits: &Tensor, params: &[SampleRow]) -> Result<()> {
     if rows > 1 && logits.strides()[1] != 1 {
         return Err(Error::arg(OP, "argument `logits` must have unit stride in its last dimension"));
     }
+    check_rows(params)
+}
+
+fn check_rows(params: &[SampleRow]) -> Result<()> {
+    const OP: &str = "sample";
     for (r, p) in params.iter().enumerate() {
         let bad = if !(p.temperature.is_finite() && p.temperature >= 0.0) {
             Some("temperature")
