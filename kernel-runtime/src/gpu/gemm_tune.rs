@@ -6,8 +6,8 @@
 //! because the product is neither a weight stream nor compute-bound, and
 //! Llama-3-8B's projections at m = 64 read their weights at 2.6-3.9 TB/s with it
 //! (docs/PERF.md, tenth session). So the first time a shape of at most
-//! [`MAX_ROWS`] rows and at least [`MIN_WEIGHT_BYTES`] of weights runs outside a
-//! graph capture, `gemm::linear` times the heuristic's first [`CANDIDATES`]
+//! [`MAX_ROWS`] rows (a CUDA graph bucket's row count: [`wanted`]) and at least
+//! [`MIN_WEIGHT_BYTES`] of weights runs outside a graph capture, `gemm::linear` times the heuristic's first [`CANDIDATES`]
 //! algorithms on the real operands and keeps the fastest: each run starts from an
 //! L2 cache flushed by a write of twice its size (a decode step streams every
 //! other layer's weights through L2 between two uses of one), the candidates
@@ -53,11 +53,15 @@ pub(crate) fn set_enabled(on: Option<bool>) {
     ENABLED.set(on);
 }
 
-/// Whether a GEMM of `m` rows over `weight_bytes` of weights is tuned. (A shape
-/// first met inside a graph capture, where nothing can be timed, keeps the first
-/// pick: `gemm::linear`.)
+/// Whether a GEMM of `m` rows over `weight_bytes` of weights is tuned: row counts
+/// of the engine's CUDA graph buckets (1, 2, 4, then multiples of 8) up to
+/// [`MAX_ROWS`], so that a process measures at most 35 row counts a shape, all of
+/// them while it captures its graphs, and a prefill chunk of some other short
+/// length never stalls on a measurement. (A shape first met inside a graph
+/// capture, where nothing can be timed, keeps the first pick: `gemm::linear`.)
 pub(super) fn wanted(m: usize, weight_bytes: usize) -> bool {
-    ENABLED.get() && m <= MAX_ROWS && weight_bytes >= MIN_WEIGHT_BYTES
+    let bucket = matches!(m, 1 | 2 | 4) || (m > 0 && m.is_multiple_of(8));
+    ENABLED.get() && bucket && m <= MAX_ROWS && weight_bytes >= MIN_WEIGHT_BYTES
 }
 
 /// The candidate to keep, given each one's median time (index 0: the
@@ -214,6 +218,12 @@ mod tests {
         set_enabled(Some(true));
         assert!(wanted(64, 32 << 20));
         assert!(wanted(MAX_ROWS, MIN_WEIGHT_BYTES));
+        for m in [1, 2, 4, 8, 16, 24, 136, 248] {
+            assert!(wanted(m, 32 << 20), "graph bucket {m}");
+        }
+        for m in [0, 3, 5, 7, 9, 100, 255] {
+            assert!(!wanted(m, 32 << 20), "{m} rows: not a graph bucket");
+        }
         assert!(!wanted(MAX_ROWS + 1, 32 << 20), "a prefill chunk");
         assert!(!wanted(64, MIN_WEIGHT_BYTES - 1), "a test model's layer");
         set_enabled(Some(false));
