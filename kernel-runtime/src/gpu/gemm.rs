@@ -62,9 +62,6 @@ struct Plan {
     b: sys::cublasLtMatrixLayout_t,
     c: sys::cublasLtMatrixLayout_t,
     algo: sys::cublasLtMatmulAlgo_t,
-    /// The heuristic's algorithms, best first (`algo` is one of them): the
-    /// candidates of a tuned shape.
-    candidates: Vec<sys::cublasLtMatmulAlgo_t>,
 }
 
 impl Drop for Plan {
@@ -179,7 +176,9 @@ unsafe fn set_desc<T>(
 }
 
 impl Plan {
-    fn new(blas: &Blas, key: &GemmKey) -> Result<Plan> {
+    /// The plan of `key` with the heuristic's first algorithm, and the heuristic's
+    /// algorithms best first (one for an untuned key; a tuned one's candidates).
+    fn new(blas: &Blas, key: &GemmKey) -> Result<(Plan, Vec<sys::cublasLtMatmulAlgo_t>)> {
         let ty = data_type(key.dtype)?;
         let (m, n, k) = (key.m as u64, key.n as u64, key.k as u64);
         let desc = lt::create_matmul_desc(sys::cublasComputeType_t::CUBLAS_COMPUTE_32F, sys::cudaDataType::CUDA_R_32F)
@@ -191,7 +190,6 @@ impl Plan {
             b: std::ptr::null_mut(),
             c: std::ptr::null_mut(),
             algo: sys::cublasLtMatmulAlgo_t { data: [0; 8] },
-            candidates: Vec::new(),
         };
         plan.a = lt::create_matrix_layout(ty, k, n, key.k as i64).map_err(blas_err("cublasLtMatrixLayoutCreate"))?;
         plan.b = lt::create_matrix_layout(ty, k, m, key.ldx as i64).map_err(blas_err("cublasLtMatrixLayoutCreate"))?;
@@ -260,12 +258,12 @@ impl Plan {
         unsafe {
             let _ = lt::destroy_matmul_pref(pref);
         }
-        plan.candidates = result?;
-        plan.algo = *plan.candidates.first().ok_or_else(|| Error::Blas {
+        let candidates = result?;
+        plan.algo = *candidates.first().ok_or_else(|| Error::Blas {
             what: "cublasLtMatmulAlgoGetHeuristic".into(),
             message: "no algorithm for this shape".into(),
         })?;
-        Ok(plan)
+        Ok((plan, candidates))
     }
 }
 
@@ -336,19 +334,18 @@ pub(crate) fn linear(out: &Tensor, x: &Tensor, w: &Tensor, bias: Option<&Tensor>
     let plan = match plans.entry(key) {
         std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
         std::collections::hash_map::Entry::Vacant(e) => {
-            let plan = e.insert(Plan::new(&blas, &key)?);
+            let (mut plan, candidates) = Plan::new(&blas, &key)?;
             // Inside a capture nothing can be timed: the shape keeps the first pick.
             if key.tuned && !dev.is_capturing() {
                 let shape = (m, n, k, key.dtype);
-                let candidates = plan.candidates.clone();
                 let chosen = super::gemm_tune::choose(dev, shape, candidates.len(), |i| {
-                    matmul(&blas, plan, &candidates[i], out, &x, w, bias, dev)
+                    matmul(&blas, &plan, &candidates[i], out, &x, w, bias, dev)
                 })?;
                 if let Some(i) = chosen {
                     plan.algo = candidates[i];
                 }
             }
-            plan
+            e.insert(plan)
         }
     };
     let algo = plan.algo;

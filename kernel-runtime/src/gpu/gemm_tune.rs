@@ -68,25 +68,12 @@ pub(super) fn wanted(m: usize, weight_bytes: usize) -> bool {
 /// heuristic's first pick; `None`: it failed to run): the fastest, if it beats
 /// the first pick by more than [`MARGIN`]; else the first pick.
 pub(super) fn pick(medians: &[Option<f64>]) -> usize {
-    let Some(Some(first)) = medians.first().copied() else {
+    let fastest = medians.iter().enumerate().filter_map(|(i, t)| t.map(|t| (i, t))).min_by(|a, b| a.1.total_cmp(&b.1));
+    match (medians.first().copied().flatten(), fastest) {
         // The first pick did not run: the fastest that did, if any.
-        return medians
-            .iter()
-            .enumerate()
-            .filter_map(|(i, t)| t.map(|t| (i, t)))
-            .min_by(|a, b| a.1.total_cmp(&b.1))
-            .map_or(0, |(i, _)| i);
-    };
-    let (best, best_t) = medians
-        .iter()
-        .enumerate()
-        .filter_map(|(i, t)| t.map(|t| (i, t)))
-        .min_by(|a, b| a.1.total_cmp(&b.1))
-        .unwrap_or((0, first));
-    if best_t < first * MARGIN {
-        best
-    } else {
-        0
+        (None, fastest) => fastest.map_or(0, |(i, _)| i),
+        (Some(first), Some((best, best_t))) if best_t < first * MARGIN => best,
+        (Some(_), _) => 0,
     }
 }
 
