@@ -283,10 +283,10 @@ fn prefill_tiles() -> Vec<usize> {
 /// The graph-timed cases, every launch from HBM ([`cold_copies`]): the decode
 /// shapes of issue 12, and batch 1 over a range of contexts at both head
 /// layouts (Qwen3-0.6B 16/8 with its 40960-token graph plan, Llama-3-8B 32/8
-/// with 8192): the eager plan, and the graph plan at each pipeline depth of its
-/// split instance (`stages`) and at 1, 2 and 4 waves of blocks (`waves`: its
-/// split count, most of whose blocks return at once at short contexts), with
-/// the combine launch or the merge in the decode launch.
+/// with 8192): the eager plan with and without the cluster merge, and the graph
+/// plan (one wave of splits, most of whose blocks return at once at short
+/// contexts) at pipeline depths of its split instance (`stages`), merged by the
+/// combine launch (`cluster=0`) or in clusters of at most 16 or 8 splits.
 /// `SUMMARY <case> [graph, cold]` lines; no criterion run.
 fn cold_graph_cases() -> kernel_runtime::Result<()> {
     let decode = |hq: usize, seqs: Vec<(usize, usize)>| decode_shape(hq, 16, seqs);
@@ -308,26 +308,26 @@ fn cold_graph_cases() -> kernel_runtime::Result<()> {
     for (hq, max_context) in [(16, 40960), (32, 8192)] {
         for ctx in [128, 512, 1024, 2048, 4096, 8192, 16384] {
             let seed = 800 + ctx as u64 + hq as u64;
-            push(format!("decode-b1 eager {hq}/8 ctx={ctx}"), decode(hq, vec![(1, ctx)]), HOST_PLAN, seed)?;
-            let variants = [(2, 2), (3, 2), (4, 2), (2, 1), (2, 4)];
-            for (stages, waves) in variants {
-                let tuning = DecodeTuning { graph_stages: stages, graph_split_waves: waves, ..ops::decode_tuning() };
+            for cluster in [16, 0] {
+                let tuning = DecodeTuning { cluster, ..ops::decode_tuning() };
+                let splits = Splits { tuning: Some(tuning), ..HOST_PLAN };
+                push(format!("decode-b1 eager cluster={cluster} {hq}/8 ctx={ctx}"), decode(hq, vec![(1, ctx)]), splits, seed)?;
+            }
+            // The graph plan's split instance: pipeline depth, and the cluster
+            // merge's cap (0: the combine launch, the plan's one wave of splits).
+            let variants = [(2, 0), (2, 16), (3, 16), (4, 16), (2, 8), (4, 8)];
+            for (stages, cluster) in variants {
+                let tuning = DecodeTuning { graph_stages: stages, graph_split_waves: 1, cluster, ..ops::decode_tuning() };
                 ops::set_decode_tuning(Some(tuning));
                 let fixed = ops::decode_graph_splits(GPU, 1, 8, 128, DType::BF16, max_context.max(ctx));
                 ops::set_decode_tuning(None);
                 let fixed = fixed?;
-                let merges: &[bool] = if waves == 2 { &[false, true] } else { &[false] };
-                for &merge in merges {
-                    let label = if merge { "merge" } else { "combine" };
-                    push(
-                        format!(
-                            "decode-b1 graph stages={stages} waves={waves} splits={fixed} {label} {hq}/8 ctx={ctx}"
-                        ),
-                        decode(hq, vec![(1, ctx)]),
-                        Splits { fixed: Some(fixed), merge: Some(merge), tuning: Some(tuning), prefill_tile: None },
-                        seed,
-                    )?;
-                }
+                push(
+                    format!("decode-b1 graph stages={stages} cluster={cluster} splits={fixed} {hq}/8 ctx={ctx}"),
+                    decode(hq, vec![(1, ctx)]),
+                    Splits { fixed: Some(fixed), merge: Some(false), tuning: Some(tuning), prefill_tile: None },
+                    seed,
+                )?;
             }
         }
     }

@@ -41,6 +41,15 @@
  * buffer is ready for the next launch and for every replay of a CUDA graph. That
  * saves the combine launch of split decode steps.
  *
+ * The cluster merge (plan phase 2, instance MERGE = 2, the tensor-core block, at
+ * most 16 splits): the max_splits blocks of a (sequence, kv head) are launched as
+ * one thread-block cluster; each leaves its split's partial in its shared memory
+ * and, after a cluster barrier, the cluster's warps merge the rows reading the
+ * other blocks' shared memory (decode_cluster_merge). No partial goes through HBM,
+ * no fence, counter or second grid: at batch 1 the combine launch and the
+ * partials' round trips were about a third of the attention time. It gives the
+ * combine launch's bits (the same decode_combine_row_from, in split order).
+ *
  * Split sizes: kv_chunk keys per split for the batch (the host's `waves` plan),
  * or, with params.num_q_tiles = 1 (the host's `keys` plan; that field is the tile
  * kernel's), at most kv_chunk keys, each sequence cut into equal splits
@@ -74,6 +83,9 @@ namespace msgl {
 
 constexpr int kDecodeWarps = 4;
 constexpr int kDecodeThreads = kDecodeWarps * kWarpSize;
+/* The most splits the cluster merge takes: sm_90's largest (non-portable)
+ * cluster (gpu/decode_plan.rs: MAX_CLUSTER_SPLITS). */
+constexpr int kDecodeMaxClusterSplits = 16;
 
 template <int DTYPE, int HEAD_DIM, int ROWS> struct DecodeLayout {
   static constexpr int kElemBytes = DType<DTYPE>::kBytes;
@@ -131,33 +143,33 @@ __device__ __forceinline__ int decode_row_chunk(int kv_len, const msgl_attention
 }
 
 /* Merges the num_splits (> 1) split partials of one (token, head) row into `out`
- * with one warp: the decode kernel's merge, in its combine launch and in the last
- * block of a split merge alike (so both give the same bits). Unlike attention.cuh's
+ * with one warp: the decode kernel's merge, in its combine launch, in the last
+ * block of a split merge and in a cluster's blocks alike (so all three give the
+ * same bits). lse_at(s) is split s's log2-sum-exp, part_at(s, i) element i of its
+ * normalised partial row, read from global memory or from the cluster's shared
+ * memory. Unlike attention.cuh's
  * attention_combine_row it has every load of a batch of splits in flight at once
  * (lane s reads split s's log2-sum-exp; 8 splits' partial rows a step, the first
  * 8 with the log2-sum-exps), where that one waits on each split in turn: 32
  * splits were 64 dependent L2 round trips on the critical path of a batch-1
  * step, now 4. The sums run in split order. */
-template <int DTYPE, int HEAD_DIM>
-__device__ __forceinline__ void decode_combine_row(const msgl_attention_params& p, long long row, int num_splits,
-                                                   int lane) {
-  using T = typename DType<DTYPE>::Storage;
+template <int DTYPE, int HEAD_DIM, typename LseAt, typename PartAt>
+__device__ __forceinline__ void decode_combine_row_from(typename DType<DTYPE>::Storage* out, int num_splits, int lane,
+                                                        LseAt lse_at, PartAt part_at) {
   constexpr int PER_LANE = HEAD_DIM / kWarpSize;
   constexpr int BATCH = 8;
-  const float* lse = p.lse_partial + row * p.max_splits;
-  const float* po = p.o_partial + row * p.max_splits * HEAD_DIM;
   /* One round trip for the first 32 log2-sum-exps and the first BATCH partial
    * rows (they do not depend on the maximum). */
-  const float ls0 = lane < num_splits ? load_f32_cg(lse + lane) : neg_inf();
+  const float ls0 = lane < num_splits ? lse_at(lane) : neg_inf();
   float first[BATCH][PER_LANE];
 #pragma unroll
   for (int j = 0; j < BATCH; ++j) {
 #pragma unroll
-    for (int i = 0; i < PER_LANE; ++i) first[j][i] = j < num_splits ? load_f32_cg(po + j * HEAD_DIM + i * kWarpSize + lane) : 0.f;
+    for (int i = 0; i < PER_LANE; ++i) first[j][i] = j < num_splits ? part_at(j, i * kWarpSize + lane) : 0.f;
   }
   float max_lse = ls0;
   for (int s0 = kWarpSize; s0 < num_splits; s0 += kWarpSize)
-    if (s0 + lane < num_splits) max_lse = fmaxf(max_lse, load_f32_cg(lse + s0 + lane));
+    if (s0 + lane < num_splits) max_lse = fmaxf(max_lse, lse_at(s0 + lane));
 #pragma unroll
   for (int o = kWarpSize / 2; o > 0; o /= 2) max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, o));
   float acc[PER_LANE];
@@ -167,7 +179,7 @@ __device__ __forceinline__ void decode_combine_row(const msgl_attention_params& 
   for (int s0 = 0; s0 < num_splits; s0 += kWarpSize) {
     /* Lane j: the weight of split s0 + j (0 past the end or for an empty split). */
     float ls = ls0;
-    if (s0 > 0) ls = s0 + lane < num_splits ? load_f32_cg(lse + s0 + lane) : neg_inf();
+    if (s0 > 0) ls = s0 + lane < num_splits ? lse_at(s0 + lane) : neg_inf();
     const float w_lane = ls == neg_inf() ? 0.f : fast_exp2(ls - max_lse);
     const int n = num_splits - s0 < kWarpSize ? num_splits - s0 : kWarpSize;
     for (int b = 0; b < n; b += BATCH) {
@@ -182,8 +194,7 @@ __device__ __forceinline__ void decode_combine_row(const msgl_attention_params& 
 #pragma unroll
         for (int j = 0; j < BATCH; ++j) {
 #pragma unroll
-          for (int i = 0; i < PER_LANE; ++i)
-            x[j][i] = b + j < n ? load_f32_cg(po + (s0 + b + j) * HEAD_DIM + i * kWarpSize + lane) : 0.f;
+          for (int i = 0; i < PER_LANE; ++i) x[j][i] = b + j < n ? part_at(s0 + b + j, i * kWarpSize + lane) : 0.f;
         }
       }
 #pragma unroll
@@ -198,9 +209,21 @@ __device__ __forceinline__ void decode_combine_row(const msgl_attention_params& 
     }
   }
   const float inv = total > 0.f ? 1.f / total : 0.f;
-  T* out = static_cast<T*>(p.out) + row * HEAD_DIM;
 #pragma unroll
   for (int i = 0; i < PER_LANE; ++i) out[i * kWarpSize + lane] = DType<DTYPE>::from_f32(acc[i] * inv);
+}
+
+/* decode_combine_row_from over the partials in global memory (the combine launch
+ * and the counter merge). */
+template <int DTYPE, int HEAD_DIM>
+__device__ __forceinline__ void decode_combine_row(const msgl_attention_params& p, long long row, int num_splits,
+                                                   int lane) {
+  using T = typename DType<DTYPE>::Storage;
+  const float* lse = p.lse_partial + row * p.max_splits;
+  const float* po = p.o_partial + row * p.max_splits * HEAD_DIM;
+  decode_combine_row_from<DTYPE, HEAD_DIM>(
+      static_cast<T*>(p.out) + row * HEAD_DIM, num_splits, lane, [&](int s) { return load_f32_cg(lse + s); },
+      [&](int s, int idx) { return load_f32_cg(po + s * HEAD_DIM + idx); });
 }
 
 /* The decode kernel's combine phase: one (token, head) row per warp, as
@@ -257,10 +280,39 @@ __device__ __forceinline__ void decode_merge_splits(const msgl_attention_params&
  * [4][R][HEAD_DIM] unnormalised outputs, sm_m and sm_l [4][R] maxima and sums, in
  * shared memory) of its `rows` rows and writes `out` (one split) or the split's
  * normalised partial and log2-sum-exp. Called by every thread after a barrier. */
+/* The cluster merge (MERGE = 2; see the header): the blocks of a (sequence, kv
+ * head) are one thread-block cluster, block rank s holding split s. Each block
+ * has left its split's normalised partial rows in its own shared memory (sm_part
+ * [rows][HEAD_DIM], log2-sum-exps in sm_lse[rows]); after a cluster barrier the
+ * cluster's warps take the rows in turn and merge them with decode_combine_row_from
+ * over distributed shared memory, so no partial goes through HBM and no second
+ * grid runs. Blocks past the sequence's splits join in (they hold no partial and
+ * are not read). A second barrier keeps every block's shared memory alive until
+ * the other blocks have read it. Called by every thread of every block of the
+ * cluster when the sequence has more than one split. */
+template <int DTYPE, int HEAD_DIM>
+__device__ __forceinline__ void decode_cluster_merge(const msgl_attention_params& p, const float* sm_part,
+                                                     const float* sm_lse, int rows, int q_start, int group,
+                                                     int kv_head, int num_splits) {
+  using T = typename DType<DTYPE>::Storage;
+  cluster_sync(); /* every block's partials written and visible to the cluster */
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int warps = static_cast<int>(cluster_size()) * kDecodeWarps;
+  for (int r = static_cast<int>(cluster_rank()) * kDecodeWarps + warp; r < rows; r += warps) {
+    const long long row =
+        static_cast<long long>(q_start + r / group) * p.num_q_heads + kv_head * group + r % group;
+    decode_combine_row_from<DTYPE, HEAD_DIM>(
+        static_cast<T*>(p.out) + row * HEAD_DIM, num_splits, lane,
+        [&](int s) { return load_cluster_f32(sm_lse + r, static_cast<unsigned>(s)); },
+        [&](int s, int idx) { return load_cluster_f32(sm_part + r * HEAD_DIM + idx, static_cast<unsigned>(s)); });
+  }
+  cluster_sync(); /* the other blocks are done reading this block's shared memory */
+}
+
 template <int DTYPE, int HEAD_DIM, int R, int MERGE>
-__device__ __forceinline__ void decode_merge_warps(const msgl_attention_params& p, const float* sm_o, const float* sm_m,
-                                                   const float* sm_l, int rows, int q_start, int group, int seq,
-                                                   int kv_head, int split, int num_splits) {
+__device__ __forceinline__ void decode_merge_warps(const msgl_attention_params& p, float* sm_o, const float* sm_m,
+                                                   const float* sm_l, float* sm_lse, int rows, int q_start, int group,
+                                                   int seq, int kv_head, int split, int num_splits) {
   using T = typename DType<DTYPE>::Storage;
   for (int idx = threadIdx.x; idx < rows * HEAD_DIM; idx += kDecodeThreads) {
     const int r = idx / HEAD_DIM, d = idx % HEAD_DIM;
@@ -280,16 +332,23 @@ __device__ __forceinline__ void decode_merge_warps(const msgl_attention_params& 
         static_cast<long long>(q_start + r / group) * p.num_q_heads + kv_head * group + r % group;
     if (num_splits == 1) {
       static_cast<T*>(p.out)[row * HEAD_DIM + d] = DType<DTYPE>::from_f32(acc * inv);
+    } else if constexpr (MERGE == 2) {
+      /* In place: warp 0's slot of (r, d) is read by this thread alone, above. */
+      sm_o[r * HEAD_DIM + d] = acc * inv;
+      if (d == 0) sm_lse[r] = total > 0.f ? ref + fast_log2(total) : neg_inf();
     } else {
       const long long prow = row * p.max_splits + split;
       p.o_partial[prow * HEAD_DIM + d] = acc * inv;
       if (d == 0) p.lse_partial[prow] = total > 0.f ? ref + fast_log2(total) : neg_inf();
     }
   }
+  if constexpr (MERGE == 2) {
+    if (num_splits > 1) decode_cluster_merge<DTYPE, HEAD_DIM>(p, sm_o, sm_lse, rows, q_start, group, kv_head, num_splits);
+  }
   /* A compile-time switch: the merge's code in an instance that never merges
    * made ptxas schedule the tensor-core block with fewer registers (168 instead
    * of 205 at head dim 128, before the STAGES variants) and fewer loads in flight. */
-  if constexpr (MERGE != 0) {
+  if constexpr (MERGE == 1) {
     if (num_splits > 1) decode_merge_splits<DTYPE, HEAD_DIM>(p, rows, q_start, group, seq, kv_head, num_splits);
   }
 }
@@ -522,8 +581,9 @@ __device__ __forceinline__ void decode_attention_block(const msgl_attention_para
   }
   __syncthreads();
 
-  decode_merge_warps<DTYPE, HEAD_DIM, ROWS, MERGE>(p, &sm_o[0][0][0], &sm_m[0][0], &sm_l[0][0], rows, q_start, group, seq,
-                                           kv_head, split, num_splits);
+  static_assert(MERGE != 2, "the cluster merge is the tensor-core block's");
+  decode_merge_warps<DTYPE, HEAD_DIM, ROWS, MERGE>(p, &sm_o[0][0][0], &sm_m[0][0], &sm_l[0][0], nullptr, rows, q_start,
+                                                   group, seq, kv_head, split, num_splits);
 }
 
 /* The tensor-core decode block (ROWS = 16, bf16/f16): the same decomposition and
@@ -586,11 +646,25 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
   extern __shared__ __align__(16) unsigned char decode_smem[];
   __shared__ float sm_m[kDecodeWarps][16];
   __shared__ float sm_l[kDecodeWarps][16];
+  __shared__ float sm_lse[16]; /* the cluster merge's log2-sum-exps */
 
-  const int kv_head = static_cast<int>(blockIdx.x % p.num_kv_heads);
-  const int rest = static_cast<int>(blockIdx.x / p.num_kv_heads);
-  const int split = rest % p.max_splits;
-  const int seq = rest / p.max_splits;
+  /* blockIdx.x = kv_head + num_kv_heads * (split + max_splits * seq); with the
+   * cluster merge the splits of a pair are adjacent (a cluster along x):
+   * split + max_splits * (kv_head + num_kv_heads * seq). */
+  int kv_head, split, seq;
+  if constexpr (MERGE == 2) {
+    split = static_cast<int>(blockIdx.x % p.max_splits);
+    const int pair = static_cast<int>(blockIdx.x / p.max_splits);
+    kv_head = pair % p.num_kv_heads;
+    seq = pair / p.num_kv_heads;
+  } else {
+    kv_head = static_cast<int>(blockIdx.x % p.num_kv_heads);
+    const int rest = static_cast<int>(blockIdx.x / p.num_kv_heads);
+    split = rest % p.max_splits;
+    seq = rest / p.max_splits;
+  }
+  /* The returns before the merge are uniform over a cluster (one sequence and kv
+   * head), but for blocks past the sequence's splits, which join the merge. */
   if (seq >= p.num_seqs) return;
   const int q_start = p.q_indptr[seq];
   const int q_len = p.q_indptr[seq + 1] - q_start;
@@ -600,7 +674,17 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
   if (rows <= 0 || rows > 16) return;
   const int kv_chunk = decode_row_chunk(kv_len, p);
   const int num_splits = attention_num_splits(kv_len, kv_chunk);
-  if (split >= num_splits) return;
+  if (split >= num_splits) {
+    if constexpr (MERGE == 2) {
+      if (num_splits > 1) {
+        grid_prologue(); /* the merge writes `out`, which the previous kernel may still read */
+        /* The same variables as the other blocks' (a remote read maps a local address). */
+        decode_cluster_merge<DTYPE, HEAD_DIM>(p, reinterpret_cast<const float*>(decode_smem), sm_lse, rows, q_start,
+                                              group, kv_head, num_splits);
+      }
+    }
+    return;
+  }
   const int kv_begin = split * kv_chunk;
   const int kv_stop = min(kv_len, kv_begin + kv_chunk);
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
@@ -822,8 +906,8 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
     }
   }
   __syncthreads();
-  decode_merge_warps<DTYPE, HEAD_DIM, 16, MERGE>(p, sm_o, &sm_m[0][0], &sm_l[0][0], rows, q_start, group, seq, kv_head,
-                                          split, num_splits);
+  decode_merge_warps<DTYPE, HEAD_DIM, 16, MERGE>(p, sm_o, &sm_m[0][0], &sm_l[0][0], sm_lse, rows, q_start, group, seq,
+                                                 kv_head, split, num_splits);
 }
 
 /* Dynamic shared memory of an instance's attention phase. */
@@ -901,8 +985,18 @@ static int32_t launch_decode_attention_as(const msgl_attention_params& p, cudaSt
   if (err != cudaSuccess)
     return set_error(MSGL_ERR_CUDA, "decode_attention: %d bytes of shared memory: %s", smem, cudaGetErrorString(err));
   const long long blocks = static_cast<long long>(p.num_seqs) * p.num_kv_heads * p.max_splits;
-  (void)launch_pdl(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE>, dim3(static_cast<unsigned>(blocks)),
-                   dim3(kDecodeThreads), smem, s, p);
+  unsigned cluster = 1;
+  if constexpr (MERGE == 2) {
+    cluster = static_cast<unsigned>(p.max_splits);
+    if (cluster > 8) { /* 9..16 blocks a cluster: sm_90's non-portable sizes */
+      err = cudaFuncSetAttribute(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE>,
+                                 cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      if (err != cudaSuccess)
+        return set_error(MSGL_ERR_CUDA, "decode_attention: clusters of %u blocks: %s", cluster, cudaGetErrorString(err));
+    }
+  }
+  (void)launch_pdl_cluster(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE>,
+                           dim3(static_cast<unsigned>(blocks)), dim3(kDecodeThreads), smem, s, cluster, p);
   if (p.max_splits > 1 && MERGE == 0) {
     msgl_attention_params p1 = p;
     p1.phase = 1;
@@ -913,9 +1007,14 @@ static int32_t launch_decode_attention_as(const msgl_attention_params& p, cudaSt
   return check_launch("decode_attention");
 }
 
-/* The merging instance when split counters came with a split launch, else the plain one. */
+/* The cluster-merging instance when asked for (tensor-core block only), the
+ * counter-merging one when split counters came with a split launch, else the
+ * plain one. */
 template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES>
-static int32_t launch_decode_attention(const msgl_attention_params& p, cudaStream_t s) {
+static int32_t launch_decode_attention(const msgl_attention_params& p, bool cluster_merge, cudaStream_t s) {
+  if constexpr (ROWS == 16) {
+    if (cluster_merge && p.max_splits > 1) return launch_decode_attention_as<DTYPE, HEAD_DIM, ROWS, STAGES, 2>(p, s);
+  }
   if (p.max_splits > 1 && p.split_counters != nullptr)
     return launch_decode_attention_as<DTYPE, HEAD_DIM, ROWS, STAGES, 1>(p, s);
   return launch_decode_attention_as<DTYPE, HEAD_DIM, ROWS, STAGES, 0>(p, s);
@@ -947,6 +1046,17 @@ extern "C" int32_t msgl_decode_attention(const msgl_tensor* out, const msgl_tens
                      p.num_q_heads / p.num_kv_heads, rows);
   if (static_cast<long long>(p.num_seqs) * p.num_kv_heads * p.max_splits > 0x7fffffffLL)
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the grid exceeds 2^31 blocks", op);
+  /* plan->phase 2 asks for the cluster merge (the attention launch is phase 0
+   * either way; the combine phase is never asked for through this entry). */
+  if (plan->phase != 0 && plan->phase != 2)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: plan phase %d (0, or 2: the cluster merge)", op, plan->phase);
+  const bool cluster_merge = plan->phase == 2;
+  if (cluster_merge && (rows != 16 || p.max_splits > kDecodeMaxClusterSplits))
+    return set_error(MSGL_ERR_INVALID_ARGUMENT,
+                     "%s: the cluster merge needs the tensor-core instance (rows 16, got %d) and at most %d splits (got %d)",
+                     op, rows, kDecodeMaxClusterSplits, p.max_splits);
+  if (cluster_merge && split_counters != nullptr)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: split counters and the cluster merge exclude each other", op);
   if (split_counters != nullptr && p.max_splits > 1) {
     MSGL_TRY(expect_tensor(split_counters, op, "split_counters", 1, dtype_bit(MSGL_I32)));
     MSGL_TRY(expect_contiguous(split_counters, op, "split_counters"));
@@ -968,7 +1078,8 @@ extern "C" int32_t msgl_decode_attention(const msgl_tensor* out, const msgl_tens
   if (p.num_tokens == 0 || p.num_seqs == 0) return MSGL_OK;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
 #define MSGL_CASE(D, HD, R, S) \
-  if (q->dtype == D && head_dim == HD && rows == R && stages == S) return launch_decode_attention<D, HD, R, S>(p, s);
+  if (q->dtype == D && head_dim == HD && rows == R && stages == S) \
+    return launch_decode_attention<D, HD, R, S>(p, cluster_merge, s);
   MSGL_FOR_EACH_INSTANCE(MSGL_CASE)
 #undef MSGL_CASE
   return set_error(MSGL_ERR_NO_INSTANCE, "%s: no AOT instance DTYPE=%d,HEAD_DIM=%lld,ROWS=%d,STAGES=%d", op, q->dtype,

@@ -1,11 +1,13 @@
 //! The decode kernel's run-time variants (`ops::DecodeTuning`: the tensor-core
 //! block's pipeline stages, the `waves` and `keys` split plans, the split merge in
-//! the decode launch or in the combine launch) against the CPU reference: page
+//! a thread-block cluster, in the decode launch's last block or in the combine
+//! launch) against the CPU reference: page
 //! sizes 1, 16, 64, 256; head dimensions 64, 128, 256; GQA ratios 1, 2, 4, 8;
 //! contexts 1 to 32768; ragged batches with and without splits (the host's plan
 //! and the fixed split counts of CUDA graphs); steps of 2 to 16 new tokens. Every
 //! variant must also give the same bits on a second run and, for a graph's
-//! fixed-split plan, when replayed from a captured CUDA graph.
+//! fixed-split plan, when replayed from a captured CUDA graph and (within 16
+//! splits) merged by the cluster or by the combine launch.
 //!
 //! `MINISGL_GPU_TESTS=1` runs them on device 0 (`cpu`: a dry run, the CPU standing in).
 
@@ -36,12 +38,15 @@ struct Variant {
 impl std::fmt::Display for Variant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let t = &self.tuning;
-        write!(f, "stages={} plan={:?} merge={}", t.stages, t.plan, self.merge)
+        write!(f, "stages={} plan={:?} merge={} cluster={}", t.stages, t.plan, self.merge, t.cluster)
     }
 }
 
 /// Every pipeline depth with both plans and both merges (`all`), or the depths
-/// with one plan and merge each (a cheaper sweep for the 16-bit subset).
+/// with one plan and merge each (a cheaper sweep for the 16-bit subset). The
+/// variants without the counter merge take the cluster merge (the default, at
+/// most 16 splits), those with it turn the cluster merge off; `all` adds the
+/// combine launch alone (neither).
 fn variants(all: bool) -> Vec<Variant> {
     let mut out = Vec::new();
     for stages in [2, 3, 4] {
@@ -50,11 +55,16 @@ fn variants(all: bool) -> Vec<Variant> {
                 if all || (i == 1) == merge {
                     // A small chunk minimum makes the plans split more often.
                     let chunk_min = if merge { 64 } else { 128 };
-                    let tuning = DecodeTuning { stages, plan, chunk_min, ..DecodeTuning::default() };
+                    let cluster = if merge { 0 } else { 16 };
+                    let tuning = DecodeTuning { stages, plan, chunk_min, cluster, ..DecodeTuning::default() };
                     out.push(Variant { tuning, merge });
                 }
             }
         }
+    }
+    if all {
+        let tuning = DecodeTuning { stages: 2, plan: DecodePlanKind::Keys, cluster: 0, ..DecodeTuning::default() };
+        out.push(Variant { tuning, merge: false });
     }
     out
 }
@@ -150,7 +160,7 @@ fn check(r: &mut StdRng, case: &Case, batch_name: &str, batch: &[(usize, usize)]
     for v in variants {
         ops::set_decode_tuning(Some(v.tuning));
         ops::set_decode_split_merge(Some(v.merge));
-        for decode_splits in [None, Some(1), Some(3), Some(40)] {
+        for decode_splits in [None, Some(1), Some(3), Some(16), Some(40)] {
             let gmeta = PagedAttnMeta {
                 q_indptr: &gi,
                 kv_lens: &gk,
@@ -178,6 +188,16 @@ fn check(r: &mut StdRng, case: &Case, batch_name: &str, batch: &[(usize, usize)]
                 graph.replay()?;
                 dev.synchronize()?;
                 assert_same_bytes(&format!("{what}: graph replay"), &replayed, &got)?;
+            }
+            // A fixed split count within the cluster cap: the cluster merge gives the
+            // combine launch's bits (the same plan, merged the other way).
+            if decode_splits.is_some_and(|s| (2..=v.tuning.cluster).contains(&s)) {
+                ops::set_decode_tuning(Some(DecodeTuning { cluster: 0, ..v.tuning }));
+                let combined = poisoned(&[t, hq, d], dtype)?;
+                let r = run(&combined);
+                ops::set_decode_tuning(Some(v.tuning));
+                r.with_context(|| format!("{what}: cluster 0"))?;
+                assert_same_bytes(&format!("{what}: the combine launch against the cluster merge"), &combined, &got)?;
             }
         }
     }

@@ -198,7 +198,10 @@ pub(crate) fn decode_graph_splits(
     }
     // A split graph runs the split instance (graph_instance): its slots.
     let (_, slots) = graph_instance(elem, head_dim, rows, splits, &tuning, sms);
-    decode_plan::graph_splits(pairs, max_kv_len, slots, graph_min_splits(), &tuning).max(2)
+    let splits = decode_plan::graph_splits(pairs, max_kv_len, slots, graph_min_splits(), &tuning).max(2);
+    // With the cluster merge, at most a cluster's worth (each sequence then cut in
+    // longer chunks): its merge costs no launch and no partials in HBM.
+    decode_plan::cluster_cap(&tuning, rows).map_or(splits, |cap| splits.min(cap))
 }
 
 /// The instance (stages, slots) a graph's decode launch of `splits` fixed
@@ -341,10 +344,15 @@ fn decode_attention(
             };
             (stages, slots, plan)
         }
-        // The tensor-core block: its pipeline depth chosen with the plan.
+        // The tensor-core block: its pipeline depth chosen with the plan, and its
+        // splits within the cluster merge's cap.
         None if rows == 16 => {
             let c = decode_plan::eager_choice(q_lens, kv_lens, hkv, elem, d, sms, partial_bytes, &tuning);
-            (c.stages, c.slots, c.plan)
+            let plan = match decode_plan::cluster_cap(&tuning, rows) {
+                Some(cap) => decode_plan::cap_splits(c.plan, q_lens, kv_lens, hkv, cap, &tuning),
+                None => c.plan,
+            };
+            (c.stages, c.slots, plan)
         }
         None => {
             let (stages, slots) = decode_instance(elem, d, rows, &tuning, sms);
@@ -357,9 +365,16 @@ fn decode_attention(
     let grid = grid_u32(OP, b * hkv * max_splits)?;
     let p = attention_params(out, q, k_cache, v_cache, meta, scale, plan.kv_chunk, max_splits)?;
     let scratch = SplitScratch::new(t, hq, max_splits, d, dev.ordinal())?;
+    // The cluster merge where the splits fit a cluster (AOT instances only: the
+    // JIT fallback below launches the combine phase, whose bits are the same).
+    let cluster_merge = max_splits > 1 && decode_plan::cluster_cap(&tuning, rows).is_some_and(|cap| max_splits <= cap);
     let merge =
         decode_plan::merge_in_kernel(tuning.merge, &plan, meta.decode_splits.is_some(), b * hkv, slots, &tuning);
-    let counters = if max_splits > 1 && b * hkv <= SPLIT_COUNTERS && merge { split_counters(dev)? } else { None };
+    let counters = if max_splits > 1 && b * hkv <= SPLIT_COUNTERS && merge && !cluster_merge {
+        split_counters(dev)?
+    } else {
+        None
+    };
     let p = msgl_attention_params {
         o_partial: scratch.o_ptr(),
         lse_partial: scratch.lse_ptr(),
@@ -385,6 +400,8 @@ fn decode_attention(
             let [o, l] = scratch_views.each_ref().map(|s| s.as_ref().map_or(std::ptr::null(), |x| x as *const _));
             let n = counters_view.as_ref().map_or(std::ptr::null(), |x| x as *const _);
             let [a, b, c, e, f, g, h] = &views;
+            // Phase 2 asks the AOT launcher for the cluster merge.
+            let p = msgl_attention_params { phase: if cluster_merge { 2 } else { 0 }, ..p };
             // SAFETY: the views describe live device tensors checked by the op (shapes,
             // dtypes, lengths against the block table) and by `paged_attention`
             // (alignment, rows fit the instance); the scratch has the shapes the plan
@@ -610,9 +627,10 @@ mod tests {
     fn graph_splits_aim_for_one_wave_and_long_batches_do_not_split() {
         let bf = DType::BF16;
         let (_, slots) = decode_instance(2, 128, 16, &DecodeTuning::default(), 132);
-        // One sequence, 8 kv heads, up to 40960 keys: one wave of blocks in all.
+        // One sequence, 8 kv heads, up to 40960 keys: one wave of blocks in all,
+        // within the cluster merge's 16 splits.
         let s = decode_graph_splits(1, 8, 128, bf, 40960, 132);
-        assert_eq!(s, slots.div_ceil(8));
+        assert_eq!(s, slots.div_ceil(8).min(decode_plan::MAX_CLUSTER_SPLITS));
         // A short model context caps the splits at 128 keys each.
         assert_eq!(decode_graph_splits(1, 8, 128, bf, 1024, 132), 8);
         // 256 sequences x 8 heads already make 4 waves: no split; nor do 64, whose

@@ -299,6 +299,42 @@ pub(crate) fn keys_plan_cached(
     })
 }
 
+/// The most splits the cluster merge takes (decode_attention.cu:
+/// kDecodeMaxClusterSplits; sm_90's largest, non-portable, cluster).
+pub(crate) const MAX_CLUSTER_SPLITS: usize = 16;
+
+/// The split cap of the cluster merge for a launch of `rows`-row blocks: the
+/// tuning's `cluster` for the tensor-core block (rows 16) when it is on, else
+/// `None` (no cap; the combine launch or the counters merge).
+pub(crate) fn cluster_cap(t: &DecodeTuning, rows: usize) -> Option<usize> {
+    (rows == 16 && t.cluster >= 2).then_some(t.cluster.min(MAX_CLUSTER_SPLITS))
+}
+
+/// `plan` with at most `cap` splits for the longest sequence: the chunk grows
+/// to ceil(longest / cap) keys (a multiple of [`CHUNK_GRANULE`], at least the
+/// tuning's minimum), cut the same way as before (balanced or not); a plan
+/// already within the cap is returned as it is.
+pub(crate) fn cap_splits(
+    plan: SplitPlan,
+    q_lens: &[usize],
+    kv_lens: &[usize],
+    num_kv_heads: usize,
+    cap: usize,
+    t: &DecodeTuning,
+) -> SplitPlan {
+    if plan.max_splits <= cap.max(1) {
+        return plan;
+    }
+    let max_kv = active(q_lens, kv_lens).max().unwrap_or(0).max(1);
+    let chunk = max_kv.div_ceil(cap.max(1)).next_multiple_of(CHUNK_GRANULE).max(t.chunk_min);
+    let pairs = active(q_lens, kv_lens).count() * num_kv_heads;
+    if chunk >= max_kv {
+        return SplitPlan::unsplit(max_kv, pairs);
+    }
+    let busy = active(q_lens, kv_lens).map(|kv| splits_of(kv, chunk)).sum::<usize>() * num_kv_heads;
+    SplitPlan { kv_chunk: chunk, max_splits: max_kv.div_ceil(chunk), balanced: plan.balanced, busy_blocks: busy }
+}
+
 /// The eager plan the tuning asks for.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn eager_plan(
@@ -627,6 +663,39 @@ mod tests {
         assert_eq!(smem_bytes(2, 64, 1, 0), 65536);
         assert_eq!(blocks_per_sm(4, smem_bytes(2, 128, 4, 0)), 3);
         assert_eq!(blocks_per_sm(8, 32768), 3);
+    }
+
+    #[test]
+    fn the_cluster_cap_bounds_every_sequence_s_splits() {
+        let t = DecodeTuning::default();
+        assert_eq!(cluster_cap(&t, 16), Some(16));
+        assert_eq!(cluster_cap(&t, 8), None);
+        assert_eq!(cluster_cap(&DecodeTuning { cluster: 0, ..t }, 16), None);
+        assert_eq!(cluster_cap(&DecodeTuning { cluster: 40, ..t }, 16), Some(MAX_CLUSTER_SPLITS));
+        // Batch 1 at 4096 keys: the keys plan's splits of 128-256 keys, capped at 16 and 8.
+        let p = keys(&[1], &[4096], 8, 396);
+        for cap in [16, 8, 3] {
+            let c = cap_splits(p, &[1], &[4096], 8, cap, &t);
+            assert!(c.max_splits <= cap && c.max_splits >= 2, "{c:?}");
+            assert!(c.kv_chunk.is_multiple_of(CHUNK_GRANULE) && c.kv_chunk * c.max_splits >= 4096, "{c:?}");
+            assert_eq!((c.balanced, c.busy_blocks), (p.balanced, c.max_splits * 8));
+        }
+        // Every sequence of a ragged batch, as the kernel cuts it (balanced or not).
+        let lens = [1, 17, 300, 4096, 40_000, 2500, 63, 65];
+        let q = [1, 1, 1, 1, 1, 1, 1, 0];
+        for balanced in [false, true] {
+            let plan = SplitPlan { kv_chunk: 128, max_splits: 313, balanced, busy_blocks: 0 };
+            let c = cap_splits(plan, &q, &lens, 4, 16, &t);
+            assert!(c.max_splits <= 16 && c.balanced == balanced, "{c:?}");
+            let busy: usize = lens[..7].iter().map(|&kv| splits_of(kv, c.kv_chunk)).sum::<usize>() * 4;
+            assert_eq!(c.busy_blocks, busy);
+            assert!(lens[..7].iter().all(|&kv| splits_of(kv, c.kv_chunk) <= 16));
+        }
+        // Within the cap, or short enough for one chunk: as it was, or unsplit.
+        let small = SplitPlan { kv_chunk: 256, max_splits: 4, balanced: true, busy_blocks: 32 };
+        assert_eq!(cap_splits(small, &[1], &[1000], 8, 16, &t), small);
+        let c = cap_splits(SplitPlan { kv_chunk: 64, max_splits: 2, balanced: false, busy_blocks: 16 }, &[1], &[100], 8, 1, &t);
+        assert_eq!((c.max_splits, c.busy_blocks), (1, 8));
     }
 
     #[test]

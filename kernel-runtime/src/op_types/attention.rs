@@ -115,6 +115,14 @@ pub struct DecodeTuning {
     /// [`DecodePlanKind::Keys`]: the fixed cost of merging splits, microseconds
     /// (`MINISGL_DECODE_COMBINE_US`, 3.0).
     pub combine_us: f64,
+    /// The cluster merge of the tensor-core block (`MINISGL_DECODE_CLUSTER`, 16;
+    /// 0 or 1: off): the most splits a sequence is cut into, whose blocks then
+    /// run as one thread-block cluster and merge their partials through
+    /// distributed shared memory instead of the combine launch (2 to 16: sm_90's
+    /// largest cluster). Plans of the tensor-core block keep at most this many
+    /// splits while it is on; a launch of more splits (a fixed count asked for
+    /// directly) merges in the combine launch.
+    pub cluster: usize,
 }
 
 impl Default for DecodeTuning {
@@ -133,6 +141,7 @@ impl Default for DecodeTuning {
             merge: SplitMerge::Never,
             block_us: 1.0,
             combine_us: 3.0,
+            cluster: 16,
         }
     }
 }
@@ -181,6 +190,10 @@ impl DecodeTuning {
             merge,
             block_us: micros("MINISGL_DECODE_BLOCK_US", d.block_us),
             combine_us: micros("MINISGL_DECODE_COMBINE_US", d.combine_us),
+            cluster: match count("MINISGL_DECODE_CLUSTER", d.cluster, 0, 16) {
+                1 => 0,
+                c => c,
+            },
         }
     }
 }
@@ -214,5 +227,8 @@ mod tests {
         assert_eq!((t.block_us, t.combine_us, t.graph_split_waves, t.graph_stages), (0.5, 3.0, 1, 3));
         let t = DecodeTuning::from_vars(|n| (n == "MINISGL_DECODE_STAGES").then(|| "9".to_owned()));
         assert_eq!(t.stages, 4);
+        assert_eq!(t.cluster, 16);
+        let cluster = |v: &str| DecodeTuning::from_vars(|n| (n == "MINISGL_DECODE_CLUSTER").then(|| v.to_owned())).cluster;
+        assert_eq!((cluster("0"), cluster("1"), cluster("8"), cluster("40"), cluster("on")), (0, 0, 8, 16, 16));
     }
 }
