@@ -1,16 +1,9 @@
 #!/bin/bash
-# Twelfth session, call 2: the cluster merge through the engine. engine-gpu_graphs
-# (graph replay = eager bitwise, the dense fixtures through graphs, every graphed step
-# figure), the overlap and fixture tests, gpu_fused (the split merges bit for bit), then
-# the Llama-3-8B and Qwen3-30B-A3B graphed steps with the cluster merge off, for the
-# same-run comparison.
+# Twelfth session, call 2: why the cluster merge made the graphed Qwen3-0.6B bs=1 step slower
+# (call 1: 0.952 ms against 0.876 with it off) though each cold launch was faster: the
+# step at cluster caps 16, 8 and 0, with and without programmatic dependent launch.
 source .gpu/lib.sh
-t 160 graphs $T/engine-gpu_graphs --test-threads=1 --nocapture
-grep "SUMMARY" $W/graphs.log | grep -v graph-fixture >> $S
-t 80 overlap $T/engine-gpu_overlap --test-threads=1
-t 40 fixtures $T/models-gpu_fixtures --test-threads=1
-t 100 fused $T/kernel-runtime-gpu_fused --test-threads=1
-echo "tests done at $(( $(date +%s) - START )) s" >> $S
-MINISGL_DECODE_CLUSTER=0 step "cluster=0" llama3_8b_graph_step_time_ctx128_gpu
-MINISGL_DECODE_CLUSTER=0 step "cluster=0" qwen3_30b_a3b_graph_step_time_gpu
+for c in 8 16 0; do MINISGL_DECODE_CLUSTER=$c step "cluster=$c" qwen3_0_6b_graph_step_time_gpu; done
+for c in 16 0; do MINISGL_PDL=0 MINISGL_DECODE_CLUSTER=$c step "pdl=0 cluster=$c" qwen3_0_6b_graph_step_time_gpu; done
+for c in 8 0; do MINISGL_DECODE_CLUSTER=$c step "cluster=$c" llama3_8b_graph_step_time_ctx128_gpu; done
 echo "end at $(( $(date +%s) - START )) s" >> $S
