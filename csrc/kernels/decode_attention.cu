@@ -677,7 +677,10 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
   if (split >= num_splits) {
     if constexpr (MERGE == 2) {
       if (num_splits > 1) {
-        grid_prologue(); /* the merge writes `out`, which the previous kernel may still read */
+        /* The merge writes `out`, which the previous kernel may still read; this
+         * block reads no keys, so it lets the next kernel launch at once (the
+         * blocks with keys hold it back until they have read them). */
+        grid_prologue();
         /* The same variables as the other blocks' (a remote read maps a local address). */
         decode_cluster_merge<DTYPE, HEAD_DIM>(p, reinterpret_cast<const float*>(decode_smem), sm_lse, rows, q_start,
                                               group, kv_head, num_splits);
@@ -773,7 +776,15 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
     page = first_pages[STAGES - 1];
   };
   if (early) issue_first();
-  grid_prologue();
+  /* With the cluster merge the next kernel is let launch only once this block's
+   * keys are read (below): launched at once, as here otherwise, it would stream
+   * its weights (the o projection's prefetch) beside this block's loads, which
+   * then wait behind them; the combine launch used to stand in between. */
+  if constexpr (MERGE == 2) {
+    grid_dependency_wait();
+  } else {
+    grid_prologue();
+  }
   stage_q();
   if (early) {
     cp_async_wait<0>(); /* Q's group, the last one (the earlier tiles landed meanwhile) */
@@ -887,6 +898,7 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
     __syncwarp(); /* every lane is done with this stage before it is refilled */
   }
   cp_async_wait<0>();
+  if constexpr (MERGE == 2) grid_dependents_launch(); /* every key read: the next kernel may launch */
   __syncthreads(); /* the pipelines are drained: their memory holds the warps' outputs next */
 
   float* sm_o = reinterpret_cast<float*>(decode_smem); /* [4][16][HEAD_DIM] */
