@@ -989,6 +989,17 @@ __global__ void __launch_bounds__(kDecodeThreads, (decode_min_blocks<DTYPE, HEAD
   decode_attention_impl<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE>(p);
 }
 
+/* Whether the cluster-merging launch takes programmatic dependent launch
+ * (MINISGL_DECODE_CLUSTER_PDL, default 0: launched after the previous kernel
+ * has finished; the kernels after it keep theirs). */
+static bool decode_cluster_pdl() {
+  static const bool on = [] {
+    const char* v = getenv("MINISGL_DECODE_CLUSTER_PDL");
+    return v != nullptr && v[0] == '1' && pdl_enabled();
+  }();
+  return on;
+}
+
 template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES, int MERGE>
 static int32_t launch_decode_attention_as(const msgl_attention_params& p, cudaStream_t s) {
   constexpr int smem = decode_smem_bytes<DTYPE, HEAD_DIM, ROWS, STAGES>();
@@ -1007,8 +1018,24 @@ static int32_t launch_decode_attention_as(const msgl_attention_params& p, cudaSt
         return set_error(MSGL_ERR_CUDA, "decode_attention: clusters of %u blocks: %s", cluster, cudaGetErrorString(err));
     }
   }
-  (void)launch_pdl_cluster(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE>,
-                           dim3(static_cast<unsigned>(blocks)), dim3(kDecodeThreads), smem, s, cluster, p);
+  if (MERGE == 2 && !decode_cluster_pdl()) {
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(blocks));
+    cfg.blockDim = dim3(kDecodeThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&cfg, decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE>, p);
+  } else {
+    (void)launch_pdl_cluster(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE>,
+                             dim3(static_cast<unsigned>(blocks)), dim3(kDecodeThreads), smem, s, cluster, p);
+  }
   if (p.max_splits > 1 && MERGE == 0) {
     msgl_attention_params p1 = p;
     p1.phase = 1;
