@@ -46,9 +46,12 @@
  * one thread-block cluster; each leaves its split's partial in its shared memory
  * and, after a cluster barrier, the cluster's warps merge the rows reading the
  * other blocks' shared memory (decode_cluster_merge). No partial goes through HBM,
- * no fence, counter or second grid: at batch 1 the combine launch and the
- * partials' round trips were about a third of the attention time. It gives the
- * combine launch's bits (the same decode_combine_row_from, in split order).
+ * no fence, counter or second grid. It gives the combine launch's bits (the same
+ * decode_combine_row_from, in split order). Off by default (gpu/decode_plan.rs,
+ * MINISGL_DECODE_CLUSTER): graph-timed launches alone at batch 1 are faster
+ * (ctx 512: 5.8 against 7.5 us), but inside a decode step the launch takes
+ * longer than the attention and combine launches together (ncu, alone: 14.6
+ * against 7.3 + 2.9 us) and steps got slower (docs/PERF.md, twelfth session).
  *
  * Split sizes: kv_chunk keys per split for the batch (the host's `waves` plan),
  * or, with params.num_q_tiles = 1 (the host's `keys` plan; that field is the tile
@@ -677,10 +680,7 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
   if (split >= num_splits) {
     if constexpr (MERGE == 2) {
       if (num_splits > 1) {
-        /* The merge writes `out`, which the previous kernel may still read; this
-         * block reads no keys, so it lets the next kernel launch at once (the
-         * blocks with keys hold it back until they have read them). */
-        grid_prologue();
+        grid_prologue(); /* the merge writes `out`, which the previous kernel may still read */
         /* The same variables as the other blocks' (a remote read maps a local address). */
         decode_cluster_merge<DTYPE, HEAD_DIM>(p, reinterpret_cast<const float*>(decode_smem), sm_lse, rows, q_start,
                                               group, kv_head, num_splits);
@@ -776,15 +776,7 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
     page = first_pages[STAGES - 1];
   };
   if (early) issue_first();
-  /* With the cluster merge the next kernel is let launch only once this block's
-   * keys are read (below): launched at once, as here otherwise, it would stream
-   * its weights (the o projection's prefetch) beside this block's loads, which
-   * then wait behind them; the combine launch used to stand in between. */
-  if constexpr (MERGE == 2) {
-    grid_dependency_wait();
-  } else {
-    grid_prologue();
-  }
+  grid_prologue();
   stage_q();
   if (early) {
     cp_async_wait<0>(); /* Q's group, the last one (the earlier tiles landed meanwhile) */
@@ -898,7 +890,6 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
     __syncwarp(); /* every lane is done with this stage before it is refilled */
   }
   cp_async_wait<0>();
-  if constexpr (MERGE == 2) grid_dependents_launch(); /* every key read: the next kernel may launch */
   __syncthreads(); /* the pipelines are drained: their memory holds the warps' outputs next */
 
   float* sm_o = reinterpret_cast<float*>(decode_smem); /* [4][16][HEAD_DIM] */
@@ -989,17 +980,6 @@ __global__ void __launch_bounds__(kDecodeThreads, (decode_min_blocks<DTYPE, HEAD
   decode_attention_impl<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE>(p);
 }
 
-/* Whether the cluster-merging launch takes programmatic dependent launch
- * (MINISGL_DECODE_CLUSTER_PDL, default 0: launched after the previous kernel
- * has finished; the kernels after it keep theirs). */
-static bool decode_cluster_pdl() {
-  static const bool on = [] {
-    const char* v = getenv("MINISGL_DECODE_CLUSTER_PDL");
-    return v != nullptr && v[0] == '1' && pdl_enabled();
-  }();
-  return on;
-}
-
 template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES, int MERGE>
 static int32_t launch_decode_attention_as(const msgl_attention_params& p, cudaStream_t s) {
   constexpr int smem = decode_smem_bytes<DTYPE, HEAD_DIM, ROWS, STAGES>();
@@ -1018,25 +998,8 @@ static int32_t launch_decode_attention_as(const msgl_attention_params& p, cudaSt
         return set_error(MSGL_ERR_CUDA, "decode_attention: clusters of %u blocks: %s", cluster, cudaGetErrorString(err));
     }
   }
-  if (MERGE == 2 && !decode_cluster_pdl()) {
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-    cfg.blockDim = dim3(kDecodeThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    (void)cudaLaunchKernelEx(&cfg, decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE>, p);
-  } else {
-    (void)launch_pdl_cluster(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE>,
-                             dim3(static_cast<unsigned>(blocks)), dim3(kDecodeThreads), smem, s, cluster, p);
-  }
-  if (p.max_splits > 1 && MERGE == 0) {
+  (void)launch_pdl_cluster(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE>,
+                           dim3(static_cast<unsigned>(blocks)), dim3(kDecodeThreads), smem, s, cluster, p);  if (p.max_splits > 1 && MERGE == 0) {
     msgl_attention_params p1 = p;
     p1.phase = 1;
     const long long rows = p.num_tokens * p.num_q_heads;

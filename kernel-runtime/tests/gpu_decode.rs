@@ -44,9 +44,9 @@ impl std::fmt::Display for Variant {
 
 /// Every pipeline depth with both plans and both merges (`all`), or the depths
 /// with one plan and merge each (a cheaper sweep for the 16-bit subset). The
-/// variants without the counter merge take the cluster merge (the default, at
-/// most 16 splits), those with it turn the cluster merge off; `all` adds the
-/// combine launch alone (neither).
+/// variants without the counter merge take the cluster merge (off by default;
+/// here at most 16 splits), those with it leave it off; `all` adds the combine
+/// launch alone (neither, the default).
 fn variants(all: bool) -> Vec<Variant> {
     let mut out = Vec::new();
     for stages in [2, 3, 4] {

@@ -627,10 +627,9 @@ mod tests {
     fn graph_splits_aim_for_one_wave_and_long_batches_do_not_split() {
         let bf = DType::BF16;
         let (_, slots) = decode_instance(2, 128, 16, &DecodeTuning::default(), 132);
-        // One sequence, 8 kv heads, up to 40960 keys: one wave of blocks in all,
-        // within the cluster merge's 16 splits.
+        // One sequence, 8 kv heads, up to 40960 keys: one wave of blocks in all.
         let s = decode_graph_splits(1, 8, 128, bf, 40960, 132);
-        assert_eq!(s, slots.div_ceil(8).min(decode_plan::MAX_CLUSTER_SPLITS));
+        assert_eq!(s, slots.div_ceil(8));
         // A short model context caps the splits at 128 keys each.
         assert_eq!(decode_graph_splits(1, 8, 128, bf, 1024, 132), 8);
         // 256 sequences x 8 heads already make 4 waves: no split; nor do 64, whose

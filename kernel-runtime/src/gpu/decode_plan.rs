@@ -667,10 +667,10 @@ mod tests {
 
     #[test]
     fn the_cluster_cap_bounds_every_sequence_s_splits() {
-        let t = DecodeTuning::default();
+        let t = DecodeTuning { cluster: 16, ..DecodeTuning::default() };
         assert_eq!(cluster_cap(&t, 16), Some(16));
         assert_eq!(cluster_cap(&t, 8), None);
-        assert_eq!(cluster_cap(&DecodeTuning { cluster: 0, ..t }, 16), None);
+        assert_eq!(cluster_cap(&DecodeTuning::default(), 16), None);
         assert_eq!(cluster_cap(&DecodeTuning { cluster: 40, ..t }, 16), Some(MAX_CLUSTER_SPLITS));
         // Batch 1 at 4096 keys: the keys plan's splits of 128-256 keys, capped at 16 and 8.
         let p = keys(&[1], &[4096], 8, 396);

@@ -115,13 +115,15 @@ pub struct DecodeTuning {
     /// [`DecodePlanKind::Keys`]: the fixed cost of merging splits, microseconds
     /// (`MINISGL_DECODE_COMBINE_US`, 3.0).
     pub combine_us: f64,
-    /// The cluster merge of the tensor-core block (`MINISGL_DECODE_CLUSTER`, 16;
-    /// 0 or 1: off): the most splits a sequence is cut into, whose blocks then
-    /// run as one thread-block cluster and merge their partials through
-    /// distributed shared memory instead of the combine launch (2 to 16: sm_90's
-    /// largest cluster). Plans of the tensor-core block keep at most this many
+    /// The cluster merge of the tensor-core block (`MINISGL_DECODE_CLUSTER`, 0:
+    /// off, the default; 2 to 16, sm_90's largest cluster): the most splits a
+    /// sequence is cut into, whose blocks then run as one thread-block cluster
+    /// and merge their partials through distributed shared memory instead of
+    /// the combine launch. Plans of the tensor-core block keep at most this many
     /// splits while it is on; a launch of more splits (a fixed count asked for
-    /// directly) merges in the combine launch.
+    /// directly) merges in the combine launch. Off: a batch-1 launch alone is
+    /// faster with it, but graphed decode steps were slower (docs/PERF.md,
+    /// twelfth session).
     pub cluster: usize,
 }
 
@@ -141,7 +143,7 @@ impl Default for DecodeTuning {
             merge: SplitMerge::Never,
             block_us: 1.0,
             combine_us: 3.0,
-            cluster: 16,
+            cluster: 0,
         }
     }
 }
@@ -227,8 +229,8 @@ mod tests {
         assert_eq!((t.block_us, t.combine_us, t.graph_split_waves, t.graph_stages), (0.5, 3.0, 1, 3));
         let t = DecodeTuning::from_vars(|n| (n == "MINISGL_DECODE_STAGES").then(|| "9".to_owned()));
         assert_eq!(t.stages, 4);
-        assert_eq!(t.cluster, 16);
+        assert_eq!(t.cluster, 0);
         let cluster = |v: &str| DecodeTuning::from_vars(|n| (n == "MINISGL_DECODE_CLUSTER").then(|| v.to_owned())).cluster;
-        assert_eq!((cluster("0"), cluster("1"), cluster("8"), cluster("40"), cluster("on")), (0, 0, 8, 16, 16));
+        assert_eq!((cluster("0"), cluster("1"), cluster("8"), cluster("40"), cluster("on")), (0, 0, 8, 16, 0));
     }
 }
