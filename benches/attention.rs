@@ -311,13 +311,19 @@ fn cold_graph_cases() -> kernel_runtime::Result<()> {
             for cluster in [16, 0] {
                 let tuning = DecodeTuning { cluster, ..ops::decode_tuning() };
                 let splits = Splits { tuning: Some(tuning), ..HOST_PLAN };
-                push(format!("decode-b1 eager cluster={cluster} {hq}/8 ctx={ctx}"), decode(hq, vec![(1, ctx)]), splits, seed)?;
+                push(
+                    format!("decode-b1 eager cluster={cluster} {hq}/8 ctx={ctx}"),
+                    decode(hq, vec![(1, ctx)]),
+                    splits,
+                    seed,
+                )?;
             }
             // The graph plan's split instance: pipeline depth, and the cluster
             // merge's cap (0: the combine launch, the plan's one wave of splits).
             let variants = [(2, 0), (2, 16), (3, 16), (4, 16), (2, 8), (4, 8)];
             for (stages, cluster) in variants {
-                let tuning = DecodeTuning { graph_stages: stages, graph_split_waves: 1, cluster, ..ops::decode_tuning() };
+                let tuning =
+                    DecodeTuning { graph_stages: stages, graph_split_waves: 1, cluster, ..ops::decode_tuning() };
                 ops::set_decode_tuning(Some(tuning));
                 let fixed = ops::decode_graph_splits(GPU, 1, 8, 128, DType::BF16, max_context.max(ctx));
                 ops::set_decode_tuning(None);

@@ -694,7 +694,14 @@ mod tests {
         // Within the cap, or short enough for one chunk: as it was, or unsplit.
         let small = SplitPlan { kv_chunk: 256, max_splits: 4, balanced: true, busy_blocks: 32 };
         assert_eq!(cap_splits(small, &[1], &[1000], 8, 16, &t), small);
-        let c = cap_splits(SplitPlan { kv_chunk: 64, max_splits: 2, balanced: false, busy_blocks: 16 }, &[1], &[100], 8, 1, &t);
+        let c = cap_splits(
+            SplitPlan { kv_chunk: 64, max_splits: 2, balanced: false, busy_blocks: 16 },
+            &[1],
+            &[100],
+            8,
+            1,
+            &t,
+        );
         assert_eq!((c.max_splits, c.busy_blocks), (1, 8));
     }
 

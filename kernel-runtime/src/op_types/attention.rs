@@ -230,7 +230,8 @@ mod tests {
         let t = DecodeTuning::from_vars(|n| (n == "MINISGL_DECODE_STAGES").then(|| "9".to_owned()));
         assert_eq!(t.stages, 4);
         assert_eq!(t.cluster, 0);
-        let cluster = |v: &str| DecodeTuning::from_vars(|n| (n == "MINISGL_DECODE_CLUSTER").then(|| v.to_owned())).cluster;
+        let cluster =
+            |v: &str| DecodeTuning::from_vars(|n| (n == "MINISGL_DECODE_CLUSTER").then(|| v.to_owned())).cluster;
         assert_eq!((cluster("0"), cluster("1"), cluster("8"), cluster("40"), cluster("on")), (0, 0, 8, 16, 0));
     }
 }

@@ -13,6 +13,8 @@ ROOT=$(pwd); BIN=/tmp/minisgl-bundle/bin; T=$BIN/tests; BB=$BIN/benches
 export MINISGL_KERNELS=$ROOT/.gpu/kernels MINISGL_CACHE_DIR=/tmp/minisgl-cache MINISGL_GPU_TESTS=1 NCCL_NVLS_ENABLE=0
 export LD_LIBRARY_PATH=/usr/local/cuda/targets/x86_64-linux/lib:/usr/local/cuda/lib64:/usr/local/nvidia/lib64
 B=$(cat .gpu/built_at); [ -e "$B" ] || { mkdir -p "$(dirname "$B")"; ln -s "$ROOT" "$B"; }
+# engine-gpu_tp runs the `minisgl` binary from its build path (CARGO_BIN_EXE_minisgl).
+mkdir -p "$ROOT/target/release"; ln -sf "$BIN/minisgl" "$ROOT/target/release/minisgl"
 W=/tmp/w; rm -rf $W; mkdir -p $W; S=$OUT/summary.txt; : > $S
 fin() { cat $W/t-*.sum >> $S 2>/dev/null; cp $S $W/; tar czf $OUT/logs.tgz -C /tmp w; }
 trap fin EXIT
