@@ -25,7 +25,12 @@
 //! one wave); otherwise, for batches with more (sequence, kv head) pairs than the
 //! buffer holds, and for the tile kernel, the combine launch merges them. The
 //! tensor-core block's pipeline depth is the tuning's `stages` (instances STAGES
-//! 2-4: fewer stages, more resident blocks).
+//! 2-4: fewer stages, more resident blocks). With the tuning's `cluster` (off by
+//! default: measured slower inside decode steps) the tensor-core block's plans
+//! keep at most that many splits, and each (sequence, kv head)'s splits run as one
+//! thread-block cluster that merges them through distributed shared memory
+//! (decode_attention.cu, MERGE = 2; AOT instances only, the JIT fallback keeps the
+//! combine launch, with the same bits).
 //!
 //! The tile kernel's plan is made here from the host copies of the lengths:
 //! - `num_warps` (16 query rows each): enough for the longest sequence's packed
@@ -199,8 +204,8 @@ pub(crate) fn decode_graph_splits(
     // A split graph runs the split instance (graph_instance): its slots.
     let (_, slots) = graph_instance(elem, head_dim, rows, splits, &tuning, sms);
     let splits = decode_plan::graph_splits(pairs, max_kv_len, slots, graph_min_splits(), &tuning).max(2);
-    // With the cluster merge, at most a cluster's worth (each sequence then cut in
-    // longer chunks): its merge costs no launch and no partials in HBM.
+    // With the cluster merge on, at most a cluster's worth (each sequence then cut
+    // in longer chunks): a cluster holds no more.
     decode_plan::cluster_cap(&tuning, rows).map_or(splits, |cap| splits.min(cap))
 }
 
