@@ -281,12 +281,11 @@ fn prefill_tiles() -> Vec<usize> {
 }
 
 /// The graph-timed cases, every launch from HBM ([`cold_copies`]): the decode
-/// shapes of issue 12, and batch 1 over a range of contexts at both head
+/// shapes of issue 12 at the default depth and at three stages, a batch-64 graph
+/// step at short contexts, and batch 1 over a range of contexts at both head
 /// layouts (Qwen3-0.6B 16/8 with its 40960-token graph plan, Llama-3-8B 32/8
-/// with 8192): the eager plan with and without the cluster merge, and the graph
-/// plan (one wave of splits, most of whose blocks return at once at short
-/// contexts) at pipeline depths of its split instance (`stages`), merged by the
-/// combine launch (`cluster=0`) or in clusters of at most 16 or 8 splits.
+/// with 8192): the eager plan, and the graph plan (one wave of splits, most of
+/// whose blocks return at once at short contexts, merged by the combine launch).
 /// `SUMMARY <case> [graph, cold]` lines; no criterion run.
 fn cold_graph_cases() -> kernel_runtime::Result<()> {
     let decode = |hq: usize, seqs: Vec<(usize, usize)>| decode_shape(hq, 16, seqs);
@@ -302,39 +301,43 @@ fn cold_graph_cases() -> kernel_runtime::Result<()> {
         cases.push((attention_case_rotating(name, shape, AttnKernel::Decode, splits, seed, copies)?, copies));
         Ok(())
     };
+    // Issue 12's shapes under the default plan, and with three stages (two blocks
+    // an SM at head dim 128, against four at two stages).
+    let three = DecodeTuning { stages: 3, ..ops::decode_tuning() };
     for (i, (name, hq, seqs)) in issue_decode_shapes().into_iter().enumerate() {
-        push(format!("decode {name}"), decode(hq, seqs), HOST_PLAN, 700 + i as u64)?;
+        push(format!("decode {name}"), decode(hq, seqs.clone()), HOST_PLAN, 700 + i as u64)?;
+        let splits = Splits { tuning: Some(three), ..HOST_PLAN };
+        push(format!("decode stages=3 {name}"), decode(hq, seqs), splits, 700 + i as u64)?;
     }
+    // A batch-64 graph step at short contexts (the dummy-weight step tests' 128-250
+    // keys): the graph plan at 64 sequences leaves them unsplit.
+    for (hq, seed) in [(32, 760), (16, 761)] {
+        let seqs = uniform_contexts(64, 128, 256, seed);
+        for stages in [2, 3] {
+            let tuning = DecodeTuning { graph_stages: stages, ..ops::decode_tuning() };
+            let splits = Splits { fixed: Some(1), merge: Some(false), tuning: Some(tuning), prefill_tile: None };
+            let name = format!("decode-b64 graph stages={stages} {hq}/8 page=16 ctx=U[128,256]");
+            push(name, decode(hq, seqs.clone()), splits, seed)?;
+        }
+    }
+    // Batch 1 over contexts: the eager plan, and the fixed split plan the engine
+    // captures (one wave of splits, merged by the combine launch). The cluster
+    // merge's variants (twelfth session) are gpu_decode's and the filter's.
     for (hq, max_context) in [(16, 40960), (32, 8192)] {
         for ctx in [128, 512, 1024, 2048, 4096, 8192, 16384] {
             let seed = 800 + ctx as u64 + hq as u64;
-            for cluster in [16, 0] {
-                let tuning = DecodeTuning { cluster, ..ops::decode_tuning() };
-                let splits = Splits { tuning: Some(tuning), ..HOST_PLAN };
-                push(
-                    format!("decode-b1 eager cluster={cluster} {hq}/8 ctx={ctx}"),
-                    decode(hq, vec![(1, ctx)]),
-                    splits,
-                    seed,
-                )?;
-            }
-            // The graph plan's split instance: pipeline depth, and the cluster
-            // merge's cap (0: the combine launch, the plan's one wave of splits).
-            let variants = [(2, 0), (2, 16), (3, 16), (4, 16), (2, 8), (4, 8)];
-            for (stages, cluster) in variants {
-                let tuning =
-                    DecodeTuning { graph_stages: stages, graph_split_waves: 1, cluster, ..ops::decode_tuning() };
-                ops::set_decode_tuning(Some(tuning));
-                let fixed = ops::decode_graph_splits(GPU, 1, 8, 128, DType::BF16, max_context.max(ctx));
-                ops::set_decode_tuning(None);
-                let fixed = fixed?;
-                push(
-                    format!("decode-b1 graph stages={stages} cluster={cluster} splits={fixed} {hq}/8 ctx={ctx}"),
-                    decode(hq, vec![(1, ctx)]),
-                    Splits { fixed: Some(fixed), merge: Some(false), tuning: Some(tuning), prefill_tile: None },
-                    seed,
-                )?;
-            }
+            push(format!("decode-b1 eager {hq}/8 ctx={ctx}"), decode(hq, vec![(1, ctx)]), HOST_PLAN, seed)?;
+            let tuning = DecodeTuning { graph_split_waves: 1, cluster: 0, ..ops::decode_tuning() };
+            ops::set_decode_tuning(Some(tuning));
+            let fixed = ops::decode_graph_splits(GPU, 1, 8, 128, DType::BF16, max_context.max(ctx));
+            ops::set_decode_tuning(None);
+            let fixed = fixed?;
+            push(
+                format!("decode-b1 graph splits={fixed} {hq}/8 ctx={ctx}"),
+                decode(hq, vec![(1, ctx)]),
+                Splits { fixed: Some(fixed), merge: Some(false), tuning: Some(tuning), prefill_tile: None },
+                seed,
+            )?;
         }
     }
     let dev = kernel_runtime::cuda::device(0)?;
