@@ -75,8 +75,8 @@
  * launcher takes it from params.num_warps, 0 there meaning the head dimension's
  * default). __launch_bounds__ asks for as many resident blocks as the shared
  * memory allows (mma_decode_blocks_per_sm), so fewer stages also mean fewer
- * registers: bf16 head dim 128 is 180 registers at 3 stages (2 blocks an SM)
- * and 128 at 2 (4 blocks), head dim 64 114-122, none spilling (nvcc
+ * registers: bf16 head dim 128 is 176 registers at 3 stages (2 blocks an SM)
+ * and 143 at 2 (3 blocks), head dim 64 128-130, none spilling (nvcc
  * --resource-usage, CUDA 13.0).
  */
 #include "minisgl/attention.cuh"
@@ -598,23 +598,15 @@ __device__ __forceinline__ void decode_attention_block(const msgl_attention_para
  *
  * The query rows (up to 16: GQA group x new tokens) are staged once and kept as
  * A fragments in registers. Keys come in tiles of 16; warp w of the block takes
- * tiles w, w + 4, ... of the split, through its own cp.async pipeline
- * MmaDecode::kStages tiles deep in shared memory (rows padded by 16 bytes:
+ * tiles w, w + 4, ... of the split, through its own cp.async pipeline of
+ * MmaDecode::kStages tiles of K and V in shared memory (rows padded by 16 bytes:
  * conflict-free ldmatrix), so warps never wait for each other until the merge.
- * The pipeline is a ring of half tiles, a K or a V of 16 keys, each its own
- * cp.async group: a tile's V is awaited only after its Q K^T and softmax, and
- * the next tile's V is copied into the slot of the K just read. That holds
- * kStages tiles in flight in 2 * kStages - 1 slots, one half tile less a warp
- * than whole-tile stages: at head dim 128 and 2 stages 56.6 KiB a block, four
- * blocks an SM instead of three, so a batch of 64 sequences x 8 kv heads is one
- * wave of blocks (528 slots) where it was 1.3 (396).
  * The page of each key of a tile is one load per lane (lane % 16), shuffled to the
  * lanes that copy that key, one tile ahead of its use. */
 /* The default pipeline depth of the tensor-core block (STAGES = 0): the deepest
  * that keeps two blocks an SM at head dim 128. */
 __host__ __device__ constexpr int mma_decode_default_stages(int head_dim) {
-  /* Head dim 128: 2 stages (measured against 3: docs/PERF.md, fifth session, call 2),
-   * since the half-tile ring four blocks an SM. */
+  /* Head dim 128: 2 stages, 3 blocks an SM (measured: docs/PERF.md, fifth session, call 2). */
   return head_dim <= 64 ? 4 : 2;
 }
 
@@ -632,12 +624,8 @@ template <int DTYPE, int HEAD_DIM, int STAGES_REQ = 0> struct MmaDecode {
   static constexpr int kTileKeys = 16;
   static constexpr int kStages = STAGES_REQ > 0 ? STAGES_REQ : mma_decode_default_stages(HEAD_DIM);
   static constexpr int kTileBytes = kTileKeys * kRow * kElemBytes; /* one K or V tile */
-  /* A warp's pipeline is a ring of half tiles (a tile's K or its V, one cp.async
-   * group each): kStages tiles deep, but the last stage's V goes where the K
-   * just read was, so 2 * kStages - 1 slots hold what 2 * kStages did. */
-  static constexpr int kSlots = 2 * kStages - 1;
   static constexpr int kQBytes = 16 * kRow * kElemBytes;
-  static constexpr int kPipeBytes = kQBytes + kDecodeWarps * kSlots * kTileBytes;
+  static constexpr int kPipeBytes = kQBytes + kDecodeWarps * kStages * 2 * kTileBytes;
   static constexpr int kMergeBytes = kDecodeWarps * 16 * HEAD_DIM * 4;
   static constexpr int kSmemBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
   static constexpr int kBlocksPerSm = mma_decode_blocks_per_sm(kSmemBytes);
@@ -653,7 +641,7 @@ template <int DTYPE, int HEAD_DIM, int STAGES_REQ, int MERGE>
 __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_params& p) {
   using T = typename DType<DTYPE>::Storage;
   using M = MmaDecode<DTYPE, HEAD_DIM, STAGES_REQ>;
-  constexpr int ROW = M::kRow, CHUNKS = M::kChunks, BN = M::kTileKeys, STAGES = M::kStages, SLOTS = M::kSlots;
+  constexpr int ROW = M::kRow, CHUNKS = M::kChunks, BN = M::kTileKeys, STAGES = M::kStages;
   constexpr int CE = 16 / M::kElemBytes; /* elements per chunk */
   constexpr int DK = HEAD_DIM / 16;      /* k-steps of Q K^T */
   constexpr int DT = HEAD_DIM / 8;       /* 8-wide column tiles of O */
@@ -705,9 +693,9 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
 
   T* q_s = reinterpret_cast<T*>(decode_smem);
-  T* pipe = q_s + 16 * ROW + warp * SLOTS * BN * ROW; /* this warp's ring of half tiles */
-  /* Half tile h (tile h / 2, its K for even h, its V for odd) lives in slot h % SLOTS. */
-  auto half_slot = [&](int h) { return pipe + (h % SLOTS) * BN * ROW; };
+  T* pipe = q_s + 16 * ROW + warp * STAGES * 2 * BN * ROW; /* this warp's stages: K then V */
+  auto k_stage = [&](int s) { return pipe + s * 2 * BN * ROW; };
+  auto v_stage = [&](int s) { return pipe + (s * 2 + 1) * BN * ROW; };
 
   /* Stage Q (row r: token r / group, head kv_head * group + r % group; zeros past
    * `rows`): one cp.async group. */
@@ -750,13 +738,10 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
   int first_pages[STAGES];
 #pragma unroll
   for (int t = 0; t < STAGES; ++t) first_pages[t] = page_for(t);
-  int page = first_pages[0]; /* the page of the tile issue() copies next (its caller advances it) */
-  /* Copies tile t's K (v = 0) or V (v = 1) into its slot: one cp.async group. */
-  auto issue = [&](int t, int v) {
+  int page = first_pages[0]; /* the page of the next tile issue() copies (its caller advances it) */
+  auto issue = [&](int t) {
     if (t < my_tiles) {
       const int start = tile_start(t);
-      T* dst = half_slot(2 * t + v);
-      const T* cache = static_cast<const T*>(v == 0 ? p.k_cache : p.v_cache);
 #pragma unroll
       for (int i = 0; i < BN * CHUNKS / kWarpSize; ++i) {
         const int c = lane + i * kWarpSize;
@@ -766,10 +751,11 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
         const int in_page = page_shift >= 0 ? key & (page_size - 1) : key % page_size;
         const long long off =
             pg >= 0 ? ((static_cast<long long>(pg) * page_size + in_page) * p.num_kv_heads + kv_head) * HEAD_DIM + col * CE : 0;
-        cp_async16(dst + j * ROW + col * CE, cache + off, pg >= 0 ? 16 : 0);
+        cp_async16(k_stage(t % STAGES) + j * ROW + col * CE, static_cast<const T*>(p.k_cache) + off, pg >= 0 ? 16 : 0);
+        cp_async16(v_stage(t % STAGES) + j * ROW + col * CE, static_cast<const T*>(p.v_cache) + off, pg >= 0 ? 16 : 0);
       }
     }
-    cp_async_commit(); /* one group per half tile, empty past the end */
+    cp_async_commit(); /* one group per tile, empty past the end */
   };
   /* The pipeline's first STAGES - 1 tiles of this warp, and Q. Under programmatic
    * dependent launch the tiles go before the grid dependency wait when they hold
@@ -785,8 +771,7 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
 #pragma unroll
     for (int t = 0; t < STAGES - 1; ++t) {
       page = first_pages[t];
-      issue(t, 0);
-      issue(t, 1);
+      issue(t);
     }
     page = first_pages[STAGES - 1];
   };
@@ -797,10 +782,10 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
     cp_async_wait<0>(); /* Q's group, the last one (the earlier tiles landed meanwhile) */
   } else {
     issue_first();
-    /* Q's group has landed (the SLOTS - 1 half-tile groups behind it may be in
-     * flight): its copy overlapped the first K/V copies instead of delaying them
-     * by a memory round trip. */
-    cp_async_wait<SLOTS - 1>();
+    /* Q's group has landed (the STAGES - 1 tile groups behind it may be in flight):
+     * its copy overlapped the first K/V copies instead of delaying them by a
+     * memory round trip. */
+    cp_async_wait<STAGES - 1>();
   }
   __syncthreads(); /* Q was copied by every thread of the block */
   const T* q_frag = q_s + ((lane % 8) + ((lane / 8) % 2) * 8) * ROW + (lane / 16) * 8;
@@ -816,13 +801,12 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
   float m[2] = {neg_inf(), neg_inf()};
   float l[2] = {0.f, 0.f};
   for (int t = 0; t < my_tiles; ++t) {
-    /* Tile t + STAGES - 1's K into the slot of tile t - 1's V (read last iteration). */
-    issue(t + STAGES - 1, 0);
-    const int next_page = page_for(t + STAGES); /* one iteration ahead of its copies */
-    cp_async_wait<SLOTS - 1>(); /* K of tile t: SLOTS - 1 half tiles were issued after it */
+    issue(t + STAGES - 1);
+    page = page_for(t + STAGES); /* one iteration ahead of its copies */
+    cp_async_wait<STAGES - 1>();
     __syncwarp(); /* the tile's rows were copied by other lanes of the warp */
-    const T* k_s = half_slot(2 * t);
-    const T* v_s = half_slot(2 * t + 1);
+    const T* k_s = k_stage(t % STAGES);
+    const T* v_s = v_stage(t % STAGES);
     const int start = tile_start(t);
     float s[2][4];
 #pragma unroll
@@ -841,11 +825,6 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
         mma16816<DTYPE>(s[1], qa[kk], b[2], b[3]);
       }
     }
-    /* K of tile t is read: its slot takes tile t + STAGES - 1's V, whose wait
-     * comes a tile later. */
-    __syncwarp();
-    issue(t + STAGES - 1, 1);
-    page = next_page;
     float alpha[2];
     bool moved = false; /* some row with keys so far has a new maximum */
 #pragma unroll
@@ -896,8 +875,6 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
         o[dt][3] *= alpha[1];
       }
     }
-    cp_async_wait<SLOTS - 1>(); /* V of tile t */
-    __syncwarp();
     unsigned a[4];
     a[0] = pack2<DTYPE>(s[0][0], s[0][1]);
     a[1] = pack2<DTYPE>(s[0][2], s[0][3]);

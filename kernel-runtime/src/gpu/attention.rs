@@ -634,18 +634,18 @@ mod tests {
         let (_, slots) = decode_instance(2, 128, 16, &DecodeTuning::default(), 132);
         // One sequence, 8 kv heads, up to 40960 keys: one wave of blocks in all.
         let s = decode_graph_splits(1, 8, 128, bf, 40960, 132);
-        assert_eq!(s, slots / 8);
+        assert_eq!(s, slots.div_ceil(8));
         // A short model context caps the splits at 128 keys each.
         assert_eq!(decode_graph_splits(1, 8, 128, bf, 1024, 132), 8);
         // 256 sequences x 8 heads already make 4 waves: no split; nor do 64, whose
         // 512 pairs make more than the one wave the plan aims for.
         assert_eq!(decode_graph_splits(256, 8, 128, bf, 40960, 132), 1);
         assert_eq!(decode_graph_splits(64, 8, 128, bf, 40960, 132), 1);
-        assert_eq!(decode_graph_splits(16, 8, 128, bf, 40960, 132), slots / 128);
+        assert_eq!(decode_graph_splits(16, 8, 128, bf, 40960, 132), slots.div_ceil(128));
         // The split instance's own depth sets the slots it aims for.
         let t = DecodeTuning { graph_stages: 3, ..DecodeTuning::default() };
         let (_, slots3) = graph_instance(2, 128, 16, 2, &t, 132);
         assert!(slots3 < slots);
-        assert_eq!(decode_plan::graph_splits(8, 40960, slots3, 1, &t), slots3 / 8);
+        assert_eq!(decode_plan::graph_splits(8, 40960, slots3, 1, &t), slots3.div_ceil(8));
     }
 }

@@ -79,8 +79,7 @@ pub(crate) fn set_split_merge(on: Option<bool>) {
 /// The tensor-core block's default stages: decode_attention.cu's
 /// `mma_decode_default_stages`.
 ///
-/// At head dim 128 two stages (then three blocks an SM, four since the half-tile
-/// ring) beat three (two blocks) at
+/// At head dim 128 two stages (three blocks an SM) beat three (two blocks) at
 /// batch 256 (3.91 against 3.68 TB/s) and on ragged contexts (3.23 against 2.99
 /// TB/s with the keys plan), and lost only at batch 64 x 2048 (3.48 against 3.66):
 /// docs/PERF.md, fifth session, call 2.
@@ -93,11 +92,11 @@ fn default_stages(head_dim: usize) -> usize {
 }
 
 /// The tensor-core block's shared memory at `stages`: `MmaDecode::kSmemBytes` (Q
-/// and per warp a ring of `2 * stages - 1` half tiles, the K or the V of 16 keys,
-/// rows padded by 16 bytes; the warps' merge reuses it).
+/// and per warp `stages` tiles of 16 keys of K and V, rows padded by 16 bytes;
+/// the warps' merge reuses it).
 fn mma_smem_bytes(elem_bytes: usize, head_dim: usize, stages: usize) -> usize {
     let row = head_dim * elem_bytes + 16;
-    (16 * row + 4 * (2 * stages).saturating_sub(1) * 16 * row).max(4 * 16 * head_dim * 4)
+    (16 * row + 4 * stages * 2 * 16 * row).max(4 * 16 * head_dim * 4)
 }
 
 /// The pipeline stages the tensor-core block runs with for `requested` (0: the
@@ -368,8 +367,7 @@ struct InstanceRates {
 }
 
 /// Rates of the instances eager steps choose between (head dim 128, 16-bit): two
-/// stages (three blocks an SM when fitted, four since the half-tile ring) stream
-/// best with every slot busy; three (two
+/// stages (three blocks an SM) stream best with every slot busy; three (two
 /// blocks an SM, twice the keys in flight a warp) fill better the grids whose
 /// blocks make a fraction of a wave on 396 slots (b = 32 or 64 at 8 kv heads).
 fn instance_rates(stages: usize) -> InstanceRates {
@@ -511,9 +509,7 @@ fn eager_choice_uncached(
 
 /// The fixed split count of a graph's decode step (see gpu::decode_graph_splits):
 /// `pairs` (sequence, kv head) pairs of up to `max_kv_len` keys, `slots` resident
-/// blocks; `min_splits` for batches that fill the GPU anyway. Otherwise the most
-/// splits whose blocks fit `graph_split_waves` waves (rounded down: 512 pairs on
-/// 528 slots stay whole, as two splits would make two waves of shorter blocks).
+/// blocks; `min_splits` for batches that fill the GPU anyway.
 pub(crate) fn graph_splits(
     pairs: usize,
     max_kv_len: usize,
@@ -526,7 +522,7 @@ pub(crate) fn graph_splits(
     if pairs >= t.unsplit_waves * slots {
         return min_splits.clamp(1, cap);
     }
-    (t.graph_split_waves * slots / pairs).clamp(1, cap)
+    (t.graph_split_waves * slots).div_ceil(pairs).clamp(1, cap)
 }
 
 /// Whether a split launch merges its splits itself (see [`SplitMerge`]):
@@ -652,14 +648,10 @@ mod tests {
         assert_eq!(mma_stages(2, 128, 9), 4);
         // Head dim 256 at 4 stages would need 272 KiB: 3.
         assert_eq!(mma_stages(2, 256, 4), 3);
-        // bf16 head dim 128: Q + 4 warps x (2 x stages - 1) half tiles (K or V) of
-        // 16 rows of 272 bytes.
-        assert_eq!(smem_bytes(2, 128, 16, 3), 16 * 272 + 4 * 5 * 16 * 272);
+        // bf16 head dim 128: Q + 4 warps x stages x (K + V) of 16 rows of 272 bytes.
+        assert_eq!(smem_bytes(2, 128, 16, 3), 16 * 272 + 4 * 3 * 2 * 16 * 272);
         assert_eq!(blocks_per_sm(16, smem_bytes(2, 128, 16, 3)), 2);
-        // Two stages: 56.6 KiB, four blocks an SM (the ring's half tile saved per
-        // warp is what makes the fourth fit).
-        assert_eq!(smem_bytes(2, 128, 16, 2), 16 * 272 + 4 * 3 * 16 * 272);
-        assert_eq!(blocks_per_sm(16, smem_bytes(2, 128, 16, 2)), 4);
+        assert_eq!(blocks_per_sm(16, smem_bytes(2, 128, 16, 2)), 3);
         assert_eq!(blocks_per_sm(16, smem_bytes(2, 128, 16, 4)), 1);
         assert_eq!(blocks_per_sm(16, smem_bytes(2, 64, 16, 2)), 4);
         assert_eq!(blocks_per_sm(16, smem_bytes(2, 64, 16, 4)), 3);
@@ -722,11 +714,6 @@ mod tests {
         assert_eq!(graph_splits(8, 40960, 264, 1, &t2), 66);
         assert_eq!(graph_splits(2048, 40960, 264, 1, &t), 1);
         assert_eq!(graph_splits(2048, 40960, 264, 3, &t), 3);
-        // Rounded down: batch 64 x 8 kv heads on 528 slots stays unsplit, 16
-        // sequences take 4 splits (512 blocks), not 5 (640: two waves).
-        assert_eq!(graph_splits(512, 40960, 528, 1, &t), 1);
-        assert_eq!(graph_splits(128, 40960, 528, 1, &t), 4);
-        assert_eq!(graph_splits(8, 40960, 396, 1, &t), 49);
         let t3 = DecodeTuning { graph_split_waves: 3, ..t };
         assert_eq!(graph_splits(8, 40960, 264, 1, &t3), 99);
         let one = waves_plan(&[1], &[4096], 8, 264, &t);
@@ -757,25 +744,21 @@ mod tests {
     #[test]
     fn eager_choice_takes_three_stages_where_two_leave_a_wave_half_empty() {
         let t = DecodeTuning::default();
-        // 32/8 heads at head dim 128 in bf16 (partials of 4 rows) on 132 SMs: 528
-        // slots at 2 stages (four blocks an SM since the half-tile ring; 396
-        // before), 264 at 3 (docs/PERF.md, seventh session, call 1).
+        // 32/8 heads at head dim 128 in bf16 (partials of 4 rows) on 132 SMs: 396
+        // slots at 2 stages, 264 at 3 (docs/PERF.md, seventh session, call 1).
         let stages = |kv: &[usize]| {
             let q = vec![1; kv.len()];
             let c = eager_choice(&q, kv, 8, 2, 128, 132, 4 * 516, &t);
-            assert_eq!(c.slots, if c.stages == 2 { 528 } else { 264 });
+            assert_eq!(c.slots, if c.stages == 2 { 396 } else { 264 });
             c.stages
         };
-        // 512 blocks are one wave of 528 (1.9 of 264); with three blocks an SM
-        // they were 1.3 waves of 396 and three stages won (141 against 152 us).
-        assert_eq!(stages(&[2048; 64]), 2);
-        assert_eq!(stages(&[1024; 64]), 2);
-        assert_eq!(stages(&[2048; 48]), 2);
-        // 256 blocks leave half of 528 slots empty, a whole wave of 264 does not.
+        // 512 blocks are 1.3 waves of 396 and 1.9 of 264: 141 against 152 us measured.
+        assert_eq!(stages(&[2048; 64]), 3);
+        assert_eq!(stages(&[1024; 64]), 3);
         assert_eq!(stages(&[4096; 32]), 3);
-        // 768 blocks: 1.45 waves of 528, 2.9 of 264.
-        assert_eq!(stages(&[1024; 96]), 3);
-        // Many waves stream best at 2 stages.
+        // 384 blocks fill 396 slots; many waves stream best at 2 stages.
+        assert_eq!(stages(&[2048; 48]), 2);
+        assert_eq!(stages(&[1024; 96]), 2);
         assert_eq!(stages(&[1024; 256]), 2);
         assert_eq!(stages(&[512; 256]), 2);
         // Ragged batches, batch 1.
@@ -793,6 +776,6 @@ mod tests {
         assert_eq!(eager_choice(&q, &[2048; 64], 8, 2, 128, 132, 4 * 516, &waves).stages, 2);
         // The choice's plan is that instance's keys plan.
         let c = eager_choice(&q, &[2048; 64], 8, 2, 128, 132, 4 * 516, &t);
-        assert_eq!(c.plan, keys_plan(&q, &[2048; 64], 8, 528, 512, 4 * 516, &t));
+        assert_eq!(c.plan, keys_plan(&q, &[2048; 64], 8, 264, 512, 4 * 516, &t));
     }
 }

@@ -97,7 +97,7 @@ pub struct DecodeTuning {
     /// 128 with the keys plan eager steps take 2 or 3 per batch,
     /// `gpu::decode_plan::eager_choice`); 2 to 4, fewer where the shared memory
     /// would not fit. Fewer stages, more resident blocks (bf16 head dim 128: 3
-    /// stages 2 blocks an SM, 2 stages 4 blocks).
+    /// stages 2 blocks an SM, 2 stages 3 blocks).
     pub stages: usize,
     /// The tensor-core block's pipeline stages in a CUDA graph's split plan
     /// (`MINISGL_DECODE_GRAPH_STAGES`, 0: as `stages`); 2 to 4. A graph splits
