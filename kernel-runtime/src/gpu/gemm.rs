@@ -223,7 +223,7 @@ impl Plan {
             set(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, u64::from(key.align[1]), 4)?;
             set(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, u64::from(key.align[2]), 4)?;
             set(P::CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, u64::from(key.align[2]), 4)?;
-            let wanted = if key.tuned { super::gemm_tune::candidates() } else { 1 };
+            let wanted = if key.tuned { super::gemm_tune::CANDIDATES } else { 1 };
             // SAFETY: the result type is plain old data the call fills in.
             let mut results: Vec<sys::cublasLtMatmulHeuristicResult_t> = vec![unsafe { std::mem::zeroed() }; wanted];
             let mut count = 0i32;

@@ -7,8 +7,7 @@
 //! Llama-3-8B's projections at m = 64 read their weights at 2.6-3.9 TB/s with it
 //! (docs/PERF.md, tenth session). So the first time a shape of at most
 //! [`MAX_ROWS`] rows (a CUDA graph bucket's row count: [`wanted`]) and at least
-//! [`MIN_WEIGHT_BYTES`] of weights runs outside a graph capture, `gemm::linear`
-//! times the heuristic's first [`CANDIDATES`] (or `MINISGL_GEMM_TUNE_CANDIDATES`)
+//! [`MIN_WEIGHT_BYTES`] of weights runs outside a graph capture, `gemm::linear` times the heuristic's first [`CANDIDATES`]
 //! algorithms on the real operands and keeps the fastest: each run starts from an
 //! L2 cache flushed by a write of twice its size (a decode step streams every
 //! other layer's weights through L2 between two uses of one), the candidates
@@ -31,24 +30,8 @@ use crate::tensor::Tensor;
 
 use super::launch::Switch;
 
-/// Algorithms asked of the heuristic and timed, unless `MINISGL_GEMM_TUNE_CANDIDATES`
-/// (1 to [`MAX_CANDIDATES`]) says otherwise: a sweep of how far down the
-/// heuristic's list the measured best lies.
+/// Algorithms asked of the heuristic and timed.
 pub(super) const CANDIDATES: usize = 8;
-/// The most candidates `MINISGL_GEMM_TUNE_CANDIDATES` may ask for.
-const MAX_CANDIDATES: usize = 64;
-
-/// The candidate count in force (see [`CANDIDATES`]).
-pub(super) fn candidates() -> usize {
-    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *N.get_or_init(|| parse_candidates(std::env::var("MINISGL_GEMM_TUNE_CANDIDATES").ok().as_deref()))
-}
-
-/// `MINISGL_GEMM_TUNE_CANDIDATES`'s value: a count clamped to 1..=MAX_CANDIDATES;
-/// unset or not a number, [`CANDIDATES`].
-fn parse_candidates(var: Option<&str>) -> usize {
-    var.and_then(|v| v.trim().parse::<usize>().ok()).map_or(CANDIDATES, |n| n.clamp(1, MAX_CANDIDATES))
-}
 /// Rows up to which a shape is tuned: the decode batches (CUDA graph buckets
 /// reach 256). Larger m is a prefill chunk, compute-bound, where the heuristic's
 /// model holds and whose row counts vary from step to step.
@@ -215,16 +198,6 @@ mod tests {
         assert_eq!(pick(&[None, Some(12.0), Some(11.0)]), 2, "the first pick failed");
         assert_eq!(pick(&[None, None]), 0);
         assert_eq!(pick(&[]), 0);
-    }
-
-    #[test]
-    fn the_candidate_count_comes_from_the_variable_within_bounds() {
-        assert_eq!(parse_candidates(None), CANDIDATES);
-        assert_eq!(parse_candidates(Some("16")), 16);
-        assert_eq!(parse_candidates(Some(" 32 ")), 32);
-        assert_eq!(parse_candidates(Some("0")), 1);
-        assert_eq!(parse_candidates(Some("1000")), MAX_CANDIDATES);
-        assert_eq!(parse_candidates(Some("many")), CANDIDATES);
     }
 
     #[test]
