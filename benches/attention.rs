@@ -285,7 +285,8 @@ fn prefill_tiles() -> Vec<usize> {
 /// step at short contexts, and batch 1 over a range of contexts at both head
 /// layouts (Qwen3-0.6B 16/8 with its 40960-token graph plan, Llama-3-8B 32/8
 /// with 8192): the eager plan, and the graph plan (one wave of splits, most of
-/// whose blocks return at once at short contexts, merged by the combine launch).
+/// whose blocks return at once at short contexts, merged by the combine launch;
+/// both in clusters with `MINISGL_DECODE_CLUSTER`).
 /// `SUMMARY <case> [graph, cold]` lines; no criterion run.
 fn cold_graph_cases() -> kernel_runtime::Result<()> {
     let decode = |hq: usize, seqs: Vec<(usize, usize)>| decode_shape(hq, 16, seqs);
@@ -321,13 +322,13 @@ fn cold_graph_cases() -> kernel_runtime::Result<()> {
         }
     }
     // Batch 1 over contexts: the eager plan, and the fixed split plan the engine
-    // captures (one wave of splits, merged by the combine launch). The cluster
-    // merge's variants (twelfth session) are gpu_decode's and the filter's.
+    // captures (one wave of splits, merged by the combine launch, or in clusters
+    // with MINISGL_DECODE_CLUSTER set: the twelfth session's variants).
     for (hq, max_context) in [(16, 40960), (32, 8192)] {
         for ctx in [128, 512, 1024, 2048, 4096, 8192, 16384] {
             let seed = 800 + ctx as u64 + hq as u64;
             push(format!("decode-b1 eager {hq}/8 ctx={ctx}"), decode(hq, vec![(1, ctx)]), HOST_PLAN, seed)?;
-            let tuning = DecodeTuning { graph_split_waves: 1, cluster: 0, ..ops::decode_tuning() };
+            let tuning = DecodeTuning { graph_split_waves: 1, ..ops::decode_tuning() };
             ops::set_decode_tuning(Some(tuning));
             let fixed = ops::decode_graph_splits(GPU, 1, 8, 128, DType::BF16, max_context.max(ctx));
             ops::set_decode_tuning(None);
