@@ -315,7 +315,8 @@ fn cold_graph_cases() -> kernel_runtime::Result<()> {
     for (hq, seed) in [(32, 760), (16, 761)] {
         let seqs = uniform_contexts(64, 128, 256, seed);
         for stages in [2, 3] {
-            let tuning = DecodeTuning { graph_stages: stages, ..ops::decode_tuning() };
+            // An unsplit graph launch runs `stages` (graph_stages is the split plans').
+            let tuning = DecodeTuning { stages, ..ops::decode_tuning() };
             let splits = Splits { fixed: Some(1), merge: Some(false), tuning: Some(tuning), prefill_tile: None };
             let name = format!("decode-b64 graph stages={stages} {hq}/8 page=16 ctx=U[128,256]");
             push(name, decode(hq, seqs.clone()), splits, seed)?;
