@@ -310,6 +310,12 @@ fn cold_graph_cases() -> kernel_runtime::Result<()> {
         let splits = Splits { tuning: Some(three), ..HOST_PLAN };
         push(format!("decode stages=3 {name}"), decode(hq, seqs), splits, 700 + i as u64)?;
     }
+    // The cache layout's share of the streaming rate: with one kv head a page holds
+    // each head's 16 keys as one 4 KiB run, with 8 heads a head's key rows lie 2 KiB
+    // apart (page-major, then token, then head); the same bytes, group and blocks
+    // as issue 12's b=64 ctx=2048 case (512 sequences x 1 head against 64 x 8).
+    let one_head = Shape { hq: 4, hkv: 1, head_dim: 128, page_size: 16, seqs: vec![(1, 2048); 512] };
+    push("decode 4/1 page=16 b=512 ctx=2048".into(), one_head, HOST_PLAN, 709)?;
     // A batch-64 graph step at short contexts (the dummy-weight step tests' 128-250
     // keys): the graph plan at 64 sequences leaves them unsplit.
     for (hq, seed) in [(32, 760), (16, 761)] {
