@@ -281,8 +281,9 @@ fn prefill_tiles() -> Vec<usize> {
 }
 
 /// The graph-timed cases, every launch from HBM ([`cold_copies`]): the decode
-/// shapes of issue 12 at the default depth and at three stages, a batch-64 graph
-/// step at short contexts, and batch 1 over a range of contexts at both head
+/// shapes of issue 12 at the default depth and at three stages, one of them again
+/// with one kv head (the cache layout's share), a batch-64 graph step at short
+/// contexts, and batch 1 over a range of contexts at both head
 /// layouts (Qwen3-0.6B 16/8 with its 40960-token graph plan, Llama-3-8B 32/8
 /// with 8192): the eager plan, and the graph plan (one wave of splits, most of
 /// whose blocks return at once at short contexts, merged by the combine launch;
@@ -303,7 +304,7 @@ fn cold_graph_cases() -> kernel_runtime::Result<()> {
         Ok(())
     };
     // Issue 12's shapes under the default plan, and with three stages (two blocks
-    // an SM at head dim 128, against four at two stages).
+    // an SM at head dim 128, against three at two stages).
     let three = DecodeTuning { stages: 3, ..ops::decode_tuning() };
     for (i, (name, hq, seqs)) in issue_decode_shapes().into_iter().enumerate() {
         push(format!("decode {name}"), decode(hq, seqs.clone()), HOST_PLAN, 700 + i as u64)?;

@@ -12,8 +12,5 @@ echo "torch done at $(( $(date +%s) - START )) s" >> $S
 ( t 240 fused $T/kernel-runtime-gpu_fused --test-threads=2; t 70 tp $T/engine-gpu_tp --test-threads=1 ) &
 wait
 echo "tests done at $(( $(date +%s) - START )) s" >> $S
-for i in 1 2 3; do
-  [ $(left) -lt 30 ] && break
-  timeout 60 $T/engine-gpu_graphs llama3_8b_graph_step_time_ctx128_gpu --test-threads=1 --nocapture 2>&1 | grep 'SUMMARY graph-step' | sed "s/^/round $i /" >> $S
-done
+for i in 1 2 3; do step_with "round $i" llama3_8b_graph_step_time_ctx128_gpu; done
 echo "end at $(( $(date +%s) - START )) s" >> $S

@@ -11,15 +11,10 @@
 # a backlog.
 BUDGET=${BUDGET:-560}
 source .gpu/lib.sh
-run_step() { # label test [VAR=value ...]
-  local label=$1 test=$2; shift 2
-  [ $(left) -lt 45 ] && { echo "$label $test skipped" >> $S; return; }
-  env "$@" timeout 90 $T/engine-gpu_graphs $test --test-threads=1 --nocapture 2>&1 | grep 'SUMMARY graph-step' | sed "s/^/$label /" >> $S
-}
 for i in 1 2 3; do
-  run_step "r$i tuned" llama3_8b_graph_step_time_ctx128_gpu
-  run_step "r$i untuned" llama3_8b_graph_step_time_ctx128_gpu MINISGL_GEMM_TUNE=0
-  run_step "r$i combine" qwen3_0_6b_graph_step_time_gpu
-  run_step "r$i merge" qwen3_0_6b_graph_step_time_gpu MINISGL_DECODE_SPLIT_MERGE=1
+  step_with "r$i tuned" llama3_8b_graph_step_time_ctx128_gpu
+  step_with "r$i untuned" llama3_8b_graph_step_time_ctx128_gpu MINISGL_GEMM_TUNE=0
+  step_with "r$i combine" qwen3_0_6b_graph_step_time_gpu
+  step_with "r$i merge" qwen3_0_6b_graph_step_time_gpu MINISGL_DECODE_SPLIT_MERGE=1
 done
 echo "end at $(( $(date +%s) - START )) s" >> $S

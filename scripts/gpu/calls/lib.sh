@@ -5,6 +5,8 @@
 #   left         seconds left of ${BUDGET:-540}
 #   t TO NAME .. a test binary under a timeout; its result line goes to the summary
 #   step NAME T  one engine-gpu_graphs test's SUMMARY lines into the summary
+#   step_with LABEL T [VAR=value ..]  its `SUMMARY graph-step` lines only, labelled,
+#                with those variables set (A/B rounds)
 #   fin          (trapped on exit) the summary and a tarball of the logs under $OUT
 # Variables: BIN (binaries), T (tests), BB (benches), W (work dir), S (summary).
 START=$(date +%s); left() { echo $(( ${BUDGET:-540} - ($(date +%s) - START) )); }
@@ -21,4 +23,6 @@ trap fin EXIT
 t() { local to=$1 name=$2; shift 2; [ $(left) -lt $to ] && to=$(left); [ $to -lt 10 ] && { echo "$name skipped" > $W/t-$name.sum; return; }
   timeout $to "$@" > $W/$name.log 2>&1; echo "$name rc=$? $(grep -E '^test result' $W/$name.log | tail -1) ($(( $(date +%s) - START )) s)" > $W/t-$name.sum; grep -E 'panicked|FAILED|failed:|error' $W/$name.log | head -12 >> $W/t-$name.sum; }
 step() { local name=$1; shift; [ $(left) -lt 40 ] && { echo "$name skipped" >> $S; return; }; timeout 90 $T/engine-gpu_graphs $1 --test-threads=1 --nocapture 2>&1 | grep SUMMARY | sed "s/^/$name /" >> $S; }
+step_with() { local label=$1 test=$2; shift 2; [ $(left) -lt 45 ] && { echo "$label $test skipped" >> $S; return; }
+  env "$@" timeout 90 $T/engine-gpu_graphs $test --test-threads=1 --nocapture 2>&1 | grep 'SUMMARY graph-step' | sed "s/^/$label /" >> $S; }
 mkdir -p /tmp/q06; cp tests/configs/qwen3-0.6b/config.json /tmp/q06/; cp tests/fixtures/qwen3-tiny/tokenizer* /tmp/q06/
