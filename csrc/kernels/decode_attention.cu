@@ -65,6 +65,16 @@
  * this step's rows and q), so that memory round trip overlaps the previous
  * kernel.
  *
+ * The fused prologue (tensor.h: fused_rope; the tensor-core block, instance
+ * FUSED = 1): the layer's rope_store runs in this launch instead of one before
+ * it. Each block normalises and rotates its own query rows into shared memory,
+ * and the block whose split holds a new token's key writes that token's k and v
+ * rows into the caches (and into its first tiles, whose copies went before the
+ * wait without those rows); decode_rope_prologue below. A decode step's layer
+ * then waits on one grid less: rope_store's launch and its drain were a link of
+ * every layer's dependency chain. The bits are those of rope_store followed by
+ * the plain launch (the same row math: minisgl/rope_row.cuh).
+ *
  * That is the CUDA-core block. For bf16/f16 the tensor-core block (ROWS = 16,
  * decode_attention_mma_block below) takes the same work with mma.sync products.
  *
@@ -81,6 +91,7 @@
  */
 #include "minisgl/attention.cuh"
 #include "minisgl/mma.cuh"
+#include "minisgl/rope_row.cuh"
 
 namespace msgl {
 
@@ -589,6 +600,97 @@ __device__ __forceinline__ void decode_attention_block(const msgl_attention_para
                                                    group, seq, kv_head, split, num_splits);
 }
 
+/* The fused attention prologue of the tensor-core block (p.fused_rope; tensor.h):
+ * rope_store's work for this block, after the grid dependency wait, with its
+ * row math (minisgl/rope_row.cuh) and group width (p.rope.threads_per_head), so
+ * the bits are those of a rope_store launch followed by the attention launch.
+ *   - The block's query rows, normalised and rotated, into q_s (rows past `rows`
+ *     zero), where stage_q would have copied rope_store's output.
+ *   - The k and v rows of the new tokens whose keys lie in this block's split
+ *     [kv_begin, kv_stop), into the caches at their out_loc slots (slots outside
+ *     the cache skipped, as rope_store does). Splits partition the keys, so
+ *     every new row is written once, by the block that reads it. A new key in a
+ *     tile this warp copied before the wait (`patched_tiles` per warp: those
+ *     copies skipped its rows) is also written into that tile's shared-memory
+ *     rows; a later tile reads it from the cache after the barrier below.
+ * Every thread calls it; it ends with a barrier (q_s and the patched rows are
+ * then visible to the block, and so are the cache rows: __syncthreads orders
+ * the block's global writes before its later cp.async reads). */
+template <int DTYPE, int HEAD_DIM, int ROW, int STAGES>
+__device__ __forceinline__ void decode_rope_prologue(const msgl_attention_params& p, typename DType<DTYPE>::Storage* q_s,
+                                                     int rows, int q_start, int q_len, int group, int kv_head,
+                                                     int kv_begin, int kv_stop, int kv_len, int patched_tiles) {
+  using T = typename DType<DTYPE>::Storage;
+  constexpr int VE = Vec16<DTYPE>::kElems;
+  constexpr int BN = 16; /* MmaDecode::kTileKeys */
+  const msgl_rope_store_params& r = p.rope;
+  const int G = r.threads_per_head, t = static_cast<int>(threadIdx.x) % G, rdim = r.rotary_dim;
+  const T* q_weight = static_cast<const T*>(r.q_weight);
+  const T* k_weight = static_cast<const T*>(r.k_weight);
+  /* The new tokens' keys in this split: [first_new, kv_stop). */
+  const int first_new = max(kv_len - q_len, kv_begin);
+  const int new_keys = max(0, kv_stop - first_new);
+  /* The cos / sin row of a token, or null (no rotation) outside the table. */
+  auto cos_sin_of = [&](long long token) -> const float* {
+    const long long pos = load_index(r.positions, r.positions_is_64, token);
+    return pos >= 0 && pos < r.max_positions ? r.cos_sin + pos * rdim : nullptr;
+  };
+  /* Rows: 16 query rows, then the new keys' k rows, then their v rows; a group of
+   * G threads a row (the same row for the whole group: its shuffles stay whole). */
+  for (int row = static_cast<int>(threadIdx.x) / G; row < 16 + 2 * new_keys; row += kDecodeThreads / G) {
+    if (row < 16) {
+      T* dst = q_s + row * ROW;
+      if (row >= rows) {
+        for (int c = t; c < HEAD_DIM / VE; c += G) reinterpret_cast<uint4*>(dst)[c] = make_uint4(0, 0, 0, 0);
+        continue;
+      }
+      const long long token = q_start + row / group;
+      const T* src = static_cast<const T*>(r.q) + token * r.q_token_stride +
+                     static_cast<long long>(kv_head * group + row % group) * r.q_head_stride;
+      rope_row_apply<DTYPE>(src, dst, q_weight != nullptr, rope_row_weights<DTYPE>(q_weight, HEAD_DIM, rdim, t, G),
+                            cos_sin_of(token), HEAD_DIM, rdim, r.eps, t, G);
+      continue;
+    }
+    const bool is_v = row >= 16 + new_keys;
+    const int key = first_new + row - 16 - (is_v ? new_keys : 0);
+    const long long token = q_start + (key - (kv_len - q_len));
+    /* The key's row in its warp's pipeline, when that tile was copied before the wait. */
+    const int tile = (key - kv_begin) / BN, warp_tile = tile / kDecodeWarps;
+    T* staged = nullptr;
+    if (warp_tile < patched_tiles) {
+      T* pipe = q_s + 16 * ROW + (tile % kDecodeWarps) * STAGES * 2 * BN * ROW;
+      staged = pipe + ((warp_tile % STAGES) * 2 + (is_v ? 1 : 0)) * BN * ROW + ((key - kv_begin) % BN) * ROW;
+    }
+    const long long slot = load_index(r.out_loc, r.out_loc_is_64, token);
+    if (slot < 0 || slot >= r.num_slots) {
+      /* As rope_store: never write outside the cache. The skipped copy's row reads
+       * as zeros (a layout whose slot lies outside has no row to read). */
+      if (staged != nullptr)
+        for (int c = t; c < HEAD_DIM / VE; c += G) reinterpret_cast<uint4*>(staged)[c] = make_uint4(0, 0, 0, 0);
+      continue;
+    }
+    T* cache = static_cast<T*>(is_v ? r.v_cache : r.k_cache) + (slot * r.num_kv_heads + kv_head) * HEAD_DIM;
+    if (is_v) {
+      const uint4* src = reinterpret_cast<const uint4*>(static_cast<const T*>(r.v) + token * r.v_token_stride +
+                                                        static_cast<long long>(kv_head) * r.v_head_stride);
+      for (int c = t; c < HEAD_DIM / VE; c += G) {
+        const uint4 x = src[c];
+        reinterpret_cast<uint4*>(cache)[c] = x;
+        if (staged != nullptr) reinterpret_cast<uint4*>(staged)[c] = x;
+      }
+      continue;
+    }
+    const T* src =
+        static_cast<const T*>(r.k) + token * r.k_token_stride + static_cast<long long>(kv_head) * r.k_head_stride;
+    const RopeRowWeights w = rope_row_weights<DTYPE>(k_weight, HEAD_DIM, rdim, t, G);
+    const float* cs = cos_sin_of(token);
+    rope_row_apply<DTYPE>(src, cache, k_weight != nullptr, w, cs, HEAD_DIM, rdim, r.eps, t, G);
+    /* The same row again into the tile (the same arithmetic, so the same bits). */
+    if (staged != nullptr) rope_row_apply<DTYPE>(src, staged, k_weight != nullptr, w, cs, HEAD_DIM, rdim, r.eps, t, G);
+  }
+  __syncthreads();
+}
+
 /* The tensor-core decode block (ROWS = 16, bf16/f16): the same decomposition and
  * split layout, with the products on mma.sync m16n8k16, which also sums over the
  * head dimension, so a key costs no shuffles: the CUDA-core block spends most of
@@ -637,7 +739,7 @@ template <int DTYPE, int HEAD_DIM, int STAGES_REQ = 0> struct MmaDecode {
   static_assert(kSmemBytes <= 232448, "the pipeline exceeds 227 KiB of shared memory");
 };
 
-template <int DTYPE, int HEAD_DIM, int STAGES_REQ, int MERGE>
+template <int DTYPE, int HEAD_DIM, int STAGES_REQ, int MERGE, int FUSED>
 __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_params& p) {
   using T = typename DType<DTYPE>::Storage;
   using M = MmaDecode<DTYPE, HEAD_DIM, STAGES_REQ>;
@@ -739,7 +841,9 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
 #pragma unroll
   for (int t = 0; t < STAGES; ++t) first_pages[t] = page_for(t);
   int page = first_pages[0]; /* the page of the next tile issue() copies (its caller advances it) */
-  auto issue = [&](int t) {
+  /* Keys from `new_from` on are not copied (the fused prologue writes their rows
+   * into the tile); kv_len for every tile copied after it. */
+  auto issue = [&](int t, int new_from) {
     if (t < my_tiles) {
       const int start = tile_start(t);
 #pragma unroll
@@ -748,6 +852,7 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
         const int j = c / CHUNKS, col = c % CHUNKS;
         const int pg = __shfl_sync(0xffffffffu, page, j);
         const int key = start + j;
+        if (key >= new_from) continue;
         const int in_page = page_shift >= 0 ? key & (page_size - 1) : key % page_size;
         const long long off =
             pg >= 0 ? ((static_cast<long long>(pg) * page_size + in_page) * p.num_kv_heads + kv_head) * HEAD_DIM + col * CE : 0;
@@ -765,29 +870,37 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
    * page-table loads and copies overlap the previous kernel's tail; Q (that
    * kernel's output) and tiles that reach a new key are read after the wait. The
    * same copies either way: the bits do not depend on it. */
+  /* With the fused prologue every warp copies its first tiles before the wait,
+   * all but the new keys' rows, which the prologue writes into them. */
+  constexpr bool fused = FUSED != 0;
   const int last_early_tile = (my_tiles < STAGES - 1 ? my_tiles : STAGES - 1) - 1;
-  const bool early = last_early_tile < 0 || tile_start(last_early_tile) + BN <= kv_len - q_len;
+  const bool early = fused || last_early_tile < 0 || tile_start(last_early_tile) + BN <= kv_len - q_len;
   auto issue_first = [&]() {
 #pragma unroll
     for (int t = 0; t < STAGES - 1; ++t) {
       page = first_pages[t];
-      issue(t);
+      issue(t, fused ? kv_len - q_len : kv_len);
     }
     page = first_pages[STAGES - 1];
   };
   if (early) issue_first();
   grid_prologue();
-  stage_q();
-  if (early) {
-    cp_async_wait<0>(); /* Q's group, the last one (the earlier tiles landed meanwhile) */
+  if constexpr (fused) {
+    decode_rope_prologue<DTYPE, HEAD_DIM, ROW, STAGES>(p, q_s, rows, q_start, q_len, group, kv_head, kv_begin, kv_stop,
+                                                       kv_len, STAGES - 1);
   } else {
-    issue_first();
-    /* Q's group has landed (the STAGES - 1 tile groups behind it may be in flight):
-     * its copy overlapped the first K/V copies instead of delaying them by a
-     * memory round trip. */
-    cp_async_wait<STAGES - 1>();
+    stage_q();
+    if (early) {
+      cp_async_wait<0>(); /* Q's group, the last one (the earlier tiles landed meanwhile) */
+    } else {
+      issue_first();
+      /* Q's group has landed (the STAGES - 1 tile groups behind it may be in flight):
+       * its copy overlapped the first K/V copies instead of delaying them by a
+       * memory round trip. */
+      cp_async_wait<STAGES - 1>();
+    }
+    __syncthreads(); /* Q was copied by every thread of the block */
   }
-  __syncthreads(); /* Q was copied by every thread of the block */
   const T* q_frag = q_s + ((lane % 8) + ((lane / 8) % 2) * 8) * ROW + (lane / 16) * 8;
   unsigned qa[M::kQFromSmem ? 1 : DK][4];
   if constexpr (!M::kQFromSmem) {
@@ -801,7 +914,7 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
   float m[2] = {neg_inf(), neg_inf()};
   float l[2] = {0.f, 0.f};
   for (int t = 0; t < my_tiles; ++t) {
-    issue(t + STAGES - 1);
+    issue(t + STAGES - 1, kv_len);
     page = page_for(t + STAGES); /* one iteration ahead of its copies */
     cp_async_wait<STAGES - 1>();
     __syncwarp(); /* the tile's rows were copied by other lanes of the warp */
@@ -934,13 +1047,14 @@ template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES> __host__ __device__ con
 }
 
 /* MERGE: the split merge in this launch (split_counters given; see the header). */
-template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES, int MERGE>
+template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES, int MERGE, int FUSED>
 __device__ __forceinline__ void decode_attention_impl(const msgl_attention_params& p) {
   static_assert(ROWS == 16 || STAGES == 0, "STAGES selects the tensor-core block's pipeline only");
+  static_assert(ROWS == 16 || FUSED == 0, "the fused prologue is the tensor-core block's");
   if constexpr (ROWS == 16) {
     static_assert(DTYPE != MSGL_F32, "the tensor-core decode block needs bf16 or f16");
     if (p.phase == 0) {
-      decode_attention_mma_block<DTYPE, HEAD_DIM, STAGES, MERGE>(p); /* its own grid_prologue */
+      decode_attention_mma_block<DTYPE, HEAD_DIM, STAGES, MERGE, FUSED>(p); /* its own grid_prologue */
       return;
     }
   }
@@ -964,7 +1078,14 @@ __device__ __forceinline__ void decode_attention_impl(const msgl_attention_param
 extern "C" __global__ void __launch_bounds__(
     128, msgl::decode_min_blocks<MSGL_DTYPE, MSGL_HEAD_DIM, MSGL_ROWS, MSGL_STAGES>())
     msgl_decode_attention_kernel(const msgl_attention_params p) {
-  msgl::decode_attention_impl<MSGL_DTYPE, MSGL_HEAD_DIM, MSGL_ROWS, MSGL_STAGES, 0>(p);
+  /* The fused prologue by a run-time branch here (one JIT instance for both). */
+  if constexpr (MSGL_ROWS == 16) {
+    if (p.fused_rope != 0 && p.phase == 0) {
+      msgl::decode_attention_impl<MSGL_DTYPE, MSGL_HEAD_DIM, MSGL_ROWS, MSGL_STAGES, 0, 1>(p);
+      return;
+    }
+  }
+  msgl::decode_attention_impl<MSGL_DTYPE, MSGL_HEAD_DIM, MSGL_ROWS, MSGL_STAGES, 0, 0>(p);
 }
 #endif
 
@@ -974,16 +1095,18 @@ extern "C" __global__ void __launch_bounds__(
 
 namespace msgl {
 
-template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES, int MERGE>
+template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES, int MERGE, int FUSED>
 __global__ void __launch_bounds__(kDecodeThreads, (decode_min_blocks<DTYPE, HEAD_DIM, ROWS, STAGES>()))
     decode_attention_kernel(const msgl_attention_params p) {
-  decode_attention_impl<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE>(p);
+  decode_attention_impl<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE, FUSED>(p);
 }
 
-template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES, int MERGE>
+/* FUSED: the instance with the fused prologue (a compile-time switch: its code
+ * costs the plain instance 26 registers at head dim 128, 2 stages). */
+template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES, int MERGE, int FUSED>
 static int32_t launch_decode_attention_as(const msgl_attention_params& p, cudaStream_t s) {
   constexpr int smem = decode_smem_bytes<DTYPE, HEAD_DIM, ROWS, STAGES>();
-  cudaError_t err = cudaFuncSetAttribute(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE>,
+  cudaError_t err = cudaFuncSetAttribute(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE, FUSED>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (err != cudaSuccess)
     return set_error(MSGL_ERR_CUDA, "decode_attention: %d bytes of shared memory: %s", smem, cudaGetErrorString(err));
@@ -992,18 +1115,19 @@ static int32_t launch_decode_attention_as(const msgl_attention_params& p, cudaSt
   if constexpr (MERGE == 2) {
     cluster = static_cast<unsigned>(p.max_splits);
     if (cluster > 8) { /* 9..16 blocks a cluster: sm_90's non-portable sizes */
-      err = cudaFuncSetAttribute(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE>,
+      err = cudaFuncSetAttribute(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE, FUSED>,
                                  cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
       if (err != cudaSuccess)
         return set_error(MSGL_ERR_CUDA, "decode_attention: clusters of %u blocks: %s", cluster, cudaGetErrorString(err));
     }
   }
-  (void)launch_pdl_cluster(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE>,
-                           dim3(static_cast<unsigned>(blocks)), dim3(kDecodeThreads), smem, s, cluster, p);  if (p.max_splits > 1 && MERGE == 0) {
+  (void)launch_pdl_cluster(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE, FUSED>,
+                           dim3(static_cast<unsigned>(blocks)), dim3(kDecodeThreads), smem, s, cluster, p);
+  if (p.max_splits > 1 && MERGE == 0) {
     msgl_attention_params p1 = p;
     p1.phase = 1;
     const long long rows = p.num_tokens * p.num_q_heads;
-    (void)launch_pdl(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, 0>,
+    (void)launch_pdl(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, 0, 0>,
                      dim3(static_cast<unsigned>((rows + kDecodeWarps - 1) / kDecodeWarps)), dim3(kDecodeThreads), 0, s, p1);
   }
   return check_launch("decode_attention");
@@ -1014,12 +1138,61 @@ static int32_t launch_decode_attention_as(const msgl_attention_params& p, cudaSt
  * plain one. */
 template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES>
 static int32_t launch_decode_attention(const msgl_attention_params& p, bool cluster_merge, cudaStream_t s) {
+  const bool counters = p.max_splits > 1 && p.split_counters != nullptr;
   if constexpr (ROWS == 16) {
-    if (cluster_merge && p.max_splits > 1) return launch_decode_attention_as<DTYPE, HEAD_DIM, ROWS, STAGES, 2>(p, s);
+    /* The fused prologue (the entry has refused it with the cluster merge). */
+    if (p.fused_rope != 0) {
+      if (counters) return launch_decode_attention_as<DTYPE, HEAD_DIM, ROWS, STAGES, 1, 1>(p, s);
+      return launch_decode_attention_as<DTYPE, HEAD_DIM, ROWS, STAGES, 0, 1>(p, s);
+    }
+    if (cluster_merge && p.max_splits > 1) return launch_decode_attention_as<DTYPE, HEAD_DIM, ROWS, STAGES, 2, 0>(p, s);
   }
-  if (p.max_splits > 1 && p.split_counters != nullptr)
-    return launch_decode_attention_as<DTYPE, HEAD_DIM, ROWS, STAGES, 1>(p, s);
-  return launch_decode_attention_as<DTYPE, HEAD_DIM, ROWS, STAGES, 0>(p, s);
+  if (counters) return launch_decode_attention_as<DTYPE, HEAD_DIM, ROWS, STAGES, 1, 0>(p, s);
+  return launch_decode_attention_as<DTYPE, HEAD_DIM, ROWS, STAGES, 0, 0>(p, s);
+}
+
+/* Checks the fused prologue's half of the plan (tensor.h: fused_rope) and ties
+ * its q and caches to the views the entry checked: the rope fields come from the
+ * caller as raw pointers, so what can be checked here is their shape and
+ * alignment against the attention's. */
+static int32_t decode_rope_check(const char* op, const msgl_tensor* q, const msgl_tensor* k_cache,
+                                 const msgl_tensor* v_cache, int32_t rows, bool cluster_merge,
+                                 msgl_attention_params& p) {
+  msgl_rope_store_params& r = p.rope;
+  if (rows != 16 || cluster_merge)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the fused prologue needs the tensor-core instance without the cluster merge", op);
+  const int64_t head_dim = q->shape[2], elems = 16 / dtype_size(q->dtype);
+  if (r.num_tokens != p.num_tokens || r.num_q_heads != p.num_q_heads || r.num_kv_heads != p.num_kv_heads ||
+      r.head_dim != head_dim)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT,
+                     "%s: the fused prologue's shape (%lld tokens, %d/%d heads of %d) is not the attention's (%lld, %d/%d, %lld)",
+                     op, static_cast<long long>(r.num_tokens), r.num_q_heads, r.num_kv_heads, r.head_dim,
+                     static_cast<long long>(p.num_tokens), p.num_q_heads, p.num_kv_heads, static_cast<long long>(head_dim));
+  const int G = r.threads_per_head;
+  const bool pow2 = G > 0 && G <= kWarpSize && (G & (G - 1)) == 0;
+  const int64_t rdim = r.rotary_dim;
+  if (r.vectorized != 1 || !pow2 || rdim <= 0 || rdim % 2 != 0 || rdim > head_dim || (rdim / 2) % elems != 0 ||
+      rdim / 2 / elems + (head_dim - rdim) / elems > int64_t{G} * kRopeRowUnits)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT,
+                     "%s: the fused prologue needs rope_store's vector path (rotary %lld of %lld in %d threads a head)",
+                     op, static_cast<long long>(rdim), static_cast<long long>(head_dim), G);
+  if (r.k == nullptr || r.v == nullptr || r.positions == nullptr || r.out_loc == nullptr || r.cos_sin == nullptr ||
+      (r.q_weight == nullptr) != (r.k_weight == nullptr) || r.max_positions < 0)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the fused prologue lacks k, v, positions, slots or cos/sin", op);
+  const int64_t esize = dtype_size(q->dtype);
+  const int64_t strides[4] = {r.k_token_stride, r.k_head_stride, r.v_token_stride, r.v_head_stride};
+  bool aligned = reinterpret_cast<uintptr_t>(r.k) % 16 == 0 && reinterpret_cast<uintptr_t>(r.v) % 16 == 0 &&
+                 reinterpret_cast<uintptr_t>(r.cos_sin) % 16 == 0 && rdim % 4 == 0;
+  for (int64_t st : strides) aligned = aligned && (st * esize) % 16 == 0;
+  for (const void* w : {r.q_weight, r.k_weight}) aligned = aligned && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  if (!aligned) return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the fused prologue's rows are not 16-byte aligned", op);
+  r.q = q->data;
+  r.q_token_stride = q->strides[0];
+  r.q_head_stride = q->strides[1];
+  r.k_cache = k_cache->data;
+  r.v_cache = v_cache->data;
+  r.num_slots = k_cache->shape[0] * k_cache->shape[1];
+  return MSGL_OK;
 }
 }  // namespace msgl
 
@@ -1071,6 +1244,7 @@ extern "C" int32_t msgl_decode_attention(const msgl_tensor* out, const msgl_tens
                        static_cast<long long>(p.num_seqs) * p.num_kv_heads);
     p.split_counters = static_cast<int32_t*>(split_counters->data);
   }
+  if (p.fused_rope != 0) MSGL_TRY(decode_rope_check(op, q, k_cache, v_cache, rows, cluster_merge, p));
   /* plan->num_warps (the tile kernel's field): the tensor-core block's pipeline
    * stages, 0 for its default; the CUDA-core blocks have one pipeline (STAGES 0). */
   if (plan->num_warps < 0 || plan->num_warps > 8 || (rows != 16 && plan->num_warps != 0))

@@ -16,11 +16,13 @@
  * Decomposition: one group of `threads_per_head` threads (a power of two, at
  * most 32, aligned in its warp) per (token, head) row, rows in the order q heads,
  * k heads, v heads of each token, 256 threads a block. In the vector path a
- * thread holds at most kRopeStoreUnits "units" in registers: a unit is a pair of
+ * thread holds at most kRopeRowUnits "units" in registers: a unit is a pair of
  * 16-byte vectors rotated together (vector u of the first rotary half and vector
  * u of the second), or one vector past rotary_dim (partial rotary); the group
  * reduces the sum of squares with shuffles over its own lanes only (rows of one
- * warp may take different branches: v rows do not reduce). The scalar path
+ * warp may take different branches: v rows do not reduce); that row math is
+ * minisgl/rope_row.cuh's, which the decode attention's fused prologue shares, so
+ * the two give the same bits. The scalar path
  * (unaligned views, or halves that are not whole vectors) takes one element per
  * unit and reads the row twice (once for the sum, once to write).
  *
@@ -30,21 +32,11 @@
  * (device.cuh: grid_prologue) before reading q, k, v, the positions and the slots; nothing is
  * written before the wait.
  */
-#include "minisgl/dtype.cuh"
+#include "minisgl/rope_row.cuh"
 
 namespace msgl {
 
 constexpr int kRopeStoreThreads = 256;
-constexpr int kRopeStoreUnits = 2;
-
-/* Sums `v` over this thread's group of `width` lanes (a power of two <= 32,
- * aligned to its width in the warp); only the group's lanes take part. */
-__device__ __forceinline__ float rope_store_group_sum(float v, int width) {
-  const unsigned lane = threadIdx.x % kWarpSize;
-  const unsigned mask = width >= kWarpSize ? 0xffffffffu : ((1u << width) - 1u) << (lane & ~(unsigned)(width - 1));
-  for (int o = width / 2; o >= 1; o /= 2) v += __shfl_xor_sync(mask, v, o);
-  return v;
-}
 
 template <int DTYPE>
 __device__ __forceinline__ void rope_store_impl(const msgl_rope_store_params& p) {
@@ -66,24 +58,8 @@ __device__ __forceinline__ void rope_store_impl(const msgl_rope_store_params& p)
   const int half = rdim / 2;
 
   /* The norm weight vectors of this thread's units (vector path), before the wait. */
-  constexpr int VE = Vec16<DTYPE>::kElems;
-  uint4 wa_raw[kRopeStoreUnits], wb_raw[kRopeStoreUnits];
-#pragma unroll
-  for (int j = 0; j < kRopeStoreUnits; ++j) wa_raw[j] = wb_raw[j] = make_uint4(0, 0, 0, 0);
-  if (p.vectorized && w != nullptr) {
-    const int pairs = half / VE;
-    const int units = pairs + (d - rdim) / VE;
-#pragma unroll
-    for (int j = 0; j < kRopeStoreUnits; ++j) {
-      const int u = t + j * G;
-      if (u < units) {
-        const bool pair = u < pairs;
-        const int ca = pair ? u * VE : rdim + (u - pairs) * VE;
-        wa_raw[j] = *reinterpret_cast<const uint4*>(w + ca);
-        if (pair) wb_raw[j] = *reinterpret_cast<const uint4*>(w + half + ca);
-      }
-    }
-  }
+  const RopeRowWeights weights =
+      rope_row_weights<DTYPE>(p.vectorized ? w : nullptr, d, rdim, t, G);
   grid_prologue();
 
   long long slot = 0;
@@ -113,68 +89,7 @@ __device__ __forceinline__ void rope_store_impl(const msgl_rope_store_params& p)
   const float inv_d = 1.f / static_cast<float>(d);
 
   if (p.vectorized) {
-    constexpr int E = Vec16<DTYPE>::kElems;
-    const int pairs = half / E;
-    const int units = pairs + (d - rdim) / E;
-    Vec16<DTYPE> a[kRopeStoreUnits], b[kRopeStoreUnits];
-    float sum = 0.f;
-#pragma unroll
-    for (int j = 0; j < kRopeStoreUnits; ++j) {
-      const int u = t + j * G;
-      if (u < units) {
-        const bool pair = u < pairs;
-        const int ca = pair ? u * E : rdim + (u - pairs) * E;
-        a[j].load(src + ca);
-#pragma unroll
-        for (int e = 0; e < E; ++e) sum += a[j].v[e] * a[j].v[e];
-        if (pair) {
-          b[j].load(src + half + ca);
-#pragma unroll
-          for (int e = 0; e < E; ++e) sum += b[j].v[e] * b[j].v[e];
-        }
-      }
-    }
-    float inv_rms = 1.f;
-    if (w != nullptr) inv_rms = rsqrtf(rope_store_group_sum(sum, G) * inv_d + p.eps);
-#pragma unroll
-    for (int j = 0; j < kRopeStoreUnits; ++j) {
-      const int u = t + j * G;
-      if (u < units) {
-        const bool pair = u < pairs;
-        const int ca = pair ? u * E : rdim + (u - pairs) * E;
-        if (w != nullptr) {
-          /* Same operation order as norm.cu: x * inv_rms * w. */
-          Vec16<DTYPE> wa;
-          wa.from_raw(wa_raw[j]);
-#pragma unroll
-          for (int e = 0; e < E; ++e) a[j].v[e] = a[j].v[e] * inv_rms * wa.v[e];
-          if (pair) {
-            Vec16<DTYPE> wb;
-            wb.from_raw(wb_raw[j]);
-#pragma unroll
-            for (int e = 0; e < E; ++e) b[j].v[e] = b[j].v[e] * inv_rms * wb.v[e];
-          }
-        }
-        if (pair && rotate) {
-          float c[E], s[E];
-#pragma unroll
-          for (int e = 0; e < E; e += 4) {
-            const float4 cv = *reinterpret_cast<const float4*>(cs + ca + e);
-            const float4 sv = *reinterpret_cast<const float4*>(cs + half + ca + e);
-            c[e] = cv.x, c[e + 1] = cv.y, c[e + 2] = cv.z, c[e + 3] = cv.w;
-            s[e] = sv.x, s[e + 1] = sv.y, s[e + 2] = sv.z, s[e + 3] = sv.w;
-          }
-#pragma unroll
-          for (int e = 0; e < E; ++e) {
-            const float x1 = a[j].v[e], x2 = b[j].v[e];
-            a[j].v[e] = x1 * c[e] - x2 * s[e];
-            b[j].v[e] = x2 * c[e] + x1 * s[e];
-          }
-        }
-        a[j].store(dst + ca);
-        if (pair) b[j].store(dst + half + ca);
-      }
-    }
+    rope_row_apply<DTYPE>(src, dst, w != nullptr, weights, rotate ? cs : nullptr, d, rdim, p.eps, t, G);
     return;
   }
 
@@ -188,7 +103,7 @@ __device__ __forceinline__ void rope_store_impl(const msgl_rope_store_params& p)
       const float x = DType<DTYPE>::to_f32(src[c]);
       sum += x * x;
     }
-    inv_rms = rsqrtf(rope_store_group_sum(sum, G) * inv_d + p.eps);
+    inv_rms = rsqrtf(rope_row_group_sum(sum, G) * inv_d + p.eps);
   }
   for (int u = t; u < half; u += G) {
     float x1 = DType<DTYPE>::to_f32(src[u]), x2 = DType<DTYPE>::to_f32(src[half + u]);
@@ -286,7 +201,7 @@ extern "C" int32_t msgl_rope_store(const msgl_tensor* q, const msgl_tensor* k, c
   const int64_t elems = 16 / dtype_size(q->dtype);
   if (vectorized) {
     const int64_t units = rotary_dim / 2 / elems + (head_dim - rotary_dim) / elems;
-    if ((rotary_dim / 2) % elems != 0 || head_dim % elems != 0 || units > int64_t{threads_per_head} * kRopeStoreUnits)
+    if ((rotary_dim / 2) % elems != 0 || head_dim % elems != 0 || units > int64_t{threads_per_head} * kRopeRowUnits)
       return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the vector path cannot hold heads of %lld (rotary %lld) in %d threads",
                        op, static_cast<long long>(head_dim), static_cast<long long>(rotary_dim), threads_per_head);
   }

@@ -465,3 +465,155 @@ fn gpu_decode_reads_the_keys_rope_store_wrote_just_before() -> Result<()> {
     ensure!(failures.is_empty(), "{}", failures.join("\n"));
     Ok(())
 }
+
+/// One shape of the fused prologue's test: head dim, heads, rotary dims, q/k norm.
+struct FusedCase {
+    head_dim: usize,
+    heads: (usize, usize),
+    rotary_dim: usize,
+    qk_norm: bool,
+}
+
+/// The fused prologue (`ops::rope_store_attention` with the decode kernel running
+/// rope_store in its launch) against rope_store followed by the attention launch:
+/// the same output bits and the same cache bytes, for every pipeline depth, the
+/// host's plan and graphs' fixed splits (replayed from a captured graph too),
+/// with and without the split merge in the launch; new tokens at every offset in a
+/// tile and a page, first tiles that hold new keys, steps of several new tokens
+/// whose keys cross a split; q/k norm (Qwen3) and none, partial rotary, GQA 2 and
+/// 4, head dims 64 and 128. The new slots are NaN bytes before each run, so a
+/// key read from the cache before the prologue wrote it shows.
+#[test]
+fn gpu_decode_fused_rope_matches_rope_store_then_attention() -> Result<()> {
+    if !enabled_or_dry_run() {
+        return Ok(());
+    }
+    let _guard = TUNING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut r = rng(25);
+    let cases = [
+        FusedCase { head_dim: 128, heads: (16, 8), rotary_dim: 128, qk_norm: true },
+        FusedCase { head_dim: 128, heads: (32, 8), rotary_dim: 128, qk_norm: false },
+        FusedCase { head_dim: 128, heads: (16, 8), rotary_dim: 64, qk_norm: true },
+        FusedCase { head_dim: 64, heads: (8, 4), rotary_dim: 64, qk_norm: true },
+    ];
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for case in &cases {
+        let FusedCase { head_dim: d, heads: (hq, hkv), rotary_dim, qk_norm } = *case;
+        let (dtype, page_size) = (DType::BF16, 16);
+        let max_new = 16 / (hq / hkv);
+        let mut batch: Vec<(usize, usize)> = (0..24).map(|_| (1, r.gen_range(1..=3000))).collect();
+        batch.extend([(1, 1), (1, 15), (1, 16), (1, 17), (1, 4096), (max_new, max_new), (max_new, 700)]);
+        batch.extend([(2, 65), (max_new.min(3), 129), (2, 2)]);
+        let q_lens: Vec<usize> = batch.iter().map(|b| b.0).collect();
+        let kv_lens: Vec<usize> = batch.iter().map(|b| b.1).collect();
+        let (b, t) = (batch.len(), q_lens.iter().sum::<usize>());
+        let pages_per_seq: Vec<usize> = kv_lens.iter().map(|kv| kv.div_ceil(page_size)).collect();
+        let max_pages = pages_per_seq.iter().copied().max().unwrap_or(1);
+        let num_pages = pages_per_seq.iter().sum::<usize>() + 3;
+        let mut order: Vec<i32> = (0..num_pages as i32).collect();
+        order.shuffle(&mut r);
+        let mut table = vec![-1i32; b * max_pages];
+        let (mut next, mut positions, mut slots, mut indptr) = (0, Vec::new(), Vec::new(), vec![0i32]);
+        for (s, (&n, &(ql, kv))) in pages_per_seq.iter().zip(&batch).enumerate() {
+            table[s * max_pages..][..n].copy_from_slice(&order[next..next + n]);
+            next += n;
+            for pos in kv - ql..kv {
+                positions.push(pos as i32);
+                slots.push(table[s * max_pages + pos / page_size] * page_size as i32 + (pos % page_size) as i32);
+            }
+            indptr.push(indptr.last().copied().unwrap_or(0) + ql as i32);
+        }
+        let kv_i32: Vec<i32> = kv_lens.iter().map(|&k| k as i32).collect();
+        let host = |v: &[i32], shape: &[usize]| Tensor::from_slice(v, shape, CPU);
+        let (gi, gk, gt) = (gpu(&host(&indptr, &[b + 1])?)?, gpu(&host(&kv_i32, &[b])?)?, gpu(&host(&table, &[b, max_pages])?)?);
+        let (gpos, gslots) = (gpu(&host(&positions, &[t])?)?, gpu(&host(&slots, &[t])?)?);
+        let gcs = gpu(&cos_sin_table(4096, rotary_dim)?)?;
+        let norm_w = [gpu(&random(&mut r, &[d], dtype, 1.0, 0.5)?)?, gpu(&random(&mut r, &[d], dtype, 1.0, 0.5)?)?];
+        let qkv = gpu(&random(&mut r, &[t, hq + 2 * hkv, d], dtype, 0.0, 1.0)?)?;
+        let k_cache = gpu(&random(&mut r, &[num_pages, page_size, hkv, d], dtype, 0.0, 1.0)?)?;
+        let v_cache = gpu(&random(&mut r, &[num_pages, page_size, hkv, d], dtype, 0.0, 1.0)?)?;
+        let nan_rows = poisoned(&[t, hkv, d], dtype)?;
+        let copy_of = |x: &Tensor| -> Result<Tensor> {
+            Ok(Tensor::from_bytes(&x.to_host_bytes()?, x.dtype(), x.shape(), target())?)
+        };
+        let scale = 1.0 / (d as f32).sqrt();
+        // One run: fresh copies of the projection and the caches (the new slots NaN),
+        // the prologue and the attention, fused or not; (out, k cache, v cache).
+        let run = |fused: bool, decode_splits: Option<usize>, graph: bool| -> Result<[Tensor; 3]> {
+            let (work, kc, vc) = (copy_of(&qkv)?, copy_of(&k_cache)?, copy_of(&v_cache)?);
+            ops::store_kv(&kc, &vc, &gslots, &nan_rows, &nan_rows)?;
+            let [q, k, v] = [work.narrow(1, 0, hq)?, work.narrow(1, hq, hkv)?, work.narrow(1, hq + hkv, hkv)?];
+            let norm = qk_norm.then(|| ops::QkNorm { q_weight: &norm_w[0], k_weight: &norm_w[1], eps: 1e-6 });
+            let store = RopeStore {
+                q: &q,
+                k: &k,
+                v: &v,
+                k_cache: &kc,
+                v_cache: &vc,
+                positions: &gpos,
+                out_loc: &gslots,
+                cos_sin: &gcs,
+                qk_norm: norm,
+            };
+            let meta = PagedAttnMeta {
+                q_indptr: &gi,
+                kv_lens: &gk,
+                block_table: &gt,
+                q_lens_host: &q_lens,
+                kv_lens_host: &kv_lens,
+                decode_splits,
+            };
+            let out = poisoned(&[t, hq, d], dtype)?;
+            ops::set_decode_fused_rope(Some(fused));
+            let step = || ops::rope_store_attention(&out, &store, &meta, scale, AttnKernel::Decode);
+            let result = match (graph, target()) {
+                (true, Device::Cuda(ordinal)) => {
+                    let dev = kernel_runtime::cuda::device(ordinal)?;
+                    let (mut g, ()) = dev.capture(step)?;
+                    // The capture ran nothing: the replay is the step.
+                    g.replay()?;
+                    dev.synchronize()?;
+                    Ok(())
+                }
+                _ => step(),
+            };
+            ops::set_decode_fused_rope(None);
+            result?;
+            Ok([out, kc, vc])
+        };
+        for stages in [2, 3, 4] {
+            for merge in [false, true] {
+                ops::set_decode_tuning(Some(DecodeTuning { stages, chunk_min: 64, ..DecodeTuning::default() }));
+                ops::set_decode_split_merge(Some(merge));
+                for decode_splits in [None, Some(1), Some(7), Some(40)] {
+                    let what = format!(
+                        "fused prologue [d={d} heads={hq}/{hkv} rotary={rotary_dim} norm={qk_norm} stages={stages} merge={merge} splits={decode_splits:?}]"
+                    );
+                    let check = || -> Result<()> {
+                        let [want, want_k, want_v] = run(false, decode_splits, false)?;
+                        ensure!(rel_l2(&want, &want)?.is_finite(), "the unfused output holds NaN or inf");
+                        let [got, got_k, got_v] = run(true, decode_splits, false)?;
+                        assert_same_bytes("output", &got, &want)?;
+                        assert_same_bytes("k cache", &got_k, &want_k)?;
+                        assert_same_bytes("v cache", &got_v, &want_v)?;
+                        if decode_splits.is_some() {
+                            let [replayed, ..] = run(true, decode_splits, true)?;
+                            assert_same_bytes("graph replay", &replayed, &want)?;
+                        }
+                        Ok(())
+                    };
+                    runs += 1;
+                    if let Err(e) = check() {
+                        failures.push(format!("{what}: {e:#}"));
+                    }
+                }
+            }
+        }
+    }
+    ops::set_decode_tuning(None);
+    ops::set_decode_split_merge(None);
+    println!("SUMMARY decode fused prologue: {runs} runs, {} failed", failures.len());
+    ensure!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
+}

@@ -158,6 +158,14 @@ impl AttnBackend for PagedAttnBackend {
         ops::paged_attention_with(&out, inputs.q, k_cache, v_cache, &ctx.batch.attn_meta(), inputs.scale, self.kernel)?;
         Ok(out)
     }
+
+    /// `ops::rope_store_attention`: on CUDA the decode kernel can run the prologue
+    /// in its launch (`MINISGL_DECODE_FUSED_ROPE`).
+    fn forward_rope(&self, ctx: &ForwardCtx<'_>, inputs: AttnInputs<'_>, rope: &ops::RopeStore<'_>) -> Result<Tensor> {
+        let out = Tensor::empty(inputs.q.shape(), inputs.q.dtype(), inputs.q.device())?;
+        ops::rope_store_attention(&out, rope, &ctx.batch.attn_meta(), inputs.scale, self.kernel)?;
+        Ok(out)
+    }
 }
 
 /// One backend for prefill (and mixed) steps, another for pure decode steps.
@@ -192,6 +200,10 @@ impl AttnBackend for HybridAttnBackend {
 
     fn forward(&self, ctx: &ForwardCtx<'_>, inputs: AttnInputs<'_>) -> Result<Tensor> {
         self.pick(ctx.batch).forward(ctx, inputs)
+    }
+
+    fn forward_rope(&self, ctx: &ForwardCtx<'_>, inputs: AttnInputs<'_>, rope: &ops::RopeStore<'_>) -> Result<Tensor> {
+        self.pick(ctx.batch).forward_rope(ctx, inputs, rope)
     }
 }
 

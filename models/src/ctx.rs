@@ -476,6 +476,21 @@ pub trait AttnBackend: Send + Sync + std::fmt::Debug {
     /// `inputs.layer_idx` (unless `inputs.kv_stored`), then returns the attention
     /// output `[t, heads_q, d]`.
     fn forward(&self, ctx: &ForwardCtx<'_>, inputs: AttnInputs<'_>) -> Result<Tensor>;
+
+    /// The layer's attention prologue `rope` (q/k norm, rotary embedding, the
+    /// store of k and v into the caches: `ops::rope_store`, whose q, k, v are
+    /// `inputs`') and then [`AttnBackend::forward`], as one call, so that a backend
+    /// can run both in one launch. The default runs them apart. `inputs.q`
+    /// afterwards holds either the rotated or the given queries.
+    fn forward_rope(
+        &self,
+        ctx: &ForwardCtx<'_>,
+        inputs: AttnInputs<'_>,
+        rope: &kernel_runtime::ops::RopeStore<'_>,
+    ) -> Result<Tensor> {
+        kernel_runtime::ops::rope_store(rope)?;
+        self.forward(ctx, AttnInputs { kv_stored: true, ..inputs })
+    }
 }
 
 /// Everything a layer reads besides its weights, for one forward call.

@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or a launcher signature changes. */
-#define MSGL_ABI_VERSION 4
+#define MSGL_ABI_VERSION 5
 
 /* The most dimensions a tensor view carries. */
 #define MSGL_MAX_DIMS 6
@@ -514,6 +514,17 @@ typedef struct msgl_attention_params {
   int32_t max_splits;          /* splits of the longest sequence (grid dimension) */
   int32_t phase;               /* 0: attention, 1: combine the splits */
   float scale_log2;            /* softmax scale * log2(e) */
+  /* Decode attention only (the tensor-core block): fused_rope = 1 runs the layer's
+   * attention prologue in the attention launch instead of a rope_store launch
+   * before it. `rope` is rope_store's vector path (vectorized = 1): q, k and v
+   * the projection's (unnormalised, unrotated) views, q the same view as `q`
+   * above, which is only read (the normalised, rotated q goes to shared memory);
+   * the block that reads a new token's keys writes its k and v rows into the
+   * caches first, as rope_store would. 0: `q` holds the finished queries and
+   * the caches the new rows. */
+  msgl_rope_store_params rope;
+  int32_t fused_rope;
+  int32_t reserved;
 } msgl_attention_params;
 
 /*
@@ -915,7 +926,7 @@ static_assert(sizeof(msgl_penalty_count_params) == 48, "msgl_penalty_count_param
 static_assert(sizeof(msgl_apply_penalties_params) == 72, "msgl_apply_penalties_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_logprobs_params) == 72, "msgl_logprobs_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_convert_params) == 176, "msgl_convert_params layout changed: run cargo xtask codegen");
-static_assert(sizeof(msgl_attention_params) == 160, "msgl_attention_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_attention_params) == 360, "msgl_attention_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_route_params) == 120, "msgl_moe_route_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_align_params) == 64, "msgl_moe_align_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_gemm_params) == 112, "msgl_moe_gemm_params layout changed: run cargo xtask codegen");

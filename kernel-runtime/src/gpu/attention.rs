@@ -48,6 +48,7 @@
 //! tensor-core fragments.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::cuda::CudaDevice;
@@ -55,6 +56,7 @@ use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::op_types::attention::{AttnKernel, DecodeTuning, PagedAttnMeta};
+use crate::op_types::fused::RopeStore;
 use crate::sys::kernels::msgl_attention_params;
 use crate::tensor::Tensor;
 
@@ -261,6 +263,12 @@ fn tensor_cores_enabled() -> bool {
 /// Attention of the new tokens of a batch over the paged caches (see
 /// `ops::paged_attention` for the contract, checked there), with the kernel
 /// `kernel` asks for.
+///
+/// With `rope` (the layer's prologue, whose q and caches these are: see
+/// `ops::rope_store_attention`), a step the tensor-core decode block takes runs the
+/// prologue in its launch when the heads suit rope_store's vector path; any other
+/// step runs rope_store first.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn paged_attention(
     out: &Tensor,
     q: &Tensor,
@@ -269,22 +277,17 @@ pub(crate) fn paged_attention(
     meta: &PagedAttnMeta<'_>,
     scale: f32,
     kernel: AttnKernel,
+    rope: Option<&RopeStore<'_>>,
 ) -> Result<()> {
     let [_, hq, d] = q.dims::<3>(OP, "q")?;
     let hkv = k_cache.dim(2);
     if d % 32 != 0 || d > 256 {
         return Err(Error::arg(OP, format!("head dimension {d} is not supported on CUDA (multiples of 32 up to 256)")));
     }
-    let q = if rows_aligned(q, 16) { q.clone() } else { q.contiguous()? };
-    for (name, x) in [("out", out), ("k_cache", k_cache), ("v_cache", v_cache)] {
-        if !rows_aligned(x, 16) {
-            return Err(Error::arg(OP, format!("argument `{name}` is not 16-byte aligned")));
-        }
-    }
     let tensor_cores = q.dtype() != DType::F32 && decode_tensor_cores_enabled();
     let rows = decode_rows(meta.q_lens_host, hq / hkv, d, tensor_cores);
     // Batches of long query runs: the prefill kernel (prefill::kernel_for's rule).
-    let dev = device_of(OP, &q)?;
+    let dev = device_of(OP, q)?;
     let (sms, hopper) = (dev.sm_count().max(1) as usize, dev.capability() == (9, 0));
     let kernel = super::prefill::kernel_for(
         kernel,
@@ -298,13 +301,37 @@ pub(crate) fn paged_attention(
         sms,
         hopper,
     );
+    // The prologue: fused into a tensor-core decode launch, or rope_store first
+    // (before q is copied below: it rotates q in place).
+    let decode_mma = matches!((kernel, rows), (AttnKernel::Auto | AttnKernel::Decode, Some(16)));
+    let fused = match rope {
+        Some(r) if decode_mma && rows_aligned(q, 16) => fused_prologue_params(r, k_cache, sms)?,
+        _ => None,
+    };
+    if let (Some(r), None) = (rope, &fused) {
+        let slots = k_cache.dim(0) * k_cache.dim(1);
+        let (kc, vc) = (k_cache.reshape(&[slots, hkv, d])?, v_cache.reshape(&[slots, hkv, d])?);
+        super::rope_store(&RopeStore { k_cache: &kc, v_cache: &vc, ..*r })?;
+    }
+    let q = if rows_aligned(q, 16) { q.clone() } else { q.contiguous()? };
+    for (name, x) in [("out", out), ("k_cache", k_cache), ("v_cache", v_cache)] {
+        if !rows_aligned(x, 16) {
+            return Err(Error::arg(OP, format!("argument `{name}` is not 16-byte aligned")));
+        }
+    }
+    if let Some(prologue) = fused {
+        let rows = rows.unwrap_or(16);
+        return decode_attention(out, &q, k_cache, v_cache, meta, scale, rows, Some(prologue));
+    }
     match (kernel, rows) {
         (AttnKernel::Prefill, _) => {
             let p = attention_params(out, &q, k_cache, v_cache, meta, scale, 0, 1)?;
             super::prefill::prefill_attention(out, &q, k_cache, v_cache, meta, p)
         }
         (AttnKernel::Tile, _) | (AttnKernel::Auto, None) => tile_attention(out, &q, k_cache, v_cache, meta, scale),
-        (AttnKernel::Auto | AttnKernel::Decode, Some(rows)) => decode_attention(out, &q, k_cache, v_cache, meta, scale, rows),
+        (AttnKernel::Auto | AttnKernel::Decode, Some(rows)) => {
+            decode_attention(out, &q, k_cache, v_cache, meta, scale, rows, None)
+        }
         (AttnKernel::Decode, None) => Err(Error::arg(
             "decode_attention",
             format!(
@@ -316,7 +343,43 @@ pub(crate) fn paged_attention(
     }
 }
 
-/// The decode kernel over the batch, with `rows` query rows per block.
+/// The fused prologue's parameters for `r` over the paged caches `k_cache`
+/// (`[num_pages, page_size, heads_kv, d]`), or `None` where it cannot run (see
+/// rope_store::fused_prologue).
+fn fused_prologue_params(
+    r: &RopeStore<'_>,
+    k_cache: &Tensor,
+    sms: usize,
+) -> Result<Option<crate::sys::kernels::msgl_rope_store_params>> {
+    let [pages, page_size, hkv, d] = k_cache.dims::<4>(OP, "k_cache")?;
+    let slots = pages * page_size;
+    let (kc, vc) = (r.k_cache.reshape(&[slots, hkv, d])?, r.v_cache.reshape(&[slots, hkv, d])?);
+    super::rope_store::fused_prologue(&RopeStore { k_cache: &kc, v_cache: &vc, ..*r }, sms)
+}
+
+/// `ops::set_decode_fused_rope`'s override: 0 none, 1 off, 2 on.
+static FUSED_ROPE: AtomicU8 = AtomicU8::new(0);
+
+/// See `ops::set_decode_fused_rope`.
+pub(crate) fn set_fused_rope(on: Option<bool>) {
+    FUSED_ROPE.store(on.map_or(0, |on| if on { 2 } else { 1 }), Ordering::Relaxed);
+}
+
+/// Whether `ops::rope_store_attention` fuses the prologue into the decode launch
+/// (`MINISGL_DECODE_FUSED_ROPE=1`; off by default until measured in decode steps,
+/// docs/PERF.md).
+pub(crate) fn fused_rope_enabled() -> bool {
+    static ENV: OnceLock<bool> = OnceLock::new();
+    match FUSED_ROPE.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => *ENV.get_or_init(|| std::env::var("MINISGL_DECODE_FUSED_ROPE").is_ok_and(|v| v.trim() == "1")),
+    }
+}
+
+/// The decode kernel over the batch, with `rows` query rows per block; with
+/// `prologue` (the tensor-core block only) the layer's rope_store in the launch.
+#[allow(clippy::too_many_arguments)]
 fn decode_attention(
     out: &Tensor,
     q: &Tensor,
@@ -325,6 +388,7 @@ fn decode_attention(
     meta: &PagedAttnMeta<'_>,
     scale: f32,
     rows: usize,
+    prologue: Option<crate::sys::kernels::msgl_rope_store_params>,
 ) -> Result<()> {
     const OP: &str = "decode_attention";
     let dev = device_of(OP, q)?;
@@ -372,7 +436,9 @@ fn decode_attention(
     let scratch = SplitScratch::new(t, hq, max_splits, d, dev.ordinal())?;
     // The cluster merge where the splits fit a cluster (AOT instances only: the
     // JIT fallback below launches the combine phase, whose bits are the same).
-    let cluster_merge = max_splits > 1 && decode_plan::cluster_cap(&tuning, rows).is_some_and(|cap| max_splits <= cap);
+    let cluster_merge = prologue.is_none()
+        && max_splits > 1
+        && decode_plan::cluster_cap(&tuning, rows).is_some_and(|cap| max_splits <= cap);
     let merge =
         decode_plan::merge_in_kernel(tuning.merge, &plan, meta.decode_splits.is_some(), b * hkv, slots, &tuning);
     let counters = if max_splits > 1 && b * hkv <= SPLIT_COUNTERS && merge && !cluster_merge {
@@ -389,6 +455,8 @@ fn decode_attention(
         // plan (decode_attention.cu: msgl_decode_attention, decode_row_chunk).
         num_warps: stages as i32,
         num_q_tiles: i32::from(plan.balanced),
+        rope: prologue.unwrap_or_default(),
+        fused_rope: i32::from(prologue.is_some()),
         ..p
     };
     let combine_grid = grid_u32(OP, (t * hq).div_ceil(COMBINE_WARPS))?;
@@ -511,6 +579,9 @@ fn attention_params(
         max_splits: int("split count", max_splits)?,
         phase: 0,
         scale_log2: scale * std::f32::consts::LOG2_E,
+        rope: Default::default(),
+        fused_rope: 0,
+        reserved: 0,
     })
 }
 

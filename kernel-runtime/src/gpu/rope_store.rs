@@ -14,7 +14,7 @@ use super::launch::{device_of, dispatch, dtype_code, grid_u32, rows_aligned, vec
 
 /// rope_store.cu's kRopeStoreThreads.
 const THREADS: usize = 256;
-/// rope_store.cu's kRopeStoreUnits: rotated pairs (or lone vectors) per thread.
+/// minisgl/rope_row.cuh's kRopeRowUnits: rotated pairs (or lone vectors) per thread.
 const UNITS_PER_THREAD: usize = 2;
 
 /// How one launch covers the rows.
@@ -55,11 +55,10 @@ fn rope_store_shape(
     RopeStoreShape { threads_per_head: g, vectorized: true }
 }
 
-/// Runs the fused kernel; `a` was validated by `ops::rope_store` (caches already
-/// `[num_slots, heads_kv, d]`, at least one token and one kv head).
-pub(crate) fn rope_store(a: &RopeStore<'_>) -> crate::error::Result<()> {
+/// The kernel parameters of `a` (caches `[num_slots, heads_kv, d]`) on a device of
+/// `sm_count` SMs, and the rows the launch covers.
+fn params(a: &RopeStore<'_>, sm_count: usize) -> Result<(msgl_rope_store_params, usize)> {
     const OP: &str = "rope_store";
-    let dev = device_of(OP, a.q)?;
     let [t, hq, d] = a.q.dims::<3>(OP, "q")?;
     let [_, hkv, _] = a.k.dims::<3>(OP, "k")?;
     let [max_positions, rotary_dim] = a.cos_sin.dims::<2>(OP, "cos_sin")?;
@@ -69,8 +68,7 @@ pub(crate) fn rope_store(a: &RopeStore<'_>) -> crate::error::Result<()> {
         aligned &= rows_aligned(n.q_weight, 16) && rows_aligned(n.k_weight, 16);
     }
     let rows = t * (hq + 2 * hkv);
-    let shape = rope_store_shape(d, rotary_dim, vec, aligned, rows, dev.sm_count().max(1) as usize);
-    let grid = grid_u32(OP, rows.div_ceil(THREADS / shape.threads_per_head))?;
+    let shape = rope_store_shape(d, rotary_dim, vec, aligned, rows, sm_count);
     let (q_weight, k_weight, eps) = match &a.qk_norm {
         Some(n) => (n.q_weight.device_ptr() as *const _, n.k_weight.device_ptr() as *const _, n.eps),
         None => (std::ptr::null(), std::ptr::null(), 0.0),
@@ -107,6 +105,28 @@ pub(crate) fn rope_store(a: &RopeStore<'_>) -> crate::error::Result<()> {
         eps,
         reserved: 0,
     };
+    Ok((p, rows))
+}
+
+/// The parameters of the decode attention's fused prologue for `a` (caches
+/// `[num_slots, heads_kv, d]`, validated by `ops::rope_store`'s checks): rope_store's
+/// own, with the group width a rope_store launch of the same rows would take (so
+/// the bits match), or `None` when the heads need the scalar path, which the fused
+/// prologue does not have.
+pub(crate) fn fused_prologue(a: &RopeStore<'_>, sm_count: usize) -> Result<Option<msgl_rope_store_params>> {
+    let (p, _) = params(a, sm_count)?;
+    Ok((p.vectorized != 0).then_some(p))
+}
+
+/// Runs the fused kernel; `a` was validated by `ops::rope_store` (caches already
+/// `[num_slots, heads_kv, d]`, at least one token and one kv head).
+pub(crate) fn rope_store(a: &RopeStore<'_>) -> crate::error::Result<()> {
+    const OP: &str = "rope_store";
+    let dev = device_of(OP, a.q)?;
+    let (p, rows) = params(a, dev.sm_count().max(1) as usize)?;
+    let shape = RopeStoreShape { threads_per_head: p.threads_per_head as usize, vectorized: p.vectorized != 0 };
+    let grid = grid_u32(OP, rows.div_ceil(THREADS / shape.threads_per_head))?;
+    let eps = p.eps;
     let views = [
         a.q.abi(),
         a.k.abi(),

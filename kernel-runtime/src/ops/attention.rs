@@ -47,6 +47,57 @@ pub fn paged_attention_with(
     scale: f32,
     kernel: AttnKernel,
 ) -> Result<()> {
+    let device = check_paged_attention(out, q, k_cache, v_cache, meta)?;
+    if q.dim(0) == 0 {
+        return Ok(());
+    }
+    match device {
+        Device::Cpu => crate::cpu::attention::paged_attention(out, q, k_cache, v_cache, meta, scale),
+        Device::Cuda(_) => crate::gpu::paged_attention(out, q, k_cache, v_cache, meta, scale, kernel, None),
+    }
+}
+
+/// [`super::rope_store`] then [`paged_attention_with`] over its q and caches, as
+/// one op: `rope.k_cache` and `rope.v_cache` are the paged caches `[num_pages,
+/// page_size, heads_kv, d]`. On CUDA, with `MINISGL_DECODE_FUSED_ROPE=1` (or
+/// [`set_decode_fused_rope`]), a step the tensor-core decode kernel takes runs the
+/// prologue inside the attention launch (decode_attention.cu: one launch instead
+/// of two, the same bits); everything else runs the two ops. `rope.q` afterwards
+/// holds the rotated queries or, after the fused launch, the given ones: callers
+/// read `out`, not q.
+pub fn rope_store_attention(
+    out: &Tensor,
+    rope: &super::RopeStore<'_>,
+    meta: &PagedAttnMeta<'_>,
+    scale: f32,
+    kernel: AttnKernel,
+) -> Result<()> {
+    if matches!(rope.q.device(), Device::Cuda(_)) && crate::gpu::fused_rope_enabled() {
+        // Everything either op checks, before anything runs.
+        super::fused::check_rope_store(rope)?;
+        check_paged_attention(out, rope.q, rope.k_cache, rope.v_cache, meta)?;
+        if rope.q.dim(0) > 0 && rope.k.dim(1) > 0 {
+            return crate::gpu::paged_attention(out, rope.q, rope.k_cache, rope.v_cache, meta, scale, kernel, Some(rope));
+        }
+    }
+    super::rope_store(rope)?;
+    paged_attention_with(out, rope.q, rope.k_cache, rope.v_cache, meta, scale, kernel)
+}
+
+/// Turns the fused prologue of [`rope_store_attention`] on or off (`None`: back
+/// to `MINISGL_DECODE_FUSED_ROPE`, off unless set to 1). For A/B runs and tests.
+pub fn set_decode_fused_rope(on: Option<bool>) {
+    crate::gpu::set_fused_rope(on);
+}
+
+/// The checks of [`paged_attention_with`]: the device of the op.
+fn check_paged_attention(
+    out: &Tensor,
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    meta: &PagedAttnMeta<'_>,
+) -> Result<Device> {
     const OP: &str = "paged_attention";
     let device = common_device(
         OP,
@@ -108,13 +159,7 @@ pub fn paged_attention_with(
             format!("query lengths sum to {}, `q` has {t} rows", meta.q_lens_host.iter().sum::<usize>()),
         ));
     }
-    if t == 0 {
-        return Ok(());
-    }
-    match device {
-        Device::Cpu => crate::cpu::attention::paged_attention(out, q, k_cache, v_cache, meta, scale),
-        Device::Cuda(_) => crate::gpu::paged_attention(out, q, k_cache, v_cache, meta, scale, kernel),
-    }
+    Ok(device)
 }
 
 /// Turns off (`Some(false)`) or on the decode kernel's own merge of its splits

@@ -28,6 +28,27 @@ const FLOATS: &[DType] = &[DType::F32, DType::F16, DType::BF16];
 /// (the kernel keeps the normalised values in f32). Positions outside the
 /// cos/sin table are an error on the CPU and leave the head unrotated on CUDA.
 pub fn rope_store(args: &RopeStore<'_>) -> Result<()> {
+    let (device, num_slots) = check_rope_store(args)?;
+    let RopeStore { q, k, k_cache, v_cache, .. } = *args;
+    let [t, _hq, d] = q.dims::<3>(OP, "q")?;
+    let hkv = k.dim(1);
+    if t == 0 || hkv == 0 || d == 0 {
+        // Nothing to store; q may still have heads to rotate.
+        if t > 0 && d > 0 {
+            return unfused(args);
+        }
+        return Ok(());
+    }
+    let kc = k_cache.reshape(&[num_slots, hkv, d])?;
+    let vc = v_cache.reshape(&[num_slots, hkv, d])?;
+    match device {
+        Device::Cpu => unfused(&RopeStore { k_cache: &kc, v_cache: &vc, ..*args }),
+        Device::Cuda(_) => crate::gpu::rope_store(&RopeStore { k_cache: &kc, v_cache: &vc, ..*args }),
+    }
+}
+
+/// The checks of [`rope_store`]: the device of the op and the caches' slot count.
+pub(crate) fn check_rope_store(args: &RopeStore<'_>) -> Result<(Device, usize)> {
     let RopeStore { q, k, v, k_cache, v_cache, positions, out_loc, cos_sin, qk_norm } = *args;
     let mut named = vec![
         ("q", q),
@@ -95,19 +116,7 @@ pub fn rope_store(args: &RopeStore<'_>) -> Result<()> {
             return Err(Error::arg(OP, format!("argument `{name}` must not share memory with the caches")));
         }
     }
-    if t == 0 || hkv == 0 || d == 0 {
-        // Nothing to store; q may still have heads to rotate.
-        if t > 0 && d > 0 {
-            return unfused(args);
-        }
-        return Ok(());
-    }
-    let kc = k_cache.reshape(&[num_slots, hkv, d])?;
-    let vc = v_cache.reshape(&[num_slots, hkv, d])?;
-    match device {
-        Device::Cpu => unfused(&RopeStore { k_cache: &kc, v_cache: &vc, ..*args }),
-        Device::Cuda(_) => crate::gpu::rope_store(&RopeStore { k_cache: &kc, v_cache: &vc, ..*args }),
-    }
+    Ok((device, num_slots))
 }
 
 /// The reference: the unfused ops on a copy of k (the op does not write k).

@@ -4,8 +4,10 @@
 //! q, k and v are views into the one fused projection output (no copies). The
 //! norms, the rotation and the store into the paged cache are one op,
 //! `ops::rope_store` (one launch on CUDA instead of four; the unfused sequence on
-//! the CPU): it rewrites q in place and writes the rotated k and v into the
-//! layer's cache, so the attention backend is told the cache already holds them. The variants of the family
+//! the CPU), handed to the attention backend with q, k and v
+//! (`AttnBackend::forward_rope`): it runs the prologue, which writes the rotated k
+//! and v into the layer's cache, then attends; on CUDA the decode kernel can run
+//! both in one launch (`ops::rope_store_attention`). The variants of the family
 //! differ only in [`AttnOptions`]: LLaMA's `attention_bias` covers all four
 //! projections, Qwen2 has q/k/v bias and none on o_proj, Qwen3 adds the q/k
 //! RMSNorm, Mistral has no bias at all. Under tensor parallelism a rank holds
@@ -124,7 +126,7 @@ impl RopeAttention {
             _ => None,
         };
         let (k_cache, v_cache) = ctx.kv.layer(self.layer_idx)?;
-        ops::rope_store(&ops::RopeStore {
+        let rope = ops::RopeStore {
             q: &q,
             k: &k,
             v: &v,
@@ -134,9 +136,9 @@ impl RopeAttention {
             out_loc: ctx.batch.out_loc(),
             cos_sin: self.rotary.cos_sin(),
             qk_norm,
-        })?;
+        };
         let inputs = AttnInputs { layer_idx: self.layer_idx, q: &q, k: &k, v: &v, scale: self.scale, kv_stored: true };
-        let out = ctx.attn.forward(ctx, inputs)?;
+        let out = ctx.attn.forward_rope(ctx, inputs, &rope)?;
         self.o_proj.forward(&out.reshape(&[t, hq * d])?)
     }
 }
