@@ -526,7 +526,8 @@ fn gpu_decode_fused_rope_matches_rope_store_then_attention() -> Result<()> {
         }
         let kv_i32: Vec<i32> = kv_lens.iter().map(|&k| k as i32).collect();
         let host = |v: &[i32], shape: &[usize]| Tensor::from_slice(v, shape, CPU);
-        let (gi, gk, gt) = (gpu(&host(&indptr, &[b + 1])?)?, gpu(&host(&kv_i32, &[b])?)?, gpu(&host(&table, &[b, max_pages])?)?);
+        let (gi, gk, gt) =
+            (gpu(&host(&indptr, &[b + 1])?)?, gpu(&host(&kv_i32, &[b])?)?, gpu(&host(&table, &[b, max_pages])?)?);
         let (gpos, gslots) = (gpu(&host(&positions, &[t])?)?, gpu(&host(&slots, &[t])?)?);
         let gcs = gpu(&cos_sin_table(4096, rotary_dim)?)?;
         let norm_w = [gpu(&random(&mut r, &[d], dtype, 1.0, 0.5)?)?, gpu(&random(&mut r, &[d], dtype, 1.0, 0.5)?)?];

@@ -32,6 +32,14 @@
 //! (decode_attention.cu, MERGE = 2; AOT instances only, the JIT fallback keeps the
 //! combine launch, with the same bits).
 //!
+//! The layer's attention prologue (rope_store: q/k norm, rotary embedding, the
+//! store of the new k and v) can run inside a tensor-core decode launch
+//! (`ops::rope_store_attention` with `MINISGL_DECODE_FUSED_ROPE=1`, off by default
+//! until measured in steps): each block normalises and rotates its own query rows,
+//! and the block whose split holds a new key writes that token's k and v rows,
+//! with rope_store's row math and group width, so the bits are the two launches'.
+//! Steps any other kernel takes run rope_store first.
+//!
 //! The tile kernel's plan is made here from the host copies of the lengths:
 //! - `num_warps` (16 query rows each): enough for the longest sequence's packed
 //!   rows (q_len x GQA group), at most 4, so a decode batch runs 1-warp blocks;

@@ -51,7 +51,9 @@ mod token_mask;
 
 pub(crate) use activation::silu_mul;
 pub(crate) use argmax::argmax;
-pub(crate) use attention::{decode_graph_splits, decode_kernel_fits, fused_rope_enabled, paged_attention, set_fused_rope};
+pub(crate) use attention::{
+    decode_graph_splits, decode_kernel_fits, fused_rope_enabled, paged_attention, set_fused_rope,
+};
 pub(crate) use convert::{cast, copy};
 pub(crate) use decode_plan::{set_split_merge, set_tuning as set_decode_tuning, tuning as decode_tuning};
 pub(crate) use gemm::linear;

@@ -77,7 +77,16 @@ pub fn rope_store_attention(
         super::fused::check_rope_store(rope)?;
         check_paged_attention(out, rope.q, rope.k_cache, rope.v_cache, meta)?;
         if rope.q.dim(0) > 0 && rope.k.dim(1) > 0 {
-            return crate::gpu::paged_attention(out, rope.q, rope.k_cache, rope.v_cache, meta, scale, kernel, Some(rope));
+            return crate::gpu::paged_attention(
+                out,
+                rope.q,
+                rope.k_cache,
+                rope.v_cache,
+                meta,
+                scale,
+                kernel,
+                Some(rope),
+            );
         }
     }
     super::rope_store(rope)?;
