@@ -18,6 +18,22 @@
  * threads: its 32 warps route the tokens, then the same block sorts the pairs by
  * expert (moe_align's single-block sort), saving a launch on the decode path.
  *
+ * Phase 2 (moe_router_route, decode steps of at most MSGL_MOE_ROUTER_MAX_TOKENS
+ * tokens): the router GEMM in the same launch, so a MoE layer's routing is one
+ * link of the step's dependency chain instead of two (the router GEMM's launch,
+ * at 0.5 MiB of weights for Qwen3-30B-A3B, was latency, and so was this kernel's).
+ * A warp per expert streams its weight row with 16-byte loads, four a lane at
+ * a time (the first 128 vectors of the row before the grid dependency wait: they
+ * do not depend on the previous kernel; four keep the kernel within the 64
+ * registers its 1024-thread phase allows), and dots it with every token's row of x (read through
+ * L1 by the block's warps); the f32 sums, rounded to the dtype as the GEMM's
+ * output is (so the routing is that of the logits a router GEMM would give, up to
+ * its summation order), go to an f32 scratch. Each block then counts itself in a
+ * ticket after a fence; the last one copies the logits into shared memory (L2
+ * loads: other SMs wrote them), sets the ticket back to zero (for the next launch
+ * and every replay of a CUDA graph) and routes the tokens, a warp each, with
+ * moe_route_token. Deterministic: fixed orders, no atomics on the data.
+ *
  * Programmatic dependent launch (sm_90, device.cuh's protocol): the kernel reads
  * only the router logits of the GEMM before it, so it waits for it first and then
  * lets the gate_up GEMM launch, whose blocks are resident and waiting when the
@@ -29,8 +45,90 @@ namespace msgl {
 
 constexpr int kRouteWarps = 4;
 
+/* 16-byte vectors of a weight row a lane holds at once in phase 2. */
+constexpr int kRouterUnroll = 4;
+
+/* Phase 2: the router's logits, then (last block) the routing. */
+template <int DTYPE>
+__device__ __forceinline__ void moe_router_route_impl(const msgl_moe_route_params& p) {
+  using T = typename DType<DTYPE>::Storage;
+  constexpr int VE = Vec16<DTYPE>::kElems, U = kRouterUnroll, MAXT = MSGL_MOE_ROUTER_MAX_TOKENS;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int expert = static_cast<int>(blockIdx.x) * kRouteWarps + warp;
+  const int nv = p.hidden / VE;
+  const int tokens = static_cast<int>(p.num_tokens);
+  const uint4* wrow = reinterpret_cast<const uint4*>(static_cast<const T*>(p.router_w) +
+                                                     static_cast<long long>(min(expert, p.num_experts - 1)) * p.hidden);
+  uint4 w[U];
+  auto load_w = [&](int v0) {
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const int v = v0 + i * kWarpSize + lane;
+      w[i] = v < nv ? __ldg(wrow + v) : make_uint4(0, 0, 0, 0);
+    }
+  };
+  load_w(0); /* the weights do not depend on the previous kernel */
+  grid_prologue();
+  float acc[MAXT];
+#pragma unroll
+  for (int t = 0; t < MAXT; ++t) acc[t] = 0.f;
+  for (int v0 = 0; v0 < nv; v0 += kWarpSize * U) {
+    if (v0 > 0) load_w(v0);
+#pragma unroll
+    for (int t = 0; t < MAXT; ++t) {
+      if (t < tokens) {
+        const uint4* xrow = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + t * p.x_stride);
+        float s = 0.f;
+#pragma unroll
+        for (int i = 0; i < U; ++i) {
+          const int v = v0 + i * kWarpSize + lane;
+          if (v < nv) {
+            Vec16<DTYPE> a, b;
+            a.from_raw(w[i]);
+            b.from_raw(xrow[v]);
+#pragma unroll
+            for (int e = 0; e < VE; ++e) s = fmaf(a.v[e], b.v[e], s);
+          }
+        }
+        acc[t] += s;
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < MAXT; ++t) {
+    if (t < tokens) {
+      float s = acc[t];
+#pragma unroll
+      for (int o = kWarpSize / 2; o >= 1; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
+      if (lane == 0 && expert < p.num_experts)
+        p.logits_f32[static_cast<long long>(t) * p.num_experts + expert] = DType<DTYPE>::to_f32(DType<DTYPE>::from_f32(s));
+    }
+  }
+  __shared__ int last;
+  __threadfence(); /* this block's logits are visible device-wide before its count */
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    last = atomicAdd(p.ticket, 1) == static_cast<int>(gridDim.x) - 1;
+    if (last) atomicExch(p.ticket, 0); /* every block has counted: ready for the next launch */
+  }
+  __syncthreads();
+  if (!last) return;
+  __threadfence(); /* the other blocks' logits, counted before ours */
+  extern __shared__ float router_logits[]; /* [tokens, num_experts] */
+  const int n = tokens * p.num_experts;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) router_logits[i] = __ldcg(p.logits_f32 + i);
+  __syncthreads();
+  for (int t = warp; t < tokens; t += kRouteWarps)
+    moe_route_token<MSGL_F32>(router_logits, p.num_experts, p.num_experts, p.top_k, p.renormalize, t, p.topk_ids,
+                              p.topk_weights);
+}
+
 template <int DTYPE>
 __device__ __forceinline__ void moe_route_impl(const msgl_moe_route_params& p) {
+  if (p.phase == 2) {
+    moe_router_route_impl<DTYPE>(p);
+    return;
+  }
   grid_prologue();
   const int warp = threadIdx.x / kWarpSize;
   if (p.phase == 0) {
@@ -59,7 +157,9 @@ __device__ __forceinline__ void moe_route_impl(const msgl_moe_route_params& p) {
 #if defined(MSGL_JIT_INSTANCE)
 /* One instance, compiled by NVRTC or into an AOT cubin; launched from Rust with
  * phase 0: block = 128 (4 tokens), grid = ceil(num_tokens / 4); phase 1: block =
- * 1024, grid = 1, moe_align_ranked_smem(num_experts) bytes of dynamic shared memory. */
+ * 1024, grid = 1, moe_align_ranked_smem(num_experts) bytes of dynamic shared memory;
+ * phase 2: block = 128 (4 experts), grid = ceil(num_experts / 4), num_tokens *
+ * num_experts floats of dynamic shared memory. */
 extern "C" __global__ void __launch_bounds__(1024) msgl_moe_route_kernel(const msgl_moe_route_params p) {
   msgl::moe_route_impl<MSGL_DTYPE>(p);
 }
@@ -111,11 +211,15 @@ int32_t moe_route_prepare(const char* op, const msgl_tensor* topk_ids, const msg
 }
 
 int32_t launch_moe_route(const char* op, const msgl_moe_route_params& p, int32_t dtype, cudaStream_t s) {
-  const bool fused = p.phase == 1;
-  const int64_t blocks = fused ? 1 : (p.num_tokens + kRouteWarps - 1) / kRouteWarps;
+  const bool fused = p.phase == 1, router = p.phase == 2;
+  const int64_t blocks = fused    ? 1
+                         : router ? (p.num_experts + kRouteWarps - 1) / kRouteWarps
+                                  : (p.num_tokens + kRouteWarps - 1) / kRouteWarps;
   if (blocks > 0x7fffffff) return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: too many tokens", op);
   const unsigned threads = fused ? kMoeAlignThreads : kRouteWarps * kWarpSize;
-  const unsigned smem = fused ? moe_align_ranked_smem(p.num_experts) : 0;
+  const unsigned smem = fused    ? moe_align_ranked_smem(p.num_experts)
+                        : router ? static_cast<unsigned>(p.num_tokens * p.num_experts * sizeof(float))
+                                 : 0;
   switch (dtype) {
 #define MSGL_CASE(D) \
   case D: (void)launch_pdl(moe_route_kernel<D>, dim3(static_cast<unsigned>(blocks)), dim3(threads), smem, s, p); break;
@@ -136,6 +240,48 @@ extern "C" int32_t msgl_moe_route(const msgl_tensor* topk_ids, const msgl_tensor
   MSGL_TRY(moe_route_prepare(op, topk_ids, topk_weights, logits, renormalize, p));
   if (p.num_tokens == 0) return MSGL_OK;
   return launch_moe_route(op, p, logits->dtype, static_cast<cudaStream_t>(stream));
+}
+
+extern "C" int32_t msgl_moe_router_route(const msgl_tensor* topk_ids, const msgl_tensor* topk_weights,
+                                         const msgl_tensor* x, const msgl_tensor* router_w,
+                                         const msgl_tensor* logits_f32, const msgl_tensor* ticket, int32_t renormalize,
+                                         msgl_stream stream) {
+  using namespace msgl;
+  const char* op = "moe_router_route";
+  constexpr uint32_t floats = dtype_bit(MSGL_F32) | dtype_bit(MSGL_F16) | dtype_bit(MSGL_BF16);
+  msgl_moe_route_params p;
+  /* The routing's checks, with the scratch standing in for the logits. */
+  MSGL_TRY(moe_route_prepare(op, topk_ids, topk_weights, logits_f32, renormalize, p));
+  MSGL_TRY(expect_tensor(x, op, "x", 2, floats));
+  MSGL_TRY(expect_tensor(router_w, op, "router_w", 2, floats));
+  MSGL_TRY(expect_same(x, "x", router_w, "router_w", op));
+  MSGL_TRY(expect_tensor(logits_f32, op, "logits_f32", 2, dtype_bit(MSGL_F32)));
+  MSGL_TRY(expect_contiguous(logits_f32, op, "logits_f32"));
+  MSGL_TRY(expect_tensor(ticket, op, "ticket", 1, dtype_bit(MSGL_I32)));
+  MSGL_TRY(expect_contiguous(router_w, op, "router_w"));
+  MSGL_TRY(expect_rows(x, op, "x", 16));
+  MSGL_TRY(expect_rows(router_w, op, "router_w", 16));
+  const int64_t tokens = x->shape[0], hidden = x->shape[1];
+  MSGL_TRY(expect_dim(logits_f32, op, "logits_f32", 0, tokens));
+  MSGL_TRY(expect_dim(router_w, op, "router_w", 0, logits_f32->shape[1]));
+  MSGL_TRY(expect_dim(router_w, op, "router_w", 1, hidden));
+  if (tokens > MSGL_MOE_ROUTER_MAX_TOKENS)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: %lld tokens exceed the fused router's %d (moe_route after the GEMM)",
+                     op, static_cast<long long>(tokens), MSGL_MOE_ROUTER_MAX_TOKENS);
+  if (hidden <= 0 || (hidden * dtype_size(x->dtype)) % 16 != 0 || hidden > 0x7fffffff)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: hidden size %lld is not a positive multiple of 16 bytes", op,
+                     static_cast<long long>(hidden));
+  if (ticket->shape[0] < 1 || ticket->device != x->device || x->device != logits_f32->device)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: `ticket` (one int32) and `x` must be on the device of the outputs", op);
+  if (tokens == 0) return MSGL_OK;
+  p.phase = 2;
+  p.x = x->data;
+  p.router_w = router_w->data;
+  p.logits_f32 = static_cast<float*>(logits_f32->data);
+  p.ticket = static_cast<int32_t*>(ticket->data);
+  p.x_stride = tokens > 1 ? x->strides[0] : hidden;
+  p.hidden = static_cast<int32_t>(hidden);
+  return launch_moe_route(op, p, x->dtype, static_cast<cudaStream_t>(stream));
 }
 
 extern "C" int32_t msgl_moe_route_align(const msgl_tensor* topk_ids, const msgl_tensor* topk_weights,

@@ -260,3 +260,37 @@ fn moe_sum_weights_and_skips_dropped_pairs() -> Result<()> {
     }
     Ok(())
 }
+
+/// `moe_router_route` on the CPU: the router GEMM then the routing, the same ids
+/// and weights as `linear` + `moe_route` (bf16, f32; 1..9 tokens; odd sizes), and a
+/// clear error for a router weight of the wrong shape or dtype and a bad top-k.
+#[test]
+fn router_route_is_the_gemm_then_the_routing() -> Result<()> {
+    let mut r = rng(7);
+    for dtype in [DType::BF16, DType::F32] {
+        for (t, e, k, h) in [(1, 128, 8, 256), (9, 37, 3, 200), (4, 8, 2, 64)] {
+            let x = tensor(&randv(&mut r, t * h, 1.0), &[t, h], dtype)?;
+            let w = tensor(&randv(&mut r, e * h, 0.2), &[e, h], dtype)?;
+            for renormalize in [false, true] {
+                let got = ops::moe_router_route(&x, &w, k, renormalize)?;
+                let want = ops::moe_route(&ops::linear(&x, &w, None)?, k, renormalize)?;
+                ensure!(got.topk_ids.to_vec::<i32>()? == want.topk_ids.to_vec::<i32>()?, "{dtype} t={t} e={e}: ids");
+                ensure!(
+                    got.topk_weights.to_vec::<f32>()? == want.topk_weights.to_vec::<f32>()?,
+                    "{dtype} t={t} e={e}: weights"
+                );
+            }
+        }
+    }
+    let x = tensor(&randv(&mut r, 2 * 64, 1.0), &[2, 64], DType::F32)?;
+    let w = tensor(&randv(&mut r, 8 * 64, 1.0), &[8, 64], DType::F32)?;
+    let short = tensor(&randv(&mut r, 8 * 32, 1.0), &[8, 32], DType::F32)?;
+    let e = ops::moe_router_route(&x, &short, 2, true).err().map(|e| e.to_string()).unwrap_or_default();
+    ensure!(e.contains("router_w"), "a router weight of the wrong width: {e:?}");
+    let e =
+        ops::moe_router_route(&x, &w.to_dtype(DType::BF16)?, 2, true).err().map(|e| e.to_string()).unwrap_or_default();
+    ensure!(e.contains("router_w"), "a router weight of another dtype: {e:?}");
+    let e = ops::moe_router_route(&x, &w, 9, true).err().map(|e| e.to_string()).unwrap_or_default();
+    ensure!(e.contains("top_k"), "top_k past the experts: {e:?}");
+    Ok(())
+}

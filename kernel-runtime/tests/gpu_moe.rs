@@ -454,3 +454,83 @@ fn gpu_decode_kernels_match_naive() -> Result<()> {
     }
     Ok(())
 }
+
+/// The fused router (`ops::moe_router_route` with MINISGL_MOE_FUSED_ROUTER on: the
+/// logits and the routing in one launch) against the router GEMM and
+/// `moe_route` on the GPU, at Qwen3-30B-A3B's shapes and odd ones, 1..8 tokens,
+/// both normalisations, bf16 and f16: the same experts for every token whose
+/// k-th and (k+1)-th logits are further apart than a few roundings (the kernel
+/// sums in its own order), weights within 2e-2; bit for bit on a second run and
+/// from a CUDA graph (the ticket is left zero for the next launch).
+#[test]
+fn gpu_fused_router_matches_the_gemm_and_route() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let mut checked = 0;
+    let mut near_ties = 0;
+    for (dtype, (e, k, h)) in [
+        (DType::BF16, (128, 8, 2048)),
+        (DType::F16, (64, 4, 2048)),
+        (DType::BF16, (8, 2, 1024)),
+        (DType::BF16, (37, 3, 264)),
+        (DType::BF16, (512, 8, 1024)),
+    ] {
+        for m in [1, 2, 5, 8] {
+            for renormalize in [true, false] {
+                let what = format!("fused router {dtype} e={e} k={k} h={h} m={m} renormalize={renormalize}");
+                let seed = (e * 1000 + m * 10 + h) as u64;
+                let x = random(seed, &[m, h], dtype, 1.0, GPU)?;
+                let w = random(seed + 1, &[e, h], dtype, 0.05, GPU)?;
+                ops::set_moe_fused_router(Some(false));
+                let logits = ops::linear(&x, &w, None)?;
+                let want = ops::moe_route(&logits, k, renormalize)?;
+                ops::set_moe_fused_router(Some(true));
+                let got = ops::moe_router_route(&x, &w, k, renormalize);
+                let again = ops::moe_router_route(&x, &w, k, renormalize);
+                let dev = kernel_runtime::cuda::device(0)?;
+                let captured = dev.capture(|| ops::moe_router_route(&x, &w, k, renormalize));
+                ops::set_moe_fused_router(None);
+                let (got, again) = (got.context(what.clone())?, again.context(what.clone())?);
+                let (mut graph, replayed) = captured.context(format!("{what}: capture"))?;
+                graph.replay()?;
+                dev.synchronize()?;
+                let bits = |r: &MoeRouting| -> Result<(Vec<i32>, Vec<u32>)> {
+                    let w: Vec<u32> = r.topk_weights.to_vec::<f32>()?.iter().map(|v| v.to_bits()).collect();
+                    Ok((r.topk_ids.to_vec::<i32>()?, w))
+                };
+                ensure!(bits(&again)? == bits(&got)?, "{what}: a second run differs");
+                ensure!(bits(&replayed)? == bits(&got)?, "{what}: the graph replay differs");
+                let lv = logits.to_f32_vec()?;
+                let (gi, gw) = (got.topk_ids.to_vec::<i32>()?, got.topk_weights.to_vec::<f32>()?);
+                let (wi, ww) = (want.topk_ids.to_vec::<i32>()?, want.topk_weights.to_vec::<f32>()?);
+                for t in 0..m {
+                    let mut row: Vec<f32> = lv[t * e..(t + 1) * e].to_vec();
+                    row.sort_by(|a, b| b.total_cmp(a));
+                    // Four bf16 roundings of the logits at the boundary: two sums of
+                    // one product in another order stay well within them.
+                    let margin = if k < e { row[k - 1] - row[k] } else { f32::INFINITY };
+                    let ulp = row[k - 1].abs().max(row[k.min(e - 1)].abs()) / 128.0;
+                    if margin <= 4.0 * ulp {
+                        near_ties += 1;
+                        continue;
+                    }
+                    let mut a: Vec<(i32, f32)> =
+                        gi[t * k..(t + 1) * k].iter().copied().zip(gw[t * k..].iter().copied()).collect();
+                    let mut b: Vec<(i32, f32)> =
+                        wi[t * k..(t + 1) * k].iter().copied().zip(ww[t * k..].iter().copied()).collect();
+                    a.sort_by_key(|p| p.0);
+                    b.sort_by_key(|p| p.0);
+                    for ((ia, va), (ib, vb)) in a.iter().zip(&b) {
+                        ensure!(ia == ib, "{what}: token {t} chose {a:?}, the GEMM and moe_route {b:?}");
+                        ensure!((va - vb).abs() <= 2e-2, "{what}: token {t} expert {ia} weight {va}, want {vb}");
+                    }
+                    checked += 1;
+                }
+            }
+        }
+    }
+    println!("SUMMARY fused router: {checked} tokens checked, {near_ties} near ties skipped");
+    ensure!(checked >= near_ties, "too few tokens away from a tie: {checked} checked, {near_ties} skipped");
+    Ok(())
+}

@@ -581,8 +581,14 @@ typedef struct msgl_moe_align_params {
  * experts when `renormalize` is set (Qwen3-MoE's norm_topk_prob). Phase 0: one
  * warp per token. Phase 1 (small batches): one block routes every token, then
  * runs moe_align's single-block sort on the result (`align`, whose topk_ids is
- * this op's). Instance parameter: DTYPE (of the logits).
+ * this op's). Phase 2 (moe_router_route, at most MSGL_MOE_ROUTER_MAX_TOKENS
+ * tokens): the router's logits in the same launch, logits[t, e] = x[t] . w[e]
+ * rounded to the dtype as the router GEMM's output would be, one warp per expert
+ * (f32 sums, fixed order), into the f32 scratch `logits_f32`; the last block to
+ * finish (counted in `ticket`, which it sets back to zero) routes every token as
+ * phase 0 does. Instance parameter: DTYPE (of the logits; phase 2: of x and w).
  */
+#define MSGL_MOE_ROUTER_MAX_TOKENS 8
 typedef struct msgl_moe_route_params {
   const void* logits;          /* device, [num_tokens, num_experts], rows logits_stride elements apart */
   int32_t* topk_ids;           /* device, [num_tokens, top_k] contiguous */
@@ -594,6 +600,14 @@ typedef struct msgl_moe_route_params {
   int32_t top_k;               /* 1..min(num_experts, MSGL_MOE_MAX_TOP_K) */
   int32_t renormalize;
   int32_t phase;
+  /* Phase 2 only: */
+  const void* x;               /* device, [num_tokens, hidden], rows x_stride elements apart, 16-byte aligned */
+  const void* router_w;        /* device, [num_experts, hidden] contiguous, 16-byte aligned */
+  float* logits_f32;           /* device, [num_tokens, num_experts] contiguous scratch */
+  int32_t* ticket;             /* device, one int32: zero before the launch, left zero */
+  int64_t x_stride;            /* elements */
+  int32_t hidden;              /* a multiple of 16 bytes of elements */
+  int32_t reserved;
 } msgl_moe_route_params;
 
 /*
@@ -874,6 +888,14 @@ MSGL_API int32_t msgl_moe_route_align(const msgl_tensor* topk_ids, const msgl_te
                              const msgl_tensor* expert_offsets, const msgl_tensor* tiles, const msgl_tensor* logits,
                              int32_t renormalize, int32_t block_m, int32_t tile_m, msgl_stream stream);
 
+/* moe_router_route: the router and moe_route in one launch (phase 2): x [t, h] (t <=
+ * MSGL_MOE_ROUTER_MAX_TOKENS; unit last stride, 16-byte aligned rows), router_w [e, h]
+ * contiguous of x's dtype, logits_f32 [t, e] f32 contiguous (scratch), ticket [>= 1]
+ * int32 zeros (left zero); topk_ids, topk_weights as in moe_route. */
+MSGL_API int32_t msgl_moe_router_route(const msgl_tensor* topk_ids, const msgl_tensor* topk_weights,
+                              const msgl_tensor* x, const msgl_tensor* router_w, const msgl_tensor* logits_f32,
+                              const msgl_tensor* ticket, int32_t renormalize, msgl_stream stream);
+
 /* moe_align: topk_ids [t, k] int32 contiguous; sorted_ids [L] int32 with
  * L >= round_up(t k + min(t k, e) (block_m - 1), block_m); block_experts [L / block_m] int32;
  * expert_offsets [e + 1] int32; tiles [2 + ceil(L / tile_m) + min(t k, e)] int32 (all written;
@@ -927,7 +949,7 @@ static_assert(sizeof(msgl_apply_penalties_params) == 72, "msgl_apply_penalties_p
 static_assert(sizeof(msgl_logprobs_params) == 72, "msgl_logprobs_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_convert_params) == 176, "msgl_convert_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_attention_params) == 360, "msgl_attention_params layout changed: run cargo xtask codegen");
-static_assert(sizeof(msgl_moe_route_params) == 120, "msgl_moe_route_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_moe_route_params) == 168, "msgl_moe_route_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_align_params) == 64, "msgl_moe_align_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_gemm_params) == 112, "msgl_moe_gemm_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_sum_params) == 64, "msgl_moe_sum_params layout changed: run cargo xtask codegen");

@@ -55,9 +55,7 @@
 //! types too (compiled at run time): a fallback and a cross-check of the
 //! tensor-core fragments.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use crate::cuda::CudaDevice;
 use crate::device::Device;
@@ -69,7 +67,7 @@ use crate::sys::kernels::msgl_attention_params;
 use crate::tensor::Tensor;
 
 use super::decode_plan;
-use super::launch::{device_of, dispatch, dtype_code, grid_u32, rows_aligned};
+use super::launch::{device_of, dispatch, dtype_code, grid_u32, persistent_zeros, rows_aligned, Switch};
 
 const OP: &str = "paged_attention";
 /// attention.cu's kAttnMaxWarps.
@@ -86,26 +84,11 @@ const DECODE_ROWS: [usize; 4] = [1, 2, 4, 8];
 /// int32): a decode launch with more pairs merges its splits in the combine launch.
 const SPLIT_COUNTERS: usize = 1 << 16;
 
-/// The split counters of `dev`: [`SPLIT_COUNTERS`] int32 zeros, made on first
-/// use and kept for the process (captured graphs address them); the decode
-/// kernel leaves them zero after every launch. `None` while a graph capture runs
-/// before they exist (that graph then keeps the combine launch: allocating and
-/// clearing memory is no work to record in it).
+/// The split counters of `dev`: [`SPLIT_COUNTERS`] int32 zeros (see
+/// `launch::persistent_zeros`; `None` during a capture before they exist: that
+/// graph then keeps the combine launch).
 fn split_counters(dev: &Arc<CudaDevice>) -> Result<Option<Tensor>> {
-    static COUNTERS: OnceLock<Mutex<HashMap<usize, Tensor>>> = OnceLock::new();
-    let mut map = COUNTERS
-        .get_or_init(|| Mutex::new(HashMap::new()))
-        .lock()
-        .map_err(|_| Error::arg("decode_attention", "the split counters' lock is poisoned"))?;
-    if let Some(t) = map.get(&dev.ordinal()) {
-        return Ok(Some(t.clone()));
-    }
-    if dev.is_capturing() {
-        return Ok(None);
-    }
-    let t = Tensor::zeros(&[SPLIT_COUNTERS], DType::I32, Device::Cuda(dev.ordinal()))?;
-    map.insert(dev.ordinal(), t.clone());
-    Ok(Some(t))
+    persistent_zeros("decode_attention split counters", dev, SPLIT_COUNTERS)
 }
 
 /// Keys per K/V tile: attention.cu's `AttnTile::BN`.
@@ -365,24 +348,19 @@ fn fused_prologue_params(
     super::rope_store::fused_prologue(&RopeStore { k_cache: &kc, v_cache: &vc, ..*r }, sms)
 }
 
-/// `ops::set_decode_fused_rope`'s override: 0 none, 1 off, 2 on.
-static FUSED_ROPE: AtomicU8 = AtomicU8::new(0);
+/// `MINISGL_DECODE_FUSED_ROPE=1`: `ops::rope_store_attention` fuses the prologue
+/// into the decode launch (off by default until measured in decode steps,
+/// docs/PERF.md).
+static FUSED_ROPE: Switch = Switch::off_by_default("MINISGL_DECODE_FUSED_ROPE");
 
 /// See `ops::set_decode_fused_rope`.
 pub(crate) fn set_fused_rope(on: Option<bool>) {
-    FUSED_ROPE.store(on.map_or(0, |on| if on { 2 } else { 1 }), Ordering::Relaxed);
+    FUSED_ROPE.set(on);
 }
 
-/// Whether `ops::rope_store_attention` fuses the prologue into the decode launch
-/// (`MINISGL_DECODE_FUSED_ROPE=1`; off by default until measured in decode steps,
-/// docs/PERF.md).
+/// Whether [`FUSED_ROPE`] is on.
 pub(crate) fn fused_rope_enabled() -> bool {
-    static ENV: OnceLock<bool> = OnceLock::new();
-    match FUSED_ROPE.load(Ordering::Relaxed) {
-        1 => false,
-        2 => true,
-        _ => *ENV.get_or_init(|| std::env::var("MINISGL_DECODE_FUSED_ROPE").is_ok_and(|v| v.trim() == "1")),
-    }
+    FUSED_ROPE.get()
 }
 
 /// The decode kernel over the batch, with `rows` query rows per block; with

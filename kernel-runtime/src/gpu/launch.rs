@@ -3,8 +3,9 @@
 //! and sizes the launchers compute. Kept apart from `gpu/mod.rs` so that the
 //! launchers do not import the module that re-exports them.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::cuda::CudaDevice;
 use crate::error::{Error, Result};
@@ -113,4 +114,27 @@ impl Switch {
             }
         }
     }
+}
+
+/// A buffer of `len` int32 zeros on `dev` that kernels use as counters and leave
+/// zero after every launch (the decode attention's split counters, the fused MoE
+/// router's ticket): made on first use under the name `name` and kept for the
+/// process, since captured graphs address it. `None` while a graph capture runs
+/// before it exists (allocating and clearing memory is no work to record in a
+/// graph: the caller then takes a path without counters).
+pub(crate) fn persistent_zeros(name: &'static str, dev: &Arc<CudaDevice>, len: usize) -> Result<Option<Tensor>> {
+    static BUFFERS: OnceLock<Mutex<HashMap<(&'static str, usize), Tensor>>> = OnceLock::new();
+    let mut map = BUFFERS
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .map_err(|_| Error::arg(name, "the counters' lock is poisoned"))?;
+    if let Some(t) = map.get(&(name, dev.ordinal())) {
+        return Ok(Some(t.clone()));
+    }
+    if dev.is_capturing() {
+        return Ok(None);
+    }
+    let t = Tensor::zeros(&[len], crate::dtype::DType::I32, crate::device::Device::Cuda(dev.ordinal()))?;
+    map.insert((name, dev.ordinal()), t.clone());
+    Ok(Some(t))
 }

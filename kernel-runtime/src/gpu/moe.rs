@@ -54,7 +54,7 @@ use crate::sys::kernels::{
 };
 use crate::tensor::Tensor;
 
-use super::launch::{device_of, dispatch, dtype_code, grid_u32};
+use super::launch::{device_of, dispatch, dtype_code, grid_u32, rows_aligned, Switch};
 
 /// One configuration of moe_gemm.cu's `MoeTile` table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,6 +252,21 @@ const DECODE_COLS_PER_BLOCK: usize = 8;
 /// moe_decode.cu's kMoeDecodeThreads.
 const DECODE_THREADS: u32 = 128;
 
+/// `MINISGL_MOE_FUSED_ROUTER=1`: `ops::moe_router_route` runs the router and the
+/// routing in one launch (off by default until measured in decode steps,
+/// docs/PERF.md).
+static FUSED_ROUTER: Switch = Switch::off_by_default("MINISGL_MOE_FUSED_ROUTER");
+
+/// See `ops::set_moe_fused_router`.
+pub(crate) fn set_fused_router(on: Option<bool>) {
+    FUSED_ROUTER.set(on);
+}
+
+/// Whether [`FUSED_ROUTER`] is on.
+pub(crate) fn fused_router_enabled() -> bool {
+    FUSED_ROUTER.get()
+}
+
 /// Whether launches use programmatic dependent launch (`MINISGL_MOE_PDL`, default 1).
 fn pdl_enabled() -> bool {
     static PDL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -415,6 +430,7 @@ fn route_align(routing: &MoeRouting, align: &MoeAlignment, logits: &Tensor, reno
         top_k: routing.top_k() as i32,
         renormalize: i32::from(renormalize),
         phase: 1,
+        ..Default::default()
     };
     let views = [
         &routing.topk_ids,
@@ -459,6 +475,70 @@ fn route_align(routing: &MoeRouting, align: &MoeAlignment, logits: &Tensor, reno
             unsafe { f.launch(dev, 1, ALIGN_THREADS as u32, ranked_smem(e), &p) }
         },
     )
+}
+
+/// The router's logits and the routing in one launch (moe_route.cu, phase 2; see
+/// `ops::moe_router_route`): `x` `[t, hidden]` (t <= MSGL_MOE_ROUTER_MAX_TOKENS,
+/// 16-byte aligned rows), `router_w` `[E, hidden]`, checked by the op. Returns
+/// `false` (and launches nothing) where the kernel does not fit (rows that are not
+/// whole, aligned 16-byte vectors, a strided weight) and while a graph capture
+/// runs before the device's ticket exists: the caller then takes the GEMM and
+/// moe_route.
+pub(crate) fn router_route(routing: &MoeRouting, x: &Tensor, router_w: &Tensor, renormalize: bool) -> Result<bool> {
+    const OP: &str = "moe_router_route";
+    let dev = device_of(OP, x)?;
+    let whole = (x.dim(1) * x.dtype().size_in_bytes()).is_multiple_of(16);
+    if !(whole && router_w.is_contiguous() && rows_aligned(x, 16) && rows_aligned(router_w, 16)) {
+        return Ok(false);
+    }
+    let Some(ticket) = super::launch::persistent_zeros("moe_router_route ticket", dev, 1)? else {
+        return Ok(false);
+    };
+    let [t, hidden] = [x.dim(0), x.dim(1)];
+    let e = router_w.dim(0);
+    let logits = Tensor::empty(&[t, e], DType::F32, x.device())?;
+    let p = msgl_moe_route_params {
+        logits: ptr(&logits),
+        topk_ids: ptr(&routing.topk_ids).cast(),
+        topk_weights: ptr(&routing.topk_weights).cast(),
+        num_tokens: t as i64,
+        logits_stride: e as i64,
+        num_experts: e as i32,
+        top_k: routing.top_k() as i32,
+        renormalize: i32::from(renormalize),
+        phase: 2,
+        x: ptr(x),
+        router_w: ptr(router_w),
+        logits_f32: ptr(&logits).cast(),
+        ticket: ptr(&ticket).cast(),
+        x_stride: if t > 1 { x.strides()[0] as i64 } else { hidden as i64 },
+        hidden: i32::try_from(hidden).map_err(|_| Error::arg(OP, format!("hidden size {hidden} exceeds 32 bits")))?,
+        ..Default::default()
+    };
+    let grid = grid_u32(OP, e.div_ceil(ROUTE_THREADS / 32))?;
+    let smem = u32::try_from(t * e * 4).map_err(|_| Error::arg(OP, "the logits exceed shared memory"))?;
+    let views = [&routing.topk_ids, &routing.topk_weights, x, router_w, &logits, &ticket].map(Tensor::abi);
+    dispatch(
+        OP,
+        dev,
+        "moe_route",
+        &[("DTYPE", dtype_code(x))],
+        |lib, stream| {
+            let [a, b, c, d, f, g] = &views;
+            // SAFETY: the views describe live device tensors checked by the op (the
+            // scratch and the ticket allocated here, the ticket a kept buffer of
+            // zeros that the kernel leaves zero); the launcher validates them again
+            // and only enqueues work on `stream`.
+            unsafe { lib.msgl_moe_router_route(a, b, c, d, f, g, i32::from(renormalize), stream) }
+        },
+        |f| {
+            // SAFETY: `p` is the msgl_moe_route_params the entry takes (phase 2: a
+            // warp per expert, the logits' shared memory), filled from the same
+            // tensors.
+            unsafe { f.launch(dev, grid, ROUTE_THREADS as u32, smem, &p) }
+        },
+    )?;
+    Ok(true)
 }
 
 /// One grouped GEMM (see `ops::moe_gemm`).

@@ -152,10 +152,34 @@ pub(crate) fn plan(m: usize, n: usize, k: usize, dtype: DType, aligned: bool, sm
         && k > 0
         && k.is_multiple_of(32)
         && aligned;
-    (fits && (MIN_WEIGHT_BYTES..=MAX_WEIGHT_BYTES).contains(&(n * k * 2))).then(|| {
+    (fits && weight_window().contains(&(n * k * 2))).then(|| {
         let m_tiles = if n >= two_tile_min_n(sm_count) { 2 } else { 1 };
         SkinnyPlan { m_tiles, k_splits: 1 }
     })
+}
+
+/// The weight sizes [`plan`] sends to the skinny kernel: [`MIN_WEIGHT_BYTES`] to
+/// [`MAX_WEIGHT_BYTES`], or `MINISGL_SKINNY_WEIGHT_MIB=lo,hi` (MiB, read once; for
+/// measuring the window: Qwen3-30B-A3B's 20 MiB qkv, which would take the norm
+/// into its launch, and its 0.5 MiB router sit outside it).
+fn weight_window() -> std::ops::RangeInclusive<usize> {
+    static WINDOW: std::sync::OnceLock<std::ops::RangeInclusive<usize>> = std::sync::OnceLock::new();
+    WINDOW
+        .get_or_init(|| {
+            std::env::var("MINISGL_SKINNY_WEIGHT_MIB")
+                .ok()
+                .and_then(|v| parse_mib_window(&v))
+                .unwrap_or(MIN_WEIGHT_BYTES..=MAX_WEIGHT_BYTES)
+        })
+        .clone()
+}
+
+/// `lo,hi` in MiB (decimals allowed) as a byte range; `None` for anything else.
+fn parse_mib_window(v: &str) -> Option<std::ops::RangeInclusive<usize>> {
+    let (lo, hi) = v.split_once(',')?;
+    let mib = |x: &str| x.trim().parse::<f64>().ok().filter(|m| m.is_finite() && *m >= 0.0);
+    let (lo, hi) = (mib(lo)?, mib(hi)?);
+    (lo <= hi).then(|| (lo * 1048576.0) as usize..=(hi * 1048576.0) as usize)
 }
 
 /// The fewest outputs at which [`plan`] takes two tiles a warp: 32 x SMs, or
@@ -442,6 +466,12 @@ mod tests {
         assert_eq!(plan(16, 4096, 4096, bf, true, 132), None);
         assert_eq!(plan(1, 28672, 4096, bf, true, 132), None);
         assert_eq!(plan(1, 151936, 1024, bf, true, 132), None);
+        // The measuring window's parser.
+        assert_eq!(parse_mib_window("0.25, 32"), Some(262144..=32 << 20));
+        assert_eq!(parse_mib_window("1,16"), Some(1 << 20..=16 << 20));
+        for bad in ["", "16", "2,1", "a,b", "-1,4", "1,inf"] {
+            assert_eq!(parse_mib_window(bad), None, "{bad}");
+        }
         // More rows, f32, odd k, unaligned, small weights: cuBLASLt.
         assert_eq!(plan(17, 4096, 4096, bf, true, 132), None);
         assert_eq!(plan(0, 4096, 4096, bf, true, 132), None);

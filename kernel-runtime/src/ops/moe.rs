@@ -22,7 +22,7 @@
 use crate::device::Device;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::sys::kernels::{MSGL_MOE_MAX_EXPERTS, MSGL_MOE_MAX_TOP_K};
+use crate::sys::kernels::{MSGL_MOE_MAX_EXPERTS, MSGL_MOE_MAX_TOP_K, MSGL_MOE_ROUTER_MAX_TOKENS};
 use crate::tensor::Tensor;
 
 pub use crate::op_types::moe::{moe_sorted_rows, moe_tile_entries, MoeAlignment, MoePlan, MoeRouting, MOE_BLOCK_M};
@@ -69,6 +69,69 @@ pub fn moe_route(logits: &Tensor, top_k: usize, renormalize: bool) -> Result<Moe
         Device::Cuda(_) => crate::gpu::moe::route(&routing, logits, renormalize)?,
     }
     Ok(routing)
+}
+
+/// The router and [`moe_route`] as one op: the top `top_k` experts of every row of
+/// `x` `[t, hidden]` by the logits `x router_w^T` (`router_w` `[E, hidden]`, the
+/// router's bias-free Linear weight, of x's dtype), exactly [`super::linear`] then
+/// [`moe_route`] on the CPU. On CUDA, with `MINISGL_MOE_FUSED_ROUTER=1` (or
+/// [`set_moe_fused_router`]), a batch of at most 8 tokens whose rows are whole
+/// 16-byte vectors runs one launch (moe_route.cu, phase 2: the logits, rounded to
+/// the dtype as the GEMM's output is, then the routing; the summation order is
+/// the kernel's own, so a token whose k-th and (k+1)-th logits are within a
+/// rounding of each other may pick the other expert); everything else runs the
+/// two ops.
+pub fn moe_router_route(x: &Tensor, router_w: &Tensor, top_k: usize, renormalize: bool) -> Result<MoeRouting> {
+    const OP: &str = "moe_router_route";
+    let device = common_device(OP, &[("x", x), ("router_w", router_w)])?;
+    let [t, hidden] = x.dims::<2>(OP, "x")?;
+    let [num_experts, _] = router_w.dims::<2>(OP, "router_w")?;
+    router_w.expect_shape(OP, "router_w", &[num_experts, hidden])?;
+    x.expect_dtype(OP, "x", FLOATS)?;
+    router_w.expect_dtype(OP, "router_w", &[x.dtype()])?;
+    check_top_k(OP, top_k, num_experts)?;
+    let fused = matches!(device, Device::Cuda(_))
+        && crate::gpu::moe::fused_router_enabled()
+        && (1..=MSGL_MOE_ROUTER_MAX_TOKENS as usize).contains(&t);
+    if fused {
+        let routing = MoeRouting {
+            topk_ids: Tensor::empty(&[t, top_k], DType::I32, device)?,
+            topk_weights: Tensor::empty(&[t, top_k], DType::F32, device)?,
+        };
+        if crate::gpu::moe::router_route(&routing, x, router_w, renormalize)? {
+            return Ok(routing);
+        }
+    }
+    moe_route(&linear(x, router_w, None)?, top_k, renormalize)
+}
+
+/// [`fused_moe`] with the router's GEMM in the op (`router_w` `[E, hidden]`, the
+/// bias-free router weight): where [`moe_router_route`] takes one launch (CUDA,
+/// the fused router on, decode batches), its routing and [`fused_experts`];
+/// elsewhere [`super::linear`] and [`fused_moe`] (whose decode batches route and
+/// sort in one kernel).
+pub fn fused_moe_routed(
+    x: &Tensor,
+    router_w: &Tensor,
+    w13: &Tensor,
+    w2: &Tensor,
+    top_k: usize,
+    renormalize: bool,
+) -> Result<Tensor> {
+    let [t, _] = x.dims::<2>("fused_moe_routed", "x")?;
+    let fused = matches!(x.device(), Device::Cuda(_))
+        && crate::gpu::moe::fused_router_enabled()
+        && (1..=MSGL_MOE_ROUTER_MAX_TOKENS as usize).contains(&t);
+    if fused {
+        return fused_experts(x, w13, w2, &moe_router_route(x, router_w, top_k, renormalize)?);
+    }
+    fused_moe(x, &linear(x, router_w, None)?, w13, w2, top_k, renormalize)
+}
+
+/// Turns the fused router of [`moe_router_route`] on or off (`None`: back to
+/// `MINISGL_MOE_FUSED_ROUTER`, off unless set to 1). For A/B runs and tests.
+pub fn set_moe_fused_router(on: Option<bool>) {
+    crate::gpu::moe::set_fused_router(on);
 }
 
 fn check_routing(op: &'static str, routing: &MoeRouting, num_tokens: usize) -> Result<()> {

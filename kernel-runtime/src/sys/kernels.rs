@@ -8,6 +8,7 @@ pub const MSGL_ABI_VERSION: u32 = 5;
 pub const MSGL_MAX_DIMS: u32 = 6;
 pub const MSGL_MOE_MAX_EXPERTS: u32 = 512;
 pub const MSGL_MOE_MAX_TOP_K: u32 = 32;
+pub const MSGL_MOE_ROUTER_MAX_TOKENS: u32 = 8;
 pub const MSGL_MOE_ALIGN_SMALL: u32 = 4096;
 pub const MSGL_MOE_ROUTE_ALIGN_MAX: u32 = 256;
 pub const MSGL_F32: msgl_dtype = 0;
@@ -1422,12 +1423,19 @@ pub struct msgl_moe_route_params {
     pub top_k: i32,
     pub renormalize: i32,
     pub phase: i32,
+    pub x: *const ::std::os::raw::c_void,
+    pub router_w: *const ::std::os::raw::c_void,
+    pub logits_f32: *mut f32,
+    pub ticket: *mut i32,
+    pub x_stride: i64,
+    pub hidden: i32,
+    pub reserved: i32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     [
         "Size of msgl_moe_route_params",
-    ][::std::mem::size_of::<msgl_moe_route_params>() - 120usize];
+    ][::std::mem::size_of::<msgl_moe_route_params>() - 168usize];
     [
         "Alignment of msgl_moe_route_params",
     ][::std::mem::align_of::<msgl_moe_route_params>() - 8usize];
@@ -1461,6 +1469,27 @@ const _: () = {
     [
         "Offset of field: msgl_moe_route_params::phase",
     ][::std::mem::offset_of!(msgl_moe_route_params, phase) - 116usize];
+    [
+        "Offset of field: msgl_moe_route_params::x",
+    ][::std::mem::offset_of!(msgl_moe_route_params, x) - 120usize];
+    [
+        "Offset of field: msgl_moe_route_params::router_w",
+    ][::std::mem::offset_of!(msgl_moe_route_params, router_w) - 128usize];
+    [
+        "Offset of field: msgl_moe_route_params::logits_f32",
+    ][::std::mem::offset_of!(msgl_moe_route_params, logits_f32) - 136usize];
+    [
+        "Offset of field: msgl_moe_route_params::ticket",
+    ][::std::mem::offset_of!(msgl_moe_route_params, ticket) - 144usize];
+    [
+        "Offset of field: msgl_moe_route_params::x_stride",
+    ][::std::mem::offset_of!(msgl_moe_route_params, x_stride) - 152usize];
+    [
+        "Offset of field: msgl_moe_route_params::hidden",
+    ][::std::mem::offset_of!(msgl_moe_route_params, hidden) - 160usize];
+    [
+        "Offset of field: msgl_moe_route_params::reserved",
+    ][::std::mem::offset_of!(msgl_moe_route_params, reserved) - 164usize];
 };
 impl Default for msgl_moe_route_params {
     fn default() -> Self {
@@ -1955,6 +1984,16 @@ pub struct KernelLibrary {
         tile_m: i32,
         stream: msgl_stream,
     ) -> i32,
+    pub msgl_moe_router_route: unsafe extern "C" fn(
+        topk_ids: *const msgl_tensor,
+        topk_weights: *const msgl_tensor,
+        x: *const msgl_tensor,
+        router_w: *const msgl_tensor,
+        logits_f32: *const msgl_tensor,
+        ticket: *const msgl_tensor,
+        renormalize: i32,
+        stream: msgl_stream,
+    ) -> i32,
     pub msgl_moe_align: unsafe extern "C" fn(
         sorted_ids: *const msgl_tensor,
         block_experts: *const msgl_tensor,
@@ -2059,6 +2098,9 @@ impl KernelLibrary {
         let msgl_moe_route_align = __library
             .get(b"msgl_moe_route_align\0")
             .map(|sym| *sym)?;
+        let msgl_moe_router_route = __library
+            .get(b"msgl_moe_router_route\0")
+            .map(|sym| *sym)?;
         let msgl_moe_align = __library.get(b"msgl_moe_align\0").map(|sym| *sym)?;
         let msgl_moe_gemm = __library.get(b"msgl_moe_gemm\0").map(|sym| *sym)?;
         let msgl_moe_sum = __library.get(b"msgl_moe_sum\0").map(|sym| *sym)?;
@@ -2094,6 +2136,7 @@ impl KernelLibrary {
             msgl_decode_attention,
             msgl_moe_route,
             msgl_moe_route_align,
+            msgl_moe_router_route,
             msgl_moe_align,
             msgl_moe_gemm,
             msgl_moe_sum,
@@ -2583,6 +2626,29 @@ impl KernelLibrary {
             renormalize,
             block_m,
             tile_m,
+            stream,
+        )
+    }
+    pub unsafe fn msgl_moe_router_route(
+        &self,
+        topk_ids: *const msgl_tensor,
+        topk_weights: *const msgl_tensor,
+        x: *const msgl_tensor,
+        router_w: *const msgl_tensor,
+        logits_f32: *const msgl_tensor,
+        ticket: *const msgl_tensor,
+        renormalize: i32,
+        stream: msgl_stream,
+    ) -> i32 {
+        (self
+            .msgl_moe_router_route)(
+            topk_ids,
+            topk_weights,
+            x,
+            router_w,
+            logits_f32,
+            ticket,
+            renormalize,
             stream,
         )
     }

@@ -71,6 +71,11 @@ impl RouterProbe {
         self.lock().take().unwrap_or_default()
     }
 
+    /// Whether it records (between [`RouterProbe::start`] and [`RouterProbe::finish`]).
+    fn recording(&self) -> bool {
+        self.lock().is_some()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<Vec<f32>>> {
         // A panic elsewhere while holding the lock leaves only numbers behind.
         self.margins.lock().unwrap_or_else(|e| e.into_inner())
@@ -134,9 +139,15 @@ impl SparseMoeBlock {
 
     /// `x` `[t, hidden]` to a new `[t, hidden]`.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let router_logits = self.gate.forward(x)?;
-        self.probe.record(&router_logits, self.top_k)?;
-        let y = self.backend.forward(x, &router_logits, &self.w13, &self.w2, self.top_k, self.norm_topk_prob)?;
+        let y = if self.backend == MoeBackendKind::Fused && !self.probe.recording() {
+            // The router's GEMM inside the op, which can fuse it with the routing.
+            let (w, k, norm) = (self.gate.weight(), self.top_k, self.norm_topk_prob);
+            ops::fused_moe_routed(x, w, &self.w13, &self.w2, k, norm)?
+        } else {
+            let router_logits = self.gate.forward(x)?;
+            self.probe.record(&router_logits, self.top_k)?;
+            self.backend.forward(x, &router_logits, &self.w13, &self.w2, self.top_k, self.norm_topk_prob)?
+        };
         self.tp.all_reduce(&y)?;
         Ok(y)
     }
