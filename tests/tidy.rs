@@ -1,6 +1,7 @@
 //! Repository hygiene that review would otherwise have to catch: every Rust file
-//! starts with a `//!` header, no test is ignored or expected to panic, and
-//! every crate below `engine` forbids (or, for kernel-runtime, documents) unsafe.
+//! starts with a `//!` header, no test is ignored or expected to panic, every
+//! crate below `engine` forbids (or, for kernel-runtime, documents) unsafe, and
+//! every GPU test travels in `cargo xtask gpu-bundle`.
 
 use std::path::{Path, PathBuf};
 
@@ -73,4 +74,36 @@ fn only_kernel_runtime_may_use_unsafe() {
     }
     let runtime = std::fs::read_to_string(root.join("kernel-runtime/src/lib.rs")).unwrap();
     assert!(runtime.contains("undocumented_unsafe_blocks"), "kernel-runtime must lint undocumented unsafe blocks");
+}
+
+/// `cargo xtask gpu-bundle` takes the test binaries named `*gpu*` and those it
+/// lists in `GPU_TESTS_ELSEWHERE`: a `gpu_*` test in any other file would never
+/// reach the GPU machine (models' MoE fixture test did not, until this check).
+#[test]
+fn every_gpu_test_travels_in_the_bundle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bundle = std::fs::read_to_string(root.join("xtask/src/gpu_bundle.rs")).unwrap_or_default();
+    let mut missing = Vec::new();
+    for path in workspace_files() {
+        let (Some(parent), Some(stem)) = (path.parent(), path.file_stem().and_then(|s| s.to_str())) else { continue };
+        if parent.file_name().and_then(|s| s.to_str()) != Some("tests") || stem.contains("gpu") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if !text.lines().any(|l| l.trim_start().starts_with("fn gpu_")) {
+            continue;
+        }
+        // The binary's name: the package (the directory above tests/, or the root
+        // package) and the file.
+        let package = match parent.parent() {
+            Some(p) if p == root => "minisgl".to_owned(),
+            Some(p) => p.file_name().and_then(|s| s.to_str()).unwrap_or("").replace('_', "-"),
+            None => continue,
+        };
+        let binary = format!("\"{package}-{stem}\"");
+        if !bundle.contains(&binary) {
+            missing.push(format!("{} ({binary})", path.display()));
+        }
+    }
+    assert!(missing.is_empty(), "gpu_ tests that the GPU bundle leaves behind:\n{}", missing.join("\n"));
 }

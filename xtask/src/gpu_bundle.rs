@@ -17,6 +17,12 @@ use anyhow::{bail, Context, Result};
 /// Largest bundle accepted (the working tree and the bundle share 64 MiB).
 const MAX_BUNDLE_BYTES: u64 = 40 << 20;
 
+/// Test binaries (`package-file`) holding `gpu_*` tests whose file name does not
+/// say so (their CPU twins share the file's helpers): the bundle takes them beside
+/// the `*gpu*` binaries. tests/tidy.rs checks that every test file with a `gpu_`
+/// test is named `gpu_*` or listed here.
+const GPU_TESTS_ELSEWHERE: &[&str] = &["models-moe_fixtures", "minisgl-engine_structured"];
+
 /// Builds the bundle into `out`.
 pub fn run(out: PathBuf) -> Result<()> {
     let root = crate::workspace_root();
@@ -42,8 +48,11 @@ pub fn run(out: PathBuf) -> Result<()> {
         for (name, exe) in executables(&root, &args)? {
             // Only what a GPU run uses travels: the GPU tests and the benches (unit
             // tests of libraries and binaries run in CI).
-            let wanted =
-                if kind == "tests" { name.contains("gpu") } else { !name.ends_with("-lib") && !name.ends_with("-bin") };
+            let wanted = if kind == "tests" {
+                name.contains("gpu") || GPU_TESTS_ELSEWHERE.contains(&name.as_str())
+            } else {
+                !name.ends_with("-lib") && !name.ends_with("-bin")
+            };
             if wanted {
                 copy_stripped(&exe, &bin_dir.join(kind).join(name))?;
             }

@@ -5,7 +5,8 @@
 #  1. Tests: the fused prologue against rope_store + attention bit for bit (kernel-runtime
 #     gpu_decode), the decode kernel's own tests, and engine-gpu_graphs with the fusion on
 #     (replay = eager bitwise at 1, 7, 64, 256; the dense fixtures through graphs) beside
-#     models gpu_fixtures with it on.
+#     models gpu_fixtures with it on; and the structured-output engine test on the GPU
+#     (minisgl-engine_structured gpu_: in the bundle since this session, never run there).
 #  2. Two alternating rounds of the Qwen3-0.6B graphed step (bs=1 <= 0.8 ms is the target
 #     closest) with the fusion and the in-launch split merge (MINISGL_DECODE_SPLIT_MERGE=1,
 #     which saves the combine launch, another link of a bs=1 layer's chain) off and on,
@@ -13,7 +14,7 @@
 #     step plain and fused.
 BUDGET=${BUDGET:-570}
 source .gpu/lib.sh
-( t 150 decode $T/kernel-runtime-gpu_decode fused rope_store --test-threads=1 --nocapture ) &
+( t 150 decode $T/kernel-runtime-gpu_decode fused rope_store --test-threads=1 --nocapture; t 100 structured $T/minisgl-engine_structured gpu_ --test-threads=1 ) &
 ( export MINISGL_DECODE_FUSED_ROPE=1; t 150 graphs $T/engine-gpu_graphs --test-threads=1 --skip step_time; t 90 fixtures $T/models-gpu_fixtures --test-threads=2 ) &
 wait
 grep 'SUMMARY decode fused' $W/decode.log >> $S
