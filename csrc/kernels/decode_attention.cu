@@ -841,8 +841,10 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
 #pragma unroll
   for (int t = 0; t < STAGES; ++t) first_pages[t] = page_for(t);
   int page = first_pages[0]; /* the page of the next tile issue() copies (its caller advances it) */
-  /* Keys from `new_from` on are not copied (the fused prologue writes their rows
-   * into the tile); kv_len for every tile copied after it. */
+  /* Keys from `new_from` to the split's end are not copied (the fused prologue
+   * writes their rows into the tile); kv_len for every tile copied after it. Keys
+   * past the split still get their zero rows: a masked key's weight is 0, and 0
+   * times a stale NaN in shared memory would not be. */
   auto issue = [&](int t, int new_from) {
     if (t < my_tiles) {
       const int start = tile_start(t);
@@ -852,7 +854,7 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
         const int j = c / CHUNKS, col = c % CHUNKS;
         const int pg = __shfl_sync(0xffffffffu, page, j);
         const int key = start + j;
-        if (key >= new_from) continue;
+        if (key >= new_from && key < kv_stop) continue;
         const int in_page = page_shift >= 0 ? key & (page_size - 1) : key % page_size;
         const long long off =
             pg >= 0 ? ((static_cast<long long>(pg) * page_size + in_page) * p.num_kv_heads + kv_head) * HEAD_DIM + col * CE : 0;
