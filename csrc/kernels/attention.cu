@@ -429,6 +429,8 @@ extern "C" int32_t msgl_paged_attention(const msgl_tensor* out, const msgl_tenso
   msgl_attention_params p;
   MSGL_TRY(attention_check_and_fill(op, out, q, k_cache, v_cache, q_indptr, kv_lens, block_table, o_partial, lse_partial,
                                     plan, &p));
+  if (p.fused_rope != 0) /* the decode kernel's prologue: this kernel would leave q unrotated and the rows unstored */
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the fused prologue (fused_rope) is the decode kernel's", op);
   if (static_cast<long long>(p.num_q_tiles) * p.num_kv_heads * p.max_splits > 0x7fffffffLL)
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the grid exceeds 2^31 blocks", op);
   const int64_t head_dim = q->shape[2];

@@ -73,7 +73,9 @@
  * wait without those rows); decode_rope_prologue below. A decode step's layer
  * then waits on one grid less: rope_store's launch and its drain were a link of
  * every layer's dependency chain. The bits are those of rope_store followed by
- * the plain launch (the same row math: minisgl/rope_row.cuh).
+ * the plain launch (the same row math: minisgl/rope_row.cuh) wherever out_loc and
+ * the block table name the same slot for a new token, as every step's layout does
+ * (a block reads a new key from its tile, rope_store's reader from the page).
  *
  * That is the CUDA-core block. For bf16/f16 the tensor-core block (ROWS = 16,
  * decode_attention_mma_block below) takes the same work with mma.sync products.

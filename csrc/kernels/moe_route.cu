@@ -34,10 +34,12 @@
  * and every replay of a CUDA graph) and routes the tokens, a warp each, with
  * moe_route_token. Deterministic: fixed orders, no atomics on the data.
  *
- * Programmatic dependent launch (sm_90, device.cuh's protocol): the kernel reads
- * only the router logits of the GEMM before it, so it waits for it first and then
- * lets the gate_up GEMM launch, whose blocks are resident and waiting when the
- * sort is done instead of being launched after it.
+ * Programmatic dependent launch (sm_90, device.cuh's protocol): phases 0 and 1
+ * read only the router logits of the GEMM before them, so they wait for it first
+ * and then let the gate_up GEMM launch, whose blocks are resident and waiting when
+ * the sort is done instead of being launched after it. Phase 2 loads its first
+ * weight vectors before the wait (weights no kernel of the step writes) and x, the
+ * previous kernel's output, after it.
  */
 #include "minisgl/moe.cuh"
 

@@ -535,13 +535,23 @@ fn gpu_decode_fused_rope_matches_rope_store_then_attention() -> Result<()> {
         let k_cache = gpu(&random(&mut r, &[num_pages, page_size, hkv, d], dtype, 0.0, 1.0)?)?;
         let v_cache = gpu(&random(&mut r, &[num_pages, page_size, hkv, d], dtype, 0.0, 1.0)?)?;
         let nan_rows = poisoned(&[t, hkv, d], dtype)?;
+        // Copies on the device (the caches are tens of MiB: no round trips to the host).
         let copy_of = |x: &Tensor| -> Result<Tensor> {
-            Ok(Tensor::from_bytes(&x.to_host_bytes()?, x.dtype(), x.shape(), target())?)
+            let y = Tensor::empty(x.shape(), x.dtype(), x.device())?;
+            ops::copy(&y, x)?;
+            Ok(y)
         };
         let scale = 1.0 / (d as f32).sqrt();
+        let slots_total = num_pages * page_size;
+        // The cache rows at the step's slots, `[t, hkv * d]`.
+        let new_rows = |cache: &Tensor| -> Result<Tensor> {
+            Ok(ops::embedding(&cache.reshape(&[slots_total, hkv * d])?, &gslots, 0)?)
+        };
         // One run: fresh copies of the projection and the caches (the new slots NaN),
-        // the prologue and the attention, fused or not; (out, k cache, v cache).
-        let run = |fused: bool, decode_splits: Option<usize>, graph: bool| -> Result<[Tensor; 3]> {
+        // the prologue and the attention, fused or not: the output, the caches' rows
+        // at the new slots, and q afterwards (rope_store rotates it in place, the
+        // fused launch leaves it: the proof that the fused path ran).
+        let run = |fused: bool, decode_splits: Option<usize>, graph: bool| -> Result<[Tensor; 4]> {
             let (work, kc, vc) = (copy_of(&qkv)?, copy_of(&k_cache)?, copy_of(&v_cache)?);
             ops::store_kv(&kc, &vc, &gslots, &nan_rows, &nan_rows)?;
             let [q, k, v] = [work.narrow(1, 0, hq)?, work.narrow(1, hq, hkv)?, work.narrow(1, hq + hkv, hkv)?];
@@ -581,8 +591,9 @@ fn gpu_decode_fused_rope_matches_rope_store_then_attention() -> Result<()> {
             };
             ops::set_decode_fused_rope(None);
             result?;
-            Ok([out, kc, vc])
+            Ok([out, new_rows(&kc)?, new_rows(&vc)?, copy_of(&q)?])
         };
+        let q_given = qkv.narrow(1, 0, hq)?.contiguous()?;
         for stages in [2, 3, 4] {
             for merge in [false, true] {
                 ops::set_decode_tuning(Some(DecodeTuning { stages, chunk_min: 64, ..DecodeTuning::default() }));
@@ -592,12 +603,15 @@ fn gpu_decode_fused_rope_matches_rope_store_then_attention() -> Result<()> {
                         "fused prologue [d={d} heads={hq}/{hkv} rotary={rotary_dim} norm={qk_norm} stages={stages} merge={merge} splits={decode_splits:?}]"
                     );
                     let check = || -> Result<()> {
-                        let [want, want_k, want_v] = run(false, decode_splits, false)?;
+                        let [want, want_k, want_v, _] = run(false, decode_splits, false)?;
                         ensure!(rel_l2(&want, &want)?.is_finite(), "the unfused output holds NaN or inf");
-                        let [got, got_k, got_v] = run(true, decode_splits, false)?;
+                        let [got, got_k, got_v, got_q] = run(true, decode_splits, false)?;
+                        if matches!(target(), Device::Cuda(_)) {
+                            assert_same_bytes("q after the fused launch (did it run?)", &got_q, &q_given)?;
+                        }
                         assert_same_bytes("output", &got, &want)?;
-                        assert_same_bytes("k cache", &got_k, &want_k)?;
-                        assert_same_bytes("v cache", &got_v, &want_v)?;
+                        assert_same_bytes("new k rows", &got_k, &want_k)?;
+                        assert_same_bytes("new v rows", &got_v, &want_v)?;
                         if decode_splits.is_some() {
                             let [replayed, ..] = run(true, decode_splits, true)?;
                             assert_same_bytes("graph replay", &replayed, &want)?;

@@ -486,8 +486,10 @@ fn gpu_fused_router_matches_the_gemm_and_route() -> Result<()> {
                 let logits = ops::linear(&x, &w, None)?;
                 let want = ops::moe_route(&logits, k, renormalize)?;
                 ops::set_moe_fused_router(Some(true));
+                let launches = ops::moe_fused_router_launches();
                 let got = ops::moe_router_route(&x, &w, k, renormalize);
                 let again = ops::moe_router_route(&x, &w, k, renormalize);
+                let ran = ops::moe_fused_router_launches() - launches;
                 let dev = kernel_runtime::cuda::device(0)?;
                 let captured = dev.capture(|| ops::moe_router_route(&x, &w, k, renormalize));
                 ops::set_moe_fused_router(None);
@@ -499,6 +501,7 @@ fn gpu_fused_router_matches_the_gemm_and_route() -> Result<()> {
                     let w: Vec<u32> = r.topk_weights.to_vec::<f32>()?.iter().map(|v| v.to_bits()).collect();
                     Ok((r.topk_ids.to_vec::<i32>()?, w))
                 };
+                ensure!(ran >= 2, "{what}: the fused router launched {ran} times for two calls (a fallback ran)");
                 ensure!(bits(&again)? == bits(&got)?, "{what}: a second run differs");
                 ensure!(bits(&replayed)? == bits(&got)?, "{what}: the graph replay differs");
                 let lv = logits.to_f32_vec()?;

@@ -299,17 +299,18 @@ pub(crate) fn paged_attention(
         Some(r) if decode_mma && rows_aligned(q, 16) => fused_prologue_params(r, k_cache, sms)?,
         _ => None,
     };
+    // Checked before the prologue runs, which writes q and the caches.
+    for (name, x) in [("out", out), ("k_cache", k_cache), ("v_cache", v_cache)] {
+        if !rows_aligned(x, 16) {
+            return Err(Error::arg(OP, format!("argument `{name}` is not 16-byte aligned")));
+        }
+    }
     if let (Some(r), None) = (rope, &fused) {
         let slots = k_cache.dim(0) * k_cache.dim(1);
         let (kc, vc) = (k_cache.reshape(&[slots, hkv, d])?, v_cache.reshape(&[slots, hkv, d])?);
         super::rope_store(&RopeStore { k_cache: &kc, v_cache: &vc, ..*r })?;
     }
     let q = if rows_aligned(q, 16) { q.clone() } else { q.contiguous()? };
-    for (name, x) in [("out", out), ("k_cache", k_cache), ("v_cache", v_cache)] {
-        if !rows_aligned(x, 16) {
-            return Err(Error::arg(OP, format!("argument `{name}` is not 16-byte aligned")));
-        }
-    }
     if let Some(prologue) = fused {
         let rows = rows.unwrap_or(16);
         return decode_attention(out, &q, k_cache, v_cache, meta, scale, rows, Some(prologue));

@@ -121,7 +121,10 @@ impl Switch {
 /// router's ticket): made on first use under the name `name` and kept for the
 /// process, since captured graphs address it. `None` while a graph capture runs
 /// before it exists (allocating and clearing memory is no work to record in a
-/// graph: the caller then takes a path without counters).
+/// graph: the caller then takes a path without counters). One buffer serves every
+/// launch of its kind on the device: sound because those launches are ordered on
+/// the device's one stream and, under programmatic dependent launch, no two of a
+/// kind are resident at once (device.cuh); concurrent streams would need one each.
 pub(crate) fn persistent_zeros(name: &'static str, dev: &Arc<CudaDevice>, len: usize) -> Result<Option<Tensor>> {
     static BUFFERS: OnceLock<Mutex<HashMap<(&'static str, usize), Tensor>>> = OnceLock::new();
     let mut map = BUFFERS

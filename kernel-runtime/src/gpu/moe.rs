@@ -262,6 +262,9 @@ pub(crate) fn set_fused_router(on: Option<bool>) {
     FUSED_ROUTER.set(on);
 }
 
+/// Launches of the fused router in this process (`ops::moe_fused_router_launches`).
+pub(crate) static ROUTER_LAUNCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// Whether [`FUSED_ROUTER`] is on.
 pub(crate) fn fused_router_enabled() -> bool {
     FUSED_ROUTER.get()
@@ -518,6 +521,7 @@ pub(crate) fn router_route(routing: &MoeRouting, x: &Tensor, router_w: &Tensor, 
     let grid = grid_u32(OP, e.div_ceil(ROUTE_THREADS / 32))?;
     let smem = u32::try_from(t * e * 4).map_err(|_| Error::arg(OP, "the logits exceed shared memory"))?;
     let views = [&routing.topk_ids, &routing.topk_weights, x, router_w, &logits, &ticket].map(Tensor::abi);
+    ROUTER_LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     dispatch(
         OP,
         dev,

@@ -128,6 +128,12 @@ pub fn fused_moe_routed(
     fused_moe(x, &linear(x, router_w, None)?, w13, w2, top_k, renormalize)
 }
 
+/// How many launches the fused router of [`moe_router_route`] made in this process
+/// (tests check that the fused path ran rather than its fallback).
+pub fn moe_fused_router_launches() -> usize {
+    crate::gpu::moe::ROUTER_LAUNCHES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Turns the fused router of [`moe_router_route`] on or off (`None`: back to
 /// `MINISGL_MOE_FUSED_ROUTER`, off unless set to 1). For A/B runs and tests.
 pub fn set_moe_fused_router(on: Option<bool>) {
