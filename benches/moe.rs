@@ -8,7 +8,9 @@
 //! `SUMMARY moe-experts M=<m> ...` (the routing given: sort, GEMMs and sum, as
 //! mini-sglang's `fused_experts` and scripts/gpu/moe_triton_baseline.py time it)
 //! `SUMMARY moe-decode M=<m> ...` / `moe-grouped` (`moe-experts` through the decode
-//! kernels, moe_decode.cu, and through the grouped GEMMs, at M <= 16)
+//! kernels, moe_decode.cu, and through the grouped GEMMs, at M <= 16), and
+//! `SUMMARY moe-decode-cols M=<m> cols=<c> ...` (the decode kernels with blocks of
+//! 16, 32 and 64 output columns instead of 8)
 //! `SUMMARY moe-tiles M=<m> gate_up=<g> down=<d> ...` (`moe-experts` with every
 //! pair of tiles of equal rows from the tile table, `*` marking the plan's pair;
 //! `MINISGL_MOE_BENCH_TILES=5,6,7` sweeps only pairs of those tiles, `=none`
@@ -246,6 +248,14 @@ fn run() -> kernel_runtime::Result<()> {
         for (decode, label) in [(true, "moe-decode"), (false, "moe-grouped")] {
             let us = median_us(&timer, Op::ExpertsWith(MoePlan { decode, ..p }), &w, c, 25)?;
             println!("SUMMARY {label} M={} {}", c.m, figures(c, us));
+        }
+        // The decode kernels' block width (8 columns by default: 1.5 waves of
+        // gate_up blocks at M = 1).
+        for cols in [16, 32, 64] {
+            ops::moe::set_moe_decode_cols(Some(cols));
+            let us = median_us(&timer, Op::ExpertsWith(MoePlan { decode: true, ..p }), &w, c, 25);
+            ops::moe::set_moe_decode_cols(None);
+            println!("SUMMARY moe-decode-cols M={} cols={cols} {}", c.m, figures(c, us?));
         }
     }
 

@@ -449,6 +449,15 @@ fn gpu_decode_kernels_match_naive() -> Result<()> {
                 ensure!(err <= 1e-2, "{what}: relative L2 error {err:.3e} > 1e-2");
                 let again = ops::fused_experts_with(&x, &w.w13, &w.w2, &rt, plan)?;
                 ensure!(got.to_host_bytes()? == again.to_host_bytes()?, "{what}: not deterministic");
+                // Wider and odd column blocks: the same bits (each column is one
+                // warp's sum whatever block holds it).
+                for cols in [3, 16, 32, 200] {
+                    ops::set_moe_decode_cols(Some(cols));
+                    let wide = ops::fused_experts_with(&x, &w.w13, &w.w2, &rt, plan);
+                    ops::set_moe_decode_cols(None);
+                    let wide = wide.with_context(|| format!("{what} cols={cols}"))?;
+                    ensure!(got.to_host_bytes()? == wide.to_host_bytes()?, "{what}: {cols} columns a block differ");
+                }
             }
         }
     }

@@ -248,7 +248,34 @@ fn decode_max_tokens() -> usize {
 
 /// Output columns a moe_decode block computes: 8 (4 warps of 2 columns, one
 /// round each), so that one token's pairs already make hundreds of blocks.
+/// (At Qwen3-30B-A3B's shapes and one token that is 768 gate_up blocks, about 1.5
+/// waves of resident blocks: `MINISGL_MOE_DECODE_COLS` / `set_decode_cols` measure
+/// wider blocks, which benches/moe.rs sweeps.)
 const DECODE_COLS_PER_BLOCK: usize = 8;
+
+/// `ops::moe::set_moe_decode_cols`'s override (0: none).
+static DECODE_COLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// See `ops::moe::set_moe_decode_cols`.
+pub(crate) fn set_decode_cols(cols: Option<usize>) {
+    DECODE_COLS.store(cols.map_or(0, |c| c.clamp(1, 4096)), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Output columns a moe_decode block computes: the override, else
+/// `MINISGL_MOE_DECODE_COLS` (1..=4096, read once), else [`DECODE_COLS_PER_BLOCK`].
+fn decode_cols() -> usize {
+    static ENV: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    match DECODE_COLS.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => *ENV.get_or_init(|| {
+            std::env::var("MINISGL_MOE_DECODE_COLS")
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .filter(|c| (1..=4096).contains(c))
+                .unwrap_or(DECODE_COLS_PER_BLOCK)
+        }),
+        c => c,
+    }
+}
 /// moe_decode.cu's kMoeDecodeThreads.
 const DECODE_THREADS: u32 = 128;
 
@@ -720,6 +747,7 @@ fn decode_gemm(out: &Tensor, a: &Tensor, w: &Tensor, routing: &MoeRouting, gate_
     if !super::launch::rows_aligned(a, 16) {
         return Err(Error::arg(OP, "argument `a` rows are not 16-byte aligned"));
     }
+    let cols = decode_cols();
     let p = msgl_moe_decode_params {
         a: ptr(a),
         w: ptr(w),
@@ -733,11 +761,11 @@ fn decode_gemm(out: &Tensor, a: &Tensor, w: &Tensor, routing: &MoeRouting, gate_
         top_k: top_k as i32,
         n: n as i32,
         k: k as i32,
-        cols_per_block: DECODE_COLS_PER_BLOCK as i32,
+        cols_per_block: cols as i32,
         reserved: 0,
     };
     let rows = if gate_up { tokens * top_k } else { tokens };
-    let grid = grid_u32(OP, rows * n.div_ceil(DECODE_COLS_PER_BLOCK))?;
+    let grid = grid_u32(OP, rows * n.div_ceil(cols))?;
     let views = [out, a, w, &routing.topk_ids, &routing.topk_weights].map(Tensor::abi);
     dispatch(
         OP,
@@ -749,19 +777,7 @@ fn decode_gemm(out: &Tensor, a: &Tensor, w: &Tensor, routing: &MoeRouting, gate_
             // SAFETY: the views describe live device tensors of the shapes the op
             // checked (the routing's, the experts'); the launcher validates them
             // again and only enqueues work on `stream`.
-            unsafe {
-                lib.msgl_moe_decode(
-                    o,
-                    a,
-                    w,
-                    ids,
-                    wt,
-                    i32::from(gate_up),
-                    DECODE_COLS_PER_BLOCK as i32,
-                    i32::from(pdl),
-                    stream,
-                )
-            }
+            unsafe { lib.msgl_moe_decode(o, a, w, ids, wt, i32::from(gate_up), cols as i32, i32::from(pdl), stream) }
         },
         // SAFETY: `p` is the msgl_moe_decode_params the entry takes, filled from the
         // same tensors; grid and block are the launcher's.

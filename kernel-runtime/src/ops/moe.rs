@@ -128,6 +128,14 @@ pub fn fused_moe_routed(
     fused_moe(x, &linear(x, router_w, None)?, w13, w2, top_k, renormalize)
 }
 
+/// Output columns a block of the MoE decode kernels computes (moe_decode.cu's
+/// `cols_per_block`), overriding `MINISGL_MOE_DECODE_COLS` and the default 8
+/// (`None`: back to them). For sweeps in benchmarks and tests: any count gives the
+/// same bits (each column's sums are a warp's, in a fixed order).
+pub fn set_moe_decode_cols(cols: Option<usize>) {
+    crate::gpu::moe::set_decode_cols(cols);
+}
+
 /// How many launches the fused router of [`moe_router_route`] made in this process
 /// (tests check that the fused path ran rather than its fallback).
 pub fn moe_fused_router_launches() -> usize {

@@ -11,8 +11,9 @@
 # Tests first (the fused router against the GEMM + routing; MoE graphs replay = eager
 # with the router fused; the Qwen3-MoE fixture in bf16 on both backends, with and without
 # the fused router: models-moe_fixtures, in the bundle since this session, never run on
-# a GPU before), then two
-# alternating rounds of the 30B graphed step: plain, each change alone, all three.
+# a GPU before), then a round of the 30B graphed step (plain, each change alone, all
+# three), the MoE bench's decode lines (the decode kernels' block width: 8 columns make
+# 1.5 waves of gate_up blocks at one token; 16, 32, 64 swept), and a second round.
 BUDGET=${BUDGET:-570}
 source .gpu/lib.sh
 ( t 200 moe $T/kernel-runtime-gpu_moe gpu_fused_router --test-threads=1 --nocapture ) &
@@ -22,11 +23,15 @@ wait
 grep 'SUMMARY fused router' $W/moe.log >> $S
 echo "tests done at $(( $(date +%s) - START )) s" >> $S
 R=MINISGL_MOE_FUSED_ROUTER=1; N=MINISGL_SKINNY_WEIGHT_MIB=1,24; F=MINISGL_DECODE_FUSED_ROPE=1
-for i in 1 2; do
-  step_with "r$i plain" qwen3_30b_a3b_graph_step_time_gpu
-  step_with "r$i router" qwen3_30b_a3b_graph_step_time_gpu $R
-  step_with "r$i window" qwen3_30b_a3b_graph_step_time_gpu $N
-  step_with "r$i rope" qwen3_30b_a3b_graph_step_time_gpu $F
-  step_with "r$i all" qwen3_30b_a3b_graph_step_time_gpu $R $N $F
-done
+round() {
+  step_with "r$1 plain" qwen3_30b_a3b_graph_step_time_gpu
+  step_with "r$1 router" qwen3_30b_a3b_graph_step_time_gpu $R
+  step_with "r$1 window" qwen3_30b_a3b_graph_step_time_gpu $N
+  step_with "r$1 rope" qwen3_30b_a3b_graph_step_time_gpu $F
+  step_with "r$1 all" qwen3_30b_a3b_graph_step_time_gpu $R $N $F
+}
+round 1
+# The MoE decode kernels' block width (moe-decode-cols lines; the tile sweep skipped).
+( export MINISGL_MOE_BENCH_TILES=none; timeout 120 $BB/minisgl-moe --bench > $W/bench-moe.log 2>&1; echo "moe bench rc=$?" >> $S; grep -E 'SUMMARY moe-(decode|grouped)' $W/bench-moe.log >> $S )
+round 2
 echo "end at $(( $(date +%s) - START )) s" >> $S
