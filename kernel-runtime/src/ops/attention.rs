@@ -16,6 +16,7 @@ use crate::tensor::Tensor;
 pub use crate::op_types::attention::{AttnKernel, DecodePlanKind, DecodeTuning, PagedAttnMeta, SplitMerge};
 
 use super::check::common_device;
+use super::fused::{check_rope_store, rope_store, RopeStore};
 
 /// [`paged_attention_with`] with [`AttnKernel::Auto`].
 pub fn paged_attention(
@@ -57,7 +58,7 @@ pub fn paged_attention_with(
     }
 }
 
-/// [`super::rope_store`] then [`paged_attention_with`] over its q and caches, as
+/// [`rope_store`] then [`paged_attention_with`] over its q and caches, as
 /// one op: `rope.k_cache` and `rope.v_cache` are the paged caches `[num_pages,
 /// page_size, heads_kv, d]`. On CUDA, with `MINISGL_DECODE_FUSED_ROPE=1` (or
 /// [`set_decode_fused_rope`]), a step the tensor-core decode kernel takes runs the
@@ -67,14 +68,14 @@ pub fn paged_attention_with(
 /// read `out`, not q.
 pub fn rope_store_attention(
     out: &Tensor,
-    rope: &super::RopeStore<'_>,
+    rope: &RopeStore<'_>,
     meta: &PagedAttnMeta<'_>,
     scale: f32,
     kernel: AttnKernel,
 ) -> Result<()> {
     if matches!(rope.q.device(), Device::Cuda(_)) && crate::gpu::fused_rope_enabled() {
         // Everything either op checks, before anything runs.
-        super::fused::check_rope_store(rope)?;
+        check_rope_store(rope)?;
         check_paged_attention(out, rope.q, rope.k_cache, rope.v_cache, meta)?;
         if rope.q.dim(0) > 0 && rope.k.dim(1) > 0 {
             return crate::gpu::paged_attention(
@@ -89,7 +90,7 @@ pub fn rope_store_attention(
             );
         }
     }
-    super::rope_store(rope)?;
+    rope_store(rope)?;
     paged_attention_with(out, rope.q, rope.k_cache, rope.v_cache, meta, scale, kernel)
 }
 
