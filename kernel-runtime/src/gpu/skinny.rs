@@ -179,7 +179,7 @@ fn parse_mib_window(v: &str) -> Option<std::ops::RangeInclusive<usize>> {
     let (lo, hi) = v.split_once(',')?;
     let mib = |x: &str| x.trim().parse::<f64>().ok().filter(|m| m.is_finite() && *m >= 0.0);
     let (lo, hi) = (mib(lo)?, mib(hi)?);
-    (lo <= hi).then(|| (lo * 1048576.0) as usize..=(hi * 1048576.0) as usize)
+    (lo <= hi).then_some((lo * 1048576.0) as usize..=(hi * 1048576.0) as usize)
 }
 
 /// The fewest outputs at which [`plan`] takes two tiles a warp: 32 x SMs, or
