@@ -322,6 +322,57 @@ fn gpu_decode_variants_at_benchmark_shapes() -> Result<()> {
     run_matrix(&mut cases, true)
 }
 
+/// A decode step's paged layout on the host: sequences `(new tokens, kv length)`
+/// over shuffled pages of `page_size` (three spare), with each new token's position
+/// and cache slot.
+struct PagedStep {
+    q_lens: Vec<usize>,
+    kv_lens: Vec<usize>,
+    /// New tokens in all.
+    t: usize,
+    num_pages: usize,
+    /// `[b + 1]`, `[b]`, `[b, max_pages]`, `[t]`, `[t]` int32.
+    indptr: Tensor,
+    kv: Tensor,
+    table: Tensor,
+    positions: Tensor,
+    slots: Tensor,
+}
+
+fn paged_step(r: &mut StdRng, batch: &[(usize, usize)], page_size: usize) -> Result<PagedStep> {
+    let q_lens: Vec<usize> = batch.iter().map(|b| b.0).collect();
+    let kv_lens: Vec<usize> = batch.iter().map(|b| b.1).collect();
+    let (b, t) = (batch.len(), q_lens.iter().sum::<usize>());
+    let pages_per_seq: Vec<usize> = kv_lens.iter().map(|kv| kv.div_ceil(page_size)).collect();
+    let max_pages = pages_per_seq.iter().copied().max().unwrap_or(1);
+    let num_pages = pages_per_seq.iter().sum::<usize>() + 3;
+    let mut order: Vec<i32> = (0..num_pages as i32).collect();
+    order.shuffle(r);
+    let mut table = vec![-1i32; b * max_pages];
+    let (mut next, mut positions, mut slots, mut indptr) = (0, Vec::new(), Vec::new(), vec![0i32]);
+    for (s, (&n, &(ql, kv))) in pages_per_seq.iter().zip(batch).enumerate() {
+        table[s * max_pages..][..n].copy_from_slice(&order[next..next + n]);
+        next += n;
+        for pos in kv - ql..kv {
+            positions.push(pos as i32);
+            slots.push(table[s * max_pages + pos / page_size] * page_size as i32 + (pos % page_size) as i32);
+        }
+        indptr.push(indptr.last().copied().unwrap_or(0) + ql as i32);
+    }
+    let kv_i32: Vec<i32> = kv_lens.iter().map(|&k| k as i32).collect();
+    Ok(PagedStep {
+        indptr: Tensor::from_slice(&indptr, &[b + 1], CPU)?,
+        kv: Tensor::from_slice(&kv_i32, &[b], CPU)?,
+        table: Tensor::from_slice(&table, &[b, max_pages], CPU)?,
+        positions: Tensor::from_slice(&positions, &[t], CPU)?,
+        slots: Tensor::from_slice(&slots, &[t], CPU)?,
+        q_lens,
+        kv_lens,
+        t,
+        num_pages,
+    })
+}
+
 /// A `[max_pos, rotary_dim]` cos/sin table (the layout `ops::rope` reads).
 fn cos_sin_table(max_pos: usize, rotary_dim: usize) -> Result<Tensor> {
     let half = rotary_dim / 2;
@@ -354,31 +405,8 @@ fn gpu_decode_reads_the_keys_rope_store_wrote_just_before() -> Result<()> {
     // first tile is new, and steps of up to 8 new tokens (16 rows at GQA 2).
     let mut batch: Vec<(usize, usize)> = (0..40).map(|_| (1, r.gen_range(1..=3000))).collect();
     batch.extend([(1, 1), (1, 16), (1, 17), (8, 8), (8, 9), (5, 700), (2, 4096), (3, 33)]);
-    let q_lens: Vec<usize> = batch.iter().map(|b| b.0).collect();
-    let kv_lens: Vec<usize> = batch.iter().map(|b| b.1).collect();
-    let (b, t) = (batch.len(), q_lens.iter().sum::<usize>());
-    let pages_per_seq: Vec<usize> = kv_lens.iter().map(|kv| kv.div_ceil(page_size)).collect();
-    let max_pages = pages_per_seq.iter().copied().max().unwrap_or(1);
-    let num_pages = pages_per_seq.iter().sum::<usize>() + 3;
-    let mut order: Vec<i32> = (0..num_pages as i32).collect();
-    order.shuffle(&mut r);
-    let mut table = vec![-1i32; b * max_pages];
-    let (mut next, mut positions, mut slots, mut indptr) = (0, Vec::new(), Vec::new(), vec![0i32]);
-    for (s, (&n, &(ql, kv))) in pages_per_seq.iter().zip(&batch).enumerate() {
-        table[s * max_pages..][..n].copy_from_slice(&order[next..next + n]);
-        next += n;
-        for pos in kv - ql..kv {
-            positions.push(pos as i32);
-            slots.push(table[s * max_pages + pos / page_size] * page_size as i32 + (pos % page_size) as i32);
-        }
-        indptr.push(indptr.last().copied().unwrap_or(0) + ql as i32);
-    }
-    let kv_i32: Vec<i32> = kv_lens.iter().map(|&k| k as i32).collect();
-    let ti = Tensor::from_slice(&indptr, &[b + 1], CPU)?;
-    let tk = Tensor::from_slice(&kv_i32, &[b], CPU)?;
-    let tt = Tensor::from_slice(&table, &[b, max_pages], CPU)?;
-    let tpos = Tensor::from_slice(&positions, &[t], CPU)?;
-    let tslots = Tensor::from_slice(&slots, &[t], CPU)?;
+    let PagedStep { q_lens, kv_lens, t, num_pages, indptr: ti, kv: tk, table: tt, positions: tpos, slots: tslots } =
+        paged_step(&mut r, &batch, page_size)?;
     let cos_sin = cos_sin_table(4096, d)?;
     let qkv = random(&mut r, &[t, hq + 2 * hkv, d], dtype, 0.0, 1.0)?;
     let k_cache = random(&mut r, &[num_pages, page_size, hkv, d], dtype, 0.0, 1.0)?;
@@ -482,7 +510,8 @@ struct FusedCase {
 /// tile and a page, first tiles that hold new keys, steps of several new tokens
 /// whose keys cross a split; q/k norm (Qwen3) and none, partial rotary, GQA 2 and
 /// 4, head dims 64 and 128. The new slots are NaN bytes before each run, so a
-/// key read from the cache before the prologue wrote it shows.
+/// key read from the cache before the prologue wrote it shows; q must come out of
+/// the fused runs unrotated (the fused path ran, not rope_store's fallback).
 #[test]
 fn gpu_decode_fused_rope_matches_rope_store_then_attention() -> Result<()> {
     if !enabled_or_dry_run() {
@@ -505,30 +534,10 @@ fn gpu_decode_fused_rope_matches_rope_store_then_attention() -> Result<()> {
         let mut batch: Vec<(usize, usize)> = (0..24).map(|_| (1, r.gen_range(1..=3000))).collect();
         batch.extend([(1, 1), (1, 15), (1, 16), (1, 17), (1, 4096), (max_new, max_new), (max_new, 700)]);
         batch.extend([(2, 65), (max_new.min(3), 129), (2, 2)]);
-        let q_lens: Vec<usize> = batch.iter().map(|b| b.0).collect();
-        let kv_lens: Vec<usize> = batch.iter().map(|b| b.1).collect();
-        let (b, t) = (batch.len(), q_lens.iter().sum::<usize>());
-        let pages_per_seq: Vec<usize> = kv_lens.iter().map(|kv| kv.div_ceil(page_size)).collect();
-        let max_pages = pages_per_seq.iter().copied().max().unwrap_or(1);
-        let num_pages = pages_per_seq.iter().sum::<usize>() + 3;
-        let mut order: Vec<i32> = (0..num_pages as i32).collect();
-        order.shuffle(&mut r);
-        let mut table = vec![-1i32; b * max_pages];
-        let (mut next, mut positions, mut slots, mut indptr) = (0, Vec::new(), Vec::new(), vec![0i32]);
-        for (s, (&n, &(ql, kv))) in pages_per_seq.iter().zip(&batch).enumerate() {
-            table[s * max_pages..][..n].copy_from_slice(&order[next..next + n]);
-            next += n;
-            for pos in kv - ql..kv {
-                positions.push(pos as i32);
-                slots.push(table[s * max_pages + pos / page_size] * page_size as i32 + (pos % page_size) as i32);
-            }
-            indptr.push(indptr.last().copied().unwrap_or(0) + ql as i32);
-        }
-        let kv_i32: Vec<i32> = kv_lens.iter().map(|&k| k as i32).collect();
-        let host = |v: &[i32], shape: &[usize]| Tensor::from_slice(v, shape, CPU);
-        let (gi, gk, gt) =
-            (gpu(&host(&indptr, &[b + 1])?)?, gpu(&host(&kv_i32, &[b])?)?, gpu(&host(&table, &[b, max_pages])?)?);
-        let (gpos, gslots) = (gpu(&host(&positions, &[t])?)?, gpu(&host(&slots, &[t])?)?);
+        let step = paged_step(&mut r, &batch, page_size)?;
+        let (q_lens, kv_lens, t, num_pages) = (&step.q_lens, &step.kv_lens, step.t, step.num_pages);
+        let (gi, gk, gt) = (gpu(&step.indptr)?, gpu(&step.kv)?, gpu(&step.table)?);
+        let (gpos, gslots) = (gpu(&step.positions)?, gpu(&step.slots)?);
         let gcs = gpu(&cos_sin_table(4096, rotary_dim)?)?;
         let norm_w = [gpu(&random(&mut r, &[d], dtype, 1.0, 0.5)?)?, gpu(&random(&mut r, &[d], dtype, 1.0, 0.5)?)?];
         let qkv = gpu(&random(&mut r, &[t, hq + 2 * hkv, d], dtype, 0.0, 1.0)?)?;
@@ -571,8 +580,8 @@ fn gpu_decode_fused_rope_matches_rope_store_then_attention() -> Result<()> {
                 q_indptr: &gi,
                 kv_lens: &gk,
                 block_table: &gt,
-                q_lens_host: &q_lens,
-                kv_lens_host: &kv_lens,
+                q_lens_host: q_lens,
+                kv_lens_host: kv_lens,
                 decode_splits,
             };
             let out = poisoned(&[t, hq, d], dtype)?;
