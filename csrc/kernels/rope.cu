@@ -11,10 +11,11 @@
  * 32 or 16 bytes of cos and sin; consecutive threads take consecutive chunks of a
  * head, so every access of a warp is coalesced. The scalar path (rotary_dim / 2 not
  * a multiple of the vector, or unaligned views) takes one pair per thread.
- * Dimensions past rotary_dim are not touched; a position outside the cos/sin cache
+ * The vector path's rotation is minisgl/rope_row.cuh's (rope_store's and the fused
+ * decode prologue's too). Dimensions past rotary_dim are not touched; a position outside the cos/sin cache
  * leaves its token unchanged instead of reading out of bounds.
  */
-#include "minisgl/dtype.cuh"
+#include "minisgl/rope_row.cuh" /* rope_rotate_pair */
 
 namespace msgl {
 
@@ -46,20 +47,7 @@ __device__ __forceinline__ void rope_impl(const msgl_rope_params& p) {
       Vec16<DTYPE> a, b;
       a.load(x + d);
       b.load(x + half + d);
-      float c[E], s[E];
-#pragma unroll
-      for (int j = 0; j < E; j += 4) {
-        const float4 cv = *reinterpret_cast<const float4*>(cs + d + j);
-        const float4 sv = *reinterpret_cast<const float4*>(cs + half + d + j);
-        c[j] = cv.x, c[j + 1] = cv.y, c[j + 2] = cv.z, c[j + 3] = cv.w;
-        s[j] = sv.x, s[j + 1] = sv.y, s[j + 2] = sv.z, s[j + 3] = sv.w;
-      }
-#pragma unroll
-      for (int j = 0; j < E; ++j) {
-        const float x1 = a.v[j], x2 = b.v[j];
-        a.v[j] = x1 * c[j] - x2 * s[j];
-        b.v[j] = x2 * c[j] + x1 * s[j];
-      }
+      rope_rotate_pair<DTYPE>(a, b, cs, half, d);
       a.store(x + d);
       b.store(x + half + d);
     } else {

@@ -36,6 +36,42 @@ __device__ __forceinline__ float rope_row_group_sum(float v, int width) {
   return v;
 }
 
+/* Rotates one pair of 16-byte vectors (columns [col, col + E) of the first rotary
+ * half in `a`, their partners `half` columns on in `b`) by the cos / sin row `cs`
+ * (cos at [0, half), sin after): the neox rotation, in f32. Shared with rope.cu. */
+template <int DTYPE>
+__device__ __forceinline__ void rope_rotate_pair(Vec16<DTYPE>& a, Vec16<DTYPE>& b, const float* cs, int half, int col) {
+  constexpr int E = Vec16<DTYPE>::kElems;
+  float c[E], s[E];
+#pragma unroll
+  for (int e = 0; e < E; e += 4) {
+    const float4 cv = *reinterpret_cast<const float4*>(cs + col + e);
+    const float4 sv = *reinterpret_cast<const float4*>(cs + half + col + e);
+    c[e] = cv.x, c[e + 1] = cv.y, c[e + 2] = cv.z, c[e + 3] = cv.w;
+    s[e] = sv.x, s[e + 1] = sv.y, s[e + 2] = sv.z, s[e + 3] = sv.w;
+  }
+#pragma unroll
+  for (int e = 0; e < E; ++e) {
+    const float x1 = a.v[e], x2 = b.v[e];
+    a.v[e] = x1 * c[e] - x2 * s[e];
+    b.v[e] = x2 * c[e] + x1 * s[e];
+  }
+}
+
+/* Where a head's units lie: `pairs` rotated pairs (vector u of the first half at
+ * column u * VE, its partner `half` columns on), then the lone vectors past
+ * rotary_dim; `units` in all. */
+struct RopeRowUnits {
+  int half, pairs, units, rdim, ve;
+  __device__ __forceinline__ RopeRowUnits(int d, int rotary_dim, int vec_elems)
+      : half(rotary_dim / 2), pairs(rotary_dim / 2 / vec_elems),
+        units(rotary_dim / 2 / vec_elems + (d - rotary_dim) / vec_elems), rdim(rotary_dim), ve(vec_elems) {}
+  /* Whether unit u is a rotated pair. */
+  __device__ __forceinline__ bool is_pair(int u) const { return u < pairs; }
+  /* Unit u's first column (of the first half, for a pair). */
+  __device__ __forceinline__ int column(int u) const { return u < pairs ? u * ve : rdim + (u - pairs) * ve; }
+};
+
 /* The norm weight vectors of a thread's units (raw 16-byte vectors: loaded where
  * the caller likes, e.g. before a grid dependency wait). */
 struct RopeRowWeights {
@@ -53,17 +89,14 @@ __device__ __forceinline__ RopeRowWeights rope_row_weights(const typename DType<
 #pragma unroll
   for (int j = 0; j < kRopeRowUnits; ++j) out.a[j] = out.b[j] = make_uint4(0, 0, 0, 0);
   if (w == nullptr) return out;
-  const int half = rdim / 2;
-  const int pairs = half / VE;
-  const int units = pairs + (d - rdim) / VE;
+  const RopeRowUnits L(d, rdim, VE);
 #pragma unroll
   for (int j = 0; j < kRopeRowUnits; ++j) {
     const int u = t + j * G;
-    if (u < units) {
-      const bool pair = u < pairs;
-      const int ca = pair ? u * VE : rdim + (u - pairs) * VE;
+    if (u < L.units) {
+      const int ca = L.column(u);
       out.a[j] = *reinterpret_cast<const uint4*>(w + ca);
-      if (pair) out.b[j] = *reinterpret_cast<const uint4*>(w + half + ca);
+      if (L.is_pair(u)) out.b[j] = *reinterpret_cast<const uint4*>(w + L.half + ca);
     }
   }
   return out;
@@ -80,17 +113,16 @@ __device__ __forceinline__ void rope_row_apply(const typename DType<DTYPE>::Stor
                                                const RopeRowWeights& w, const float* cs, int d, int rdim, float eps,
                                                int t, int G) {
   constexpr int E = Vec16<DTYPE>::kElems;
-  const int half = rdim / 2;
-  const int pairs = half / E;
-  const int units = pairs + (d - rdim) / E;
+  const RopeRowUnits L(d, rdim, E);
+  const int half = L.half;
   Vec16<DTYPE> a[kRopeRowUnits], b[kRopeRowUnits];
   float sum = 0.f;
 #pragma unroll
   for (int j = 0; j < kRopeRowUnits; ++j) {
     const int u = t + j * G;
-    if (u < units) {
-      const bool pair = u < pairs;
-      const int ca = pair ? u * E : rdim + (u - pairs) * E;
+    if (u < L.units) {
+      const bool pair = L.is_pair(u);
+      const int ca = L.column(u);
       a[j].load(src + ca);
 #pragma unroll
       for (int e = 0; e < E; ++e) sum += a[j].v[e] * a[j].v[e];
@@ -106,9 +138,9 @@ __device__ __forceinline__ void rope_row_apply(const typename DType<DTYPE>::Stor
 #pragma unroll
   for (int j = 0; j < kRopeRowUnits; ++j) {
     const int u = t + j * G;
-    if (u < units) {
-      const bool pair = u < pairs;
-      const int ca = pair ? u * E : rdim + (u - pairs) * E;
+    if (u < L.units) {
+      const bool pair = L.is_pair(u);
+      const int ca = L.column(u);
       if (norm) {
         /* Same operation order as norm.cu: x * inv_rms * w. */
         Vec16<DTYPE> wa;
@@ -122,22 +154,7 @@ __device__ __forceinline__ void rope_row_apply(const typename DType<DTYPE>::Stor
           for (int e = 0; e < E; ++e) b[j].v[e] = b[j].v[e] * inv_rms * wb.v[e];
         }
       }
-      if (pair && cs != nullptr) {
-        float c[E], s[E];
-#pragma unroll
-        for (int e = 0; e < E; e += 4) {
-          const float4 cv = *reinterpret_cast<const float4*>(cs + ca + e);
-          const float4 sv = *reinterpret_cast<const float4*>(cs + half + ca + e);
-          c[e] = cv.x, c[e + 1] = cv.y, c[e + 2] = cv.z, c[e + 3] = cv.w;
-          s[e] = sv.x, s[e + 1] = sv.y, s[e + 2] = sv.z, s[e + 3] = sv.w;
-        }
-#pragma unroll
-        for (int e = 0; e < E; ++e) {
-          const float x1 = a[j].v[e], x2 = b[j].v[e];
-          a[j].v[e] = x1 * c[e] - x2 * s[e];
-          b[j].v[e] = x2 * c[e] + x1 * s[e];
-        }
-      }
+      if (pair && cs != nullptr) rope_rotate_pair<DTYPE>(a[j], b[j], cs, half, ca);
       a[j].store(dst + ca);
       if (pair) b[j].store(dst + half + ca);
     }

@@ -90,10 +90,7 @@ pub fn moe_router_route(x: &Tensor, router_w: &Tensor, top_k: usize, renormalize
     x.expect_dtype(OP, "x", FLOATS)?;
     router_w.expect_dtype(OP, "router_w", &[x.dtype()])?;
     check_top_k(OP, top_k, num_experts)?;
-    let fused = matches!(device, Device::Cuda(_))
-        && crate::gpu::moe::fused_router_enabled()
-        && (1..=MSGL_MOE_ROUTER_MAX_TOKENS as usize).contains(&t);
-    if fused {
+    if fused_router_applies(device, t) {
         let routing = MoeRouting {
             topk_ids: Tensor::empty(&[t, top_k], DType::I32, device)?,
             topk_weights: Tensor::empty(&[t, top_k], DType::F32, device)?,
@@ -103,6 +100,14 @@ pub fn moe_router_route(x: &Tensor, router_w: &Tensor, top_k: usize, renormalize
         }
     }
     moe_route(&linear(x, router_w, None)?, top_k, renormalize)
+}
+
+/// Whether [`moe_router_route`] tries its one launch for `t` tokens on `device`
+/// (CUDA, the switch on, 1..=MSGL_MOE_ROUTER_MAX_TOKENS tokens).
+fn fused_router_applies(device: Device, t: usize) -> bool {
+    matches!(device, Device::Cuda(_))
+        && crate::gpu::moe::fused_router_enabled()
+        && (1..=MSGL_MOE_ROUTER_MAX_TOKENS as usize).contains(&t)
 }
 
 /// [`fused_moe`] with the router's GEMM in the op (`router_w` `[E, hidden]`, the
@@ -119,10 +124,7 @@ pub fn fused_moe_routed(
     renormalize: bool,
 ) -> Result<Tensor> {
     let [t, _] = x.dims::<2>("fused_moe_routed", "x")?;
-    let fused = matches!(x.device(), Device::Cuda(_))
-        && crate::gpu::moe::fused_router_enabled()
-        && (1..=MSGL_MOE_ROUTER_MAX_TOKENS as usize).contains(&t);
-    if fused {
+    if fused_router_applies(x.device(), t) {
         return fused_experts(x, w13, w2, &moe_router_route(x, router_w, top_k, renormalize)?);
     }
     fused_moe(x, &linear(x, router_w, None)?, w13, w2, top_k, renormalize)
