@@ -1105,6 +1105,20 @@ __global__ void __launch_bounds__(kDecodeThreads, (decode_min_blocks<DTYPE, HEAD
   decode_attention_impl<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE, FUSED>(p);
 }
 
+/* Whether the fused-prologue instance launches under programmatic dependent
+ * launch (MINISGL_DECODE_FUSED_PDL, default 1; 0: a plain launch). Its kernel
+ * before it is the qkv projection, which lets the next grid launch at its start:
+ * the attention blocks then take their shared memory beside the projection's
+ * blocks for the projection's whole run, not only its tail (rope_store, which
+ * sits between them otherwise, holds none). The switch measures that. */
+static bool fused_prologue_pdl() {
+  static const bool on = [] {
+    const char* v = getenv("MINISGL_DECODE_FUSED_PDL");
+    return v == nullptr || v[0] != '0';
+  }();
+  return on;
+}
+
 /* FUSED: the instance with the fused prologue (a compile-time switch: its code
  * costs the plain instance 26 registers at head dim 128, 2 stages). */
 template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES, int MERGE, int FUSED>
@@ -1125,8 +1139,12 @@ static int32_t launch_decode_attention_as(const msgl_attention_params& p, cudaSt
         return set_error(MSGL_ERR_CUDA, "decode_attention: clusters of %u blocks: %s", cluster, cudaGetErrorString(err));
     }
   }
-  (void)launch_pdl_cluster(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE, FUSED>,
-                           dim3(static_cast<unsigned>(blocks)), dim3(kDecodeThreads), smem, s, cluster, p);
+  if (FUSED != 0 && cluster == 1 && !fused_prologue_pdl())
+    decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE, FUSED>
+        <<<dim3(static_cast<unsigned>(blocks)), dim3(kDecodeThreads), smem, s>>>(p);
+  else
+    (void)launch_pdl_cluster(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE, FUSED>,
+                             dim3(static_cast<unsigned>(blocks)), dim3(kDecodeThreads), smem, s, cluster, p);
   if (p.max_splits > 1 && MERGE == 0) {
     msgl_attention_params p1 = p;
     p1.phase = 1;

@@ -279,10 +279,12 @@ fn decode_cols() -> usize {
 /// moe_decode.cu's kMoeDecodeThreads.
 const DECODE_THREADS: u32 = 128;
 
-/// `MINISGL_MOE_FUSED_ROUTER=1`: `ops::moe_router_route` runs the router and the
-/// routing in one launch (off by default until measured in decode steps,
-/// docs/PERF.md).
-static FUSED_ROUTER: Switch = Switch::off_by_default("MINISGL_MOE_FUSED_ROUTER");
+/// `ops::moe_router_route` runs the router and the routing in one launch
+/// (`MINISGL_MOE_FUSED_ROUTER=0` turns it off): one link less in each sparse
+/// layer's chain, measured on the H200 in the Qwen3-30B-A3B graphed step at bs=1,
+/// 3.766 / 3.752 -> 3.701 / 3.653 ms in two alternating rounds (docs/PERF.md,
+/// fifteenth session).
+static FUSED_ROUTER: Switch = Switch::new("MINISGL_MOE_FUSED_ROUTER");
 
 /// See `ops::set_moe_fused_router`.
 pub(crate) fn set_fused_router(on: Option<bool>) {

@@ -26,6 +26,13 @@ const MIN_WEIGHT_BYTES: usize = 1 << 20;
 /// and on a 297 MiB lm_head (2.2-2.7 vs 2.4-3.5 TB/s), where cuBLASLt's split-K
 /// kernels keep more bytes in flight.
 const MAX_WEIGHT_BYTES: usize = 16 << 20;
+/// Largest weight matrix the pre-norm variant takes ([`fused_add_rms_norm_linear`]):
+/// a little past [`MAX_WEIGHT_BYTES`] the kernel is about cuBLASLt's speed launch
+/// for launch (Qwen3-30B-A3B's 20 MiB qkv at m = 1: 2.22-2.26 against 2.32 TB/s,
+/// docs/PERF.md, eighth session), and the norm launch it saves wins the step: the
+/// 30B graphed step at bs=1 went from 3.766 / 3.752 to 3.695 / 3.699 ms (H200, two
+/// alternating rounds, docs/PERF.md, fifteenth session).
+const MAX_NORM_WEIGHT_BYTES: usize = 24 << 20;
 
 /// Most k-steps x 16-row tiles a block stages before its dependency wait:
 /// skinny_gemm.cu's kSkinnyMaxPrefetchTileSteps (96 KiB of shared memory, which
@@ -147,31 +154,51 @@ pub struct SkinnyPlan {
 /// (gate_up 7.2 -> 10.8 us split in 2, down 5.6 -> 7.9 us split in 4; o_proj
 /// 7.7 -> 6.7 us, within the run-to-run spread of these few-microsecond kernels).
 pub(crate) fn plan(m: usize, n: usize, k: usize, dtype: DType, aligned: bool, sm_count: usize) -> Option<SkinnyPlan> {
+    plan_within(weight_window(false), m, n, k, dtype, aligned, sm_count)
+}
+
+/// [`plan`] for the pre-norm variant, whose window reaches [`MAX_NORM_WEIGHT_BYTES`].
+pub(crate) fn plan_pre_norm(
+    m: usize,
+    n: usize,
+    k: usize,
+    dtype: DType,
+    aligned: bool,
+    sm_count: usize,
+) -> Option<SkinnyPlan> {
+    plan_within(weight_window(true), m, n, k, dtype, aligned, sm_count)
+}
+
+fn plan_within(
+    window: std::ops::RangeInclusive<usize>,
+    m: usize,
+    n: usize,
+    k: usize,
+    dtype: DType,
+    aligned: bool,
+    sm_count: usize,
+) -> Option<SkinnyPlan> {
     let fits = (1..=MAX_ROWS).contains(&m)
         && matches!(dtype, DType::BF16 | DType::F16)
         && k > 0
         && k.is_multiple_of(32)
         && aligned;
-    (fits && weight_window().contains(&(n * k * 2))).then(|| {
+    (fits && window.contains(&(n * k * 2))).then(|| {
         let m_tiles = if n >= two_tile_min_n(sm_count) { 2 } else { 1 };
         SkinnyPlan { m_tiles, k_splits: 1 }
     })
 }
 
 /// The weight sizes [`plan`] sends to the skinny kernel: [`MIN_WEIGHT_BYTES`] to
-/// [`MAX_WEIGHT_BYTES`], or `MINISGL_SKINNY_WEIGHT_MIB=lo,hi` (MiB, read once; for
-/// measuring the window: Qwen3-30B-A3B's 20 MiB qkv, which would take the norm
-/// into its launch, and its 0.5 MiB router sit outside it).
-fn weight_window() -> std::ops::RangeInclusive<usize> {
-    static WINDOW: std::sync::OnceLock<std::ops::RangeInclusive<usize>> = std::sync::OnceLock::new();
-    WINDOW
-        .get_or_init(|| {
-            std::env::var("MINISGL_SKINNY_WEIGHT_MIB")
-                .ok()
-                .and_then(|v| parse_mib_window(&v))
-                .unwrap_or(MIN_WEIGHT_BYTES..=MAX_WEIGHT_BYTES)
-        })
+/// [`MAX_WEIGHT_BYTES`] (`pre_norm`: to [`MAX_NORM_WEIGHT_BYTES`]), or for both
+/// `MINISGL_SKINNY_WEIGHT_MIB=lo,hi` (MiB, read once; for measuring the window).
+fn weight_window(pre_norm: bool) -> std::ops::RangeInclusive<usize> {
+    static OVERRIDE: std::sync::OnceLock<Option<std::ops::RangeInclusive<usize>>> = std::sync::OnceLock::new();
+    let max = if pre_norm { MAX_NORM_WEIGHT_BYTES } else { MAX_WEIGHT_BYTES };
+    OVERRIDE
+        .get_or_init(|| std::env::var("MINISGL_SKINNY_WEIGHT_MIB").ok().and_then(|v| parse_mib_window(&v)))
         .clone()
+        .unwrap_or(MIN_WEIGHT_BYTES..=max)
 }
 
 /// `lo,hi` in MiB (decimals allowed) as a byte range; `None` for anything else.
@@ -268,7 +295,7 @@ pub(crate) fn fused_add_rms_norm_linear(
     let plan = if epilogue {
         plan_gated(m, w.dim(0) / 2, k, x.dtype(), aligned, sms)
     } else {
-        plan(m, w.dim(0), k, x.dtype(), aligned, sms)
+        plan_pre_norm(m, w.dim(0), k, x.dtype(), aligned, sms)
     };
     let Some(plan) = plan else { return Ok(None) };
     if norm_prefetch_steps(m, k, plan.m_tiles).is_none() {
@@ -460,6 +487,13 @@ mod tests {
         assert_eq!(plan(1, 4224, 1024, bf, true, 132), p(2, 1));
         assert_eq!(plan(1, 1024, 3072, bf, true, 132), p(1, 1));
         assert_eq!(plan(1, 8192, 1024, bf, true, 132), p(2, 1)); // 16 MiB: the largest taken
+        assert_eq!(plan(1, 8193, 1024, bf, true, 132), None);
+        // The pre-norm variant to 24 MiB: Qwen3-30B-A3B's qkv (5120 x 2048, 20 MiB).
+        assert_eq!(plan(1, 5120, 2048, bf, true, 132), None);
+        assert_eq!(plan_pre_norm(1, 5120, 2048, bf, true, 132), p(2, 1));
+        assert_eq!(plan_pre_norm(1, 12288, 1024, bf, true, 132), p(2, 1)); // 24 MiB
+        assert_eq!(plan_pre_norm(1, 12289, 1024, bf, true, 132), None);
+        assert_eq!(plan_pre_norm(1, 6144, 4096, bf, true, 132), None); // Llama-3-8B's qkv, 48 MiB
         assert_eq!(plan(1, 16384, 512, bf, true, 132), p(2, 1));
         // Llama-3-8B's (32-224 MiB) and a vocab-wide lm_head: cuBLASLt measured faster.
         assert_eq!(plan(1, 6144, 4096, bf, true, 132), None);

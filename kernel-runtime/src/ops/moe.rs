@@ -74,8 +74,8 @@ pub fn moe_route(logits: &Tensor, top_k: usize, renormalize: bool) -> Result<Moe
 /// The router and [`moe_route`] as one op: the top `top_k` experts of every row of
 /// `x` `[t, hidden]` by the logits `x router_w^T` (`router_w` `[E, hidden]`, the
 /// router's bias-free Linear weight, of x's dtype), exactly [`super::linear`] then
-/// [`moe_route`] on the CPU. On CUDA, with `MINISGL_MOE_FUSED_ROUTER=1` (or
-/// [`set_moe_fused_router`]), a batch of at most 8 tokens whose rows are whole
+/// [`moe_route`] on the CPU. On CUDA (unless `MINISGL_MOE_FUSED_ROUTER=0` or
+/// [`set_moe_fused_router`] turn it off), a batch of at most 8 tokens whose rows are whole
 /// 16-byte vectors runs one launch (moe_route.cu, phase 2: the logits, rounded to
 /// the dtype as the GEMM's output is, then the routing; the summation order is
 /// the kernel's own, so a token whose k-th and (k+1)-th logits are within a
@@ -145,7 +145,7 @@ pub fn moe_fused_router_launches() -> usize {
 }
 
 /// Turns the fused router of [`moe_router_route`] on or off (`None`: back to
-/// `MINISGL_MOE_FUSED_ROUTER`, off unless set to 1). For A/B runs and tests.
+/// `MINISGL_MOE_FUSED_ROUTER`, on unless set to 0). For A/B runs and tests.
 pub fn set_moe_fused_router(on: Option<bool>) {
     crate::gpu::moe::set_fused_router(on);
 }
