@@ -603,9 +603,9 @@ __device__ __forceinline__ void decode_attention_block(const msgl_attention_para
 }
 
 /* The fused attention prologue of the tensor-core block (p.fused_rope; tensor.h):
- * rope_store's work for this block, after the grid dependency wait, with its
- * row math (minisgl/rope_row.cuh) and group width (p.rope.threads_per_head), so
- * the bits are those of a rope_store launch followed by the attention launch.
+ * rope_store's work for this block, with its row math (minisgl/rope_row.cuh) and
+ * group width (p.rope.threads_per_head), so the bits are those of a rope_store
+ * launch followed by the attention launch.
  *   - The block's query rows, normalised and rotated, into q_s (rows past `rows`
  *     zero), where stage_q would have copied rope_store's output.
  *   - The k and v rows of the new tokens whose keys lie in this block's split
@@ -615,13 +615,73 @@ __device__ __forceinline__ void decode_attention_block(const msgl_attention_para
  *     tile this warp copied before the wait (`patched_tiles` per warp: those
  *     copies skipped its rows) is also written into that tile's shared-memory
  *     rows; a later tile reads it from the cache after the barrier below.
- * Every thread calls it; it ends with a barrier (q_s and the patched rows are
- * then visible to the block, and so are the cache rows: __syncthreads orders
- * the block's global writes before its later cp.async reads). */
+ * The work rows are the `rows` query rows, then the new keys' k rows, then their
+ * v rows, a group of G threads a row (the same row for the whole group: its
+ * shuffles stay whole), all in one pass for a decode step (2-4 query rows and at
+ * most one new key: fewer rows than the block's 128 / G groups). */
+/* Pulls the 128-byte line at `ptr` into L1 (a hint: no register, no wait). */
+__device__ __forceinline__ void prefetch_l1(const void* ptr) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(ptr));
+}
+
+struct DecodeRopeRows {
+  int rows, first_new, new_keys;
+  __device__ __forceinline__ DecodeRopeRows(int rows_, int q_len, int kv_begin, int kv_stop, int kv_len)
+      : rows(rows_), first_new(max(kv_len - q_len, kv_begin)),
+        new_keys(max(0, kv_stop - max(kv_len - q_len, kv_begin))) {}
+  __device__ __forceinline__ int count() const { return rows + 2 * new_keys; }
+};
+
+/* Before the grid dependency wait: the zero rows of q_s, and the step's inputs and
+ * constants of this thread's first work row (its position and out_loc entries,
+ * its cos / sin row and norm weights) pulled into L1, so that after the wait the
+ * row waits only for the previous kernel's q, k and v. */
+template <int DTYPE, int HEAD_DIM, int ROW>
+__device__ __forceinline__ void decode_rope_prologue_early(const msgl_attention_params& p,
+                                                           typename DType<DTYPE>::Storage* q_s,
+                                                           const DecodeRopeRows& w, int q_start, int q_len,
+                                                           int group, int kv_len) {
+  using T = typename DType<DTYPE>::Storage;
+  constexpr int VE = Vec16<DTYPE>::kElems;
+  const msgl_rope_store_params& r = p.rope;
+  for (int c = threadIdx.x; c < (16 - w.rows) * (HEAD_DIM / VE); c += kDecodeThreads) {
+    const int row = w.rows + c / (HEAD_DIM / VE);
+    reinterpret_cast<uint4*>(q_s + row * ROW)[c % (HEAD_DIM / VE)] = make_uint4(0, 0, 0, 0);
+  }
+  const int G = r.threads_per_head, t = static_cast<int>(threadIdx.x) % G;
+  const int row = static_cast<int>(threadIdx.x) / G;
+  if (row >= w.count()) return;
+  const bool is_q = row < w.rows, is_v = row >= w.rows + w.new_keys;
+  const long long token =
+      is_q ? q_start + row / group
+           : q_start + (w.first_new + row - w.rows - (is_v ? w.new_keys : 0)) - (kv_len - q_len);
+  if (!is_q) prefetch_l1(static_cast<const char*>(r.out_loc) + token * (r.out_loc_is_64 ? 8 : 4));
+  if (is_v) return;
+  const long long pos = load_index(r.positions, r.positions_is_64, token);
+  const RopeRowUnits L(HEAD_DIM, r.rotary_dim, VE);
+  const T* weight = static_cast<const T*>(is_q ? r.q_weight : r.k_weight);
+#pragma unroll
+  for (int j = 0; j < kRopeRowUnits; ++j) {
+    const int u = t + j * G;
+    if (u < L.units && L.is_pair(u)) {
+      if (pos >= 0 && pos < r.max_positions) {
+        prefetch_l1(r.cos_sin + pos * r.rotary_dim + L.column(u));
+        prefetch_l1(r.cos_sin + pos * r.rotary_dim + L.half + L.column(u));
+      }
+      if (weight != nullptr) prefetch_l1(weight + L.half + L.column(u));
+    }
+    if (u < L.units && weight != nullptr) prefetch_l1(weight + L.column(u));
+  }
+}
+
+/* After the wait: the work rows (see above). Every thread calls it; it ends with a
+ * barrier (q_s and the patched rows are then visible to the block, and so are the
+ * cache rows: __syncthreads orders the block's global writes before its later
+ * cp.async reads). */
 template <int DTYPE, int HEAD_DIM, int ROW, int STAGES>
 __device__ __forceinline__ void decode_rope_prologue(const msgl_attention_params& p, typename DType<DTYPE>::Storage* q_s,
-                                                     int rows, int q_start, int q_len, int group, int kv_head,
-                                                     int kv_begin, int kv_stop, int kv_len, int patched_tiles) {
+                                                     const DecodeRopeRows& w, int q_start, int q_len, int group,
+                                                     int kv_head, int kv_begin, int kv_len, int patched_tiles) {
   using T = typename DType<DTYPE>::Storage;
   constexpr int VE = Vec16<DTYPE>::kElems;
   constexpr int BN = 16; /* MmaDecode::kTileKeys */
@@ -629,32 +689,23 @@ __device__ __forceinline__ void decode_rope_prologue(const msgl_attention_params
   const int G = r.threads_per_head, t = static_cast<int>(threadIdx.x) % G, rdim = r.rotary_dim;
   const T* q_weight = static_cast<const T*>(r.q_weight);
   const T* k_weight = static_cast<const T*>(r.k_weight);
-  /* The new tokens' keys in this split: [first_new, kv_stop). */
-  const int first_new = max(kv_len - q_len, kv_begin);
-  const int new_keys = max(0, kv_stop - first_new);
   /* The cos / sin row of a token, or null (no rotation) outside the table. */
   auto cos_sin_of = [&](long long token) -> const float* {
     const long long pos = load_index(r.positions, r.positions_is_64, token);
     return pos >= 0 && pos < r.max_positions ? r.cos_sin + pos * rdim : nullptr;
   };
-  /* Rows: 16 query rows, then the new keys' k rows, then their v rows; a group of
-   * G threads a row (the same row for the whole group: its shuffles stay whole). */
-  for (int row = static_cast<int>(threadIdx.x) / G; row < 16 + 2 * new_keys; row += kDecodeThreads / G) {
-    if (row < 16) {
-      T* dst = q_s + row * ROW;
-      if (row >= rows) {
-        for (int c = t; c < HEAD_DIM / VE; c += G) reinterpret_cast<uint4*>(dst)[c] = make_uint4(0, 0, 0, 0);
-        continue;
-      }
+  for (int row = static_cast<int>(threadIdx.x) / G; row < w.count(); row += kDecodeThreads / G) {
+    if (row < w.rows) {
       const long long token = q_start + row / group;
       const T* src = static_cast<const T*>(r.q) + token * r.q_token_stride +
                      static_cast<long long>(kv_head * group + row % group) * r.q_head_stride;
-      rope_row_apply<DTYPE>(src, dst, q_weight != nullptr, rope_row_weights<DTYPE>(q_weight, HEAD_DIM, rdim, t, G),
-                            cos_sin_of(token), HEAD_DIM, rdim, r.eps, t, G);
+      rope_row_apply<DTYPE>(src, q_s + row * ROW, q_weight != nullptr,
+                            rope_row_weights<DTYPE>(q_weight, HEAD_DIM, rdim, t, G), cos_sin_of(token), HEAD_DIM,
+                            rdim, r.eps, t, G);
       continue;
     }
-    const bool is_v = row >= 16 + new_keys;
-    const int key = first_new + row - 16 - (is_v ? new_keys : 0);
+    const bool is_v = row >= w.rows + w.new_keys;
+    const int key = w.first_new + row - w.rows - (is_v ? w.new_keys : 0);
     const long long token = q_start + (key - (kv_len - q_len));
     /* The key's row in its warp's pipeline, when that tile was copied before the wait. */
     const int tile = (key - kv_begin) / BN, warp_tile = tile / kDecodeWarps;
@@ -684,11 +735,11 @@ __device__ __forceinline__ void decode_rope_prologue(const msgl_attention_params
     }
     const T* src =
         static_cast<const T*>(r.k) + token * r.k_token_stride + static_cast<long long>(kv_head) * r.k_head_stride;
-    const RopeRowWeights w = rope_row_weights<DTYPE>(k_weight, HEAD_DIM, rdim, t, G);
+    const RopeRowWeights wk = rope_row_weights<DTYPE>(k_weight, HEAD_DIM, rdim, t, G);
     const float* cs = cos_sin_of(token);
-    rope_row_apply<DTYPE>(src, cache, k_weight != nullptr, w, cs, HEAD_DIM, rdim, r.eps, t, G);
+    rope_row_apply<DTYPE>(src, cache, k_weight != nullptr, wk, cs, HEAD_DIM, rdim, r.eps, t, G);
     /* The same row again into the tile (the same arithmetic, so the same bits). */
-    if (staged != nullptr) rope_row_apply<DTYPE>(src, staged, k_weight != nullptr, w, cs, HEAD_DIM, rdim, r.eps, t, G);
+    if (staged != nullptr) rope_row_apply<DTYPE>(src, staged, k_weight != nullptr, wk, cs, HEAD_DIM, rdim, r.eps, t, G);
   }
   __syncthreads();
 }
@@ -888,9 +939,11 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
     page = first_pages[STAGES - 1];
   };
   if (early) issue_first();
+  const DecodeRopeRows rope_rows(rows, q_len, kv_begin, kv_stop, kv_len);
+  if constexpr (fused) decode_rope_prologue_early<DTYPE, HEAD_DIM, ROW>(p, q_s, rope_rows, q_start, q_len, group, kv_len);
   grid_prologue();
   if constexpr (fused) {
-    decode_rope_prologue<DTYPE, HEAD_DIM, ROW, STAGES>(p, q_s, rows, q_start, q_len, group, kv_head, kv_begin, kv_stop,
+    decode_rope_prologue<DTYPE, HEAD_DIM, ROW, STAGES>(p, q_s, rope_rows, q_start, q_len, group, kv_head, kv_begin,
                                                        kv_len, STAGES - 1);
   } else {
     stage_q();
