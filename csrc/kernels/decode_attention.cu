@@ -630,6 +630,9 @@ struct DecodeRopeRows {
       : rows(rows_), first_new(max(kv_len - q_len, kv_begin)),
         new_keys(max(0, kv_stop - max(kv_len - q_len, kv_begin))) {}
   __device__ __forceinline__ int count() const { return rows + 2 * new_keys; }
+  /* Whether work row `row` (>= rows) is a v row, and the key of that k or v row. */
+  __device__ __forceinline__ bool is_v(int row) const { return row >= rows + new_keys; }
+  __device__ __forceinline__ int key(int row) const { return first_new + row - rows - (is_v(row) ? new_keys : 0); }
 };
 
 /* Before the grid dependency wait: the zero rows of q_s, and the step's inputs and
@@ -651,10 +654,8 @@ __device__ __forceinline__ void decode_rope_prologue_early(const msgl_attention_
   const int G = r.threads_per_head, t = static_cast<int>(threadIdx.x) % G;
   const int row = static_cast<int>(threadIdx.x) / G;
   if (row >= w.count()) return;
-  const bool is_q = row < w.rows, is_v = row >= w.rows + w.new_keys;
-  const long long token =
-      is_q ? q_start + row / group
-           : q_start + (w.first_new + row - w.rows - (is_v ? w.new_keys : 0)) - (kv_len - q_len);
+  const bool is_q = row < w.rows, is_v = w.is_v(row);
+  const long long token = is_q ? q_start + row / group : q_start + w.key(row) - (kv_len - q_len);
   if (!is_q) prefetch_l1(static_cast<const char*>(r.out_loc) + token * (r.out_loc_is_64 ? 8 : 4));
   if (is_v) return;
   const long long pos = load_index(r.positions, r.positions_is_64, token);
@@ -704,8 +705,8 @@ __device__ __forceinline__ void decode_rope_prologue(const msgl_attention_params
                             rdim, r.eps, t, G);
       continue;
     }
-    const bool is_v = row >= w.rows + w.new_keys;
-    const int key = w.first_new + row - w.rows - (is_v ? w.new_keys : 0);
+    const bool is_v = w.is_v(row);
+    const int key = w.key(row);
     const long long token = q_start + (key - (kv_len - q_len));
     /* The key's row in its warp's pipeline, when that tile was copied before the wait. */
     const int tile = (key - kv_begin) / BN, warp_tile = tile / kDecodeWarps;
@@ -1158,20 +1159,6 @@ __global__ void __launch_bounds__(kDecodeThreads, (decode_min_blocks<DTYPE, HEAD
   decode_attention_impl<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE, FUSED>(p);
 }
 
-/* Whether the fused-prologue instance launches under programmatic dependent
- * launch (MINISGL_DECODE_FUSED_PDL, default 1; 0: a plain launch). Its kernel
- * before it is the qkv projection, which lets the next grid launch at its start:
- * the attention blocks then take their shared memory beside the projection's
- * blocks for the projection's whole run, not only its tail (rope_store, which
- * sits between them otherwise, holds none). The switch measures that. */
-static bool fused_prologue_pdl() {
-  static const bool on = [] {
-    const char* v = getenv("MINISGL_DECODE_FUSED_PDL");
-    return v == nullptr || v[0] != '0';
-  }();
-  return on;
-}
-
 /* FUSED: the instance with the fused prologue (a compile-time switch: its code
  * costs the plain instance 26 registers at head dim 128, 2 stages). */
 template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES, int MERGE, int FUSED>
@@ -1192,12 +1179,8 @@ static int32_t launch_decode_attention_as(const msgl_attention_params& p, cudaSt
         return set_error(MSGL_ERR_CUDA, "decode_attention: clusters of %u blocks: %s", cluster, cudaGetErrorString(err));
     }
   }
-  if (FUSED != 0 && cluster == 1 && !fused_prologue_pdl())
-    decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE, FUSED>
-        <<<dim3(static_cast<unsigned>(blocks)), dim3(kDecodeThreads), smem, s>>>(p);
-  else
-    (void)launch_pdl_cluster(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE, FUSED>,
-                             dim3(static_cast<unsigned>(blocks)), dim3(kDecodeThreads), smem, s, cluster, p);
+  (void)launch_pdl_cluster(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE, FUSED>,
+                           dim3(static_cast<unsigned>(blocks)), dim3(kDecodeThreads), smem, s, cluster, p);
   if (p.max_splits > 1 && MERGE == 0) {
     msgl_attention_params p1 = p;
     p1.phase = 1;

@@ -154,11 +154,13 @@ pub struct SkinnyPlan {
 /// (gate_up 7.2 -> 10.8 us split in 2, down 5.6 -> 7.9 us split in 4; o_proj
 /// 7.7 -> 6.7 us, within the run-to-run spread of these few-microsecond kernels).
 pub(crate) fn plan(m: usize, n: usize, k: usize, dtype: DType, aligned: bool, sm_count: usize) -> Option<SkinnyPlan> {
-    plan_within(weight_window(false), m, n, k, dtype, aligned, sm_count)
+    plan_for(false, m, n, k, dtype, aligned, sm_count)
 }
 
-/// [`plan`] for the pre-norm variant, whose window reaches [`MAX_NORM_WEIGHT_BYTES`].
-pub(crate) fn plan_pre_norm(
+/// [`plan`], or with `pre_norm` the pre-norm variant's rule, whose window reaches
+/// [`MAX_NORM_WEIGHT_BYTES`].
+fn plan_for(
+    pre_norm: bool,
     m: usize,
     n: usize,
     k: usize,
@@ -166,18 +168,7 @@ pub(crate) fn plan_pre_norm(
     aligned: bool,
     sm_count: usize,
 ) -> Option<SkinnyPlan> {
-    plan_within(weight_window(true), m, n, k, dtype, aligned, sm_count)
-}
-
-fn plan_within(
-    window: std::ops::RangeInclusive<usize>,
-    m: usize,
-    n: usize,
-    k: usize,
-    dtype: DType,
-    aligned: bool,
-    sm_count: usize,
-) -> Option<SkinnyPlan> {
+    let window = weight_window(pre_norm);
     let fits = (1..=MAX_ROWS).contains(&m)
         && matches!(dtype, DType::BF16 | DType::F16)
         && k > 0
@@ -295,7 +286,7 @@ pub(crate) fn fused_add_rms_norm_linear(
     let plan = if epilogue {
         plan_gated(m, w.dim(0) / 2, k, x.dtype(), aligned, sms)
     } else {
-        plan_pre_norm(m, w.dim(0), k, x.dtype(), aligned, sms)
+        plan_for(true, m, w.dim(0), k, x.dtype(), aligned, sms)
     };
     let Some(plan) = plan else { return Ok(None) };
     if norm_prefetch_steps(m, k, plan.m_tiles).is_none() {
@@ -490,10 +481,10 @@ mod tests {
         assert_eq!(plan(1, 8193, 1024, bf, true, 132), None);
         // The pre-norm variant to 24 MiB: Qwen3-30B-A3B's qkv (5120 x 2048, 20 MiB).
         assert_eq!(plan(1, 5120, 2048, bf, true, 132), None);
-        assert_eq!(plan_pre_norm(1, 5120, 2048, bf, true, 132), p(2, 1));
-        assert_eq!(plan_pre_norm(1, 12288, 1024, bf, true, 132), p(2, 1)); // 24 MiB
-        assert_eq!(plan_pre_norm(1, 12289, 1024, bf, true, 132), None);
-        assert_eq!(plan_pre_norm(1, 6144, 4096, bf, true, 132), None); // Llama-3-8B's qkv, 48 MiB
+        assert_eq!(plan_for(true, 1, 5120, 2048, bf, true, 132), p(2, 1));
+        assert_eq!(plan_for(true, 1, 12288, 1024, bf, true, 132), p(2, 1)); // 24 MiB
+        assert_eq!(plan_for(true, 1, 12289, 1024, bf, true, 132), None);
+        assert_eq!(plan_for(true, 1, 6144, 4096, bf, true, 132), None); // Llama-3-8B's qkv, 48 MiB
         assert_eq!(plan(1, 16384, 512, bf, true, 132), p(2, 1));
         // Llama-3-8B's (32-224 MiB) and a vocab-wide lm_head: cuBLASLt measured faster.
         assert_eq!(plan(1, 6144, 4096, bf, true, 132), None);
