@@ -281,7 +281,8 @@ fn prefill_tiles() -> Vec<usize> {
 }
 
 /// The graph-timed cases, every launch from HBM ([`cold_copies`]): the decode
-/// shapes of issue 12 at the default depth and at three stages, one of them again
+/// shapes of issue 12 at the default depth, at three stages and in the three-warp
+/// block (stages=1), one of them again
 /// with one kv head (the cache layout's share), a batch-64 graph step at short
 /// contexts, and batch 1 over a range of contexts at both head
 /// layouts (Qwen3-0.6B 16/8 with its 40960-token graph plan, Llama-3-8B 32/8
@@ -303,13 +304,15 @@ fn cold_graph_cases() -> kernel_runtime::Result<()> {
         cases.push((attention_case_rotating(name, shape, AttnKernel::Decode, splits, seed, copies)?, copies));
         Ok(())
     };
-    // Issue 12's shapes under the default plan, and with three stages (two blocks
-    // an SM at head dim 128, against three at two stages).
-    let three = DecodeTuning { stages: 3, ..ops::decode_tuning() };
+    // Issue 12's shapes under the default plan, with three stages (two blocks an
+    // SM at head dim 128, against three at two stages) and with the three-warp
+    // block (stages=1: two stages, four blocks an SM).
     for (i, (name, hq, seqs)) in issue_decode_shapes().into_iter().enumerate() {
         push(format!("decode {name}"), decode(hq, seqs.clone()), HOST_PLAN, 700 + i as u64)?;
-        let splits = Splits { tuning: Some(three), ..HOST_PLAN };
-        push(format!("decode stages=3 {name}"), decode(hq, seqs), splits, 700 + i as u64)?;
+        for stages in [3, 1] {
+            let splits = Splits { tuning: Some(DecodeTuning { stages, ..ops::decode_tuning() }), ..HOST_PLAN };
+            push(format!("decode stages={stages} {name}"), decode(hq, seqs.clone()), splits, 700 + i as u64)?;
+        }
     }
     // The cache layout's share of the streaming rate: with one kv head a page holds
     // each head's 16 keys as one 4 KiB run, with 8 heads a head's key rows lie 2 KiB
@@ -321,7 +324,7 @@ fn cold_graph_cases() -> kernel_runtime::Result<()> {
     // keys): the graph plan at 64 sequences leaves them unsplit.
     for (hq, seed) in [(32, 760), (16, 761)] {
         let seqs = uniform_contexts(64, 128, 256, seed);
-        for stages in [2, 3] {
+        for stages in [2, 3, 1] {
             // An unsplit graph launch runs `stages` (graph_stages is the split plans').
             let tuning = DecodeTuning { stages, ..ops::decode_tuning() };
             let splits = Splits { fixed: Some(1), merge: Some(false), tuning: Some(tuning), prefill_tile: None };

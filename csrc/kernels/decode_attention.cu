@@ -270,7 +270,7 @@ template <int DTYPE, int HEAD_DIM> __device__ __forceinline__ void decode_combin
 
 /* The split merge of the attention launch (see the header): called by every
  * thread of a block that has written its split's partials. */
-template <int DTYPE, int HEAD_DIM>
+template <int DTYPE, int HEAD_DIM, int WARPS = kDecodeWarps>
 __device__ __forceinline__ void decode_merge_splits(const msgl_attention_params& p, int rows, int q_start, int group,
                                                     int seq, int kv_head, int num_splits) {
   __shared__ int last;
@@ -285,7 +285,7 @@ __device__ __forceinline__ void decode_merge_splits(const msgl_attention_params&
   if (!last) return;
   __threadfence(); /* the other blocks' partials, counted before ours */
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  for (int r = warp; r < rows; r += kDecodeWarps) {
+  for (int r = warp; r < rows; r += WARPS) {
     const long long row =
         static_cast<long long>(q_start + r / group) * p.num_q_heads + kv_head * group + r % group;
     decode_combine_row<DTYPE, HEAD_DIM>(p, row, num_splits, lane);
@@ -306,15 +306,15 @@ __device__ __forceinline__ void decode_merge_splits(const msgl_attention_params&
  * are not read). A second barrier keeps every block's shared memory alive until
  * the other blocks have read it. Called by every thread of every block of the
  * cluster when the sequence has more than one split. */
-template <int DTYPE, int HEAD_DIM>
+template <int DTYPE, int HEAD_DIM, int WARPS = kDecodeWarps>
 __device__ __forceinline__ void decode_cluster_merge(const msgl_attention_params& p, const float* sm_part,
                                                      const float* sm_lse, int rows, int q_start, int group,
                                                      int kv_head, int num_splits) {
   using T = typename DType<DTYPE>::Storage;
   cluster_sync(); /* every block's partials written and visible to the cluster */
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int warps = static_cast<int>(cluster_size()) * kDecodeWarps;
-  for (int r = static_cast<int>(cluster_rank()) * kDecodeWarps + warp; r < rows; r += warps) {
+  const int warps = static_cast<int>(cluster_size()) * WARPS;
+  for (int r = static_cast<int>(cluster_rank()) * WARPS + warp; r < rows; r += warps) {
     const long long row =
         static_cast<long long>(q_start + r / group) * p.num_q_heads + kv_head * group + r % group;
     decode_combine_row_from<DTYPE, HEAD_DIM>(
@@ -325,20 +325,20 @@ __device__ __forceinline__ void decode_cluster_merge(const msgl_attention_params
   cluster_sync(); /* the other blocks are done reading this block's shared memory */
 }
 
-template <int DTYPE, int HEAD_DIM, int R, int MERGE>
+template <int DTYPE, int HEAD_DIM, int R, int MERGE, int WARPS = kDecodeWarps>
 __device__ __forceinline__ void decode_merge_warps(const msgl_attention_params& p, float* sm_o, const float* sm_m,
                                                    const float* sm_l, float* sm_lse, int rows, int q_start, int group,
                                                    int seq, int kv_head, int split, int num_splits) {
   using T = typename DType<DTYPE>::Storage;
-  for (int idx = threadIdx.x; idx < rows * HEAD_DIM; idx += kDecodeThreads) {
+  for (int idx = threadIdx.x; idx < rows * HEAD_DIM; idx += WARPS * kWarpSize) {
     const int r = idx / HEAD_DIM, d = idx % HEAD_DIM;
     float mx = neg_inf();
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) mx = fmaxf(mx, sm_m[w * R + r]);
+    for (int w = 0; w < WARPS; ++w) mx = fmaxf(mx, sm_m[w * R + r]);
     const float ref = mx == neg_inf() ? 0.f : mx;
     float total = 0.f, acc = 0.f;
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) {
+    for (int w = 0; w < WARPS; ++w) {
       const float wt = fast_exp2(sm_m[w * R + r] - ref);
       total += sm_l[w * R + r] * wt;
       acc += sm_o[(w * R + r) * HEAD_DIM + d] * wt;
@@ -359,13 +359,14 @@ __device__ __forceinline__ void decode_merge_warps(const msgl_attention_params& 
     }
   }
   if constexpr (MERGE == 2) {
-    if (num_splits > 1) decode_cluster_merge<DTYPE, HEAD_DIM>(p, sm_o, sm_lse, rows, q_start, group, kv_head, num_splits);
+    if (num_splits > 1)
+      decode_cluster_merge<DTYPE, HEAD_DIM, WARPS>(p, sm_o, sm_lse, rows, q_start, group, kv_head, num_splits);
   }
   /* A compile-time switch: the merge's code in an instance that never merges
    * made ptxas schedule the tensor-core block with fewer registers (168 instead
    * of 205 at head dim 128, before the STAGES variants) and fewer loads in flight. */
   if constexpr (MERGE == 1) {
-    if (num_splits > 1) decode_merge_splits<DTYPE, HEAD_DIM>(p, rows, q_start, group, seq, kv_head, num_splits);
+    if (num_splits > 1) decode_merge_splits<DTYPE, HEAD_DIM, WARPS>(p, rows, q_start, group, seq, kv_head, num_splits);
   }
 }
 
@@ -639,7 +640,7 @@ struct DecodeRopeRows {
  * constants of this thread's first work row (its position and out_loc entries,
  * its cos / sin row and norm weights) pulled into L1, so that after the wait the
  * row waits only for the previous kernel's q, k and v. */
-template <int DTYPE, int HEAD_DIM, int ROW>
+template <int DTYPE, int HEAD_DIM, int ROW, int WARPS>
 __device__ __forceinline__ void decode_rope_prologue_early(const msgl_attention_params& p,
                                                            typename DType<DTYPE>::Storage* q_s,
                                                            const DecodeRopeRows& w, int q_start, int q_len,
@@ -647,7 +648,7 @@ __device__ __forceinline__ void decode_rope_prologue_early(const msgl_attention_
   using T = typename DType<DTYPE>::Storage;
   constexpr int VE = Vec16<DTYPE>::kElems;
   const msgl_rope_store_params& r = p.rope;
-  for (int c = threadIdx.x; c < (16 - w.rows) * (HEAD_DIM / VE); c += kDecodeThreads) {
+  for (int c = threadIdx.x; c < (16 - w.rows) * (HEAD_DIM / VE); c += WARPS * kWarpSize) {
     const int row = w.rows + c / (HEAD_DIM / VE);
     reinterpret_cast<uint4*>(q_s + row * ROW)[c % (HEAD_DIM / VE)] = make_uint4(0, 0, 0, 0);
   }
@@ -679,7 +680,7 @@ __device__ __forceinline__ void decode_rope_prologue_early(const msgl_attention_
  * barrier (q_s and the patched rows are then visible to the block, and so are the
  * cache rows: __syncthreads orders the block's global writes before its later
  * cp.async reads). */
-template <int DTYPE, int HEAD_DIM, int ROW, int STAGES>
+template <int DTYPE, int HEAD_DIM, int ROW, int STAGES, int WARPS>
 __device__ __forceinline__ void decode_rope_prologue(const msgl_attention_params& p, typename DType<DTYPE>::Storage* q_s,
                                                      const DecodeRopeRows& w, int q_start, int q_len, int group,
                                                      int kv_head, int kv_begin, int kv_len, int patched_tiles) {
@@ -695,7 +696,7 @@ __device__ __forceinline__ void decode_rope_prologue(const msgl_attention_params
     const long long pos = load_index(r.positions, r.positions_is_64, token);
     return pos >= 0 && pos < r.max_positions ? r.cos_sin + pos * rdim : nullptr;
   };
-  for (int row = static_cast<int>(threadIdx.x) / G; row < w.count(); row += kDecodeThreads / G) {
+  for (int row = static_cast<int>(threadIdx.x) / G; row < w.count(); row += WARPS * kWarpSize / G) {
     if (row < w.rows) {
       const long long token = q_start + row / group;
       const T* src = static_cast<const T*>(r.q) + token * r.q_token_stride +
@@ -709,10 +710,10 @@ __device__ __forceinline__ void decode_rope_prologue(const msgl_attention_params
     const int key = w.key(row);
     const long long token = q_start + (key - (kv_len - q_len));
     /* The key's row in its warp's pipeline, when that tile was copied before the wait. */
-    const int tile = (key - kv_begin) / BN, warp_tile = tile / kDecodeWarps;
+    const int tile = (key - kv_begin) / BN, warp_tile = tile / WARPS;
     T* staged = nullptr;
     if (warp_tile < patched_tiles) {
-      T* pipe = q_s + 16 * ROW + (tile % kDecodeWarps) * STAGES * 2 * BN * ROW;
+      T* pipe = q_s + 16 * ROW + (tile % WARPS) * STAGES * 2 * BN * ROW;
       staged = pipe + ((warp_tile % STAGES) * 2 + (is_v ? 1 : 0)) * BN * ROW + ((key - kv_begin) % BN) * ROW;
     }
     const long long slot = load_index(r.out_loc, r.out_loc_is_64, token);
@@ -773,16 +774,25 @@ __host__ __device__ constexpr int mma_decode_blocks_per_sm(int smem_bytes) {
   return 233472 / (smem_bytes + 1024) > 4 ? 4 : (233472 / (smem_bytes + 1024) < 1 ? 1 : 233472 / (smem_bytes + 1024));
 }
 
+/* STAGES_REQ 1 (kDecodeThreeWarpStages) is the three-warp block: 2 stages, a
+ * quarter less shared memory, four blocks an SM at head dim 128 (see
+ * mma_decode_warps). */
+constexpr int kDecodeThreeWarpStages = 1;
+__host__ __device__ constexpr int mma_decode_warps(int stages) { return stages == kDecodeThreeWarpStages ? 3 : 4; }
+
 template <int DTYPE, int HEAD_DIM, int STAGES_REQ = 0> struct MmaDecode {
   static constexpr int kElemBytes = DType<DTYPE>::kBytes;
   static constexpr int kRow = HEAD_DIM + 16 / kElemBytes; /* padded shared-memory row, elements */
   static constexpr int kChunks = HEAD_DIM * kElemBytes / 16; /* 16-byte chunks per row */
   static constexpr int kTileKeys = 16;
-  static constexpr int kStages = STAGES_REQ > 0 ? STAGES_REQ : mma_decode_default_stages(HEAD_DIM);
+  static constexpr int kWarps = mma_decode_warps(STAGES_REQ);
+  static constexpr int kStages = STAGES_REQ == kDecodeThreeWarpStages ? 2
+                                 : STAGES_REQ > 0                     ? STAGES_REQ
+                                                                      : mma_decode_default_stages(HEAD_DIM);
   static constexpr int kTileBytes = kTileKeys * kRow * kElemBytes; /* one K or V tile */
   static constexpr int kQBytes = 16 * kRow * kElemBytes;
-  static constexpr int kPipeBytes = kQBytes + kDecodeWarps * kStages * 2 * kTileBytes;
-  static constexpr int kMergeBytes = kDecodeWarps * 16 * HEAD_DIM * 4;
+  static constexpr int kPipeBytes = kQBytes + kWarps * kStages * 2 * kTileBytes;
+  static constexpr int kMergeBytes = kWarps * 16 * HEAD_DIM * 4;
   static constexpr int kSmemBytes = kPipeBytes > kMergeBytes ? kPipeBytes : kMergeBytes;
   static constexpr int kBlocksPerSm = mma_decode_blocks_per_sm(kSmemBytes);
   /* Three or more blocks an SM leave at most 168 registers a thread: at head dim
@@ -797,14 +807,14 @@ template <int DTYPE, int HEAD_DIM, int STAGES_REQ, int MERGE, int FUSED>
 __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_params& p) {
   using T = typename DType<DTYPE>::Storage;
   using M = MmaDecode<DTYPE, HEAD_DIM, STAGES_REQ>;
-  constexpr int ROW = M::kRow, CHUNKS = M::kChunks, BN = M::kTileKeys, STAGES = M::kStages;
+  constexpr int ROW = M::kRow, CHUNKS = M::kChunks, BN = M::kTileKeys, STAGES = M::kStages, WARPS = M::kWarps;
   constexpr int CE = 16 / M::kElemBytes; /* elements per chunk */
   constexpr int DK = HEAD_DIM / 16;      /* k-steps of Q K^T */
   constexpr int DT = HEAD_DIM / 8;       /* 8-wide column tiles of O */
   static_assert(BN * CHUNKS % kWarpSize == 0, "tile copy");
   extern __shared__ __align__(16) unsigned char decode_smem[];
-  __shared__ float sm_m[kDecodeWarps][16];
-  __shared__ float sm_l[kDecodeWarps][16];
+  __shared__ float sm_m[WARPS][16];
+  __shared__ float sm_l[WARPS][16];
   __shared__ float sm_lse[16]; /* the cluster merge's log2-sum-exps */
 
   /* blockIdx.x = kv_head + num_kv_heads * (split + max_splits * seq); with the
@@ -838,7 +848,7 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
       if (num_splits > 1) {
         grid_prologue(); /* the merge writes `out`, which the previous kernel may still read */
         /* The same variables as the other blocks' (a remote read maps a local address). */
-        decode_cluster_merge<DTYPE, HEAD_DIM>(p, reinterpret_cast<const float*>(decode_smem), sm_lse, rows, q_start,
+        decode_cluster_merge<DTYPE, HEAD_DIM, WARPS>(p, reinterpret_cast<const float*>(decode_smem), sm_lse, rows, q_start,
                                               group, kv_head, num_splits);
       }
     }
@@ -856,7 +866,7 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
   /* Stage Q (row r: token r / group, head kv_head * group + r % group; zeros past
    * `rows`): one cp.async group. */
   auto stage_q = [&]() {
-    for (int c = threadIdx.x; c < 16 * CHUNKS; c += kDecodeThreads) {
+    for (int c = threadIdx.x; c < 16 * CHUNKS; c += WARPS * kWarpSize) {
       const int r = c / CHUNKS, col = c % CHUNKS;
       const T* src = static_cast<const T*>(p.q);
       if (r < rows)
@@ -879,8 +889,8 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
   const int page_size = p.page_size;
   const int page_shift = (page_size & (page_size - 1)) == 0 ? __ffs(page_size) - 1 : -1;
   const int total_tiles = (kv_stop - kv_begin + BN - 1) / BN;
-  const int my_tiles = total_tiles > warp ? (total_tiles - warp + kDecodeWarps - 1) / kDecodeWarps : 0;
-  auto tile_start = [&](int t) { return kv_begin + (warp + t * kDecodeWarps) * BN; };
+  const int my_tiles = total_tiles > warp ? (total_tiles - warp + WARPS - 1) / WARPS : 0;
+  auto tile_start = [&](int t) { return kv_begin + (warp + t * WARPS) * BN; };
   /* The page of key tile_start(t) + lane % 16, or -1 past the split / outside the cache. */
   auto page_for = [&](int t) -> int {
     const int key = tile_start(t) + lane % BN;
@@ -941,10 +951,10 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
   };
   if (early) issue_first();
   const DecodeRopeRows rope_rows(rows, q_len, kv_begin, kv_stop, kv_len);
-  if constexpr (fused) decode_rope_prologue_early<DTYPE, HEAD_DIM, ROW>(p, q_s, rope_rows, q_start, q_len, group, kv_len);
+  if constexpr (fused) decode_rope_prologue_early<DTYPE, HEAD_DIM, ROW, WARPS>(p, q_s, rope_rows, q_start, q_len, group, kv_len);
   grid_prologue();
   if constexpr (fused) {
-    decode_rope_prologue<DTYPE, HEAD_DIM, ROW, STAGES>(p, q_s, rope_rows, q_start, q_len, group, kv_head, kv_begin,
+    decode_rope_prologue<DTYPE, HEAD_DIM, ROW, STAGES, WARPS>(p, q_s, rope_rows, q_start, q_len, group, kv_head, kv_begin,
                                                        kv_len, STAGES - 1);
   } else {
     stage_q();
@@ -1080,7 +1090,7 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
     }
   }
   __syncthreads();
-  decode_merge_warps<DTYPE, HEAD_DIM, 16, MERGE>(p, sm_o, &sm_m[0][0], &sm_l[0][0], sm_lse, rows, q_start, group, seq,
+  decode_merge_warps<DTYPE, HEAD_DIM, 16, MERGE, WARPS>(p, sm_o, &sm_m[0][0], &sm_l[0][0], sm_lse, rows, q_start, group, seq,
                                                  kv_head, split, num_splits);
 }
 
@@ -1093,12 +1103,25 @@ template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES> __host__ __device__ con
   }
 }
 
+/* Threads of an instance's attention-phase block (the combine phase always runs
+ * kDecodeThreads): the three-warp tensor-core block's 96, else 128. */
+template <int ROWS, int STAGES> __host__ __device__ constexpr int decode_block_threads() {
+  if constexpr (ROWS == 16) {
+    return mma_decode_warps(STAGES) * kWarpSize;
+  } else {
+    return kDecodeThreads;
+  }
+}
+
 /* Blocks an SM the instance is built for (__launch_bounds__'s minimum): the
  * tensor-core block's shared-memory bound; 1 (no register cap) for the CUDA-core
  * blocks, as before. */
 template <int DTYPE, int HEAD_DIM, int ROWS, int STAGES> __host__ __device__ constexpr int decode_min_blocks() {
   if constexpr (ROWS == 16) {
-    return MmaDecode<DTYPE, HEAD_DIM, STAGES>::kBlocksPerSm;
+    /* The registers of kBlocksPerSm blocks of kWarps warps, as __launch_bounds__ counts
+     * them at its 128 threads a block: the three-warp block's four blocks an SM are
+     * three blocks' worth. */
+    return (MmaDecode<DTYPE, HEAD_DIM, STAGES>::kBlocksPerSm * MmaDecode<DTYPE, HEAD_DIM, STAGES>::kWarps + 3) / 4;
   } else {
     return 1;
   }
@@ -1180,7 +1203,8 @@ static int32_t launch_decode_attention_as(const msgl_attention_params& p, cudaSt
     }
   }
   (void)launch_pdl_cluster(decode_attention_kernel<DTYPE, HEAD_DIM, ROWS, STAGES, MERGE, FUSED>,
-                           dim3(static_cast<unsigned>(blocks)), dim3(kDecodeThreads), smem, s, cluster, p);
+                           dim3(static_cast<unsigned>(blocks)), dim3(decode_block_threads<ROWS, STAGES>()), smem, s, cluster,
+                           p);
   if (p.max_splits > 1 && MERGE == 0) {
     msgl_attention_params p1 = p;
     p1.phase = 1;

@@ -42,14 +42,15 @@ impl std::fmt::Display for Variant {
     }
 }
 
-/// Every pipeline depth with both plans and both merges (`all`), or the depths
-/// with one plan and merge each (a cheaper sweep for the 16-bit subset). The
+/// Every pipeline depth (and the three-warp block, stages 1) with both plans and
+/// both merges (`all`), or the depths with one plan and merge each (a cheaper
+/// sweep for the 16-bit subset). The
 /// variants without the counter merge take the cluster merge (off by default;
 /// here at most 16 splits), those with it leave it off; `all` adds the combine
 /// launch alone (neither, the default).
 fn variants(all: bool) -> Vec<Variant> {
     let mut out = Vec::new();
-    for stages in [2, 3, 4] {
+    for stages in [1, 2, 3, 4] {
         for (i, plan) in [DecodePlanKind::Waves, DecodePlanKind::Keys].into_iter().enumerate() {
             for merge in [false, true] {
                 if all || (i == 1) == merge {
@@ -450,7 +451,7 @@ fn gpu_decode_reads_the_keys_rope_store_wrote_just_before() -> Result<()> {
     let (gi, gk, gt, gpos, gslots, gcs) = (gpu(&ti)?, gpu(&tk)?, gpu(&tt)?, gpu(&tpos)?, gpu(&tslots)?, gpu(&cos_sin)?);
     let nan_rows = poisoned(&[t, hkv, d], dtype)?;
     let mut failures = Vec::new();
-    for stages in [2, 3, 4] {
+    for stages in [1, 2, 3, 4] {
         ops::set_decode_tuning(Some(DecodeTuning { stages, chunk_min: 64, ..DecodeTuning::default() }));
         for decode_splits in [None, Some(1), Some(7)] {
             let what = format!("decode after rope_store [stages {stages}, splits {decode_splits:?}]");

@@ -478,7 +478,7 @@ fn decode_attention(
             // tensors checked by the op, the scratch allocated above and the split
             // counters (zeros of at least b * hkv entries, or null); `shared` is the
             // instance's dynamic shared memory.
-            unsafe { f.launch(dev, grid, 128, shared, &p) }?;
+            unsafe { f.launch(dev, grid, decode_plan::block_threads(rows, stages), shared, &p) }?;
             // The JIT instance never merges in the attention launch (the merge is
             // an AOT instance of its own: decode_attention.cu, MERGE).
             if max_splits > 1 {

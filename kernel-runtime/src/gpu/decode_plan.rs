@@ -96,12 +96,32 @@ fn default_stages(head_dim: usize) -> usize {
 /// the warps' merge reuses it).
 fn mma_smem_bytes(elem_bytes: usize, head_dim: usize, stages: usize) -> usize {
     let row = head_dim * elem_bytes + 16;
-    (16 * row + 4 * stages * 2 * 16 * row).max(4 * 16 * head_dim * 4)
+    let (warps, stages) = if stages == THREE_WARP_STAGES { (3, 2) } else { (4, stages) };
+    (16 * row + warps * stages * 2 * 16 * row).max(warps * 16 * head_dim * 4)
+}
+
+/// The `stages` value of the three-warp tensor-core block (decode_attention.cu's
+/// `kDecodeThreeWarpStages`): two stages in three warps, a quarter less shared
+/// memory than four, so four blocks an SM at head dim 128 where the four-warp
+/// block fits three, with the same warps and bytes in flight an SM. A batch of
+/// 64 sequences x 8 kv heads is then one wave of 528 blocks.
+pub(crate) const THREE_WARP_STAGES: usize = 1;
+
+/// Threads of a decode block: 96 for the three-warp tensor-core block, else 128.
+pub(crate) fn block_threads(rows: usize, stages: usize) -> u32 {
+    if rows == 16 && stages == THREE_WARP_STAGES {
+        96
+    } else {
+        128
+    }
 }
 
 /// The pipeline stages the tensor-core block runs with for `requested` (0: the
 /// default): 2 to 4, fewer while the shared memory would not fit a block.
 pub(crate) fn mma_stages(elem_bytes: usize, head_dim: usize, requested: usize) -> usize {
+    if requested == THREE_WARP_STAGES {
+        return THREE_WARP_STAGES;
+    }
     let mut s = if requested == 0 { default_stages(head_dim) } else { requested.clamp(2, 4) };
     while s > 2 && mma_smem_bytes(elem_bytes, head_dim, s) > MAX_SMEM {
         s -= 1;
@@ -648,6 +668,13 @@ mod tests {
         assert_eq!(mma_stages(2, 128, 9), 4);
         // Head dim 256 at 4 stages would need 272 KiB: 3.
         assert_eq!(mma_stages(2, 256, 4), 3);
+        // The three-warp block: 2 stages of 3 warps, 56.6 KiB, four blocks an SM at
+        // head dim 128 (three of the four-warp block's 74 KiB), 96 threads.
+        assert_eq!(mma_stages(2, 128, THREE_WARP_STAGES), THREE_WARP_STAGES);
+        assert_eq!(smem_bytes(2, 128, 16, THREE_WARP_STAGES), 16 * 272 + 3 * 2 * 2 * 16 * 272);
+        assert_eq!(blocks_per_sm(16, smem_bytes(2, 128, 16, THREE_WARP_STAGES)), 4);
+        assert_eq!(blocks_per_sm(16, smem_bytes(2, 64, 16, THREE_WARP_STAGES)), 4);
+        assert_eq!((block_threads(16, THREE_WARP_STAGES), block_threads(16, 2), block_threads(4, 0)), (96, 128, 128));
         // bf16 head dim 128: Q + 4 warps x stages x (K + V) of 16 rows of 272 bytes.
         assert_eq!(smem_bytes(2, 128, 16, 3), 16 * 272 + 4 * 3 * 2 * 16 * 272);
         assert_eq!(blocks_per_sm(16, smem_bytes(2, 128, 16, 3)), 2);

@@ -97,7 +97,8 @@ pub struct DecodeTuning {
     /// 128 with the keys plan eager steps take 2 or 3 per batch,
     /// `gpu::decode_plan::eager_choice`); 2 to 4, fewer where the shared memory
     /// would not fit. Fewer stages, more resident blocks (bf16 head dim 128: 3
-    /// stages 2 blocks an SM, 2 stages 3 blocks).
+    /// stages 2 blocks an SM, 2 stages 3 blocks). 1: the three-warp block at 2
+    /// stages, 4 blocks an SM (`gpu::decode_plan::THREE_WARP_STAGES`).
     pub stages: usize,
     /// The tensor-core block's pipeline stages in a CUDA graph's split plan
     /// (`MINISGL_DECODE_GRAPH_STAGES`, 0: as `stages`); 2 to 4. A graph splits
@@ -186,8 +187,8 @@ impl DecodeTuning {
             unsplit_waves: count("MINISGL_DECODE_UNSPLIT_WAVES", d.unsplit_waves, 1, 64),
             graph_split_waves: count("MINISGL_DECODE_GRAPH_SPLIT_WAVES", d.graph_split_waves, 1, 64),
             chunk_min: count("MINISGL_DECODE_CHUNK_MIN", d.chunk_min, 64, 1 << 20).next_multiple_of(64),
-            stages: if stages == 1 { 2 } else { stages },
-            graph_stages: if graph_stages == 1 { 2 } else { graph_stages },
+            stages,
+            graph_stages,
             plan,
             merge,
             block_us: micros("MINISGL_DECODE_BLOCK_US", d.block_us),
@@ -230,6 +231,9 @@ mod tests {
         let t = DecodeTuning::from_vars(|n| (n == "MINISGL_DECODE_STAGES").then(|| "9".to_owned()));
         assert_eq!(t.stages, 4);
         assert_eq!(t.cluster, 0);
+        // 1: the three-warp block (not a pipeline depth).
+        let t = DecodeTuning::from_vars(|n| n.ends_with("STAGES").then(|| "1".to_owned()));
+        assert_eq!((t.stages, t.graph_stages), (1, 1));
         let cluster =
             |v: &str| DecodeTuning::from_vars(|n| (n == "MINISGL_DECODE_CLUSTER").then(|| v.to_owned())).cluster;
         assert_eq!((cluster("0"), cluster("1"), cluster("8"), cluster("40"), cluster("on")), (0, 0, 8, 16, 0));
