@@ -260,7 +260,7 @@ template <int DTYPE, int HEAD_DIM> __device__ __forceinline__ void decode_combin
     }
     kv_len = p.kv_lens[lo];
   }
-  grid_prologue();
+  grid_prologue_launch_first(p.combine_launch_first != 0);
   if (!live) return;
   const int lane = threadIdx.x % kWarpSize;
   const int num_splits = attention_num_splits(kv_len, decode_row_chunk(kv_len, p));

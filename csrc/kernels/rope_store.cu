@@ -60,7 +60,7 @@ __device__ __forceinline__ void rope_store_impl(const msgl_rope_store_params& p)
   /* The norm weight vectors of this thread's units (vector path), before the wait. */
   const RopeRowWeights weights =
       rope_row_weights<DTYPE>(p.vectorized ? w : nullptr, d, rdim, t, G);
-  grid_prologue();
+  grid_prologue_launch_first(p.launch_first != 0);
 
   long long slot = 0;
   if (!is_q) {
@@ -152,7 +152,7 @@ extern "C" int32_t msgl_rope_store(const msgl_tensor* q, const msgl_tensor* k, c
                                    const msgl_tensor* positions, const msgl_tensor* out_loc,
                                    const msgl_tensor* cos_sin, const msgl_tensor* q_weight,
                                    const msgl_tensor* k_weight, float eps, int32_t threads_per_head,
-                                   int32_t vectorized, msgl_stream stream) {
+                                   int32_t vectorized, int32_t launch_first, msgl_stream stream) {
   using namespace msgl;
   const char* op = "rope_store";
   constexpr uint32_t floats = dtype_bit(MSGL_F32) | dtype_bit(MSGL_F16) | dtype_bit(MSGL_BF16);
@@ -252,6 +252,7 @@ extern "C" int32_t msgl_rope_store(const msgl_tensor* q, const msgl_tensor* k, c
   p.threads_per_head = threads_per_head;
   p.vectorized = vectorized;
   p.eps = eps;
+  p.launch_first = launch_first != 0;
   const int64_t rows = num_tokens * (q->shape[1] + 2 * hkv);
   const int64_t rows_per_block = kRopeStoreThreads / threads_per_head;
   const dim3 grid(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block));

@@ -56,6 +56,28 @@ __device__ __forceinline__ void grid_prologue() {
   grid_dependents_launch();
 }
 
+/* The one exception to step 2, for a small kernel (a few blocks that all fit at
+ * once) whose successor has a long weight or key prologue: let the next grid
+ * launch first, then wait. The successor's blocks then become resident, and run
+ * their prologue, while the kernel before this one still works (a skinny GEMM
+ * after the split combine streams its weights during the attention launch
+ * instead of after it). What the successor gives up is the guarantee that the
+ * kernel two back has finished when it starts: it may only run this with
+ * launch_first where its successor's pre-wait part reads nothing that a kernel of
+ * the step writes (true of the skinny GEMMs, whose prologue reads weights, and of
+ * decode attention, whose prologue reads the block table, the lengths and the
+ * keys of earlier steps), and only where this kernel's blocks are one wave (so
+ * the chain of launched-early grids stays three deep: the running one, this
+ * one, the successor). Uniform per launch. */
+__device__ __forceinline__ void grid_prologue_launch_first(bool launch_first) {
+  if (launch_first) {
+    grid_dependents_launch();
+    grid_dependency_wait();
+  } else {
+    grid_prologue();
+  }
+}
+
 /* Thread-block clusters (sm_90; on older archs every block is a cluster of one).
  * `cluster_rank` / `cluster_size`: this block's rank in its cluster and the
  * cluster's block count (1 when launched without a cluster dimension);

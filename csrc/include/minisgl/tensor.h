@@ -222,7 +222,8 @@ typedef struct msgl_rope_store_params {
   int32_t threads_per_head;    /* power of two, 1..32; heads per block = 256 / threads_per_head */
   int32_t vectorized;          /* 1: 16-byte vectors held in registers (host-checked shape and alignment) */
   float eps;
-  int32_t reserved;
+  int32_t launch_first;        /* 1: lets the next kernel launch before waiting for the previous one
+                                  (device.cuh: grid_prologue_launch_first); 0: grid_prologue */
 } msgl_rope_store_params;
 
 /*
@@ -524,7 +525,8 @@ typedef struct msgl_attention_params {
    * the caches the new rows. */
   msgl_rope_store_params rope;
   int32_t fused_rope;
-  int32_t reserved;
+  int32_t combine_launch_first; /* 1: the combine launch lets the next kernel launch before its wait
+                                   (device.cuh: grid_prologue_launch_first); 0: grid_prologue */
 } msgl_attention_params;
 
 /*
@@ -741,13 +743,14 @@ MSGL_API int32_t msgl_rope(const msgl_tensor* q, const msgl_tensor* k, const msg
  * k_cache and v_cache [slots, hkv, d] contiguous (any leading shape of that many
  * elements: [pages, page_size, hkv, d]), positions and out_loc [t] int32/int64,
  * cos_sin [max_positions, rotary_dim] f32 contiguous, q_weight and k_weight [d] or
- * both NULL; one float dtype. threads_per_head / vectorized: the launch shape Rust chose. */
+ * both NULL; one float dtype. threads_per_head / vectorized: the launch shape Rust chose;
+ * launch_first: msgl_rope_store_params.launch_first. */
 MSGL_API int32_t msgl_rope_store(const msgl_tensor* q, const msgl_tensor* k, const msgl_tensor* v,
                                  const msgl_tensor* k_cache, const msgl_tensor* v_cache,
                                  const msgl_tensor* positions, const msgl_tensor* out_loc,
                                  const msgl_tensor* cos_sin, const msgl_tensor* q_weight,
                                  const msgl_tensor* k_weight, float eps, int32_t threads_per_head,
-                                 int32_t vectorized, msgl_stream stream);
+                                 int32_t vectorized, int32_t launch_first, msgl_stream stream);
 
 /* skinny_gemm: out [m, n] contiguous, x [m, k] (unit last stride, 16-byte aligned
  * rows), w [n, k] contiguous, bias [n] or NULL; bf16/f16; m <= 16, k % 32 == 0.

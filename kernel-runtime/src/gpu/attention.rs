@@ -447,6 +447,12 @@ fn decode_attention(
         ..p
     };
     let combine_grid = grid_u32(OP, (t * hq).div_ceil(COMBINE_WARPS))?;
+    // The combine launch's successor is the o projection, whose pre-wait part
+    // reads only weights (device.cuh: grid_prologue_launch_first).
+    let p = msgl_attention_params {
+        combine_launch_first: i32::from(super::launch::launch_first(combine_grid as usize, sms)),
+        ..p
+    };
     let views = [out, q, k_cache, v_cache, meta.q_indptr, meta.kv_lens, meta.block_table].map(Tensor::abi);
     let scratch_views = scratch.views();
     let counters_view = counters.as_ref().map(Tensor::abi);
@@ -568,7 +574,7 @@ fn attention_params(
         scale_log2: scale * std::f32::consts::LOG2_E,
         rope: Default::default(),
         fused_rope: 0,
-        reserved: 0,
+        combine_launch_first: 0,
     })
 }
 

@@ -116,6 +116,21 @@ impl Switch {
     }
 }
 
+/// `MINISGL_PDL_LAUNCH_FIRST=1`: the small kernels whose successor has a long
+/// prologue (rope_store before decode attention, the split combine before the o
+/// projection) let the next kernel launch before their own dependency wait
+/// (device.cuh: `grid_prologue_launch_first`), so that the successor's blocks are
+/// resident and run their prologue (keys, weights) while the kernel before still
+/// works. Off by default until measured in the step.
+static LAUNCH_FIRST: Switch = Switch::off_by_default("MINISGL_PDL_LAUNCH_FIRST");
+
+/// Whether a launch of `blocks` blocks on a device of `sm_count` SMs takes
+/// [`LAUNCH_FIRST`]: the switch, and a grid no wider than the SMs, so that its
+/// blocks are one wave and the chain of early grids stays three deep (device.cuh).
+pub(super) fn launch_first(blocks: usize, sm_count: usize) -> bool {
+    blocks <= sm_count && LAUNCH_FIRST.get()
+}
+
 /// A buffer of `len` int32 zeros on `dev` that kernels use as counters and leave
 /// zero after every launch (the decode attention's split counters, the fused MoE
 /// router's ticket): made on first use under the name `name` and kept for the

@@ -10,7 +10,7 @@ use crate::error::Result;
 use crate::op_types::fused::RopeStore;
 use crate::sys::kernels::msgl_rope_store_params;
 
-use super::launch::{device_of, dispatch, dtype_code, grid_u32, rows_aligned, vec_elems};
+use super::launch::{device_of, dispatch, dtype_code, grid_u32, launch_first, rows_aligned, vec_elems};
 
 /// rope_store.cu's kRopeStoreThreads.
 const THREADS: usize = 256;
@@ -103,7 +103,10 @@ fn params(a: &RopeStore<'_>, sm_count: usize) -> Result<(msgl_rope_store_params,
         threads_per_head: shape.threads_per_head as i32,
         vectorized: i32::from(shape.vectorized),
         eps,
-        reserved: 0,
+        // Decode-sized launches only (one wave): rope_store's successor is the
+        // decode attention, whose pre-wait part reads only the block table, the
+        // lengths and earlier steps' keys (device.cuh).
+        launch_first: i32::from(launch_first(rows.div_ceil(THREADS / shape.threads_per_head), sm_count)),
     };
     Ok((p, rows))
 }
@@ -167,6 +170,7 @@ pub(crate) fn rope_store(a: &RopeStore<'_>) -> crate::error::Result<()> {
                     eps,
                     shape.threads_per_head as i32,
                     i32::from(shape.vectorized),
+                    p.launch_first,
                     stream,
                 )
             }

@@ -385,7 +385,7 @@ pub struct msgl_rope_store_params {
     pub threads_per_head: i32,
     pub vectorized: i32,
     pub eps: f32,
-    pub reserved: i32,
+    pub launch_first: i32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -480,8 +480,8 @@ const _: () = {
         "Offset of field: msgl_rope_store_params::eps",
     ][::std::mem::offset_of!(msgl_rope_store_params, eps) - 184usize];
     [
-        "Offset of field: msgl_rope_store_params::reserved",
-    ][::std::mem::offset_of!(msgl_rope_store_params, reserved) - 188usize];
+        "Offset of field: msgl_rope_store_params::launch_first",
+    ][::std::mem::offset_of!(msgl_rope_store_params, launch_first) - 188usize];
 };
 impl Default for msgl_rope_store_params {
     fn default() -> Self {
@@ -1244,7 +1244,7 @@ pub struct msgl_attention_params {
     pub scale_log2: f32,
     pub rope: msgl_rope_store_params,
     pub fused_rope: i32,
-    pub reserved: i32,
+    pub combine_launch_first: i32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
@@ -1336,8 +1336,8 @@ const _: () = {
         "Offset of field: msgl_attention_params::fused_rope",
     ][::std::mem::offset_of!(msgl_attention_params, fused_rope) - 352usize];
     [
-        "Offset of field: msgl_attention_params::reserved",
-    ][::std::mem::offset_of!(msgl_attention_params, reserved) - 356usize];
+        "Offset of field: msgl_attention_params::combine_launch_first",
+    ][::std::mem::offset_of!(msgl_attention_params, combine_launch_first) - 356usize];
 };
 impl Default for msgl_attention_params {
     fn default() -> Self {
@@ -1801,6 +1801,7 @@ pub struct KernelLibrary {
         eps: f32,
         threads_per_head: i32,
         vectorized: i32,
+        launch_first: i32,
         stream: msgl_stream,
     ) -> i32,
     pub msgl_skinny_gemm: unsafe extern "C" fn(
@@ -2264,6 +2265,7 @@ impl KernelLibrary {
         eps: f32,
         threads_per_head: i32,
         vectorized: i32,
+        launch_first: i32,
         stream: msgl_stream,
     ) -> i32 {
         (self
@@ -2281,6 +2283,7 @@ impl KernelLibrary {
             eps,
             threads_per_head,
             vectorized,
+            launch_first,
             stream,
         )
     }
