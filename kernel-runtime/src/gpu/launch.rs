@@ -128,7 +128,12 @@ static LAUNCH_FIRST: Switch = Switch::off_by_default("MINISGL_PDL_LAUNCH_FIRST")
 /// [`LAUNCH_FIRST`]: the switch, and a grid no wider than the SMs, so that its
 /// blocks are one wave and the chain of early grids stays three deep (device.cuh).
 pub(super) fn launch_first(blocks: usize, sm_count: usize) -> bool {
-    blocks <= sm_count && LAUNCH_FIRST.get()
+    launch_first_rule(blocks, sm_count, LAUNCH_FIRST.get())
+}
+
+/// [`launch_first`] with the switch given: on, and at most one block an SM.
+fn launch_first_rule(blocks: usize, sm_count: usize, on: bool) -> bool {
+    on && blocks <= sm_count
 }
 
 /// A buffer of `len` int32 zeros on `dev` that kernels use as counters and leave
@@ -155,4 +160,25 @@ pub(crate) fn persistent_zeros(name: &'static str, dev: &Arc<CudaDevice>, len: u
     let t = Tensor::zeros(&[len], crate::dtype::DType::I32, crate::device::Device::Cuda(dev.ordinal()))?;
     map.insert((name, dev.ordinal()), t.clone());
     Ok(Some(t))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_one_wave_launches_its_successor_first() {
+        // Decode-sized launches: rope_store of one Qwen3-0.6B token (32 rows, one
+        // block), the combine of a batch-1 step (16 heads, 4 blocks).
+        assert!(launch_first_rule(1, 132, true) && launch_first_rule(4, 132, true));
+        assert!(launch_first_rule(132, 132, true));
+        // A prefill's rope_store, a wide batch's combine: past the SMs, never.
+        assert!(!launch_first_rule(133, 132, true) && !launch_first_rule(4096, 132, true));
+        // The switch off: never.
+        assert!(!launch_first_rule(1, 132, false));
+        // Off by default (the variable unset in the tests).
+        if std::env::var_os("MINISGL_PDL_LAUNCH_FIRST").is_none() {
+            assert!(!launch_first(1, 132));
+        }
+    }
 }
