@@ -14,10 +14,9 @@
  * graph_id, graph_node_id, stream, grid, block, cluster, registers, dynamic
  * shared memory, mangled name (scripts/gpu/timeline_table.py reads it).
  *
- * Build (here; the CUPTI headers and libcupti.so.13 come from the
- * nvidia-cuda-cupti wheel of the pinned CUDA 13.0 toolkit):
- *   gcc -O2 -shared -fPIC -I$CUPTI/include -I$CUDA_HOME/include \
- *     scripts/gpu/kernel_timeline.c -o libkernel_timeline.so -L$CUPTI/lib -l:libcupti.so.13
+ * Build: scripts/gpu/build_timeline.sh (here, after `cargo xtask gpu-bundle`: it
+ * puts the library and CUPTI's libcupti.so.13, from the nvidia-cuda-cupti wheel of
+ * the pinned CUDA 13.0 toolkit, into .gpu/).
  */
 #include <cupti.h>
 #include <stdio.h>
