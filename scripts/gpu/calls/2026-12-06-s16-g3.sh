@@ -7,6 +7,9 @@
 # attention launch 6.5-8.7 us. Correctness under the switch first (replay = eager bit
 # for bit, the dense fixtures through graphs, the keys rope_store wrote, overlapped
 # decoding = plain), then alternating rounds of the graphed steps, then its timeline.
+# Before it: `cargo xtask gpu-bundle`, `scripts/gpu/build_timeline.sh`, and copying
+# lib.sh and this script into .gpu/. (Prepared; refused this session for lack of device
+# time. With a full budget, raise BUDGET and add the 30B step.)
 BUDGET=${BUDGET:-270}
 source .gpu/lib.sh
 nvidia-smi --query-gpu=name --format=csv,noheader >> $S
