@@ -10,7 +10,7 @@ records into replays (its node count each), and prints, per node in launch order
 the median over replays of the link and of the duration, then the links summed by
 kernel name, as `SUMMARY timeline ...` lines.
 
-    python3 scripts/gpu/timeline_table.py /tmp/t.csv [--graph ID] [--skip N]
+    python3 scripts/gpu/timeline_table.py /tmp/t.csv [--graph ID] [--skip N] [--layer K,FIRST]
 """
 import argparse
 import csv
@@ -48,6 +48,12 @@ def main() -> int:
     ap.add_argument("--graph", type=int, default=None, help="graph id (default: the most replayed)")
     ap.add_argument("--skip", type=int, default=3, help="replays skipped at the start (warm-up)")
     ap.add_argument("--label", default="", help="prefix of the SUMMARY lines")
+    ap.add_argument(
+        "--layer",
+        default=None,
+        help="K,FIRST: also the median link of each of a layer's K kernels, over the layers "
+        "after the first, the layers starting at kernel FIRST (Qwen3-0.6B bs=1: 7,2)",
+    )
     args = ap.parse_args()
 
     by_graph = defaultdict(list)
@@ -97,6 +103,29 @@ def main() -> int:
             f"SUMMARY timeline {label}{i:4d} {short_name(r['name'])[:44]:44s} grid {r['grid']:>12s} "
             f"link {statistics.median(links[node]):7.2f} us  dur {statistics.median(durs[node]):7.2f} us"
         )
+    if args.layer:
+        k, first = (int(x) for x in args.layer.split(","))
+        layers = (n - first) // k
+        by_pos = defaultdict(lambda: ([], []))
+        for rep in replays:
+            rep = sorted(rep, key=lambda r: int(r["end_ns"]))
+            prev_end = int(rep[0]["start_ns"])
+            for i, r in enumerate(rep):
+                s, e = int(r["start_ns"]), int(r["end_ns"])
+                if first + k <= i < first + k * layers:
+                    by_pos[(i - first) % k][0].append((e - prev_end) / 1000)
+                    by_pos[(i - first) % k][1].append((prev_end - s) / 1000)
+                prev_end = e
+        total = 0.0
+        for j in range(k):
+            r = info[order[first + k + j]]
+            link = statistics.median(by_pos[j][0])
+            total += link
+            print(
+                f"SUMMARY timeline {label}layer {j} {short_name(r['name'])[:40]:40s} grid {r['grid']:>10s} "
+                f"link {link:6.2f} us, resident {statistics.median(by_pos[j][1]):6.2f} us before the previous end"
+            )
+        print(f"SUMMARY timeline {label}layer: {total:.1f} us a layer over {layers - 1} layers")
     per_name = defaultdict(lambda: [0, 0.0, 0.0])
     for node in order:
         k = short_name(info[node]["name"])
