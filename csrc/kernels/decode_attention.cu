@@ -848,8 +848,8 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
       if (num_splits > 1) {
         grid_prologue(); /* the merge writes `out`, which the previous kernel may still read */
         /* The same variables as the other blocks' (a remote read maps a local address). */
-        decode_cluster_merge<DTYPE, HEAD_DIM, WARPS>(p, reinterpret_cast<const float*>(decode_smem), sm_lse, rows, q_start,
-                                              group, kv_head, num_splits);
+        decode_cluster_merge<DTYPE, HEAD_DIM, WARPS>(p, reinterpret_cast<const float*>(decode_smem), sm_lse, rows,
+                                                     q_start, group, kv_head, num_splits);
       }
     }
     return;
@@ -951,11 +951,12 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
   };
   if (early) issue_first();
   const DecodeRopeRows rope_rows(rows, q_len, kv_begin, kv_stop, kv_len);
-  if constexpr (fused) decode_rope_prologue_early<DTYPE, HEAD_DIM, ROW, WARPS>(p, q_s, rope_rows, q_start, q_len, group, kv_len);
+  if constexpr (fused)
+    decode_rope_prologue_early<DTYPE, HEAD_DIM, ROW, WARPS>(p, q_s, rope_rows, q_start, q_len, group, kv_len);
   grid_prologue();
   if constexpr (fused) {
-    decode_rope_prologue<DTYPE, HEAD_DIM, ROW, STAGES, WARPS>(p, q_s, rope_rows, q_start, q_len, group, kv_head, kv_begin,
-                                                       kv_len, STAGES - 1);
+    decode_rope_prologue<DTYPE, HEAD_DIM, ROW, STAGES, WARPS>(p, q_s, rope_rows, q_start, q_len, group, kv_head,
+                                                              kv_begin, kv_len, STAGES - 1);
   } else {
     stage_q();
     if (early) {
@@ -1090,8 +1091,8 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
     }
   }
   __syncthreads();
-  decode_merge_warps<DTYPE, HEAD_DIM, 16, MERGE, WARPS>(p, sm_o, &sm_m[0][0], &sm_l[0][0], sm_lse, rows, q_start, group, seq,
-                                                 kv_head, split, num_splits);
+  decode_merge_warps<DTYPE, HEAD_DIM, 16, MERGE, WARPS>(p, sm_o, &sm_m[0][0], &sm_l[0][0], sm_lse, rows, q_start, group,
+                                                        seq, kv_head, split, num_splits);
 }
 
 /* Dynamic shared memory of an instance's attention phase. */
