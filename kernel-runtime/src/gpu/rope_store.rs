@@ -56,7 +56,8 @@ fn rope_store_shape(
 }
 
 /// The kernel parameters of `a` (caches `[num_slots, heads_kv, d]`) on a device of
-/// `sm_count` SMs, and the rows the launch covers.
+/// `sm_count` SMs, and the launch's blocks (a group of `threads_per_head` threads
+/// per (token, head) row, THREADS a block).
 fn params(a: &RopeStore<'_>, sm_count: usize) -> Result<(msgl_rope_store_params, usize)> {
     const OP: &str = "rope_store";
     let [t, hq, d] = a.q.dims::<3>(OP, "q")?;
@@ -69,6 +70,7 @@ fn params(a: &RopeStore<'_>, sm_count: usize) -> Result<(msgl_rope_store_params,
     }
     let rows = t * (hq + 2 * hkv);
     let shape = rope_store_shape(d, rotary_dim, vec, aligned, rows, sm_count);
+    let blocks = rows.div_ceil(THREADS / shape.threads_per_head);
     let (q_weight, k_weight, eps) = match &a.qk_norm {
         Some(n) => (n.q_weight.device_ptr() as *const _, n.k_weight.device_ptr() as *const _, n.eps),
         None => (std::ptr::null(), std::ptr::null(), 0.0),
@@ -106,9 +108,9 @@ fn params(a: &RopeStore<'_>, sm_count: usize) -> Result<(msgl_rope_store_params,
         // Decode-sized launches only (one wave): rope_store's successor is the
         // decode attention, whose pre-wait part reads only the block table, the
         // lengths and earlier steps' keys (device.cuh).
-        launch_first: i32::from(launch_first(rows.div_ceil(THREADS / shape.threads_per_head), sm_count)),
+        launch_first: i32::from(launch_first(blocks, sm_count)),
     };
-    Ok((p, rows))
+    Ok((p, blocks))
 }
 
 /// The parameters of the decode attention's fused prologue for `a` (caches
@@ -126,9 +128,9 @@ pub(crate) fn fused_prologue(a: &RopeStore<'_>, sm_count: usize) -> Result<Optio
 pub(crate) fn rope_store(a: &RopeStore<'_>) -> crate::error::Result<()> {
     const OP: &str = "rope_store";
     let dev = device_of(OP, a.q)?;
-    let (p, rows) = params(a, dev.sm_count().max(1) as usize)?;
+    let (p, blocks) = params(a, dev.sm_count().max(1) as usize)?;
     let shape = RopeStoreShape { threads_per_head: p.threads_per_head as usize, vectorized: p.vectorized != 0 };
-    let grid = grid_u32(OP, rows.div_ceil(THREADS / shape.threads_per_head))?;
+    let grid = grid_u32(OP, blocks)?;
     let eps = p.eps;
     let views = [
         a.q.abi(),
