@@ -11,17 +11,8 @@ bench() { local to=$1 name=$2; shift 2; [ $(left) -lt $to ] && to=$(left); [ $to
   timeout $to "$@" --bench --warm-up-time 0.1 --measurement-time 0.2 > $W/$name.log 2>&1; echo "$name rc=$? ($(( $(date +%s) - START )) s)" >> $S; grep -E '^SUMMARY' $W/$name.log >> $S; }
 MINISGL_MOE_BENCH_TILES=none bench 60 moe $BB/minisgl-moe
 PYTHONUNBUFFERED=1 timeout 40 python3 scripts/gpu/moe_triton_baseline.py > $W/triton.log 2>&1; echo "triton rc=$?" >> $S; grep SUMMARY $W/triton.log | head -12 >> $S
-SECS="--section LaunchStats --section Occupancy --section SchedulerStats --section WarpStateStats --section SpeedOfLight --section SourceCounters"
-prof() { local name=$1; shift; [ $(left) -lt 60 ] && { echo "ncu $name skipped" >> $S; return; }
-  env "$@" timeout 55 ncu --clock-control none $SECS --kernel-name regex:decode_attention_kernel \
-    --launch-skip 300 --launch-count 2 -o $W/$name $T/engine-gpu_graphs qwen3_0_6b_graph_step_time_gpu --test-threads=1 > $W/ncu-$name.log 2>&1
-  echo "ncu $name rc=$?" >> $S
-  ncu -i $W/$name.ncu-rep --print-details all > $W/$name-details.txt 2>&1
-  ncu -i $W/$name.ncu-rep --page source --csv --print-source sass > $W/$name-sass.csv 2>&1
-  grep -E "Duration|Registers Per|Grid Size|Block Size|Achieved Occupancy|Warp Cycles Per Issued" $W/$name-details.txt | head -14 >> $S
-}
-prof fused MINISGL_DECODE_FUSED_ROPE=1
-prof plain
+ncu_decode fused MINISGL_DECODE_FUSED_ROPE=1
+ncu_decode plain
 echo "ncu done at $(( $(date +%s) - START )) s" >> $S
 ( t 180 fused $T/kernel-runtime-gpu_fused --test-threads=2 ) &
 ( t 180 ops $T/kernel-runtime-gpu_ops --test-threads=3 ) &

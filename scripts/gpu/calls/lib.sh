@@ -7,6 +7,10 @@
 #   step NAME T  one engine-gpu_graphs test's SUMMARY lines into the summary
 #   step_with LABEL T [VAR=value ..]  its `SUMMARY graph-step` lines only, labelled,
 #                with those variables set (A/B rounds)
+#   ncu_decode NAME [VAR=value ..]  ncu of two decode attention launches of the
+#                Qwen3-0.6B graphed step test, with those variables set: the report,
+#                its details and per-instruction SASS under $W, key lines in the summary
+#                (sections: $NCU_SECTIONS)
 #   fin          (trapped on exit) the summary and a tarball of the logs under $OUT
 # Variables: BIN (binaries), T (tests), BB (benches), W (work dir), S (summary).
 START=$(date +%s); left() { echo $(( ${BUDGET:-540} - ($(date +%s) - START) )); }
@@ -26,3 +30,13 @@ step() { local name=$1; shift; [ $(left) -lt 40 ] && { echo "$name skipped" >> $
 step_with() { local label=$1 test=$2; shift 2; [ $(left) -lt 45 ] && { echo "$label $test skipped" >> $S; return; }
   env "$@" timeout 90 $T/engine-gpu_graphs $test --test-threads=1 --nocapture 2>&1 | grep 'SUMMARY graph-step' | sed "s/^/$label /" >> $S; }
 mkdir -p /tmp/q06; cp tests/configs/qwen3-0.6b/config.json /tmp/q06/; cp tests/fixtures/qwen3-tiny/tokenizer* /tmp/q06/
+NCU_SECTIONS=${NCU_SECTIONS:-"--section LaunchStats --section Occupancy --section SchedulerStats --section WarpStateStats --section SpeedOfLight --section MemoryWorkloadAnalysis --section SourceCounters --section InstructionStats"}
+ncu_decode() { local name=$1; shift; [ $(left) -lt 60 ] && { echo "ncu $name skipped" >> $S; return; }
+  # shellcheck disable=SC2086 # the sections are separate arguments
+  env "$@" timeout 55 ncu --clock-control none $NCU_SECTIONS --kernel-name regex:decode_attention_kernel \
+    --launch-skip 300 --launch-count 2 -o $W/$name $T/engine-gpu_graphs qwen3_0_6b_graph_step_time_gpu --test-threads=1 > $W/ncu-$name.log 2>&1
+  echo "ncu $name rc=$?" >> $S
+  ncu -i $W/$name.ncu-rep --print-details all > $W/$name-details.txt 2>&1
+  ncu -i $W/$name.ncu-rep --page source --csv --print-source sass > $W/$name-sass.csv 2>&1
+  grep -E "Duration|Registers Per|Grid Size|Block Size|Achieved Occupancy|Warp Cycles Per Issued" $W/$name-details.txt | head -14 >> $S
+}
