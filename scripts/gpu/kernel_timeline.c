@@ -51,7 +51,7 @@ static void CUPTIAPI timeline_buffer_completed(CUcontext ctx, uint32_t stream, u
   (void)size;
   CUpti_Activity* record = NULL;
   while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
-    if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
+    if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
     const CUpti_ActivityKernel10* k = (const CUpti_ActivityKernel10*)record;
     if (timeline_out)
       fprintf(timeline_out, "%llu,%llu,%u,%llu,%u,%dx%dx%d,%dx%dx%d,%ux%ux%u,%u,%d,%s\n", (unsigned long long)k->start,

@@ -80,14 +80,19 @@ def main() -> int:
     order = [r["graph_node_id"] for r in sorted(replays[0], key=lambda r: int(r["end_ns"]))]
     info = {r["graph_node_id"]: r for r in replays[0]}
     links, durs, spans, busy = defaultdict(list), defaultdict(list), [], []
+    # By position in end order: the link and how long before the previous kernel's
+    # end the kernel started (its blocks resident early, under programmatic launch).
+    pos_links, pos_early = defaultdict(list), defaultdict(list)
     for rep in replays:
         rep = sorted(rep, key=lambda r: int(r["end_ns"]))
         t0 = int(rep[0]["start_ns"])
         prev_end = t0
-        for r in rep:
+        for i, r in enumerate(rep):
             s, e = int(r["start_ns"]), int(r["end_ns"])
             links[r["graph_node_id"]].append((e - prev_end) / 1000)
             durs[r["graph_node_id"]].append((e - s) / 1000)
+            pos_links[i].append((e - prev_end) / 1000)
+            pos_early[i].append((prev_end - s) / 1000)
             prev_end = e
         spans.append((prev_end - t0) / 1000)
         busy.append(sum((int(r["end_ns"]) - int(r["start_ns"])) for r in rep) / 1000)
@@ -106,24 +111,17 @@ def main() -> int:
     if args.layer:
         k, first = (int(x) for x in args.layer.split(","))
         layers = (n - first) // k
-        by_pos = defaultdict(lambda: ([], []))
-        for rep in replays:
-            rep = sorted(rep, key=lambda r: int(r["end_ns"]))
-            prev_end = int(rep[0]["start_ns"])
-            for i, r in enumerate(rep):
-                s, e = int(r["start_ns"]), int(r["end_ns"])
-                if first + k <= i < first + k * layers:
-                    by_pos[(i - first) % k][0].append((e - prev_end) / 1000)
-                    by_pos[(i - first) % k][1].append((prev_end - s) / 1000)
-                prev_end = e
         total = 0.0
         for j in range(k):
             r = info[order[first + k + j]]
-            link = statistics.median(by_pos[j][0])
+            # Kernel j of every layer after the first (the first pays for cold caches).
+            at = [first + k * layer + j for layer in range(1, layers)]
+            link = statistics.median(v for i in at for v in pos_links[i])
+            early = statistics.median(v for i in at for v in pos_early[i])
             total += link
             print(
                 f"SUMMARY timeline {label}layer {j} {short_name(r['name'])[:40]:40s} grid {r['grid']:>10s} "
-                f"link {link:6.2f} us, resident {statistics.median(by_pos[j][1]):6.2f} us before the previous end"
+                f"link {link:6.2f} us, resident {early:6.2f} us before the previous end"
             )
         print(f"SUMMARY timeline {label}layer: {total:.1f} us a layer over {layers - 1} layers")
     per_name = defaultdict(lambda: [0, 0.0, 0.0])
