@@ -46,6 +46,20 @@
  * ones are read from global memory as before. The products and their order are
  * those of the unprefetched kernel, so results are bitwise the same.
  *
+ * The bulk prefetch (bulk_prefetch = 1, sm_90): the same idea with the copy
+ * engine. One thread copies the block's whole slice of w, each of its 16 M_TILES
+ * rows' K range as one contiguous cp.async.bulk, into rows of shared memory
+ * skinny_bulk_row_bytes apart, completing on one transaction barrier, and every
+ * warp waits on that barrier (after the dependency wait) before its first read.
+ * The cp.async prefetch moves 16 bytes an instruction from every lane, 4096
+ * instructions a block for Qwen3-0.6B's o_proj, and a block streamed only ~10-15
+ * GB/s (the sixteenth session's timeline: the 64-block o_proj and down took
+ * 6.4 and 4.9 us after their predecessors ended however early they launched); a
+ * bulk copy is one instruction a row and keeps the whole slice in flight. Rows
+ * are padded to an odd multiple of 64 bytes, so that a phase of 8 lanes (rows g
+ * and g + 1, 64 bytes each) reads all 32 banks once. Products and order are
+ * unchanged: bitwise the same results.
+ *
  * The gated variant (GATED = 1, a gate_up projection with SiLU-and-mul in its
  * epilogue): w holds 2 n rows, the gate rows 0..n and the up rows n..2n, and
  * out[m, j] = silu(gate[m, j]) * up[m, j]. A lane's A rows g and g + 8 of tile i
@@ -70,8 +84,9 @@
  * while block 0 writes the new one. Re-reading h and residual per block costs L2
  * traffic of 2 m k bytes a block, small at decode sizes (4 KiB at m = 1, k = 1024).
  */
-#include "minisgl/mma.cuh"
+#include "minisgl/bulk.cuh"
 #include "minisgl/device.cuh"
+#include "minisgl/mma.cuh"
 
 namespace msgl {
 
@@ -126,6 +141,13 @@ template <int U, int M_TILES, int N_TILES> struct SkinnyStage {
   uint4 w[U][M_TILES][2];
   uint4 x[U][N_TILES];
 };
+
+/* Bytes between two rows of w in shared memory under the bulk prefetch, for a
+ * block of `block_steps` k-steps (64 bytes each): the slice rounded up to 128
+ * bytes, plus 64 (see the file comment). */
+__host__ __device__ constexpr long long skinny_bulk_row_bytes(long long block_steps) {
+  return (block_steps * 64 + 127) / 128 * 128 + 64;
+}
 
 /* Bytes between two normalised rows in shared memory (NORM): the row, plus 64 so
  * that lanes reading rows g and g + 1 in one 8-lane phase hit different banks. */
@@ -223,6 +245,40 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
       w_row[i][h] = static_cast<const char*>(p.w) + (w_ok[i][h] ? r : 0) * p.k * 2 + t * 16;
     }
 
+  /* The bulk prefetch (before the dependency wait): thread 0 copies each row of
+   * the block's slice, row r = 16 i + 8 h + g of the layout above, and arms the
+   * barrier with the bytes; rows past n are not copied (and read as zeros). */
+  __shared__ __align__(8) unsigned long long bulk_bar;
+  const long long bulk_row_bytes = skinny_bulk_row_bytes((steps + splits - 1) / splits);
+  const bool bulk = p.bulk_prefetch != 0;
+  if (bulk) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (threadIdx.x == 0) {
+      mbar_init(&bulk_bar, 1);
+      mbar_init_fence();
+      const unsigned row_bytes = static_cast<unsigned>(b_steps * 64);
+      unsigned rows = 0;
+      for (int r = 0; r < 16 * M_TILES; ++r) {
+        const long long col = GATED ? n0 + 8 * (r / 16) + r % 8 : n0 + r;
+        rows += col < p.n ? 1u : 0u;
+      }
+      mbar_arrive_expect_tx(&bulk_bar, rows * row_bytes);
+      for (int r = 0; r < 16 * M_TILES; ++r) {
+        const long long col = GATED ? n0 + 8 * (r / 16) + r % 8 : n0 + r;
+        const long long wr = GATED && (r / 8) % 2 == 1 ? p.n + col : col;
+        if (col < p.n)
+          bulk_copy_g2s(skinny_smem + r * bulk_row_bytes, static_cast<const char*>(p.w) + wr * p.k * 2 + b_begin * 64,
+                        row_bytes, &bulk_bar);
+      }
+    }
+    __syncthreads(); /* the barrier initialised before anyone waits on it */
+#else
+    __trap(); /* the host asks for the bulk prefetch on sm_90 only */
+#endif
+  }
+  /* This lane's first 16 bytes of row g of the bulk slice (row (i, h) is 16 i + 8 h rows on). */
+  const unsigned char* bulk_lane = skinny_smem + g * bulk_row_bytes + t * 16;
+
   /* The prefetch (before the dependency wait: weights only, nothing written).
    * Slot (q, i, h) of this lane holds k-step s_begin + q of its row (i, h); a
    * warp's 32 lanes fill 32 consecutive 16-byte slots (conflict-free). Rows past
@@ -242,8 +298,10 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
   /* Wait for the previous kernel, then let the next one stage its weights (device.cuh). */
   grid_prologue();
 
-  /* NORM: the normalised rows, in dynamic shared memory after the prefetch slots. */
-  unsigned char* xs = skinny_smem + static_cast<long long>(p.prefetch_steps) * M_TILES * kSkinnyStepBytes;
+  /* NORM: the normalised rows, in dynamic shared memory after the prefetch slots
+   * (or the bulk rows). */
+  unsigned char* xs = skinny_smem + (bulk ? 16 * M_TILES * bulk_row_bytes
+                                          : static_cast<long long>(p.prefetch_steps) * M_TILES * kSkinnyStepBytes);
   if constexpr (NORM) skinny_norm_rows<DTYPE>(p, xs, blockIdx.x == 0);
 
   const char* x_row[N_TILES];
@@ -281,15 +339,23 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
       }
     }
   };
-  /* Loads the w rows of k-steps [s, s + U): from the prefetched slots, else from
-   * global memory (zeros past s_end and past n). */
+  /* Loads the w rows of k-steps [s, s + U): from the bulk rows or the prefetched
+   * slots, else from global memory (zeros past s_end and past n). */
   auto load_w = [&](SkinnyStage<U, M_TILES, N_TILES>& st, long long s) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const bool in = s + u < s_end;
       const long long q = s + u - s_begin;
       const long long off = (s + u) * 64;
-      if (in && q < pre) {
+      if (bulk) {
+        const unsigned char* at = bulk_lane + (s + u - b_begin) * 64;
+#pragma unroll
+        for (int i = 0; i < M_TILES; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            st.w[u][i][h] =
+                in && w_ok[i][h] ? *reinterpret_cast<const uint4*>(at + (16 * i + 8 * h) * bulk_row_bytes) : zero;
+      } else if (in && q < pre) {
 #pragma unroll
         for (int i = 0; i < M_TILES; ++i)
 #pragma unroll
@@ -317,6 +383,9 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
   long long s = s_begin;
   if (s < s_end) load_x(a, s);
   cp_async_wait<0>(); /* this thread's own slots: no barrier needed */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (bulk) mbar_wait(&bulk_bar, 0);
+#endif
   if (s < s_end) load_w(a, s);
   while (s < s_end) {
     if (s + U < s_end) {
@@ -399,7 +468,8 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
 #if defined(MSGL_JIT_INSTANCE)
 /* One instance, compiled by NVRTC or into an AOT cubin; launched from Rust with
  * block = 256, grid = ceil(n / (16 * M_TILES)) (GATED: ceil(n / (8 * M_TILES))),
- * prefetch_steps * M_TILES * kSkinnyStepBytes (NORM: + m * skinny_norm_row_bytes(k))
+ * prefetch_steps * M_TILES * kSkinnyStepBytes (bulk_prefetch: 16 * M_TILES *
+ * skinny_bulk_row_bytes(k / 32) instead; NORM: + m * skinny_norm_row_bytes(k))
  * of dynamic shared memory, without
  * clusters (no K split) and without the PDL attribute (the waits are no-ops). */
 extern "C" __global__ void __launch_bounds__(256, 2) msgl_skinny_gemm_kernel(const msgl_skinny_gemm_params p) {
@@ -450,7 +520,7 @@ extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x
                                     const msgl_tensor* bias, const msgl_tensor* residual,
                                     const msgl_tensor* residual_out, const msgl_tensor* norm_w, float eps,
                                     int32_t m_tiles, int32_t k_splits, int32_t gated, int32_t prefetch_steps,
-                                    msgl_stream stream) {
+                                    int32_t bulk_prefetch, msgl_stream stream) {
   using namespace msgl;
   const char* op = gated ? "skinny_gemm_silu_mul" : "skinny_gemm";
   constexpr uint32_t halves = dtype_bit(MSGL_F16) | dtype_bit(MSGL_BF16);
@@ -488,6 +558,9 @@ extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x
   if (prefetch_steps < 0 || prefetch_steps * m_tiles > kSkinnyMaxPrefetchTileSteps)
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: prefetch_steps %d must be 0..%d for m_tiles %d", op, prefetch_steps,
                      kSkinnyMaxPrefetchTileSteps / m_tiles, m_tiles);
+  if (bulk_prefetch != 0 && (bulk_prefetch != 1 || prefetch_steps != 0))
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: bulk_prefetch %d must be 0, or 1 with prefetch_steps 0 (got %d)", op,
+                     bulk_prefetch, prefetch_steps);
   const int32_t norm = residual != nullptr || residual_out != nullptr || norm_w != nullptr ? 1 : 0;
   if (norm) {
     if (residual == nullptr || residual_out == nullptr || norm_w == nullptr)
@@ -524,6 +597,7 @@ extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x
   p.k = k;
   p.x_stride = m > 1 ? x->strides[0] : k;
   p.prefetch_steps = prefetch_steps;
+  p.bulk_prefetch = bulk_prefetch;
   if (norm) {
     p.residual = residual->data;
     p.residual_out = residual_out->data;
@@ -538,8 +612,10 @@ extern "C" int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: grid of %lld blocks is too large", op,
                      static_cast<long long>(tiles * k_splits));
   const dim3 grid(static_cast<unsigned>(tiles * k_splits));
-  const size_t smem = static_cast<size_t>(prefetch_steps) * m_tiles * kSkinnyStepBytes +
-                      (norm ? static_cast<size_t>(m * skinny_norm_row_bytes(k)) : 0);
+  const long long block_steps = (k / 32 + k_splits - 1) / k_splits;
+  const size_t staged = bulk_prefetch ? static_cast<size_t>(16 * m_tiles * skinny_bulk_row_bytes(block_steps))
+                                      : static_cast<size_t>(prefetch_steps) * m_tiles * kSkinnyStepBytes;
+  const size_t smem = staged + (norm ? static_cast<size_t>(m * skinny_norm_row_bytes(k)) : 0);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   bool launched = false;
   cudaError_t err = cudaSuccess;

@@ -63,8 +63,9 @@
  * from each consumer warp once it has read the stage; the producer waits on it
  * before reusing the stage. Phases alternate by u / stages.
  */
-#include "minisgl/mma.cuh"
+#include "minisgl/bulk.cuh"
 #include "minisgl/device.cuh"
+#include "minisgl/mma.cuh"
 
 namespace msgl {
 
@@ -84,31 +85,6 @@ constexpr int kStreamBoxRowBytes = 2 * kStreamBoxK;
  * 8 N_TILES x rows. */
 __host__ __device__ constexpr int stream_stage_bytes(int n_tiles, int chunk) {
   return (kStreamTileRows + 8 * n_tiles) * 2 * chunk;
-}
-
-__device__ __forceinline__ void mbar_init(unsigned long long* bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned long long* bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(unsigned long long* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-
-/* Spins until the barrier's phase of parity `parity` has completed. */
-__device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned parity) {
-  const unsigned addr = smem_u32(bar);
-  unsigned done = 0;
-  while (!done) {
-    asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-        : "=r"(done)
-        : "r"(addr), "r"(parity)
-        : "memory");
-  }
 }
 
 /* A 3-D tensor copy of the box at (0, j0, row0) of a map that views a matrix as
@@ -218,7 +194,7 @@ __device__ __forceinline__ void stream_gemm_impl(const msgl_stream_gemm_params& 
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], kStreamConsumers);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_init_fence();
   }
   __syncthreads();
 

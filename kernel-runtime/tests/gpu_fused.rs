@@ -424,6 +424,79 @@ fn skinny_gemm_prefetch_is_bitwise_neutral() -> Result<()> {
     Ok(())
 }
 
+/// The bulk prefetch (the block's slice by the copy engine) gives the bits of the
+/// cp.async prefetch: the plain kernel unsplit and split (Qwen3-0.6B's four
+/// projections, a slice past the bulk budget that falls back, odd n, warps without
+/// a k-step), the gated kernel and the pre-norm variant.
+#[test]
+fn skinny_bulk_prefetch_is_bitwise_neutral() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let _switches = switches();
+    let mut r = rng(31);
+    let both = |f: &dyn Fn() -> Result<Vec<u8>>| -> Result<(Vec<u8>, Vec<u8>)> {
+        ops::set_skinny_bulk(Some(true));
+        let bulk = f();
+        ops::set_skinny_bulk(Some(false));
+        let plain = f();
+        ops::set_skinny_bulk(None);
+        Ok((bulk?, plain?))
+    };
+    for dtype in [DType::BF16, DType::F16] {
+        for (n, k) in [(4096, 1024), (1024, 2048), (1024, 3072), (2048, 4096), (1000, 512), (48, 96)] {
+            for m in [1, 9, 16] {
+                let x = random(&mut r, &[m, k], dtype, 0.0, 1.0)?;
+                let w = random(&mut r, &[n, k], dtype, 0.0, 0.05)?;
+                let want = ops::linear(&x, &w, None)?;
+                let (gx, gw) = (gpu(&x)?, gpu(&w)?);
+                for m_tiles in [1, 2] {
+                    for splits in [1, 2, 4].into_iter().filter(|&s| s <= k / 32) {
+                        let what = format!("skinny_gemm bulk {dtype} m={m} n={n} k={k} m_tiles={m_tiles} k_splits={splits}");
+                        let got = || {
+                            let out = ops::skinny_gemm(&gx, &gw, None, Some(m_tiles), Some(splits))?;
+                            assert_close(&what, &out, &want, tol(dtype))?;
+                            out.to_host_bytes()
+                        };
+                        let (bulk, plain) = both(&got).with_context(|| what.clone())?;
+                        ensure!(bulk == plain, "{what}: differs from the cp.async prefetch");
+                    }
+                }
+            }
+        }
+        for (inter, k) in [(3072, 1024), (500, 96)] {
+            for m in [1, 16] {
+                let x = gpu(&random(&mut r, &[m, k], dtype, 0.0, 1.0)?)?;
+                let w = gpu(&random(&mut r, &[2 * inter, k], dtype, 0.0, 0.05)?)?;
+                for m_tiles in [1, 2] {
+                    let what = format!("skinny_gemm_silu_mul bulk {dtype} m={m} inter={inter} k={k} m_tiles={m_tiles}");
+                    let got = || ops::skinny_gemm_silu_mul(&x, &w, None, Some(m_tiles))?.to_host_bytes();
+                    let (bulk, plain) = both(&got).with_context(|| what.clone())?;
+                    ensure!(bulk == plain, "{what}: differs from the cp.async prefetch");
+                }
+            }
+        }
+        for (n, k, gated) in [(4096, 1024, false), (6144, 1024, true), (4096, 2048, false)] {
+            for m in [1, 16] {
+                let what = format!("fused_add_rms_norm_linear bulk {dtype} m={m} n={n} k={k} gated={gated}");
+                let x = gpu(&random(&mut r, &[m, k], dtype, 0.0, 1.0)?)?;
+                let res = gpu(&random(&mut r, &[m, k], dtype, 0.0, 3.0)?)?;
+                let nw = gpu(&random(&mut r, &[k], dtype, 1.0, 0.5)?)?;
+                let w = gpu(&random(&mut r, &[n, k], dtype, 0.0, 0.05)?)?;
+                let got = || {
+                    let (out, new_res) = ops::fused_add_rms_norm_linear(x.clone(), res.clone(), &nw, EPS, &w, None, gated)?;
+                    let mut bytes = out.to_host_bytes()?;
+                    bytes.extend(new_res.to_host_bytes()?);
+                    Ok(bytes)
+                };
+                let (bulk, plain) = both(&got).with_context(|| what.clone())?;
+                ensure!(bulk == plain, "{what}: differs from the cp.async prefetch");
+            }
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn linear_silu_mul_is_the_unfused_pair_bit_for_bit() -> Result<()> {
     if !enabled() {

@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or a launcher signature changes. */
-#define MSGL_ABI_VERSION 5
+#define MSGL_ABI_VERSION 6
 
 /* The most dimensions a tensor view carries. */
 #define MSGL_MAX_DIMS 6
@@ -258,8 +258,11 @@ typedef struct msgl_skinny_gemm_params {
   int64_t k;                   /* a multiple of 32 */
   int64_t x_stride;            /* elements, a multiple of 8 */
   int32_t prefetch_steps;      /* k-steps per warp staged before the wait: 0..12 / M_TILES; dynamic shared
-                                  memory prefetch_steps * M_TILES * 8 KiB (+ the NORM rows) */
-  int32_t reserved;            /* 0 */
+                                  memory prefetch_steps * M_TILES * 8 KiB (+ the NORM rows); 0 with
+                                  bulk_prefetch */
+  int32_t bulk_prefetch;       /* 1 (sm_90): the block's whole slice of w copied by the copy engine before
+                                  the wait instead, 16 M_TILES rows of skinny_bulk_row_bytes(ceil(k / 32 /
+                                  splits)) bytes of dynamic shared memory (+ the NORM rows); else 0 */
   const void* residual;        /* NORM: device, [m, k], rows residual_stride elements apart, 16-byte aligned */
   void* residual_out;          /* NORM: device, [m, k] contiguous: x + residual rounded (not residual itself) */
   const void* norm_w;          /* NORM: device, [k] */
@@ -757,7 +760,9 @@ MSGL_API int32_t msgl_rope_store(const msgl_tensor* q, const msgl_tensor* k, con
  * m_tiles: the M_TILES instance (1 or 2); k_splits: blocks of a cluster that share
  * one tile's K (1..8, at most k / 32); gated: 1 for the GATED instance (w [2n, k],
  * bias [2n], out [m, n] = silu(gate) * up); prefetch_steps: k-steps of w per warp
- * staged in shared memory before the grid dependency wait (0..12 / m_tiles).
+ * staged in shared memory before the grid dependency wait (0..12 / m_tiles);
+ * bulk_prefetch: 1 (sm_90, prefetch_steps 0) to stage instead the block's whole
+ * slice of w with the copy engine (msgl_skinny_gemm_params.bulk_prefetch).
  * residual, residual_out, norm_w: NULL, or all three for the NORM instance (the
  * pre-norm residual step first: residual [m, k] like x, residual_out [m, k]
  * contiguous and not overlapping x or residual, norm_w [k] contiguous; k <= 2048
@@ -766,7 +771,7 @@ MSGL_API int32_t msgl_skinny_gemm(const msgl_tensor* out, const msgl_tensor* x, 
                                   const msgl_tensor* bias, const msgl_tensor* residual,
                                   const msgl_tensor* residual_out, const msgl_tensor* norm_w, float eps,
                                   int32_t m_tiles, int32_t k_splits, int32_t gated, int32_t prefetch_steps,
-                                  msgl_stream stream);
+                                  int32_t bulk_prefetch, msgl_stream stream);
 
 /* skinny_tiled: out [m, n] contiguous, x [m, k] (unit last stride, 16-byte aligned
  * rows), w [n, k] contiguous, bias [n] or NULL; bf16/f16; m >= 1, k % 32 == 0.

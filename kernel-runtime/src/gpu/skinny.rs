@@ -4,7 +4,8 @@
 //! SiLU-and-mul in the epilogue) and the rule of `linear_silu_mul`; its pre-norm
 //! variant (the decoder layer's residual add and RMSNorm in front of the product,
 //! `fused_add_rms_norm_linear`); and the weight prefetch every launch stages in
-//! shared memory before its grid dependency wait.
+//! shared memory before its grid dependency wait (by cp.async from every lane, or
+//! with `MINISGL_SKINNY_BULK=1` the block's whole slice by the copy engine).
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -44,8 +45,13 @@ const PREFETCH_STEP_BYTES: usize = 8 * 32 * 2 * 16;
 /// Shared memory a block gets without opting in (static and dynamic together).
 const DEFAULT_SHARED_BYTES: usize = 48 << 10;
 /// The most static shared memory an instance declares (skinny_gemm.cu: the
-/// warps' partial tiles, 16 KiB at two tiles of each, and the NORM row sums).
-const STATIC_SHARED_BYTES: usize = 16 * 1024 + 512;
+/// warps' partial tiles, 16 KiB at two tiles of each, the NORM row sums and the
+/// bulk prefetch's barrier).
+const STATIC_SHARED_BYTES: usize = 16 * 1024 + 512 + 8;
+/// Dynamic and static shared memory together a bulk-prefetching block may take:
+/// two blocks an SM still fit sm_90's 228 KiB (with the 1 KiB the hardware keeps
+/// a block).
+const BULK_BLOCK_BUDGET: usize = 112 << 10;
 
 /// `MINISGL_SKINNY_GEMM`: the skinny path of `linear` (and of `linear_silu_mul`).
 static ENABLED: Switch = Switch::new("MINISGL_SKINNY_GEMM");
@@ -61,6 +67,10 @@ static GATED: Switch = Switch::new("MINISGL_SKINNY_GATED");
 /// `MINISGL_SKINNY_NORM=0`: the pre-norm variant off (the norm kernel, then the
 /// product).
 static NORM: Switch = Switch::new("MINISGL_SKINNY_NORM");
+/// `MINISGL_SKINNY_BULK=1`: the prefetch by the copy engine (skinny_gemm.cu's bulk
+/// prefetch) wherever the block's whole slice fits [`BULK_BLOCK_BUDGET`] on sm_90.
+/// Off by default until measured in the graphed steps.
+static BULK: Switch = Switch::off_by_default("MINISGL_SKINNY_BULK");
 
 /// Widest rows the pre-norm variant normalises into shared memory
 /// (skinny_gemm.cu's kSkinnyMaxNormK).
@@ -99,6 +109,40 @@ pub(crate) fn prefetch_steps(k: usize, m_tiles: usize, k_splits: usize) -> usize
     }
     let block_steps = (k / 32).div_ceil(k_splits.max(1));
     block_steps.div_ceil(8).min(MAX_PREFETCH_TILE_STEPS / m_tiles.max(1))
+}
+
+/// Turns the bulk prefetch on or off for this process, overriding
+/// `MINISGL_SKINNY_BULK`; `None` goes back to the variable.
+pub(crate) fn set_bulk(on: Option<bool>) {
+    BULK.set(on);
+}
+
+/// skinny_gemm.cu's `skinny_bulk_row_bytes`: bytes between two rows of w in shared
+/// memory under the bulk prefetch, for a block of `block_steps` k-steps of 32
+/// (64 bytes each): rounded up to 128 bytes, plus 64 (conflict-free reads).
+fn bulk_row_bytes(block_steps: usize) -> usize {
+    (block_steps * 64).div_ceil(128) * 128 + 64
+}
+
+/// The dynamic shared memory of the bulk prefetch of a launch, when it is on and
+/// the block's whole slice (its 16 x `m_tiles` rows over its share of K), the
+/// pre-norm rows (`norm_rows` bytes) and the instance's static partial tiles fit
+/// [`BULK_BLOCK_BUDGET`] on a device of `capability`; `None` for the cp.async
+/// prefetch.
+fn bulk_prefetch_bytes(
+    k: usize,
+    m_tiles: usize,
+    n_tiles: usize,
+    k_splits: usize,
+    norm_rows: usize,
+    capability: (i32, i32),
+) -> Option<usize> {
+    if !BULK.get() || !PREFETCH.get() || capability.0 < 9 {
+        return None;
+    }
+    let slice = 16 * m_tiles * bulk_row_bytes((k / 32).div_ceil(k_splits.max(1)));
+    let partial_tiles = 8 * m_tiles * n_tiles * 4 * 32 * 4;
+    (slice + norm_rows + partial_tiles + 512 + 8 <= BULK_BLOCK_BUDGET).then_some(slice)
 }
 
 /// Turns the pre-norm variant on or off for this process, overriding
@@ -176,7 +220,27 @@ fn plan_for(
         && aligned;
     (fits && window.contains(&(n * k * 2))).then(|| {
         let m_tiles = if n >= two_tile_min_n(sm_count) { 2 } else { 1 };
-        SkinnyPlan { m_tiles, k_splits: 1 }
+        // The pre-norm variant runs unsplit (every block normalises whole rows).
+        let k_splits = if pre_norm { 1 } else { small_grid_splits(n.div_ceil(16 * m_tiles), k, sm_count, max_splits()) };
+        SkinnyPlan { m_tiles, k_splits }
+    })
+}
+
+/// The K split of a grid of `tiles` blocks: the largest of 1..=`max` (at most 8)
+/// that keeps one wave (`tiles` x split <= SMs) and at least one k-step of 32 a
+/// warp in every block, so that a grid that leaves SMs idle (Qwen3-0.6B's o_proj
+/// and down: 64 tiles on 132 SMs) streams its weights from more of them.
+fn small_grid_splits(tiles: usize, k: usize, sm_count: usize, max: usize) -> usize {
+    (1..=max.min(8)).rev().find(|&s| s == 1 || (tiles * s <= sm_count && k / 32 / s >= 8)).unwrap_or(1)
+}
+
+/// `MINISGL_SKINNY_SPLIT=N`: the most [`small_grid_splits`] takes (read once; 1,
+/// no split, when unset: measured in the third session as a loss standalone, and
+/// being measured again in the graphed step).
+fn max_splits() -> usize {
+    static OVERRIDE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *OVERRIDE.get_or_init(|| {
+        std::env::var("MINISGL_SKINNY_SPLIT").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(1).clamp(1, 8)
     })
 }
 
@@ -386,7 +450,13 @@ fn launch(
             .ok_or_else(|| Error::arg(op, format!("pre-norm rows of m={m} k={k} do not fit shared memory")))?,
         None => prefetch_steps(k, m_tiles, k_splits),
     };
-    let shared = prefetch * m_tiles * PREFETCH_STEP_BYTES + pre.map_or(0, |_| norm_rows_bytes(m, k));
+    let norm_rows = pre.map_or(0, |_| norm_rows_bytes(m, k));
+    let bulk = bulk_prefetch_bytes(k, m_tiles, n_tiles, k_splits, norm_rows, dev.capability());
+    let (prefetch, staged) = match bulk {
+        Some(bytes) => (0, bytes),
+        None => (prefetch, prefetch * m_tiles * PREFETCH_STEP_BYTES),
+    };
+    let shared = staged + norm_rows;
     let p = msgl_skinny_gemm_params {
         out: out.device_ptr() as *mut _,
         x: x.device_ptr() as *const _,
@@ -397,7 +467,7 @@ fn launch(
         k: k as i64,
         x_stride: if m > 1 { x.strides()[0] as i64 } else { k as i64 },
         prefetch_steps: prefetch as i32,
-        reserved: 0,
+        bulk_prefetch: i32::from(bulk.is_some()),
         residual: pre.map_or(std::ptr::null(), |p| p.residual.device_ptr() as *const _),
         residual_out: pre.map_or(std::ptr::null_mut(), |p| p.residual_out.device_ptr() as *mut _),
         norm_w: pre.map_or(std::ptr::null(), |p| p.weight.device_ptr() as *const _),
@@ -442,18 +512,32 @@ fn launch(
                     k_splits as i32,
                     i32::from(gated),
                     prefetch as i32,
+                    i32::from(bulk.is_some()),
                     stream,
                 )
             }
         },
         |f| {
+            // Launched without a cluster, a block reduces all of K: the bulk rows,
+            // sized for a split, would not fit; such a launch takes the cp.async
+            // prefetch's first steps instead.
+            let (p, shared) = if bulk.is_some() && k_splits > 1 {
+                let steps = prefetch_steps(k, m_tiles, k_splits);
+                (
+                    msgl_skinny_gemm_params { bulk_prefetch: 0, prefetch_steps: steps as i32, ..p },
+                    steps * m_tiles * PREFETCH_STEP_BYTES + norm_rows,
+                )
+            } else {
+                (p, shared)
+            };
             if shared + STATIC_SHARED_BYTES > DEFAULT_SHARED_BYTES {
                 f.set_max_dynamic_shared_bytes(dev, shared as u32)?;
             }
             // SAFETY: `p` is the msgl_skinny_gemm_params the entry takes, filled from
             // tensors checked above (shapes, alignment, 1..=16 rows, k % 32 == 0);
             // launched without a cluster, the kernel reduces all of K per block;
-            // `shared` is the prefetch's dynamic shared memory.
+            // `shared` is the prefetch's (or the bulk rows') dynamic shared memory and
+            // the pre-norm rows.
             unsafe { f.launch(dev, grid, THREADS, shared as u32, &p) }
         },
     )
@@ -520,6 +604,45 @@ mod tests {
         assert_eq!(plan_gated(1, 14336, 4096, bf, true, 132), None);
         assert_eq!(plan_gated(1, 3072, 1024, DType::F32, true, 132), None);
         assert_eq!(plan_gated(1, 3072, 1024, bf, false, 132), None);
+    }
+
+    #[test]
+    fn small_grids_split_k_within_one_wave() {
+        // Qwen3-0.6B's o_proj and down (64 tiles) on 132 SMs: two blocks a tile.
+        assert_eq!(small_grid_splits(64, 2048, 132, 8), 2);
+        assert_eq!(small_grid_splits(64, 3072, 132, 2), 2);
+        // Off (the default maximum of 1), or a grid that already fills the SMs.
+        assert_eq!(small_grid_splits(64, 2048, 132, 1), 1);
+        assert_eq!(small_grid_splits(256, 1024, 132, 8), 1);
+        // Small grids stop at 8 splits and at one k-step a warp.
+        assert_eq!(small_grid_splits(4, 8192, 132, 16), 8);
+        assert_eq!(small_grid_splits(4, 512, 132, 8), 2);
+        assert_eq!(small_grid_splits(4, 128, 132, 8), 1);
+    }
+
+    #[test]
+    fn the_bulk_prefetch_takes_whole_slices_that_leave_two_blocks_an_sm() {
+        set_prefetch(Some(true));
+        set_bulk(Some(true));
+        // Conflict-free row strides: an odd multiple of 64 bytes.
+        for steps in [1, 2, 3, 32, 64, 96] {
+            assert_eq!(bulk_row_bytes(steps) % 128, 64);
+            assert!(bulk_row_bytes(steps) >= steps * 64);
+        }
+        // Qwen3-0.6B: qkv (k 1024), o (2048), down (3072, 97 KiB), gate_up with two tiles.
+        assert_eq!(bulk_prefetch_bytes(1024, 1, 1, 1, 0, (9, 0)), Some(16 * 2112));
+        assert_eq!(bulk_prefetch_bytes(2048, 1, 1, 1, 0, (9, 0)), Some(16 * 4160));
+        assert_eq!(bulk_prefetch_bytes(3072, 1, 1, 1, 0, (9, 0)), Some(16 * 6208));
+        assert_eq!(bulk_prefetch_bytes(1024, 2, 1, 1, 2112, (9, 0)), Some(32 * 2112));
+        // Split in two, half the rows' bytes; past the budget, or before sm_90, none.
+        assert_eq!(bulk_prefetch_bytes(2048, 1, 1, 2, 0, (9, 0)), Some(16 * 2112));
+        assert_eq!(bulk_prefetch_bytes(4096, 1, 1, 1, 0, (9, 0)), None);
+        assert_eq!(bulk_prefetch_bytes(3072, 2, 2, 1, 0, (9, 0)), None);
+        assert_eq!(bulk_prefetch_bytes(1024, 1, 1, 1, 0, (8, 0)), None);
+        set_bulk(Some(false));
+        assert_eq!(bulk_prefetch_bytes(1024, 1, 1, 1, 0, (9, 0)), None);
+        set_bulk(None);
+        set_prefetch(None);
     }
 
     #[test]

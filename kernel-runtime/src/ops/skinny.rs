@@ -54,6 +54,15 @@ pub fn set_skinny_prefetch(on: Option<bool>) {
     crate::gpu::skinny::set_prefetch(on);
 }
 
+/// Turns the skinny kernels' bulk prefetch (the block's whole slice of weights
+/// copied into shared memory by the copy engine before the grid dependency wait,
+/// on sm_90, where it fits) on or off for this process, or back to
+/// `MINISGL_SKINNY_BULK` (`None`; off unless that variable is `1`). For A/B
+/// benchmarks: results are the same bits either way.
+pub fn set_skinny_bulk(on: Option<bool>) {
+    crate::gpu::skinny::set_bulk(on);
+}
+
 /// Turns the pre-norm variant of the skinny kernel (the residual add and RMSNorm
 /// in front of the projection, [`super::fused_add_rms_norm_linear`]) on or off for
 /// this process, or back to `MINISGL_SKINNY_NORM` (`None`; on unless that
