@@ -456,7 +456,7 @@ fn skinny_bulk_prefetch_is_bitwise_neutral() -> Result<()> {
                         let got = || {
                             let out = ops::skinny_gemm(&gx, &gw, None, Some(m_tiles), Some(splits))?;
                             assert_close(&what, &out, &want, tol(dtype))?;
-                            out.to_host_bytes()
+                            Ok(out.to_host_bytes()?)
                         };
                         let (bulk, plain) = both(&got).with_context(|| what.clone())?;
                         ensure!(bulk == plain, "{what}: differs from the cp.async prefetch");
@@ -470,7 +470,7 @@ fn skinny_bulk_prefetch_is_bitwise_neutral() -> Result<()> {
                 let w = gpu(&random(&mut r, &[2 * inter, k], dtype, 0.0, 0.05)?)?;
                 for m_tiles in [1, 2] {
                     let what = format!("skinny_gemm_silu_mul bulk {dtype} m={m} inter={inter} k={k} m_tiles={m_tiles}");
-                    let got = || ops::skinny_gemm_silu_mul(&x, &w, None, Some(m_tiles))?.to_host_bytes();
+                    let got = || Ok(ops::skinny_gemm_silu_mul(&x, &w, None, Some(m_tiles))?.to_host_bytes()?);
                     let (bulk, plain) = both(&got).with_context(|| what.clone())?;
                     ensure!(bulk == plain, "{what}: differs from the cp.async prefetch");
                 }

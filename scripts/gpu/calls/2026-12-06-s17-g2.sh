@@ -34,4 +34,15 @@ if [ -e .gpu/libkernel_timeline.so ] && [ $(left) -gt 50 ]; then
   python3 scripts/gpu/timeline_table.py $W/timeline-both.csv --graph 32 --layer 7,2 2>&1 | grep -E "layer" >> $S
   gzip -f $W/timeline-both.csv
 fi
+# The 30B's router (moe_route_kernel, phase 2: 12.8 us of a 79.9 us layer in the
+# sixteenth session's timeline for 0.5 MiB of weights): ncu of two launches.
+if [ $(left) -gt 70 ]; then
+  # shellcheck disable=SC2086 # the sections are separate arguments
+  timeout 60 ncu --clock-control none $NCU_SECTIONS --kernel-name regex:moe_route --launch-skip 100 --launch-count 2 \
+    -o $W/route $T/engine-gpu_graphs qwen3_30b_a3b_graph_step_time_gpu --test-threads=1 > $W/ncu-route.log 2>&1
+  echo "ncu route rc=$?" >> $S
+  ncu -i $W/route.ncu-rep --print-details all > $W/route-details.txt 2>&1
+  ncu -i $W/route.ncu-rep --page source --csv --print-source sass > $W/route-sass.csv 2>&1
+  grep -E "Duration|Grid Size|Block Size|Registers Per|Warp Cycles Per Issued|DRAM Throughput" $W/route-details.txt | head -12 >> $S
+fi
 echo "end at $(( $(date +%s) - START )) s" >> $S
