@@ -452,7 +452,8 @@ fn skinny_bulk_prefetch_is_bitwise_neutral() -> Result<()> {
                 let (gx, gw) = (gpu(&x)?, gpu(&w)?);
                 for m_tiles in [1, 2] {
                     for splits in [1, 2, 4].into_iter().filter(|&s| s <= k / 32) {
-                        let what = format!("skinny_gemm bulk {dtype} m={m} n={n} k={k} m_tiles={m_tiles} k_splits={splits}");
+                        let what =
+                            format!("skinny_gemm bulk {dtype} m={m} n={n} k={k} m_tiles={m_tiles} k_splits={splits}");
                         let got = || {
                             let out = ops::skinny_gemm(&gx, &gw, None, Some(m_tiles), Some(splits))?;
                             assert_close(&what, &out, &want, tol(dtype))?;
@@ -484,7 +485,8 @@ fn skinny_bulk_prefetch_is_bitwise_neutral() -> Result<()> {
                 let nw = gpu(&random(&mut r, &[k], dtype, 1.0, 0.5)?)?;
                 let w = gpu(&random(&mut r, &[n, k], dtype, 0.0, 0.05)?)?;
                 let got = || {
-                    let (out, new_res) = ops::fused_add_rms_norm_linear(x.clone(), res.clone(), &nw, EPS, &w, None, gated)?;
+                    let (out, new_res) =
+                        ops::fused_add_rms_norm_linear(x.clone(), res.clone(), &nw, EPS, &w, None, gated)?;
                     let mut bytes = out.to_host_bytes()?;
                     bytes.extend(new_res.to_host_bytes()?);
                     Ok(bytes)

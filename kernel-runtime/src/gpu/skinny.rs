@@ -221,7 +221,8 @@ fn plan_for(
     (fits && window.contains(&(n * k * 2))).then(|| {
         let m_tiles = if n >= two_tile_min_n(sm_count) { 2 } else { 1 };
         // The pre-norm variant runs unsplit (every block normalises whole rows).
-        let k_splits = if pre_norm { 1 } else { small_grid_splits(n.div_ceil(16 * m_tiles), k, sm_count, max_splits()) };
+        let k_splits =
+            if pre_norm { 1 } else { small_grid_splits(n.div_ceil(16 * m_tiles), k, sm_count, max_splits()) };
         SkinnyPlan { m_tiles, k_splits }
     })
 }

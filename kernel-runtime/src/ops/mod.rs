@@ -61,7 +61,7 @@ pub use penalties::{apply_penalties, penalty_count, CountKind, PenaltyRow, PROMP
 pub use random::fill_uniform;
 pub use sampling::{apply_token_mask, sample, sample_into, sample_with, SampleRow, SampleTable};
 pub use skinny::{
-    set_skinny_bulk, set_skinny_gemm, set_skinny_norm, set_skinny_prefetch, set_skinny_tiled, set_stream_gemm, skinny_gemm,
-    skinny_gemm_silu_mul, skinny_tiled, skinny_tiled_default_plan, stream_gemm, StreamPlan, TiledPlan,
+    set_skinny_bulk, set_skinny_gemm, set_skinny_norm, set_skinny_prefetch, set_skinny_tiled, set_stream_gemm,
+    skinny_gemm, skinny_gemm_silu_mul, skinny_tiled, skinny_tiled_default_plan, stream_gemm, StreamPlan, TiledPlan,
 };
 pub use store::store_kv;
