@@ -424,10 +424,20 @@ fn skinny_gemm_prefetch_is_bitwise_neutral() -> Result<()> {
     Ok(())
 }
 
+/// `f` with the bulk prefetch on, then off: both results (bytes).
+fn bulk_and_plain(f: &dyn Fn() -> Result<Vec<u8>>) -> Result<(Vec<u8>, Vec<u8>)> {
+    ops::set_skinny_bulk(Some(true));
+    let bulk = f();
+    ops::set_skinny_bulk(Some(false));
+    let plain = f();
+    ops::set_skinny_bulk(None);
+    Ok((bulk?, plain?))
+}
+
 /// The bulk prefetch (the block's slice by the copy engine) gives the bits of the
 /// cp.async prefetch: the plain kernel unsplit and split (Qwen3-0.6B's four
-/// projections, a slice past the bulk budget that falls back, odd n, warps without
-/// a k-step), the gated kernel and the pre-norm variant.
+/// projections, two waves of blocks, a slice past the bulk budget that falls back,
+/// odd n, warps without a k-step).
 #[test]
 fn skinny_bulk_prefetch_is_bitwise_neutral() -> Result<()> {
     if !enabled() {
@@ -435,16 +445,9 @@ fn skinny_bulk_prefetch_is_bitwise_neutral() -> Result<()> {
     }
     let _switches = switches();
     let mut r = rng(31);
-    let both = |f: &dyn Fn() -> Result<Vec<u8>>| -> Result<(Vec<u8>, Vec<u8>)> {
-        ops::set_skinny_bulk(Some(true));
-        let bulk = f();
-        ops::set_skinny_bulk(Some(false));
-        let plain = f();
-        ops::set_skinny_bulk(None);
-        Ok((bulk?, plain?))
-    };
     for dtype in [DType::BF16, DType::F16] {
-        for (n, k) in [(4096, 1024), (1024, 2048), (1024, 3072), (2048, 4096), (1000, 512), (48, 96)] {
+        // (8192, 1024): 512 blocks, two waves of two blocks an SM.
+        for (n, k) in [(4096, 1024), (8192, 1024), (1024, 2048), (1024, 3072), (2048, 4096), (1000, 512), (48, 96)] {
             for m in [1, 9, 16] {
                 let x = random(&mut r, &[m, k], dtype, 0.0, 1.0)?;
                 let w = random(&mut r, &[n, k], dtype, 0.0, 0.05)?;
@@ -459,20 +462,40 @@ fn skinny_bulk_prefetch_is_bitwise_neutral() -> Result<()> {
                             assert_close(&what, &out, &want, tol(dtype))?;
                             Ok(out.to_host_bytes()?)
                         };
-                        let (bulk, plain) = both(&got).with_context(|| what.clone())?;
+                        let (bulk, plain) = bulk_and_plain(&got).with_context(|| what.clone())?;
                         ensure!(bulk == plain, "{what}: differs from the cp.async prefetch");
                     }
                 }
             }
         }
+    }
+    Ok(())
+}
+
+/// [`skinny_bulk_prefetch_is_bitwise_neutral`] for the gated kernel (384 blocks:
+/// two waves) and the pre-norm variant.
+#[test]
+fn skinny_bulk_prefetch_is_bitwise_neutral_gated_and_pre_norm() -> Result<()> {
+    if !enabled() {
+        return Ok(());
+    }
+    let _switches = switches();
+    let mut r = rng(32);
+    for dtype in [DType::BF16, DType::F16] {
         for (inter, k) in [(3072, 1024), (500, 96)] {
             for m in [1, 16] {
-                let x = gpu(&random(&mut r, &[m, k], dtype, 0.0, 1.0)?)?;
-                let w = gpu(&random(&mut r, &[2 * inter, k], dtype, 0.0, 0.05)?)?;
+                let hx = random(&mut r, &[m, k], dtype, 0.0, 1.0)?;
+                let hw = random(&mut r, &[2 * inter, k], dtype, 0.0, 0.05)?;
+                let want = ops::linear_silu_mul(&hx, &hw, None)?;
+                let (x, w) = (gpu(&hx)?, gpu(&hw)?);
                 for m_tiles in [1, 2] {
                     let what = format!("skinny_gemm_silu_mul bulk {dtype} m={m} inter={inter} k={k} m_tiles={m_tiles}");
-                    let got = || Ok(ops::skinny_gemm_silu_mul(&x, &w, None, Some(m_tiles))?.to_host_bytes()?);
-                    let (bulk, plain) = both(&got).with_context(|| what.clone())?;
+                    let got = || {
+                        let out = ops::skinny_gemm_silu_mul(&x, &w, None, Some(m_tiles))?;
+                        assert_close(&what, &out, &want, tol(dtype))?;
+                        Ok(out.to_host_bytes()?)
+                    };
+                    let (bulk, plain) = bulk_and_plain(&got).with_context(|| what.clone())?;
                     ensure!(bulk == plain, "{what}: differs from the cp.async prefetch");
                 }
             }
@@ -491,7 +514,7 @@ fn skinny_bulk_prefetch_is_bitwise_neutral() -> Result<()> {
                     bytes.extend(new_res.to_host_bytes()?);
                     Ok(bytes)
                 };
-                let (bulk, plain) = both(&got).with_context(|| what.clone())?;
+                let (bulk, plain) = bulk_and_plain(&got).with_context(|| what.clone())?;
                 ensure!(bulk == plain, "{what}: differs from the cp.async prefetch");
             }
         }
