@@ -419,7 +419,14 @@ __device__ __forceinline__ void skinny_gemm_impl(const msgl_skinny_gemm_params& 
     for (int w = 0; w < kSkinnyWarps; ++w) sum += partial[w][e];
     partial[0][e] = sum;
   }
-  if (splits > 1) cluster_sync(); /* every block's sums written and visible */
+  /* Every block's sums written and visible. Unsplit, the block barrier: the gated
+   * epilogue reads the up sum of value e + 64, which another warp summed (without
+   * it, racecheck found 12288 hazards a launch of Qwen3-0.6B's gate_up, and under
+   * the sanitizers' timing the outputs were wrong). */
+  if (splits > 1)
+    cluster_sync();
+  else
+    __syncthreads();
   if (rank == 0) {
     const T* bias = static_cast<const T*>(p.bias);
     T* out = static_cast<T*>(p.out);
