@@ -4,8 +4,8 @@
 //! SiLU-and-mul in the epilogue) and the rule of `linear_silu_mul`; its pre-norm
 //! variant (the decoder layer's residual add and RMSNorm in front of the product,
 //! `fused_add_rms_norm_linear`); and the weight prefetch every launch stages in
-//! shared memory before its grid dependency wait (by cp.async from every lane, or
-//! with `MINISGL_SKINNY_BULK=1` the block's whole slice by the copy engine).
+//! shared memory before its grid dependency wait (the block's whole slice by the
+//! copy engine where it fits, else by cp.async from every lane).
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -67,10 +67,13 @@ static GATED: Switch = Switch::new("MINISGL_SKINNY_GATED");
 /// `MINISGL_SKINNY_NORM=0`: the pre-norm variant off (the norm kernel, then the
 /// product).
 static NORM: Switch = Switch::new("MINISGL_SKINNY_NORM");
-/// `MINISGL_SKINNY_BULK=1`: the prefetch by the copy engine (skinny_gemm.cu's bulk
-/// prefetch) wherever the block's whole slice fits [`BULK_BLOCK_BUDGET`] on sm_90.
-/// Off by default until measured in the graphed steps.
-static BULK: Switch = Switch::off_by_default("MINISGL_SKINNY_BULK");
+/// `MINISGL_SKINNY_BULK=0`: the cp.async prefetch everywhere, instead of the prefetch
+/// by the copy engine (skinny_gemm.cu's bulk prefetch) wherever the block's whole
+/// slice fits [`BULK_BLOCK_BUDGET`] on sm_90. On by default since the seventeenth
+/// session: the Qwen3-0.6B bs=1 graphed step's replay took 0.983-0.992 ms with it
+/// against 1.051-1.055 without (H100, four alternating rounds over two calls,
+/// docs/PERF.md), every projection of that model taking it.
+static BULK: Switch = Switch::new("MINISGL_SKINNY_BULK");
 
 /// Widest rows the pre-norm variant normalises into shared memory
 /// (skinny_gemm.cu's kSkinnyMaxNormK).

@@ -57,7 +57,7 @@ pub fn set_skinny_prefetch(on: Option<bool>) {
 /// Turns the skinny kernels' bulk prefetch (the block's whole slice of weights
 /// copied into shared memory by the copy engine before the grid dependency wait,
 /// on sm_90, where it fits) on or off for this process, or back to
-/// `MINISGL_SKINNY_BULK` (`None`; off unless that variable is `1`). For A/B
+/// `MINISGL_SKINNY_BULK` (`None`; on unless that variable is `0`). For A/B
 /// benchmarks: results are the same bits either way.
 pub fn set_skinny_bulk(on: Option<bool>) {
     crate::gpu::skinny::set_bulk(on);
