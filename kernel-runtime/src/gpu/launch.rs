@@ -121,7 +121,9 @@ impl Switch {
 /// projection) let the next kernel launch before their own dependency wait
 /// (device.cuh: `grid_prologue_launch_first`), so that the successor's blocks are
 /// resident and run their prologue (keys, weights) while the kernel before still
-/// works. Off by default until measured in the step.
+/// works. Off: measured in the seventeenth session (docs/PERF.md), +1-2% on the
+/// Qwen3-0.6B bs=1 graphed step alone and within the noise beside the skinny
+/// GEMM's bulk prefetch (its blocks become resident earlier, its link stays).
 static LAUNCH_FIRST: Switch = Switch::off_by_default("MINISGL_PDL_LAUNCH_FIRST");
 
 /// Whether a launch of `blocks` blocks on a device of `sm_count` SMs takes
