@@ -199,7 +199,9 @@ pub struct SkinnyPlan {
 /// session), a cluster split of Qwen3-0.6B's projections at m = 1 lost more to
 /// the cluster launch and the extra waves of small blocks than it gained in SMs
 /// (gate_up 7.2 -> 10.8 us split in 2, down 5.6 -> 7.9 us split in 4; o_proj
-/// 7.7 -> 6.7 us, within the run-to-run spread of these few-microsecond kernels).
+/// 7.7 -> 6.7 us, within the run-to-run spread of these few-microsecond kernels),
+/// and again in the graphed step in the seventeenth session (`MINISGL_SKINNY_SPLIT=2`,
+/// o and down on 128 blocks: the Qwen3-0.6B bs=1 replay +3.5%).
 pub(crate) fn plan(m: usize, n: usize, k: usize, dtype: DType, aligned: bool, sm_count: usize) -> Option<SkinnyPlan> {
     plan_for(false, m, n, k, dtype, aligned, sm_count)
 }
@@ -239,8 +241,8 @@ fn small_grid_splits(tiles: usize, k: usize, sm_count: usize, max: usize) -> usi
 }
 
 /// `MINISGL_SKINNY_SPLIT=N`: the most [`small_grid_splits`] takes (read once; 1,
-/// no split, when unset: measured in the third session as a loss standalone, and
-/// being measured again in the graphed step).
+/// no split, when unset: a loss standalone in the third session and in the graphed
+/// step in the seventeenth; kept for measuring other cards and shapes).
 fn max_splits() -> usize {
     static OVERRIDE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *OVERRIDE.get_or_init(|| {
