@@ -52,6 +52,9 @@ const STATIC_SHARED_BYTES: usize = 16 * 1024 + 512 + 8;
 /// two blocks an SM still fit sm_90's 228 KiB (with the 1 KiB the hardware keeps
 /// a block).
 const BULK_BLOCK_BUDGET: usize = 112 << 10;
+/// The same for a grid of at most one block an SM: sm_90's 227 KiB a block
+/// (Qwen3-30B-A3B's o_proj: 128 blocks of 16 rows x 8 KiB).
+const BULK_WIDE_BUDGET: usize = 227 << 10;
 
 /// `MINISGL_SKINNY_GEMM`: the skinny path of `linear` (and of `linear_silu_mul`).
 static ENABLED: Switch = Switch::new("MINISGL_SKINNY_GEMM");
@@ -74,6 +77,11 @@ static NORM: Switch = Switch::new("MINISGL_SKINNY_NORM");
 /// against 1.051-1.055 without (H100, four alternating rounds over two calls,
 /// docs/PERF.md), every projection of that model taking it.
 static BULK: Switch = Switch::new("MINISGL_SKINNY_BULK");
+/// `MINISGL_SKINNY_BULK_WIDE=1`: the bulk prefetch also for slices that fit only one
+/// block an SM, where the grid is that small ([`bulk_budget`]). Prepared in the
+/// seventeenth session for Qwen3-30B-A3B's o_proj (16 MiB, whose 128 blocks now
+/// stage 96 of their 128 KiB by cp.async); off until measured.
+static BULK_WIDE: Switch = Switch::off_by_default("MINISGL_SKINNY_BULK_WIDE");
 
 /// Widest rows the pre-norm variant normalises into shared memory
 /// (skinny_gemm.cu's kSkinnyMaxNormK).
@@ -127,25 +135,33 @@ fn bulk_row_bytes(block_steps: usize) -> usize {
     (block_steps * 64).div_ceil(128) * 128 + 64
 }
 
-/// The dynamic shared memory of the bulk prefetch of a launch, when it is on and
-/// the block's whole slice (its 16 x `m_tiles` rows over its share of K), the
-/// pre-norm rows (`norm_rows` bytes) and the instance's static partial tiles fit
-/// [`BULK_BLOCK_BUDGET`] on a device of `capability`; `None` for the cp.async
-/// prefetch.
+/// The shared memory (dynamic and static) a bulk-prefetching block of a launch of
+/// `grid_blocks` blocks may take on a device of `capability` and `sm_count` SMs:
+/// [`BULK_BLOCK_BUDGET`] (two blocks an SM), or with `MINISGL_SKINNY_BULK_WIDE=1`
+/// [`BULK_WIDE_BUDGET`] when the grid is one block an SM at most; `None` with the
+/// bulk prefetch off or before sm_90.
+fn bulk_budget(capability: (i32, i32), grid_blocks: usize, sm_count: usize) -> Option<usize> {
+    if !BULK.get() || !PREFETCH.get() || capability.0 < 9 {
+        return None;
+    }
+    Some(if BULK_WIDE.get() && grid_blocks <= sm_count { BULK_WIDE_BUDGET } else { BULK_BLOCK_BUDGET })
+}
+
+/// The dynamic shared memory of the bulk prefetch of a launch: the block's whole
+/// slice (its 16 x `m_tiles` rows over its share of K), when it, the pre-norm rows
+/// (`norm_rows` bytes) and the instance's static partial tiles fit `budget`
+/// ([`bulk_budget`]); `None` for the cp.async prefetch.
 fn bulk_prefetch_bytes(
     k: usize,
     m_tiles: usize,
     n_tiles: usize,
     k_splits: usize,
     norm_rows: usize,
-    capability: (i32, i32),
+    budget: Option<usize>,
 ) -> Option<usize> {
-    if !BULK.get() || !PREFETCH.get() || capability.0 < 9 {
-        return None;
-    }
     let slice = 16 * m_tiles * bulk_row_bytes((k / 32).div_ceil(k_splits.max(1)));
     let partial_tiles = 8 * m_tiles * n_tiles * 4 * 32 * 4;
-    (slice + norm_rows + partial_tiles + 512 + 8 <= BULK_BLOCK_BUDGET).then_some(slice)
+    (slice + norm_rows + partial_tiles + 512 + 8 <= budget?).then_some(slice)
 }
 
 /// Turns the pre-norm variant on or off for this process, overriding
@@ -457,7 +473,9 @@ fn launch(
         None => prefetch_steps(k, m_tiles, k_splits),
     };
     let norm_rows = pre.map_or(0, |_| norm_rows_bytes(m, k));
-    let bulk = bulk_prefetch_bytes(k, m_tiles, n_tiles, k_splits, norm_rows, dev.capability());
+    let sms = dev.sm_count().max(1) as usize;
+    let budget = bulk_budget(dev.capability(), grid as usize * k_splits, sms);
+    let bulk = bulk_prefetch_bytes(k, m_tiles, n_tiles, k_splits, norm_rows, budget);
     let (prefetch, staged) = match bulk {
         Some(bytes) => (0, bytes),
         None => (prefetch, prefetch * m_tiles * PREFETCH_STEP_BYTES),
@@ -635,18 +653,30 @@ mod tests {
             assert_eq!(bulk_row_bytes(steps) % 128, 64);
             assert!(bulk_row_bytes(steps) >= steps * 64);
         }
+        let two = bulk_budget((9, 0), 256, 132);
+        assert_eq!(two, Some(BULK_BLOCK_BUDGET));
         // Qwen3-0.6B: qkv (k 1024), o (2048), down (3072, 97 KiB), gate_up with two tiles.
-        assert_eq!(bulk_prefetch_bytes(1024, 1, 1, 1, 0, (9, 0)), Some(16 * 2112));
-        assert_eq!(bulk_prefetch_bytes(2048, 1, 1, 1, 0, (9, 0)), Some(16 * 4160));
-        assert_eq!(bulk_prefetch_bytes(3072, 1, 1, 1, 0, (9, 0)), Some(16 * 6208));
-        assert_eq!(bulk_prefetch_bytes(1024, 2, 1, 1, 2112, (9, 0)), Some(32 * 2112));
-        // Split in two, half the rows' bytes; past the budget, or before sm_90, none.
-        assert_eq!(bulk_prefetch_bytes(2048, 1, 1, 2, 0, (9, 0)), Some(16 * 2112));
-        assert_eq!(bulk_prefetch_bytes(4096, 1, 1, 1, 0, (9, 0)), None);
-        assert_eq!(bulk_prefetch_bytes(3072, 2, 2, 1, 0, (9, 0)), None);
-        assert_eq!(bulk_prefetch_bytes(1024, 1, 1, 1, 0, (8, 0)), None);
+        assert_eq!(bulk_prefetch_bytes(1024, 1, 1, 1, 0, two), Some(16 * 2112));
+        assert_eq!(bulk_prefetch_bytes(2048, 1, 1, 1, 0, two), Some(16 * 4160));
+        assert_eq!(bulk_prefetch_bytes(3072, 1, 1, 1, 0, two), Some(16 * 6208));
+        assert_eq!(bulk_prefetch_bytes(1024, 2, 1, 1, 2112, two), Some(32 * 2112));
+        // Split in two, half the rows' bytes; past the budget none.
+        assert_eq!(bulk_prefetch_bytes(2048, 1, 1, 2, 0, two), Some(16 * 2112));
+        assert_eq!(bulk_prefetch_bytes(4096, 1, 1, 1, 0, two), None);
+        assert_eq!(bulk_prefetch_bytes(3072, 2, 2, 1, 0, two), None);
+        // The wide budget, switched on, for a grid of one block an SM at most: the
+        // 30B's o_proj (128 tiles of k 4096); not for a grid past the SMs.
+        assert_eq!(bulk_budget((9, 0), 128, 132), Some(BULK_BLOCK_BUDGET));
+        BULK_WIDE.set(Some(true));
+        let wide = bulk_budget((9, 0), 128, 132);
+        assert_eq!(wide, Some(BULK_WIDE_BUDGET));
+        assert_eq!(bulk_prefetch_bytes(4096, 1, 1, 1, 0, wide), Some(16 * 8256));
+        assert_eq!(bulk_budget((9, 0), 160, 132), Some(BULK_BLOCK_BUDGET));
+        BULK_WIDE.set(None);
+        // Before sm_90, or switched off: none.
+        assert_eq!(bulk_budget((8, 0), 64, 132), None);
         set_bulk(Some(false));
-        assert_eq!(bulk_prefetch_bytes(1024, 1, 1, 1, 0, (9, 0)), None);
+        assert_eq!(bulk_budget((9, 0), 64, 132), None);
         set_bulk(None);
         set_prefetch(None);
     }
