@@ -12,7 +12,8 @@
 //! - `skinny_gemm` at every row count 1..=16 it takes, both tile widths, bias,
 //!   strided x and odd n, and `linear` with the skinny path on and off; its
 //!   weight prefetch (whole slices, part of a slice, K splits) bitwise equal to the
-//!   kernel without it;
+//!   kernel without it, and the bulk prefetch (by the copy engine) bitwise equal to
+//!   the cp.async one, plain, gated and pre-norm;
 //! - `linear_silu_mul` / `skinny_gemm_silu_mul` (SiLU-and-mul in the gated
 //!   skinny kernel's epilogue) against the CPU pair and bitwise against
 //!   `skinny_gemm` then `silu_mul` on the GPU, both tile widths, bias, odd widths,
