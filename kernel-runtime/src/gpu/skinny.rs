@@ -44,10 +44,12 @@ const MAX_PREFETCH_TILE_STEPS: usize = 12;
 const PREFETCH_STEP_BYTES: usize = 8 * 32 * 2 * 16;
 /// Shared memory a block gets without opting in (static and dynamic together).
 const DEFAULT_SHARED_BYTES: usize = 48 << 10;
-/// The most static shared memory an instance declares (skinny_gemm.cu: the
-/// warps' partial tiles, 16 KiB at two tiles of each, the NORM row sums and the
-/// bulk prefetch's barrier).
-const STATIC_SHARED_BYTES: usize = 16 * 1024 + 512 + 8;
+/// Static shared memory every instance declares besides the warps' partial tiles
+/// (skinny_gemm.cu: the NORM row sums and the bulk prefetch's barrier).
+const STATIC_EXTRA_BYTES: usize = 512 + 8;
+/// The most static shared memory an instance declares: the partial tiles, 16 KiB
+/// at two tiles of each, and [`STATIC_EXTRA_BYTES`].
+const STATIC_SHARED_BYTES: usize = 16 * 1024 + STATIC_EXTRA_BYTES;
 /// Dynamic and static shared memory together a bulk-prefetching block may take:
 /// two blocks an SM still fit sm_90's 228 KiB (with the 1 KiB the hardware keeps
 /// a block).
@@ -161,7 +163,7 @@ fn bulk_prefetch_bytes(
 ) -> Option<usize> {
     let slice = 16 * m_tiles * bulk_row_bytes((k / 32).div_ceil(k_splits.max(1)));
     let partial_tiles = 8 * m_tiles * n_tiles * 4 * 32 * 4;
-    (slice + norm_rows + partial_tiles + 512 + 8 <= budget?).then_some(slice)
+    (slice + norm_rows + partial_tiles + STATIC_EXTRA_BYTES <= budget?).then_some(slice)
 }
 
 /// Turns the pre-norm variant on or off for this process, overriding
@@ -466,7 +468,7 @@ fn launch(
     let n_tiles = m.div_ceil(8);
     let cols_per_block = (if gated { 8 } else { 16 }) * m_tiles;
     let grid = grid_u32(op, n.div_ceil(cols_per_block))?;
-    let prefetch = match pre {
+    let cp_async_steps = match pre {
         Some(_) if k_splits != 1 => return Err(Error::arg(op, "the pre-norm variant runs unsplit")),
         Some(_) => norm_prefetch_steps(m, k, m_tiles)
             .ok_or_else(|| Error::arg(op, format!("pre-norm rows of m={m} k={k} do not fit shared memory")))?,
@@ -476,11 +478,8 @@ fn launch(
     let sms = dev.sm_count().max(1) as usize;
     let budget = bulk_budget(dev.capability(), grid as usize * k_splits, sms);
     let bulk = bulk_prefetch_bytes(k, m_tiles, n_tiles, k_splits, norm_rows, budget);
-    let (prefetch, staged) = match bulk {
-        Some(bytes) => (0, bytes),
-        None => (prefetch, prefetch * m_tiles * PREFETCH_STEP_BYTES),
-    };
-    let shared = staged + norm_rows;
+    let prefetch = if bulk.is_some() { 0 } else { cp_async_steps };
+    let shared = bulk.unwrap_or(prefetch * m_tiles * PREFETCH_STEP_BYTES) + norm_rows;
     let p = msgl_skinny_gemm_params {
         out: out.device_ptr() as *mut _,
         x: x.device_ptr() as *const _,
@@ -546,10 +545,9 @@ fn launch(
             // sized for a split, would not fit; such a launch takes the cp.async
             // prefetch's first steps instead.
             let (p, shared) = if bulk.is_some() && k_splits > 1 {
-                let steps = prefetch_steps(k, m_tiles, k_splits);
                 (
-                    msgl_skinny_gemm_params { bulk_prefetch: 0, prefetch_steps: steps as i32, ..p },
-                    steps * m_tiles * PREFETCH_STEP_BYTES + norm_rows,
+                    msgl_skinny_gemm_params { bulk_prefetch: 0, prefetch_steps: cp_async_steps as i32, ..p },
+                    cp_async_steps * m_tiles * PREFETCH_STEP_BYTES + norm_rows,
                 )
             } else {
                 (p, shared)
