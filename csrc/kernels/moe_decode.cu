@@ -34,10 +34,19 @@
  * kernels back: device.cuh's guarantee) and asks L2 for its first columns'
  * weight rows before waiting for the gate_up pass.
  *
+ * The down pass by the copy engine (bulk = 1, sm_90; the host's rule,
+ * gpu/moe.rs): its routing is known before the wait, so the block's whole weight
+ * set (top_k x cols_per_block rows of k elements, 96 KiB at Qwen3-30B-A3B's
+ * shapes) is copied into shared memory by thread 0 before the wait, one
+ * cp.async.bulk a row on one transaction barrier, instead of a hint to L2 and
+ * three register round trips after it; after the wait the block stages the
+ * token's act rows (one round trip) and computes from shared memory. Same
+ * products, same order, same bits as the register path.
+ *
  * Instance parameters: DTYPE (bf16 or f16), GATE_UP (1: gate_up + SiLU-and-mul,
  * 0: down + weighted sum). k and n are multiples of 8 (16-byte rows).
  */
-#include "minisgl/mma.cuh"
+#include "minisgl/bulk.cuh"
 
 namespace msgl {
 
@@ -209,11 +218,103 @@ __device__ __forceinline__ void moe_decode_down(const msgl_moe_decode_params& p)
   }
 }
 
+/* down with the block's weight rows staged by the copy engine before the wait
+ * (bulk = 1): shared memory holds row (s, c) of expert s_expert[s], column c, at
+ * (s * cols_per_block + c - col_begin) * k elements, then the token's top_k act
+ * rows. The products and their order are moe_decode_down's: per lane, slot by
+ * slot, its vectors lane, lane + 32, ...; an item of a dropped pair or of a zero
+ * weight is skipped as there. */
+template <int DTYPE>
+__device__ __forceinline__ void moe_decode_down_bulk(const msgl_moe_decode_params& p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  using T = typename DType<DTYPE>::Storage;
+  constexpr int E = Vec16<DTYPE>::kElems, C = kMoeDecodeCols;
+  __shared__ int s_expert[MSGL_MOE_MAX_TOP_K];
+  __shared__ float s_weight[MSGL_MOE_MAX_TOP_K];
+  __shared__ __align__(8) unsigned long long bar;
+  extern __shared__ __align__(16) unsigned char moe_decode_smem[];
+  const int col_blocks = (p.n + p.cols_per_block - 1) / p.cols_per_block;
+  const long long token = blockIdx.x / col_blocks;
+  const int col_begin = static_cast<int>(blockIdx.x % col_blocks) * p.cols_per_block;
+  const int col_end = min(p.n, col_begin + p.cols_per_block);
+  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
+  const int kv = p.k / E;
+  const unsigned row_bytes = static_cast<unsigned>(p.k) * sizeof(T);
+  const bool live = token < p.num_tokens;
+  /* The routing is two kernels back (the router, then gate_up): readable before the wait. */
+  if (live && tid < p.top_k) {
+    const long long pair = token * p.top_k + tid;
+    const int e = p.topk_ids[pair];
+    s_expert[tid] = e >= 0 && e < p.num_experts ? e : -1;
+    s_weight[tid] = p.topk_weights[pair];
+  }
+  if (tid == 0) {
+    mbar_init(&bar, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (live && tid == 0) {
+    unsigned bytes = 0;
+    for (int s = 0; s < p.top_k; ++s)
+      if (s_expert[s] >= 0) bytes += static_cast<unsigned>(col_end - col_begin) * row_bytes;
+    mbar_arrive_expect_tx(&bar, bytes);
+    const unsigned char* wd = static_cast<const unsigned char*>(p.w);
+    for (int s = 0; s < p.top_k; ++s) {
+      if (s_expert[s] < 0) continue;
+      for (int c = col_begin; c < col_end; ++c)
+        bulk_copy_g2s(moe_decode_smem + static_cast<long long>(s * p.cols_per_block + c - col_begin) * row_bytes,
+                      wd + (static_cast<long long>(s_expert[s]) * p.n + c) * row_bytes, row_bytes, &bar);
+    }
+  }
+  grid_prologue(); /* the gate_up pass's act rows */
+  if (!live) return;
+  /* The token's act rows, after the weight rows: one round trip for the block. */
+  unsigned char* act_smem = moe_decode_smem + static_cast<long long>(p.top_k) * p.cols_per_block * row_bytes;
+  const T* act = static_cast<const T*>(p.a) + token * p.top_k * p.a_stride;
+  for (int i = tid; i < p.top_k * kv; i += kMoeDecodeThreads) {
+    const int s = i / kv, v = i % kv;
+    reinterpret_cast<uint4*>(act_smem + static_cast<long long>(s) * row_bytes)[v] =
+        moe_decode_load(act + s * p.a_stride + v * E);
+  }
+  __syncthreads();
+  mbar_wait(&bar, 0);
+  T* out = static_cast<T*>(p.out) + token * p.out_stride;
+  for (int c = col_begin + warp * C; c < col_end; c += kMoeDecodeWarps * C) {
+    float acc[C];
+#pragma unroll
+    for (int j = 0; j < C; ++j) acc[j] = 0.f;
+    for (int s = 0; s < p.top_k; ++s) {
+      const float f = s_weight[s];
+      if (s_expert[s] < 0 || f == 0.f) continue;
+      const uint4* arow = reinterpret_cast<const uint4*>(act_smem + static_cast<long long>(s) * row_bytes);
+      const unsigned char* wrow = moe_decode_smem + static_cast<long long>(s * p.cols_per_block + c - col_begin) * row_bytes;
+      for (int v = lane; v < kv; v += kWarpSize) {
+        const uint4 av = arow[v];
+#pragma unroll
+        for (int j = 0; j < C; ++j) {
+          if (c + j < col_end)
+            acc[j] = fmaf(f, moe_decode_dot<DTYPE>(reinterpret_cast<const uint4*>(wrow + j * row_bytes)[v], av), acc[j]);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < C; ++j) {
+      const float total = moe_decode_warp_sum(acc[j]);
+      if (lane == 0 && c + j < col_end) out[c + j] = DType<DTYPE>::from_f32(total);
+    }
+  }
+#else
+  __trap(); /* the host asks for the bulk path on sm_90 only */
+#endif
+}
+
 template <int DTYPE, int GATE_UP>
 __device__ __forceinline__ void moe_decode_impl(const msgl_moe_decode_params& p) {
   static_assert(DTYPE == MSGL_BF16 || DTYPE == MSGL_F16, "moe_decode takes bf16 or f16");
   if constexpr (GATE_UP) {
     moe_decode_gate_up<DTYPE>(p);
+  } else if (p.bulk) {
+    moe_decode_down_bulk<DTYPE>(p);
   } else {
     moe_decode_down<DTYPE>(p);
   }
@@ -242,7 +343,7 @@ __global__ void __launch_bounds__(128) moe_decode_kernel(const msgl_moe_decode_p
 
 extern "C" int32_t msgl_moe_decode(const msgl_tensor* out, const msgl_tensor* a, const msgl_tensor* w,
                                    const msgl_tensor* topk_ids, const msgl_tensor* topk_weights, int32_t gate_up,
-                                   int32_t cols_per_block, int32_t pdl, msgl_stream stream) {
+                                   int32_t cols_per_block, int32_t bulk, int32_t pdl, msgl_stream stream) {
   using namespace msgl;
   const char* op = "moe_decode";
   constexpr uint32_t halves = dtype_bit(MSGL_F16) | dtype_bit(MSGL_BF16);
@@ -275,6 +376,8 @@ extern "C" int32_t msgl_moe_decode(const msgl_tensor* out, const msgl_tensor* a,
                      static_cast<long long>(top_k), static_cast<long long>(experts));
   if (cols_per_block < 1)
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: cols_per_block must be positive", op);
+  if (bulk != 0 && (bulk != 1 || gate_up))
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: bulk %d must be 0, or 1 for the down pass", op, bulk);
   if (reinterpret_cast<uintptr_t>(w->data) % 16 != 0 || reinterpret_cast<uintptr_t>(a->data) % 16 != 0)
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: `w` and `a` must be 16-byte aligned", op);
   if (topk_ids->device != out->device || topk_weights->device != out->device)
@@ -295,11 +398,24 @@ extern "C" int32_t msgl_moe_decode(const msgl_tensor* out, const msgl_tensor* a,
   p.n = static_cast<int32_t>(n);
   p.k = static_cast<int32_t>(k);
   p.cols_per_block = cols_per_block;
+  p.bulk = bulk;
   const int64_t blocks = (gate_up ? pairs : tokens) * ((n + cols_per_block - 1) / cols_per_block);
   if (blocks > 0x7fffffff) return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: too many blocks", op);
+  const int64_t smem = bulk ? top_k * (static_cast<int64_t>(cols_per_block) + 1) * k * dtype_size(out->dtype) : 0;
+  if (bulk) {
+    int device = 0, major = 0, limit = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess)
+      return set_error(MSGL_ERR_CUDA, "%s: cannot query the device", op);
+    if (major < 9 || smem + 1024 > limit)
+      return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the bulk path needs sm_90 and %lld bytes of shared memory a block",
+                       op, static_cast<long long>(smem));
+  }
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(static_cast<unsigned>(blocks));
   cfg.blockDim = dim3(kMoeDecodeThreads);
+  cfg.dynamicSmemBytes = static_cast<size_t>(smem);
   cfg.stream = static_cast<cudaStream_t>(stream);
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -309,8 +425,13 @@ extern "C" int32_t msgl_moe_decode(const msgl_tensor* out, const msgl_tensor* a,
   cudaError_t err = cudaErrorInvalidValue;
   const int key = out->dtype * 2 + (gate_up ? 1 : 0);
   switch (key) {
-#define MSGL_CASE(D, G) \
-  case D * 2 + G: err = cudaLaunchKernelEx(&cfg, moe_decode_kernel<D, G>, p); break;
+#define MSGL_CASE(D, G)                                                                                   \
+  case D * 2 + G:                                                                                         \
+    err = smem > 0 ? cudaFuncSetAttribute(moe_decode_kernel<D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
+                                          static_cast<int>(smem))                                         \
+                   : cudaSuccess;                                                                         \
+    if (err == cudaSuccess) err = cudaLaunchKernelEx(&cfg, moe_decode_kernel<D, G>, p);                   \
+    break;
     MSGL_FOR_EACH_INSTANCE(MSGL_CASE)
 #undef MSGL_CASE
     default:

@@ -22,17 +22,24 @@
  * tokens): the router GEMM in the same launch, so a MoE layer's routing is one
  * link of the step's dependency chain instead of two (the router GEMM's launch,
  * at 0.5 MiB of weights for Qwen3-30B-A3B, was latency, and so was this kernel's).
- * A warp per expert streams its weight row with 16-byte loads, four a lane at
- * a time (the first 128 vectors of the row before the grid dependency wait: they
- * do not depend on the previous kernel; four keep the kernel within the 64
- * registers its 1024-thread phase allows), and dots it with every token's row of x (read through
- * L1 by the block's warps); the f32 sums, rounded to the dtype as the GEMM's
- * output is (so the routing is that of the logits a router GEMM would give, up to
- * its summation order), go to an f32 scratch. Each block then counts itself in a
- * ticket after a fence; the last one copies the logits into shared memory (L2
- * loads: other SMs wrote them), sets the ticket back to zero (for the next launch
- * and every replay of a CUDA graph) and routes the tokens, a warp each, with
- * moe_route_token. Deterministic: fixed orders, no atomics on the data.
+ * A block per expert: its 4 warps split the expert's weight row, each thread
+ * holding up to kRouterRegVecs 16-byte vectors of it in registers, loaded before
+ * the grid dependency wait (weights no kernel of the step writes), so that a row
+ * of up to 4096 bf16 elements is on chip when the previous kernel ends and the
+ * link after it is x's L2 round trip, the dot products and the routing (the
+ * eighteenth session's ncu: a warp per expert, half its row after the wait, took
+ * 17 us alone, 12.8 us of the 30B's layer). Each thread dots its vectors with
+ * every token's row of x; the warps' sums meet in shared memory, added in warp
+ * order, and the f32 sum, rounded to the dtype as the GEMM's output is (so the
+ * routing is that of the logits a router GEMM would give, up to its summation
+ * order), goes to an f32 scratch. Each block then counts itself in a ticket after
+ * a fence; the last one copies the logits into shared memory (L2 loads: other SMs
+ * wrote them), sets the ticket back to zero (for the next launch and every replay
+ * of a CUDA graph) and routes the tokens, a warp each, with moe_route_token (four
+ * logits a lane where the experts are at most 128). Deterministic: fixed orders,
+ * no atomics on the data. The AOT library launches it as its own kernel
+ * (moe_router_kernel: 128-thread bounds, only this code in its instruction
+ * stream); NVRTC's single entry takes it as phase 2.
  *
  * Programmatic dependent launch (sm_90, device.cuh's protocol): phases 0 and 1
  * read only the router logits of the GEMM before them, so they wait for it first
@@ -46,26 +53,30 @@
 namespace msgl {
 
 constexpr int kRouteWarps = 4;
+constexpr int kRouteThreads = kRouteWarps * kWarpSize;
 
-/* 16-byte vectors of a weight row a lane holds at once in phase 2. */
-constexpr int kRouterUnroll = 4;
+/* 16-byte vectors of the expert's row a phase-2 thread holds at once: 4 x 128
+ * threads cover 512 vectors (4096 bf16 or f16 elements) before the wait, within
+ * the 64 registers the 1024-thread bounds of NVRTC's single entry allow. */
+constexpr int kRouterRegVecs = 4;
 
-/* Phase 2: the router's logits, then (last block) the routing. */
+/* Phase 2: the router's logits, then (last block) the routing. Grid: one block
+ * per expert, kRouteThreads threads. */
 template <int DTYPE>
 __device__ __forceinline__ void moe_router_route_impl(const msgl_moe_route_params& p) {
   using T = typename DType<DTYPE>::Storage;
-  constexpr int VE = Vec16<DTYPE>::kElems, U = kRouterUnroll, MAXT = MSGL_MOE_ROUTER_MAX_TOKENS;
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int expert = static_cast<int>(blockIdx.x) * kRouteWarps + warp;
+  constexpr int VE = Vec16<DTYPE>::kElems, RV = kRouterRegVecs, MAXT = MSGL_MOE_ROUTER_MAX_TOKENS;
+  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
+  const int expert = static_cast<int>(blockIdx.x);
   const int nv = p.hidden / VE;
   const int tokens = static_cast<int>(p.num_tokens);
   const uint4* wrow = reinterpret_cast<const uint4*>(static_cast<const T*>(p.router_w) +
-                                                     static_cast<long long>(min(expert, p.num_experts - 1)) * p.hidden);
-  uint4 w[U];
+                                                     static_cast<long long>(expert) * p.hidden);
+  uint4 w[RV];
   auto load_w = [&](int v0) {
 #pragma unroll
-    for (int i = 0; i < U; ++i) {
-      const int v = v0 + i * kWarpSize + lane;
+    for (int i = 0; i < RV; ++i) {
+      const int v = v0 + i * kRouteThreads + tid;
       w[i] = v < nv ? __ldg(wrow + v) : make_uint4(0, 0, 0, 0);
     }
   };
@@ -74,7 +85,7 @@ __device__ __forceinline__ void moe_router_route_impl(const msgl_moe_route_param
   float acc[MAXT];
 #pragma unroll
   for (int t = 0; t < MAXT; ++t) acc[t] = 0.f;
-  for (int v0 = 0; v0 < nv; v0 += kWarpSize * U) {
+  for (int v0 = 0; v0 < nv; v0 += kRouteThreads * RV) {
     if (v0 > 0) load_w(v0);
 #pragma unroll
     for (int t = 0; t < MAXT; ++t) {
@@ -82,8 +93,8 @@ __device__ __forceinline__ void moe_router_route_impl(const msgl_moe_route_param
         const uint4* xrow = reinterpret_cast<const uint4*>(static_cast<const T*>(p.x) + t * p.x_stride);
         float s = 0.f;
 #pragma unroll
-        for (int i = 0; i < U; ++i) {
-          const int v = v0 + i * kWarpSize + lane;
+        for (int i = 0; i < RV; ++i) {
+          const int v = v0 + i * kRouteThreads + tid;
           if (v < nv) {
             Vec16<DTYPE> a, b;
             a.from_raw(w[i]);
@@ -96,20 +107,27 @@ __device__ __forceinline__ void moe_router_route_impl(const msgl_moe_route_param
       }
     }
   }
+  __shared__ float warp_sums[kRouteWarps][MAXT];
 #pragma unroll
   for (int t = 0; t < MAXT; ++t) {
     if (t < tokens) {
       float s = acc[t];
 #pragma unroll
       for (int o = kWarpSize / 2; o >= 1; o /= 2) s += __shfl_xor_sync(0xffffffffu, s, o);
-      if (lane == 0 && expert < p.num_experts)
-        p.logits_f32[static_cast<long long>(t) * p.num_experts + expert] = DType<DTYPE>::to_f32(DType<DTYPE>::from_f32(s));
+      if (lane == 0) warp_sums[warp][t] = s;
     }
   }
-  __shared__ int last;
-  __threadfence(); /* this block's logits are visible device-wide before its count */
   __syncthreads();
-  if (threadIdx.x == 0) {
+  if (tid < tokens) {
+    float s = warp_sums[0][tid];
+#pragma unroll
+    for (int w2 = 1; w2 < kRouteWarps; ++w2) s += warp_sums[w2][tid];
+    p.logits_f32[static_cast<long long>(tid) * p.num_experts + expert] = DType<DTYPE>::to_f32(DType<DTYPE>::from_f32(s));
+    __threadfence(); /* this block's logits are visible device-wide before its count */
+  }
+  __shared__ int last;
+  __syncthreads();
+  if (tid == 0) {
     last = atomicAdd(p.ticket, 1) == static_cast<int>(gridDim.x) - 1;
     if (last) atomicExch(p.ticket, 0); /* every block has counted: ready for the next launch */
   }
@@ -118,11 +136,16 @@ __device__ __forceinline__ void moe_router_route_impl(const msgl_moe_route_param
   __threadfence(); /* the other blocks' logits, counted before ours */
   extern __shared__ float router_logits[]; /* [tokens, num_experts] */
   const int n = tokens * p.num_experts;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) router_logits[i] = __ldcg(p.logits_f32 + i);
+  for (int i = tid; i < n; i += blockDim.x) router_logits[i] = __ldcg(p.logits_f32 + i);
   __syncthreads();
-  for (int t = warp; t < tokens; t += kRouteWarps)
-    moe_route_token<MSGL_F32>(router_logits, p.num_experts, p.num_experts, p.top_k, p.renormalize, t, p.topk_ids,
-                              p.topk_weights);
+  for (int t = warp; t < tokens; t += kRouteWarps) {
+    if (p.num_experts <= 4 * kWarpSize)
+      moe_route_token<MSGL_F32, 4>(router_logits, p.num_experts, p.num_experts, p.top_k, p.renormalize, t, p.topk_ids,
+                                   p.topk_weights);
+    else
+      moe_route_token<MSGL_F32>(router_logits, p.num_experts, p.num_experts, p.top_k, p.renormalize, t, p.topk_ids,
+                                p.topk_weights);
+  }
 }
 
 template <int DTYPE>
@@ -160,7 +183,7 @@ __device__ __forceinline__ void moe_route_impl(const msgl_moe_route_params& p) {
 /* One instance, compiled by NVRTC or into an AOT cubin; launched from Rust with
  * phase 0: block = 128 (4 tokens), grid = ceil(num_tokens / 4); phase 1: block =
  * 1024, grid = 1, moe_align_ranked_smem(num_experts) bytes of dynamic shared memory;
- * phase 2: block = 128 (4 experts), grid = ceil(num_experts / 4), num_tokens *
+ * phase 2: block = 128, grid = num_experts (a block an expert), num_tokens *
  * num_experts floats of dynamic shared memory. */
 extern "C" __global__ void __launch_bounds__(1024) msgl_moe_route_kernel(const msgl_moe_route_params p) {
   msgl::moe_route_impl<MSGL_DTYPE>(p);
@@ -175,6 +198,13 @@ namespace msgl {
 template <int DTYPE>
 __global__ void __launch_bounds__(1024) moe_route_kernel(const msgl_moe_route_params p) {
   moe_route_impl<DTYPE>(p);
+}
+
+/* Phase 2 alone (the fused router): its own, smaller instruction stream and
+ * 128-thread bounds. */
+template <int DTYPE>
+__global__ void __launch_bounds__(kRouteThreads) moe_router_kernel(const msgl_moe_route_params p) {
+  moe_router_route_impl<DTYPE>(p);
 }
 
 int32_t moe_route_prepare(const char* op, const msgl_tensor* topk_ids, const msgl_tensor* topk_weights,
@@ -215,16 +245,22 @@ int32_t moe_route_prepare(const char* op, const msgl_tensor* topk_ids, const msg
 int32_t launch_moe_route(const char* op, const msgl_moe_route_params& p, int32_t dtype, cudaStream_t s) {
   const bool fused = p.phase == 1, router = p.phase == 2;
   const int64_t blocks = fused    ? 1
-                         : router ? (p.num_experts + kRouteWarps - 1) / kRouteWarps
+                         : router ? p.num_experts
                                   : (p.num_tokens + kRouteWarps - 1) / kRouteWarps;
   if (blocks > 0x7fffffff) return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: too many tokens", op);
-  const unsigned threads = fused ? kMoeAlignThreads : kRouteWarps * kWarpSize;
+  const unsigned threads = fused ? kMoeAlignThreads : kRouteThreads;
   const unsigned smem = fused    ? moe_align_ranked_smem(p.num_experts)
                         : router ? static_cast<unsigned>(p.num_tokens * p.num_experts * sizeof(float))
                                  : 0;
+  const dim3 grid(static_cast<unsigned>(blocks));
   switch (dtype) {
-#define MSGL_CASE(D) \
-  case D: (void)launch_pdl(moe_route_kernel<D>, dim3(static_cast<unsigned>(blocks)), dim3(threads), smem, s, p); break;
+#define MSGL_CASE(D)                                                      \
+  case D:                                                                 \
+    if (router)                                                           \
+      (void)launch_pdl(moe_router_kernel<D>, grid, dim3(threads), smem, s, p); \
+    else                                                                  \
+      (void)launch_pdl(moe_route_kernel<D>, grid, dim3(threads), smem, s, p);  \
+    break;
     MSGL_FOR_EACH_INSTANCE(MSGL_CASE)
 #undef MSGL_CASE
     default:

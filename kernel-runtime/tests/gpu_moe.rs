@@ -458,9 +458,26 @@ fn gpu_decode_kernels_match_naive() -> Result<()> {
                     let wide = wide.with_context(|| format!("{what} cols={cols}"))?;
                     ensure!(got.to_host_bytes()? == wide.to_host_bytes()?, "{what}: {cols} columns a block differ");
                 }
+                // The down pass staged by the copy engine (sm_90, within its shared
+                // memory budget; elsewhere the register path runs): the same bits.
+                ops::set_moe_decode_bulk(Some(true));
+                for cols in [None, Some(3), Some(16)] {
+                    ops::set_moe_decode_cols(cols);
+                    let staged = ops::fused_experts_with(&x, &w.w13, &w.w2, &rt, plan);
+                    ops::set_moe_decode_cols(None);
+                    let staged = staged.with_context(|| format!("{what} bulk cols={cols:?}"))?;
+                    ensure!(
+                        got.to_host_bytes()? == staged.to_host_bytes()?,
+                        "{what}: the bulk down pass differs (cols {cols:?})"
+                    );
+                }
+                ops::set_moe_decode_bulk(None);
             }
         }
     }
+    let major = kernel_runtime::cuda::device(0)?.capability().0;
+    ensure!(major < 9 || ops::moe_decode_bulk_launches() > 0, "the bulk down pass never ran on an sm_90 device");
+    println!("SUMMARY moe decode bulk down launches: {}", ops::moe_decode_bulk_launches());
     Ok(())
 }
 
@@ -484,6 +501,9 @@ fn gpu_fused_router_matches_the_gemm_and_route() -> Result<()> {
         (DType::BF16, (8, 2, 1024)),
         (DType::BF16, (37, 3, 264)),
         (DType::BF16, (512, 8, 1024)),
+        // Rows past the 512 vectors a block holds before its wait (the loop after it).
+        (DType::BF16, (16, 4, 6144)),
+        (DType::F32, (20, 2, 2304)),
     ] {
         for m in [1, 2, 5, 8] {
             for renormalize in [true, false] {

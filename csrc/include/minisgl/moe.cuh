@@ -35,17 +35,19 @@ __host__ __device__ constexpr int moe_align_ranked_smem(int num_experts) { retur
 
 __device__ __forceinline__ float moe_neg_inf() { return -__int_as_float(0x7f800000); }
 
-/* Routes token `token` with the calling warp: writes its top_k ids and weights. */
-template <int DTYPE>
+/* Routes token `token` with the calling warp: writes its top_k ids and weights.
+ * PER_LANE: the logits a lane holds, at least ceil(num_experts / 32) (fewer
+ * unrolled slots for callers that know the experts are few; the same bits). */
+template <int DTYPE, int PER_LANE = kMoeRoutePerLane>
 __device__ __forceinline__ void moe_route_token(const void* logits, long long stride, int num_experts, int top_k,
                                                 int renormalize, long long token, int32_t* topk_ids, float* topk_weights) {
   using T = typename DType<DTYPE>::Storage;
   const int lane = threadIdx.x % kWarpSize;
   const T* row = static_cast<const T*>(logits) + token * stride;
-  float v[kMoeRoutePerLane];
+  float v[PER_LANE];
   float mx = moe_neg_inf();
 #pragma unroll
-  for (int i = 0; i < kMoeRoutePerLane; ++i) {
+  for (int i = 0; i < PER_LANE; ++i) {
     const int e = i * kWarpSize + lane;
     v[i] = e < num_experts ? DType<DTYPE>::to_f32(row[e]) : moe_neg_inf();
     mx = fmaxf(mx, v[i]);
@@ -54,7 +56,7 @@ __device__ __forceinline__ void moe_route_token(const void* logits, long long st
   for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
   float sum = 0.f;
 #pragma unroll
-  for (int i = 0; i < kMoeRoutePerLane; ++i)
+  for (int i = 0; i < PER_LANE; ++i)
     if (i * kWarpSize + lane < num_experts) sum += expf(v[i] - mx);
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
@@ -67,7 +69,7 @@ __device__ __forceinline__ void moe_route_token(const void* logits, long long st
     float best = moe_neg_inf();
     int best_id = kNone;
 #pragma unroll
-    for (int i = 0; i < kMoeRoutePerLane; ++i) {
+    for (int i = 0; i < PER_LANE; ++i) {
       const int e = i * kWarpSize + lane;
       // Experts come in increasing order per lane: strict `>` keeps the lower index.
       if (e < num_experts && !(taken >> i & 1u) && (best_id == kNone || v[i] > best)) {
@@ -85,7 +87,7 @@ __device__ __forceinline__ void moe_route_token(const void* logits, long long st
       }
     }
 #pragma unroll
-    for (int i = 0; i < kMoeRoutePerLane; ++i)
+    for (int i = 0; i < PER_LANE; ++i)
       if (i * kWarpSize + lane == best_id) taken |= 1u << i;
     const float prob = expf(best - mx) / sum;
     chosen_sum += prob;

@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or a launcher signature changes. */
-#define MSGL_ABI_VERSION 6
+#define MSGL_ABI_VERSION 7
 
 /* The most dimensions a tensor view carries. */
 #define MSGL_MAX_DIMS 6
@@ -588,7 +588,7 @@ typedef struct msgl_moe_align_params {
  * runs moe_align's single-block sort on the result (`align`, whose topk_ids is
  * this op's). Phase 2 (moe_router_route, at most MSGL_MOE_ROUTER_MAX_TOKENS
  * tokens): the router's logits in the same launch, logits[t, e] = x[t] . w[e]
- * rounded to the dtype as the router GEMM's output would be, one warp per expert
+ * rounded to the dtype as the router GEMM's output would be, one block per expert
  * (f32 sums, fixed order), into the f32 scratch `logits_f32`; the last block to
  * finish (counted in `ticket`, which it sets back to zero) routes every token as
  * phase 0 does. Instance parameter: DTYPE (of the logits; phase 2: of x and w).
@@ -697,7 +697,9 @@ typedef struct msgl_moe_decode_params {
   int32_t n;                   /* output columns, a multiple of 8 */
   int32_t k;                   /* reduction length, a multiple of 8 */
   int32_t cols_per_block;
-  int32_t reserved;
+  int32_t bulk;                /* GATE_UP = 0, sm_90: 1 stages the block's weight rows by the copy engine
+                                  before the wait; dynamic shared memory: top_k * (cols_per_block + 1) * k
+                                  elements (the rows, then the token's act rows) */
 } msgl_moe_decode_params;
 
 /* moe_align runs its single-block phase 2 up to this many pairs; moe_route fuses
@@ -931,10 +933,11 @@ MSGL_API int32_t msgl_moe_sum(const msgl_tensor* out, const msgl_tensor* part, c
 
 /* moe_decode: out, a, w one dtype (bf16/f16), w [E, n_w, k] contiguous, a rows 16-byte
  * aligned; topk_ids [t, k] int32 and topk_weights [t, k] f32 contiguous; gate_up 1 or 0;
- * cols_per_block > 0; pdl as in moe_gemm (gate_up after the router, down after gate_up). */
+ * cols_per_block > 0; bulk 0, or 1 for the down pass on sm_90 (msgl_moe_decode_params);
+ * pdl as in moe_gemm (gate_up after the router, down after gate_up). */
 MSGL_API int32_t msgl_moe_decode(const msgl_tensor* out, const msgl_tensor* a, const msgl_tensor* w,
                         const msgl_tensor* topk_ids, const msgl_tensor* topk_weights, int32_t gate_up,
-                        int32_t cols_per_block, int32_t pdl, msgl_stream stream);
+                        int32_t cols_per_block, int32_t bulk, int32_t pdl, msgl_stream stream);
 
 #endif /* !__CUDACC_RTC__ */
 

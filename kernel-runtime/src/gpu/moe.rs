@@ -299,6 +299,36 @@ pub(crate) fn fused_router_enabled() -> bool {
     FUSED_ROUTER.get()
 }
 
+/// `MINISGL_MOE_DECODE_BULK=1`: the down pass of the decode kernels stages its
+/// block's weight rows by the copy engine before its dependency wait
+/// (moe_decode.cu's bulk path) where [`decode_bulk_smem`] allows. Off until
+/// measured (eighteenth session).
+static DECODE_BULK: Switch = Switch::off_by_default("MINISGL_MOE_DECODE_BULK");
+
+/// See `ops::set_moe_decode_bulk`.
+pub(crate) fn set_decode_bulk(on: Option<bool>) {
+    DECODE_BULK.set(on);
+}
+
+/// Bulk down launches in this process (`ops::moe_decode_bulk_launches`).
+pub(crate) static DECODE_BULK_LAUNCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Dynamic and static shared memory a bulk down block may take: two blocks an SM
+/// on sm_90 (228 KiB, less the 1 KiB the hardware keeps a block).
+const DECODE_BULK_BUDGET: usize = 112 << 10;
+
+/// The dynamic shared memory of a bulk down launch (the block's `top_k` x `cols`
+/// weight rows of `k` elements, then the token's `top_k` act rows), or `None`
+/// where the path does not apply: switched off, before sm_90, or past
+/// [`DECODE_BULK_BUDGET`] (with 1 KiB kept for the block's static arrays).
+fn decode_bulk_smem(capability: (i32, i32), top_k: usize, cols: usize, k: usize, elem_bytes: usize) -> Option<usize> {
+    if !DECODE_BULK.get() || capability.0 < 9 {
+        return None;
+    }
+    let bytes = top_k * (cols + 1) * k * elem_bytes;
+    (bytes + 1024 <= DECODE_BULK_BUDGET).then_some(bytes)
+}
+
 /// Whether launches use programmatic dependent launch (`MINISGL_MOE_PDL`, default 1).
 fn pdl_enabled() -> bool {
     static PDL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -547,7 +577,8 @@ pub(crate) fn router_route(routing: &MoeRouting, x: &Tensor, router_w: &Tensor, 
         hidden: i32::try_from(hidden).map_err(|_| Error::arg(OP, format!("hidden size {hidden} exceeds 32 bits")))?,
         ..Default::default()
     };
-    let grid = grid_u32(OP, e.div_ceil(ROUTE_THREADS / 32))?;
+    // A block per expert (moe_route.cu, phase 2).
+    let grid = grid_u32(OP, e)?;
     let smem = u32::try_from(t * e * 4).map_err(|_| Error::arg(OP, "the logits exceed shared memory"))?;
     let views = [&routing.topk_ids, &routing.topk_weights, x, router_w, &logits, &ticket].map(Tensor::abi);
     ROUTER_LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -566,7 +597,7 @@ pub(crate) fn router_route(routing: &MoeRouting, x: &Tensor, router_w: &Tensor, 
         },
         |f| {
             // SAFETY: `p` is the msgl_moe_route_params the entry takes (phase 2: a
-            // warp per expert, the logits' shared memory), filled from the same
+            // block per expert, the logits' shared memory), filled from the same
             // tensors.
             unsafe { f.launch(dev, grid, ROUTE_THREADS as u32, smem, &p) }
         },
@@ -750,6 +781,8 @@ fn decode_gemm(out: &Tensor, a: &Tensor, w: &Tensor, routing: &MoeRouting, gate_
         return Err(Error::arg(OP, "argument `a` rows are not 16-byte aligned"));
     }
     let cols = decode_cols();
+    let bulk_smem =
+        if gate_up { None } else { decode_bulk_smem(dev.capability(), top_k, cols, k, a.dtype().size_in_bytes()) };
     let p = msgl_moe_decode_params {
         a: ptr(a),
         w: ptr(w),
@@ -764,8 +797,12 @@ fn decode_gemm(out: &Tensor, a: &Tensor, w: &Tensor, routing: &MoeRouting, gate_
         n: n as i32,
         k: k as i32,
         cols_per_block: cols as i32,
-        reserved: 0,
+        bulk: i32::from(bulk_smem.is_some()),
     };
+    let smem = u32::try_from(bulk_smem.unwrap_or(0)).map_err(|_| Error::arg(OP, "shared memory past 32 bits"))?;
+    if smem > 0 {
+        DECODE_BULK_LAUNCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     let rows = if gate_up { tokens * top_k } else { tokens };
     let grid = grid_u32(OP, rows * n.div_ceil(cols))?;
     let views = [out, a, w, &routing.topk_ids, &routing.topk_weights].map(Tensor::abi);
@@ -779,11 +816,18 @@ fn decode_gemm(out: &Tensor, a: &Tensor, w: &Tensor, routing: &MoeRouting, gate_
             // SAFETY: the views describe live device tensors of the shapes the op
             // checked (the routing's, the experts'); the launcher validates them
             // again and only enqueues work on `stream`.
-            unsafe { lib.msgl_moe_decode(o, a, w, ids, wt, i32::from(gate_up), cols as i32, i32::from(pdl), stream) }
+            unsafe {
+                lib.msgl_moe_decode(o, a, w, ids, wt, i32::from(gate_up), cols as i32, p.bulk, i32::from(pdl), stream)
+            }
         },
-        // SAFETY: `p` is the msgl_moe_decode_params the entry takes, filled from the
-        // same tensors; grid and block are the launcher's.
-        |f| unsafe { f.launch(dev, grid, DECODE_THREADS, 0, &p) },
+        |f| {
+            if smem > 0 {
+                f.set_max_dynamic_shared_bytes(dev, smem)?;
+            }
+            // SAFETY: `p` is the msgl_moe_decode_params the entry takes, filled from
+            // the same tensors; grid, block and shared memory are the launcher's.
+            unsafe { f.launch(dev, grid, DECODE_THREADS, smem, &p) }
+        },
     )
 }
 
@@ -1053,6 +1097,21 @@ mod tests {
         for r in PLAN {
             assert!(r.2 .0.is_none_or(|g| !TILES[g].wgmma) && r.2 .1.is_none_or(|d| !TILES[d].wgmma), "{r:?}");
         }
+    }
+
+    #[test]
+    fn the_bulk_down_pass_takes_slices_that_leave_two_blocks_an_sm() {
+        set_decode_bulk(Some(true));
+        // Qwen3-30B-A3B's down pass (top-8, k = 768, bf16): 8 columns a block take
+        // 108 KiB (the rows, then the act rows); 16 do not fit; 3 do.
+        assert_eq!(decode_bulk_smem((9, 0), 8, 8, 768, 2), Some(8 * 9 * 768 * 2));
+        assert_eq!(decode_bulk_smem((9, 0), 8, 16, 768, 2), None);
+        assert_eq!(decode_bulk_smem((9, 0), 8, 3, 768, 2), Some(8 * 4 * 768 * 2));
+        // Before sm_90, or switched off: none.
+        assert_eq!(decode_bulk_smem((8, 0), 8, 8, 768, 2), None);
+        set_decode_bulk(Some(false));
+        assert_eq!(decode_bulk_smem((9, 0), 8, 8, 768, 2), None);
+        set_decode_bulk(None);
     }
 
     #[test]

@@ -79,11 +79,14 @@ static NORM: Switch = Switch::new("MINISGL_SKINNY_NORM");
 /// against 1.051-1.055 without (H100, four alternating rounds over two calls,
 /// docs/PERF.md), every projection of that model taking it.
 static BULK: Switch = Switch::new("MINISGL_SKINNY_BULK");
-/// `MINISGL_SKINNY_BULK_WIDE=1`: the bulk prefetch also for slices that fit only one
-/// block an SM, where the grid is that small ([`bulk_budget`]). Prepared in the
-/// seventeenth session for Qwen3-30B-A3B's o_proj (16 MiB, whose 128 blocks now
-/// stage 96 of their 128 KiB by cp.async); off until measured.
-static BULK_WIDE: Switch = Switch::off_by_default("MINISGL_SKINNY_BULK_WIDE");
+/// `MINISGL_SKINNY_BULK_WIDE=0`: the bulk prefetch only where two blocks fit an SM.
+/// By default it also takes slices that fit only one block an SM, where the grid is
+/// that small ([`bulk_budget`]): Qwen3-30B-A3B's o_proj (16 MiB, whose 128 blocks
+/// otherwise stage 96 of their 128 KiB by cp.async). On since the eighteenth
+/// session: the 30B's bs=1 graphed step took 4.044-4.046 ms with it against
+/// 4.151-4.165 without (H100, two alternating rounds, docs/PERF.md); bs=64 and the
+/// smaller models do not reach it.
+static BULK_WIDE: Switch = Switch::new("MINISGL_SKINNY_BULK_WIDE");
 
 /// Widest rows the pre-norm variant normalises into shared memory
 /// (skinny_gemm.cu's kSkinnyMaxNormK).
@@ -139,7 +142,7 @@ fn bulk_row_bytes(block_steps: usize) -> usize {
 
 /// The shared memory (dynamic and static) a bulk-prefetching block of a launch of
 /// `grid_blocks` blocks may take on a device of `capability` and `sm_count` SMs:
-/// [`BULK_BLOCK_BUDGET`] (two blocks an SM), or with `MINISGL_SKINNY_BULK_WIDE=1`
+/// [`BULK_BLOCK_BUDGET`] (two blocks an SM), or (unless `MINISGL_SKINNY_BULK_WIDE=0`)
 /// [`BULK_WIDE_BUDGET`] when the grid is one block an SM at most; `None` with the
 /// bulk prefetch off or before sm_90.
 fn bulk_budget(capability: (i32, i32), grid_blocks: usize, sm_count: usize) -> Option<usize> {
@@ -662,8 +665,9 @@ mod tests {
         assert_eq!(bulk_prefetch_bytes(2048, 1, 1, 2, 0, two), Some(16 * 2112));
         assert_eq!(bulk_prefetch_bytes(4096, 1, 1, 1, 0, two), None);
         assert_eq!(bulk_prefetch_bytes(3072, 2, 2, 1, 0, two), None);
-        // The wide budget, switched on, for a grid of one block an SM at most: the
-        // 30B's o_proj (128 tiles of k 4096); not for a grid past the SMs.
+        // The wide budget (on unless switched off) for a grid of one block an SM at
+        // most: the 30B's o_proj (128 tiles of k 4096); not for a grid past the SMs.
+        BULK_WIDE.set(Some(false));
         assert_eq!(bulk_budget((9, 0), 128, 132), Some(BULK_BLOCK_BUDGET));
         BULK_WIDE.set(Some(true));
         let wide = bulk_budget((9, 0), 128, 132);

@@ -138,6 +138,19 @@ pub fn set_moe_decode_cols(cols: Option<usize>) {
     crate::gpu::moe::set_decode_cols(cols);
 }
 
+/// Turns the copy-engine staging of the MoE decode kernels' down pass on or off,
+/// overriding `MINISGL_MOE_DECODE_BULK` (`None`: back to it). Either way gives the
+/// same bits (tests compare them).
+pub fn set_moe_decode_bulk(on: Option<bool>) {
+    crate::gpu::moe::set_decode_bulk(on);
+}
+
+/// How many down passes of the MoE decode kernels staged their weights by the copy
+/// engine in this process (tests check that the path ran).
+pub fn moe_decode_bulk_launches() -> usize {
+    crate::gpu::moe::DECODE_BULK_LAUNCHES.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// How many launches the fused router of [`moe_router_route`] made in this process
 /// (tests check that the fused path ran rather than its fallback).
 pub fn moe_fused_router_launches() -> usize {
