@@ -155,7 +155,7 @@ __device__ __forceinline__ int decode_row_chunk(int kv_len, const msgl_attention
     const int even = (kv_len + n - 1) / n;
     return (even + 63) / 64 * 64;
   }
-  return attention_row_chunk(kv_len, p.kv_chunk, p.max_splits);
+  return attention_row_chunk(kv_len, p.kv_chunk, p.max_splits, p.min_chunk);
 }
 
 /* Merges the num_splits (> 1) split partials of one (token, head) row into `out`

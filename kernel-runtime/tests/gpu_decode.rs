@@ -54,10 +54,18 @@ fn variants(all: bool) -> Vec<Variant> {
         for (i, plan) in [DecodePlanKind::Waves, DecodePlanKind::Keys].into_iter().enumerate() {
             for merge in [false, true] {
                 if all || (i == 1) == merge {
-                    // A small chunk minimum makes the plans split more often.
+                    // A small chunk minimum makes the plans split more often (the
+                    // graph plan's run-time chunks too).
                     let chunk_min = if merge { 64 } else { 128 };
                     let cluster = if merge { 0 } else { 16 };
-                    let tuning = DecodeTuning { stages, plan, chunk_min, cluster, ..DecodeTuning::default() };
+                    let tuning = DecodeTuning {
+                        stages,
+                        plan,
+                        chunk_min,
+                        graph_chunk_min: chunk_min,
+                        cluster,
+                        ..DecodeTuning::default()
+                    };
                     out.push(Variant { tuning, merge });
                 }
             }

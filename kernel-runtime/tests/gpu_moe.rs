@@ -472,6 +472,13 @@ fn gpu_decode_kernels_match_naive() -> Result<()> {
                     );
                 }
                 ops::set_moe_decode_bulk(None);
+                // The gate_up pass with two vectors a row in flight (the AOT library's
+                // lighter kernel): the same products in the same order.
+                ops::set_moe_decode_unroll(Some(2));
+                let light = ops::fused_experts_with(&x, &w.w13, &w.w2, &rt, plan);
+                ops::set_moe_decode_unroll(None);
+                let light = light.with_context(|| format!("{what} unroll 2"))?;
+                ensure!(got.to_host_bytes()? == light.to_host_bytes()?, "{what}: the two-vector gate_up pass differs");
             }
         }
     }

@@ -43,12 +43,13 @@ __device__ __forceinline__ int attention_num_splits(int kv_len, int kv_chunk) {
  * for the batch (the host planned it from the batch's lengths); kv_chunk = 0 is the
  * fixed-split plan of CUDA graphs, whose lengths change after capture: each
  * sequence is cut into at most max_splits equal chunks, in multiples of 64 keys
- * and no fewer than 128 (gpu/attention.rs: DECODE_CHUNK_GRANULE, _MIN). */
-__device__ __forceinline__ int attention_row_chunk(int kv_len, int kv_chunk, int max_splits) {
+ * and no fewer than min_chunk (0: 128; the host's DecodeTuning::graph_chunk_min). */
+__device__ __forceinline__ int attention_row_chunk(int kv_len, int kv_chunk, int max_splits, int min_chunk) {
   if (kv_chunk > 0) return kv_chunk;
   const int even = (kv_len + max_splits - 1) / max_splits;
   const int rounded = (even + 63) / 64 * 64;
-  return rounded > 128 ? rounded : 128;
+  const int least = min_chunk > 0 ? min_chunk : 128;
+  return rounded > least ? rounded : least;
 }
 
 /* An f32 that other blocks of this grid wrote (split partials): read from L2, so
@@ -105,7 +106,7 @@ __device__ __forceinline__ void attention_combine(const msgl_attention_params& p
     if (p.q_indptr[mid] <= token) lo = mid; else hi = mid - 1;
   }
   const int kv_len = p.kv_lens[lo];
-  const int num_splits = attention_num_splits(kv_len, attention_row_chunk(kv_len, p.kv_chunk, p.max_splits));
+  const int num_splits = attention_num_splits(kv_len, attention_row_chunk(kv_len, p.kv_chunk, p.max_splits, p.min_chunk));
   if (num_splits <= 1) return;
   attention_combine_row<DTYPE, HEAD_DIM>(p, row, num_splits, lane);
 }

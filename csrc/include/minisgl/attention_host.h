@@ -64,9 +64,9 @@ inline int32_t attention_check_and_fill(const char* op, const msgl_tensor* out, 
                      static_cast<long long>(block_table->shape[0]), static_cast<long long>(num_seqs));
   /* kv_chunk 0: per-sequence equal chunks (attention_row_chunk); the tile
    * launcher requires a fixed chunk and checks it itself. */
-  if (plan->kv_chunk < 0 || plan->max_splits < 1)
-    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: bad plan (kv_chunk %d, max_splits %d)", op, plan->kv_chunk,
-                     plan->max_splits);
+  if (plan->kv_chunk < 0 || plan->max_splits < 1 || plan->min_chunk < 0 || plan->min_chunk % 64 != 0)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: bad plan (kv_chunk %d, max_splits %d, min_chunk %d)", op,
+                     plan->kv_chunk, plan->max_splits, plan->min_chunk);
   msgl_attention_params& p = *params;
   p = *plan;
   if (p.max_splits > 1) {

@@ -530,6 +530,8 @@ typedef struct msgl_attention_params {
   int32_t fused_rope;
   int32_t combine_launch_first; /* 1: the combine launch lets the next kernel launch before its wait
                                    (device.cuh: grid_prologue_launch_first); 0: grid_prologue */
+  int32_t min_chunk;           /* kv_chunk = 0: the fewest keys a split holds, a multiple of 64 (0: 128) */
+  int32_t reserved;
 } msgl_attention_params;
 
 /*
@@ -700,6 +702,10 @@ typedef struct msgl_moe_decode_params {
   int32_t bulk;                /* GATE_UP = 0, sm_90: 1 stages the block's weight rows by the copy engine
                                   before the wait; dynamic shared memory: top_k * (cols_per_block + 1) * k
                                   elements (the rows, then the token's act rows) */
+  int32_t gate_up_unroll;      /* GATE_UP = 1: 16-byte vectors of a row a lane has in flight, 4 (or 0) or 2
+                                  (the AOT library's lighter kernel: fewer registers, more blocks an SM;
+                                  the same products in the same order) */
+  int32_t reserved;
 } msgl_moe_decode_params;
 
 /* moe_align runs its single-block phase 2 up to this many pairs; moe_route fuses
@@ -933,11 +939,13 @@ MSGL_API int32_t msgl_moe_sum(const msgl_tensor* out, const msgl_tensor* part, c
 
 /* moe_decode: out, a, w one dtype (bf16/f16), w [E, n_w, k] contiguous, a rows 16-byte
  * aligned; topk_ids [t, k] int32 and topk_weights [t, k] f32 contiguous; gate_up 1 or 0;
- * cols_per_block > 0; bulk 0, or 1 for the down pass on sm_90 (msgl_moe_decode_params);
+ * cols_per_block > 0; bulk 0, or 1 for the down pass on sm_90, and gate_up_unroll 0, 2 or 4
+ * (msgl_moe_decode_params);
  * pdl as in moe_gemm (gate_up after the router, down after gate_up). */
 MSGL_API int32_t msgl_moe_decode(const msgl_tensor* out, const msgl_tensor* a, const msgl_tensor* w,
                         const msgl_tensor* topk_ids, const msgl_tensor* topk_weights, int32_t gate_up,
-                        int32_t cols_per_block, int32_t bulk, int32_t pdl, msgl_stream stream);
+                        int32_t cols_per_block, int32_t bulk, int32_t gate_up_unroll, int32_t pdl,
+                        msgl_stream stream);
 
 #endif /* !__CUDACC_RTC__ */
 
@@ -959,12 +967,12 @@ static_assert(sizeof(msgl_penalty_count_params) == 48, "msgl_penalty_count_param
 static_assert(sizeof(msgl_apply_penalties_params) == 72, "msgl_apply_penalties_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_logprobs_params) == 72, "msgl_logprobs_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_convert_params) == 176, "msgl_convert_params layout changed: run cargo xtask codegen");
-static_assert(sizeof(msgl_attention_params) == 360, "msgl_attention_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_attention_params) == 368, "msgl_attention_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_route_params) == 168, "msgl_moe_route_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_align_params) == 64, "msgl_moe_align_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_gemm_params) == 112, "msgl_moe_gemm_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_sum_params) == 64, "msgl_moe_sum_params layout changed: run cargo xtask codegen");
-static_assert(sizeof(msgl_moe_decode_params) == 88, "msgl_moe_decode_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_moe_decode_params) == 96, "msgl_moe_decode_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_rope_store_params) == 192, "msgl_rope_store_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_fill_uniform_params) == 32, "msgl_fill_uniform_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_skinny_gemm_params) == 112, "msgl_skinny_gemm_params layout changed: run cargo xtask codegen");

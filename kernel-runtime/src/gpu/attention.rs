@@ -444,6 +444,9 @@ fn decode_attention(
         num_q_tiles: i32::from(plan.balanced),
         rope: prologue.unwrap_or_default(),
         fused_rope: i32::from(prologue.is_some()),
+        // The graph plan's equal chunks (kv_chunk 0) hold at least this many keys.
+        // (clamped to 1 << 20 by the tuning: fits i32).
+        min_chunk: if plan.kv_chunk == 0 { tuning.graph_chunk_min as i32 } else { 0 },
         ..p
     };
     let combine_grid = grid_u32(OP, (t * hq).div_ceil(COMBINE_WARPS))?;
@@ -575,6 +578,8 @@ fn attention_params(
         rope: Default::default(),
         fused_rope: 0,
         combine_launch_first: 0,
+        min_chunk: 0,
+        reserved: 0,
     })
 }
 

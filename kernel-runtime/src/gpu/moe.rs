@@ -310,6 +310,33 @@ pub(crate) fn set_decode_bulk(on: Option<bool>) {
     DECODE_BULK.set(on);
 }
 
+/// `ops::moe::set_moe_decode_unroll`'s override (0: none).
+static DECODE_UNROLL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// See `ops::set_moe_decode_unroll`.
+pub(crate) fn set_decode_unroll(unroll: Option<usize>) {
+    DECODE_UNROLL.store(unroll.unwrap_or(0), std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The gate_up pass's vectors a row in flight (moe_decode.cu's `gate_up_unroll`):
+/// the override, else `MINISGL_MOE_DECODE_UNROLL` (2 or 4, read once), else 4. 2
+/// runs the AOT library's lighter kernel (80 registers against 122: six blocks an
+/// SM against four); the NVRTC entry holds 4 only. The same bits either way.
+fn decode_unroll() -> i32 {
+    static ENV: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let u = match DECODE_UNROLL.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => *ENV.get_or_init(|| {
+            std::env::var("MINISGL_MOE_DECODE_UNROLL").ok().and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(4)
+        }),
+        u => u,
+    };
+    if u == 2 {
+        2
+    } else {
+        4
+    }
+}
+
 /// Bulk down launches in this process (`ops::moe_decode_bulk_launches`).
 pub(crate) static DECODE_BULK_LAUNCHES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
@@ -798,6 +825,8 @@ fn decode_gemm(out: &Tensor, a: &Tensor, w: &Tensor, routing: &MoeRouting, gate_
         k: k as i32,
         cols_per_block: cols as i32,
         bulk: i32::from(bulk_smem.is_some()),
+        gate_up_unroll: if gate_up { decode_unroll() } else { 0 },
+        reserved: 0,
     };
     let smem = u32::try_from(bulk_smem.unwrap_or(0)).map_err(|_| Error::arg(OP, "shared memory past 32 bits"))?;
     if smem > 0 {
@@ -817,7 +846,19 @@ fn decode_gemm(out: &Tensor, a: &Tensor, w: &Tensor, routing: &MoeRouting, gate_
             // checked (the routing's, the experts'); the launcher validates them
             // again and only enqueues work on `stream`.
             unsafe {
-                lib.msgl_moe_decode(o, a, w, ids, wt, i32::from(gate_up), cols as i32, p.bulk, i32::from(pdl), stream)
+                lib.msgl_moe_decode(
+                    o,
+                    a,
+                    w,
+                    ids,
+                    wt,
+                    i32::from(gate_up),
+                    cols as i32,
+                    p.bulk,
+                    p.gate_up_unroll,
+                    i32::from(pdl),
+                    stream,
+                )
             }
         },
         |f| {

@@ -90,8 +90,14 @@ pub struct DecodeTuning {
     /// twice as long; docs/PERF.md, tenth session, call 2).
     pub graph_split_waves: usize,
     /// The fewest keys a split holds (`MINISGL_DECODE_CHUNK_MIN`, 128; rounded
-    /// up to a multiple of 64).
+    /// up to a multiple of 64). It also caps a graph's split count (a split
+    /// each `chunk_min` keys of the graph's longest context).
     pub chunk_min: usize,
+    /// The fewest keys a split of a CUDA graph's fixed-split plan holds when the
+    /// kernel cuts a sequence into its equal chunks at run time
+    /// (`MINISGL_DECODE_GRAPH_CHUNK_MIN`, 128; a multiple of 64): below it a
+    /// short context takes fewer splits than the graph launches blocks for.
+    pub graph_chunk_min: usize,
     /// The tensor-core block's pipeline stages (`MINISGL_DECODE_STAGES`, 0: the
     /// default of the head dimension, 4 at 64, 2 at 128 and 256, and at head dim
     /// 128 with the keys plan eager steps take 2 or 3 per batch,
@@ -135,6 +141,7 @@ impl Default for DecodeTuning {
             unsplit_waves: 4,
             graph_split_waves: 1,
             chunk_min: 128,
+            graph_chunk_min: 128,
             stages: 0,
             graph_stages: 0,
             plan: DecodePlanKind::Keys,
@@ -187,6 +194,8 @@ impl DecodeTuning {
             unsplit_waves: count("MINISGL_DECODE_UNSPLIT_WAVES", d.unsplit_waves, 1, 64),
             graph_split_waves: count("MINISGL_DECODE_GRAPH_SPLIT_WAVES", d.graph_split_waves, 1, 64),
             chunk_min: count("MINISGL_DECODE_CHUNK_MIN", d.chunk_min, 64, 1 << 20).next_multiple_of(64),
+            graph_chunk_min: count("MINISGL_DECODE_GRAPH_CHUNK_MIN", d.graph_chunk_min, 64, 1 << 20)
+                .next_multiple_of(64),
             stages,
             graph_stages,
             plan,
@@ -220,6 +229,7 @@ mod tests {
                 "MINISGL_DECODE_COMBINE_US" => Some("-1"),
                 "MINISGL_DECODE_GRAPH_SPLIT_WAVES" => Some("x"),
                 "MINISGL_DECODE_GRAPH_STAGES" => Some("3"),
+                "MINISGL_DECODE_GRAPH_CHUNK_MIN" => Some("150"),
                 _ => None,
             }
             .map(str::to_owned)
@@ -228,6 +238,7 @@ mod tests {
         assert_eq!((t.split_waves, t.unsplit_waves, t.chunk_min, t.stages), (3, 2, 256, 2));
         assert_eq!((t.plan, t.merge), (DecodePlanKind::Keys, SplitMerge::Never));
         assert_eq!((t.block_us, t.combine_us, t.graph_split_waves, t.graph_stages), (0.5, 3.0, 1, 3));
+        assert_eq!(t.graph_chunk_min, 192);
         let t = DecodeTuning::from_vars(|n| (n == "MINISGL_DECODE_STAGES").then(|| "9".to_owned()));
         assert_eq!(t.stages, 4);
         assert_eq!(t.cluster, 0);

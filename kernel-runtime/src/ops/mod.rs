@@ -55,7 +55,7 @@ pub use logprobs::{logprobs, logprobs_cols, RowLogprobs, MAX_TOP_LOGPROBS};
 pub use moe::{
     fused_experts, fused_experts_with, fused_moe, fused_moe_routed, moe_align, moe_decode_bulk_launches,
     moe_fused_router_launches, moe_gemm, moe_route, moe_router_route, moe_sum, naive_experts, set_moe_decode_bulk,
-    set_moe_decode_cols, set_moe_fused_router, MoeAlignment, MoePlan, MoeRouting,
+    set_moe_decode_cols, set_moe_decode_unroll, set_moe_fused_router, MoeAlignment, MoePlan, MoeRouting,
 };
 pub use penalties::{apply_penalties, penalty_count, CountKind, PenaltyRow, PROMPT_BIT};
 pub use random::fill_uniform;

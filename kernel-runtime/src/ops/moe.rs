@@ -145,6 +145,13 @@ pub fn set_moe_decode_bulk(on: Option<bool>) {
     crate::gpu::moe::set_decode_bulk(on);
 }
 
+/// The gate_up pass of the MoE decode kernels with 2 (or 4, the default) vectors of
+/// a row in flight a lane, overriding `MINISGL_MOE_DECODE_UNROLL` (`None`: back to
+/// it). 2 runs the AOT library's lighter kernel; the same bits either way.
+pub fn set_moe_decode_unroll(unroll: Option<usize>) {
+    crate::gpu::moe::set_decode_unroll(unroll);
+}
+
 /// How many down passes of the MoE decode kernels staged their weights by the copy
 /// engine in this process (tests check that the path ran).
 pub fn moe_decode_bulk_launches() -> usize {

@@ -1245,12 +1245,14 @@ pub struct msgl_attention_params {
     pub rope: msgl_rope_store_params,
     pub fused_rope: i32,
     pub combine_launch_first: i32,
+    pub min_chunk: i32,
+    pub reserved: i32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     [
         "Size of msgl_attention_params",
-    ][::std::mem::size_of::<msgl_attention_params>() - 360usize];
+    ][::std::mem::size_of::<msgl_attention_params>() - 368usize];
     [
         "Alignment of msgl_attention_params",
     ][::std::mem::align_of::<msgl_attention_params>() - 8usize];
@@ -1338,6 +1340,12 @@ const _: () = {
     [
         "Offset of field: msgl_attention_params::combine_launch_first",
     ][::std::mem::offset_of!(msgl_attention_params, combine_launch_first) - 356usize];
+    [
+        "Offset of field: msgl_attention_params::min_chunk",
+    ][::std::mem::offset_of!(msgl_attention_params, min_chunk) - 360usize];
+    [
+        "Offset of field: msgl_attention_params::reserved",
+    ][::std::mem::offset_of!(msgl_attention_params, reserved) - 364usize];
 };
 impl Default for msgl_attention_params {
     fn default() -> Self {
@@ -1669,12 +1677,14 @@ pub struct msgl_moe_decode_params {
     pub k: i32,
     pub cols_per_block: i32,
     pub bulk: i32,
+    pub gate_up_unroll: i32,
+    pub reserved: i32,
 }
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     [
         "Size of msgl_moe_decode_params",
-    ][::std::mem::size_of::<msgl_moe_decode_params>() - 88usize];
+    ][::std::mem::size_of::<msgl_moe_decode_params>() - 96usize];
     [
         "Alignment of msgl_moe_decode_params",
     ][::std::mem::align_of::<msgl_moe_decode_params>() - 8usize];
@@ -1720,6 +1730,12 @@ const _: () = {
     [
         "Offset of field: msgl_moe_decode_params::bulk",
     ][::std::mem::offset_of!(msgl_moe_decode_params, bulk) - 84usize];
+    [
+        "Offset of field: msgl_moe_decode_params::gate_up_unroll",
+    ][::std::mem::offset_of!(msgl_moe_decode_params, gate_up_unroll) - 88usize];
+    [
+        "Offset of field: msgl_moe_decode_params::reserved",
+    ][::std::mem::offset_of!(msgl_moe_decode_params, reserved) - 92usize];
 };
 impl Default for msgl_moe_decode_params {
     fn default() -> Self {
@@ -2039,6 +2055,7 @@ pub struct KernelLibrary {
         gate_up: i32,
         cols_per_block: i32,
         bulk: i32,
+        gate_up_unroll: i32,
         pdl: i32,
         stream: msgl_stream,
     ) -> i32,
@@ -2737,6 +2754,7 @@ impl KernelLibrary {
         gate_up: i32,
         cols_per_block: i32,
         bulk: i32,
+        gate_up_unroll: i32,
         pdl: i32,
         stream: msgl_stream,
     ) -> i32 {
@@ -2750,6 +2768,7 @@ impl KernelLibrary {
             gate_up,
             cols_per_block,
             bulk,
+            gate_up_unroll,
             pdl,
             stream,
         )
