@@ -41,7 +41,10 @@
  * cp.async.bulk a row on one transaction barrier, instead of a hint to L2 and
  * three register round trips after it; after the wait the block stages the
  * token's act rows (one round trip) and computes from shared memory. Same
- * products, same order, same bits as the register path.
+ * products, same order, same bits as the register path. Off by default: in the
+ * 30B's step its 108 KiB blocks become resident only as gate_up's leave, so the
+ * bytes the register path's L2 hints fetch during gate_up are copied after it
+ * (+5% a step, docs/PERF.md, eighteenth session).
  *
  * Instance parameters: DTYPE (bf16 or f16), GATE_UP (1: gate_up + SiLU-and-mul,
  * 0: down + weighted sum). k and n are multiples of 8 (16-byte rows).

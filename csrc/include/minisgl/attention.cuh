@@ -43,7 +43,8 @@ __device__ __forceinline__ int attention_num_splits(int kv_len, int kv_chunk) {
  * for the batch (the host planned it from the batch's lengths); kv_chunk = 0 is the
  * fixed-split plan of CUDA graphs, whose lengths change after capture: each
  * sequence is cut into at most max_splits equal chunks, in multiples of 64 keys
- * and no fewer than min_chunk (0: 128; the host's DecodeTuning::graph_chunk_min). */
+ * and no fewer than min_chunk (0: 128; the host passes DecodeTuning::graph_chunk_min,
+ * 64 by default). */
 __device__ __forceinline__ int attention_row_chunk(int kv_len, int kv_chunk, int max_splits, int min_chunk) {
   if (kv_chunk > 0) return kv_chunk;
   const int even = (kv_len + max_splits - 1) / max_splits;

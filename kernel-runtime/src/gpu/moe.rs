@@ -301,8 +301,11 @@ pub(crate) fn fused_router_enabled() -> bool {
 
 /// `MINISGL_MOE_DECODE_BULK=1`: the down pass of the decode kernels stages its
 /// block's weight rows by the copy engine before its dependency wait
-/// (moe_decode.cu's bulk path) where [`decode_bulk_smem`] allows. Off until
-/// measured (eighteenth session).
+/// (moe_decode.cu's bulk path) where [`decode_bulk_smem`] allows. Off: measured
+/// slower in the eighteenth session (Qwen3-30B-A3B bs=1 graphed step 3.94-3.98 ms
+/// against 3.74, H100): its 108 KiB blocks become resident only as gate_up's
+/// leave, so the 25 MB that the register path's L2 hints fetch during gate_up
+/// are copied after it (docs/PERF.md).
 static DECODE_BULK: Switch = Switch::off_by_default("MINISGL_MOE_DECODE_BULK");
 
 /// See `ops::set_moe_decode_bulk`.
@@ -321,7 +324,9 @@ pub(crate) fn set_decode_unroll(unroll: Option<usize>) {
 /// The gate_up pass's vectors a row in flight (moe_decode.cu's `gate_up_unroll`):
 /// the override, else `MINISGL_MOE_DECODE_UNROLL` (2 or 4, read once), else 4. 2
 /// runs the AOT library's lighter kernel (80 registers against 122: six blocks an
-/// SM against four); the NVRTC entry holds 4 only. The same bits either way.
+/// SM against four); the NVRTC entry holds 4 only. The same bits either way. 4
+/// stays: 2 measured the same 30B step (3.707 / 3.785 against 3.714 / 3.783 ms,
+/// H100, eighteenth session): the stream, not the wave count, bounds the pass.
 fn decode_unroll() -> i32 {
     static ENV: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     let u = match DECODE_UNROLL.load(std::sync::atomic::Ordering::Relaxed) {

@@ -95,8 +95,13 @@ pub struct DecodeTuning {
     pub chunk_min: usize,
     /// The fewest keys a split of a CUDA graph's fixed-split plan holds when the
     /// kernel cuts a sequence into its equal chunks at run time
-    /// (`MINISGL_DECODE_GRAPH_CHUNK_MIN`, 128; a multiple of 64): below it a
-    /// short context takes fewer splits than the graph launches blocks for.
+    /// (`MINISGL_DECODE_GRAPH_CHUNK_MIN`, 64, one key tile; a multiple of 64):
+    /// below it a short context takes fewer splits than the graph launches
+    /// blocks for. 64 since the eighteenth session (128 before): a 512-key
+    /// context runs as 8 one-tile splits instead of 4 two-tile ones, the
+    /// Qwen3-0.6B bs=1 graphed step's replay 0.995-0.997 -> 0.934-0.935 ms and
+    /// the 30B's 3.743-3.760 -> 3.646-3.655 (H100, two alternating rounds,
+    /// docs/PERF.md); batches that fill the GPU unsplit do not reach it.
     pub graph_chunk_min: usize,
     /// The tensor-core block's pipeline stages (`MINISGL_DECODE_STAGES`, 0: the
     /// default of the head dimension, 4 at 64, 2 at 128 and 256, and at head dim
@@ -141,7 +146,7 @@ impl Default for DecodeTuning {
             unsplit_waves: 4,
             graph_split_waves: 1,
             chunk_min: 128,
-            graph_chunk_min: 128,
+            graph_chunk_min: 64,
             stages: 0,
             graph_stages: 0,
             plan: DecodePlanKind::Keys,
