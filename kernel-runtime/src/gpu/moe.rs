@@ -261,20 +261,33 @@ pub(crate) fn set_decode_cols(cols: Option<usize>) {
     DECODE_COLS.store(cols.map_or(0, |c| c.clamp(1, 4096)), std::sync::atomic::Ordering::Relaxed);
 }
 
+/// A count of the decode kernels' launch shape: the process-wide override
+/// `over` (0: none; tests and benchmarks), else the variable `var`, read once into
+/// `env`, when it parses and `accept` takes it, else `default`.
+fn decode_count(
+    over: &std::sync::atomic::AtomicUsize,
+    env: &'static std::sync::OnceLock<usize>,
+    var: &str,
+    accept: fn(usize) -> bool,
+    default: usize,
+) -> usize {
+    match over.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => *env.get_or_init(|| {
+            std::env::var(var)
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .filter(|&c| accept(c))
+                .unwrap_or(default)
+        }),
+        c => c,
+    }
+}
+
 /// Output columns a moe_decode block computes: the override, else
 /// `MINISGL_MOE_DECODE_COLS` (1..=4096, read once), else [`DECODE_COLS_PER_BLOCK`].
 fn decode_cols() -> usize {
     static ENV: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    match DECODE_COLS.load(std::sync::atomic::Ordering::Relaxed) {
-        0 => *ENV.get_or_init(|| {
-            std::env::var("MINISGL_MOE_DECODE_COLS")
-                .ok()
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .filter(|c| (1..=4096).contains(c))
-                .unwrap_or(DECODE_COLS_PER_BLOCK)
-        }),
-        c => c,
-    }
+    decode_count(&DECODE_COLS, &ENV, "MINISGL_MOE_DECODE_COLS", |c| (1..=4096).contains(&c), DECODE_COLS_PER_BLOCK)
 }
 /// moe_decode.cu's kMoeDecodeThreads.
 const DECODE_THREADS: u32 = 128;
@@ -329,13 +342,7 @@ pub(crate) fn set_decode_unroll(unroll: Option<usize>) {
 /// H100, eighteenth session): the stream, not the wave count, bounds the pass.
 fn decode_unroll() -> i32 {
     static ENV: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let u = match DECODE_UNROLL.load(std::sync::atomic::Ordering::Relaxed) {
-        0 => *ENV.get_or_init(|| {
-            std::env::var("MINISGL_MOE_DECODE_UNROLL").ok().and_then(|v| v.trim().parse::<usize>().ok()).unwrap_or(4)
-        }),
-        u => u,
-    };
-    if u == 2 {
+    if decode_count(&DECODE_UNROLL, &ENV, "MINISGL_MOE_DECODE_UNROLL", |_| true, 4) == 2 {
         2
     } else {
         4
