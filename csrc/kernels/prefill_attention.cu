@@ -50,9 +50,11 @@
  * TILE >= 16 selects the Hopper path further down (wgmma, sm_90a only; same grid,
  * rows and output): 2 or 3 warpgroups of 64 query rows, 128-byte swizzled tiles,
  * and for TILE 19..21 the softmax of one K/V tile overlapping the P V product of
- * the previous one.
+ * the previous one; TILE 22..26 add a producer warpgroup that does all the
+ * gathering, with transaction barriers instead of block-wide ones.
  */
 #include "minisgl/attention.cuh"
+#include "minisgl/bulk.cuh"
 #include "minisgl/mma.cuh"
 
 namespace msgl {
@@ -469,25 +471,37 @@ __device__ __forceinline__ void prefill_attention_impl(const msgl_attention_para
  * writes 16-byte vectors, as above.
  * --------------------------------------------------------------------------------- */
 
-/* TILE -> (WGS, BN, STAGES, OVERLAP) for the wgmma path (OVERLAP: the loop that
- * runs the softmax of tile j under the P V product of tile j - 1); mirrored by
+/* TILE -> (WGS, BN, STAGES, OVERLAP, PRODUCER, PINGPONG) for the wgmma path: WGS
+ * warpgroups of 64 query rows that run the products; OVERLAP: the loop that runs the
+ * softmax of tile j under the P V product of tile j - 1; PRODUCER: one more
+ * warpgroup that only gathers Q, K and V (the warp-specialised tiles 22.., further
+ * down); PINGPONG: their two consumers take turns on the tensor cores. Mirrored by
  * gpu/prefill.rs. */
 template <int TILE, int HEAD_DIM> struct PrefillWgTile;
-#define MSGL_PREFILL_WG_TILE(T, W, N, S, O)                                  \
+#define MSGL_PREFILL_WG_TILE(T, W, N, S, O, P, PP)                           \
   template <int HEAD_DIM> struct PrefillWgTile<T, HEAD_DIM> {                \
     static constexpr int WGS = W, BN = N, STAGES = S;                        \
-    static constexpr bool OVERLAP = O;                                       \
+    static constexpr bool OVERLAP = O, PRODUCER = P, PINGPONG = PP;          \
   };
-MSGL_PREFILL_WG_TILE(17, 3, 64, 2, false)
-MSGL_PREFILL_WG_TILE(18, 2, 64, 3, false)
-MSGL_PREFILL_WG_TILE(19, 2, 64, 4, true)
-MSGL_PREFILL_WG_TILE(20, 2, 128, 3, true)
-MSGL_PREFILL_WG_TILE(21, 3, 64, 3, true)
+MSGL_PREFILL_WG_TILE(17, 3, 64, 2, false, false, false)
+MSGL_PREFILL_WG_TILE(18, 2, 64, 3, false, false, false)
+MSGL_PREFILL_WG_TILE(19, 2, 64, 4, true, false, false)
+MSGL_PREFILL_WG_TILE(20, 2, 128, 3, true, false, false)
+MSGL_PREFILL_WG_TILE(21, 3, 64, 3, true, false, false)
+MSGL_PREFILL_WG_TILE(23, 2, 128, 2, true, true, false)
+MSGL_PREFILL_WG_TILE(24, 2, 128, 2, true, true, true)
+MSGL_PREFILL_WG_TILE(25, 3, 64, 2, false, true, false)
+MSGL_PREFILL_WG_TILE(26, 2, 64, 3, true, true, true)
 #undef MSGL_PREFILL_WG_TILE
-/* TILE 16: 128 x 128 up to head dim 128, 128 x 64 at 256 (shared memory). */
+/* TILE 16: 128 x 128 up to head dim 128, 128 x 64 at 256 (shared memory); TILE 22,
+ * its warp-specialised form, the same. */
 template <int HEAD_DIM> struct PrefillWgTile<16, HEAD_DIM> {
   static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
-  static constexpr bool OVERLAP = false;
+  static constexpr bool OVERLAP = false, PRODUCER = false, PINGPONG = false;
+};
+template <int HEAD_DIM> struct PrefillWgTile<22, HEAD_DIM> {
+  static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
+  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false;
 };
 
 __host__ __device__ constexpr bool prefill_is_wgmma(int tile) { return tile >= 16; }
@@ -670,7 +684,7 @@ __device__ __forceinline__ int wg_swz(int rows, int r, int c) {
 }
 
 template <int TILE, int HEAD_DIM> __host__ __device__ constexpr int prefill_wg_threads() {
-  return 128 * PrefillWgTile<TILE, HEAD_DIM>::WGS;
+  return 128 * (PrefillWgTile<TILE, HEAD_DIM>::WGS + (PrefillWgTile<TILE, HEAD_DIM>::PRODUCER ? 1 : 0));
 }
 template <int TILE, int HEAD_DIM> __host__ __device__ constexpr int prefill_wg_rows() {
   return 64 * PrefillWgTile<TILE, HEAD_DIM>::WGS;
@@ -681,51 +695,17 @@ template <int TILE, int HEAD_DIM> __host__ __device__ constexpr long long prefil
   return static_cast<long long>(prefill_wg_rows<TILE, HEAD_DIM>() + 2 * C::STAGES * C::BN) * HEAD_DIM * 2 + 1024;
 }
 
-template <int DTYPE, int HEAD_DIM, int TILE>
-__device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(DTYPE == MSGL_BF16 || DTYPE == MSGL_F16, "tensor cores: bf16 or f16");
+/* Gathers query rows [row0, row0 + BM) of the tile (packed (token, head) rows, zeros
+ * past `rows`) into the swizzled Q tile at `dst`, 16-byte cp.async from `THREADS`
+ * threads (`t` this thread's index among them). */
+template <int DTYPE, int HEAD_DIM, int BM, int THREADS>
+__device__ __forceinline__ void wg_load_q(unsigned char* dst, const msgl_attention_params& p, int t, int rows, int row0,
+                                          int q_start, int group, int kv_head) {
   using T = typename DType<DTYPE>::Storage;
-  using Cfg = PrefillWgTile<TILE, HEAD_DIM>;
-  constexpr int BN = Cfg::BN, STAGES = Cfg::STAGES;
-  constexpr int BM = prefill_wg_rows<TILE, HEAD_DIM>();
-  constexpr int THREADS = prefill_wg_threads<TILE, HEAD_DIM>();
-  constexpr int CHUNKS = HEAD_DIM / 8;       /* 16-byte chunks per head row */
-  constexpr int RSTEP = THREADS / CHUNKS;    /* rows one copy round covers */
-  constexpr int Q_BYTES = BM * HEAD_DIM * 2;
-  constexpr int KV_BYTES = BN * HEAD_DIM * 2;
-  constexpr int SN = BN / 2;                 /* S accumulators per thread */
-  constexpr int ON = HEAD_DIM / 2;           /* O accumulators per thread */
-  static_assert(HEAD_DIM % 64 == 0 && BN % 64 == 0 && STAGES >= 2, "tile shapes");
-  static_assert(THREADS % CHUNKS == 0, "a thread copies the same chunk column of every row it loads");
-  static_assert(BM % RSTEP == 0, "whole copy rounds for Q");
-  constexpr int KV_ROUNDS = (BN + RSTEP - 1) / RSTEP; /* the last one partial with 3 warpgroups */
-
-  extern __shared__ __align__(1024) unsigned char prefill_wg_smem[];
-  const unsigned raw = smem_u32(prefill_wg_smem);
-  const unsigned pad = (1024u - (raw & 1023u)) & 1023u;
-  unsigned char* smem = prefill_wg_smem + pad;
-  const unsigned s_base = raw + pad; /* 1024-aligned */
-  auto k_off = [](int stage) { return Q_BYTES + stage * KV_BYTES; };
-  auto v_off = [](int stage) { return Q_BYTES + (STAGES + stage) * KV_BYTES; };
-
-  const int group = p.num_q_heads / p.num_kv_heads;
-  const int kv_head = static_cast<int>(blockIdx.x % p.num_kv_heads);
-  const int item = static_cast<int>(blockIdx.x / p.num_kv_heads);
-  int seq = 0, tile_in_seq = 0;
-  if (!prefill_find_tile(p, item, group, BM, seq, tile_in_seq)) return;
-  const int q_start = p.q_indptr[seq];
-  const int q_len = p.q_indptr[seq + 1] - q_start;
-  const int prefix = p.kv_lens[seq] - q_len;
-  const int row0 = tile_in_seq * BM;
-  const int rows = min(BM, q_len * group - row0);
-  const int last_pos = prefix + (row0 + rows - 1) / group;
-  const int kv_stop = last_pos + 1;
-  const int num_tiles = (kv_stop + BN - 1) / BN;
-  const int* pages = p.block_table + static_cast<long long>(seq) * p.max_pages;
-
-  const int ccol = threadIdx.x % CHUNKS;
-  const int crow = threadIdx.x / CHUNKS;
+  constexpr int CHUNKS = HEAD_DIM / 8, RSTEP = THREADS / CHUNKS;
+  static_assert(THREADS % CHUNKS == 0 && BM % RSTEP == 0, "whole copy rounds for Q");
+  const int ccol = t % CHUNKS, crow = t / CHUNKS;
 #pragma unroll
   for (int i = 0; i < BM / RSTEP; ++i) {
     const int r = crow + i * RSTEP;
@@ -736,81 +716,80 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
       src += static_cast<long long>(q_start + pr / group) * p.q_token_stride +
              static_cast<long long>(kv_head * group + pr % group) * p.q_head_stride + ccol * 8;
     }
-    cp_async16(smem + wg_swz(BM, r, ccol), src, valid ? 16 : 0);
+    cp_async16(dst + wg_swz(BM, r, ccol), src, valid ? 16 : 0);
   }
-  const int page_size = p.page_size;
-  const int page_shift = (page_size & (page_size - 1)) == 0 ? __ffs(page_size) - 1 : -1;
-  /* Keys [tile * BN, tile * BN + BN) of this kv head from `cache` into the swizzled
-   * tile at byte `off`: zeros past kv_stop and for page numbers outside the cache. */
-  auto load_kv = [&](int off, const void* cache, int tile) {
+}
+
+/* Where one sequence's keys of one kv head live: its page table row and the cache's
+ * geometry (the K/V gathers of both Hopper paths). */
+struct WgKeys {
+  const int* pages;
+  int page_size, page_shift, num_pages, num_kv_heads, kv_head, kv_stop;
+};
+
+/* Gathers keys [tile * BN, tile * BN + BN) of `cache` into the swizzled tile at
+ * `dst`: 16-byte cp.async from `THREADS` threads (`t` this thread's index), zeros
+ * past kv_stop and for page numbers outside the cache. */
+template <int DTYPE, int HEAD_DIM, int BN, int THREADS>
+__device__ __forceinline__ void wg_load_kv(unsigned char* dst, const void* cache, int tile, const WgKeys& k, int t) {
+  using T = typename DType<DTYPE>::Storage;
+  constexpr int CHUNKS = HEAD_DIM / 8, RSTEP = THREADS / CHUNKS;
+  constexpr int ROUNDS = (BN + RSTEP - 1) / RSTEP; /* the last one partial with 3 warpgroups */
+  const int ccol = t % CHUNKS, crow = t / CHUNKS;
 #pragma unroll
-    for (int i = 0; i < KV_ROUNDS; ++i) {
-      const int r = crow + i * RSTEP;
-      if (BN % RSTEP != 0 && r >= BN) break;
-      const int kv = tile * BN + r;
-      const T* src = static_cast<const T*>(cache);
-      bool valid = kv < kv_stop;
+  for (int i = 0; i < ROUNDS; ++i) {
+    const int r = crow + i * RSTEP;
+    if (BN % RSTEP != 0 && r >= BN) break;
+    const int kv = tile * BN + r;
+    const T* src = static_cast<const T*>(cache);
+    bool valid = kv < k.kv_stop;
+    if (valid) {
+      const int page_idx = k.page_shift >= 0 ? kv >> k.page_shift : kv / k.page_size;
+      const int in_page = k.page_shift >= 0 ? kv & (k.page_size - 1) : kv - page_idx * k.page_size;
+      const int page = __ldg(k.pages + page_idx);
+      valid = page >= 0 && page < k.num_pages;
       if (valid) {
-        const int page_idx = page_shift >= 0 ? kv >> page_shift : kv / page_size;
-        const int in_page = page_shift >= 0 ? kv & (page_size - 1) : kv - page_idx * page_size;
-        const int page = __ldg(pages + page_idx);
-        valid = page >= 0 && page < p.num_pages;
-        if (valid) {
-          const long long slot = static_cast<long long>(page) * page_size + in_page;
-          src += (slot * p.num_kv_heads + kv_head) * HEAD_DIM + ccol * 8;
-        }
+        const long long slot = static_cast<long long>(page) * k.page_size + in_page;
+        src += (slot * k.num_kv_heads + k.kv_head) * HEAD_DIM + ccol * 8;
       }
-      cp_async16(smem + off + wg_swz(BN, r, ccol), src, valid ? 16 : 0);
     }
-  };
-  /* Prologue: Q with tile 0, then tiles 1..PROLOGUE-1, one group each (always
-   * committed): STAGES - 1 tiles, STAGES - 2 for the overlapped loop (it keeps the
-   * previous tile resident). */
-  constexpr int PROLOGUE = Cfg::OVERLAP ? STAGES - 2 : STAGES - 1;
-#pragma unroll
-  for (int t = 0; t < PROLOGUE; ++t) {
-    if (t < num_tiles) {
-      load_kv(k_off(t), p.k_cache, t);
-      load_kv(v_off(t), p.v_cache, t);
-    }
-    cp_async_commit();
+    cp_async16(dst + wg_swz(BN, r, ccol), src, valid ? 16 : 0);
   }
+}
 
-  /* This warpgroup's rows [wrow0, wrow0 + 64); this thread's rows wrow0 + 16 q + g
-   * and + 8 (the accumulator layout). */
-  const int wg = threadIdx.x / 128;
-  const int warp_in_wg = (threadIdx.x / kWarpSize) % 4;
-  const int lane = threadIdx.x % kWarpSize;
-  const int g = lane / 4, tid = lane % 4;
-  const int wrow0 = wg * 64;
-  const bool wg_rows = wrow0 < rows; /* warpgroup-uniform, as every wgmma condition */
-  const int wrows = wg_rows ? min(64, rows - wrow0) : 1;
-  const int wg_first_pos = prefix + (row0 + wrow0) / group;
-  const int wg_last_pos = prefix + (row0 + wrow0 + wrows - 1) / group;
-  int pos[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = wrow0 + warp_in_wg * 16 + g + 8 * h;
-    pos[h] = r < rows ? prefix + (row0 + r) / group : last_pos;
-  }
-
+/* One warpgroup's 64 query rows of a wgmma tile (both Hopper paths): the O
+ * accumulators, the running max and sum, the S (then P) of the current K/V tile,
+ * the products that fill them and the online softmax (the fragment layout above).
+ * BM: the block's query rows (the Q tile's height, for its swizzled addresses). */
+template <int DTYPE, int HEAD_DIM, int BM, int BN> struct WgRows {
+  static constexpr int SN = BN / 2;       /* S accumulators per thread */
+  static constexpr int ON = HEAD_DIM / 2; /* O accumulators per thread */
   float o[ON];
-#pragma unroll
-  for (int i = 0; i < ON; ++i) o[i] = 0.f;
-  float m[2] = {neg_inf(), neg_inf()}, l[2] = {0.f, 0.f};
-  float s[SN];              /* S of the current tile, then its probabilities */
-  unsigned pa[BN / 16][4];  /* P as the register A operand of O += P V */
-  const float scale_log2 = p.scale_log2;
-  const unsigned q_addr = s_base + wrow0 * 128; /* this warpgroup's 64 rows, column block 0 */
-  /* The keys of tile `it` reach this warpgroup's rows (warpgroup-uniform, as every
-   * condition around a wgmma must be). */
-  auto active = [&](int it) { return wg_rows && it * BN <= wg_last_pos; };
+  float m[2], l[2];
+  float s[SN];             /* S of the current tile, then its probabilities */
+  unsigned pa[BN / 16][4]; /* P as the register A operand of O += P V */
+  int pos[2];              /* the positions of this thread's rows g and g + 8 */
+  int first_pos;           /* the warpgroup's first row's position */
+  int tid;                 /* lane % 4 */
+  unsigned q_addr;         /* the warpgroup's 64 Q rows, column block 0 */
+  float scale_log2;
 
-  /* Issues S = Q K^T for the tile in stage `buf` (one commit group). */
-  auto issue_s = [&](int buf) {
+  __device__ __forceinline__ void init(unsigned q_rows, int first, int pos0, int pos1, int lane, float scale) {
+#pragma unroll
+    for (int i = 0; i < ON; ++i) o[i] = 0.f;
+    m[0] = m[1] = neg_inf();
+    l[0] = l[1] = 0.f;
+    pos[0] = pos0;
+    pos[1] = pos1;
+    first_pos = first;
+    tid = lane % 4;
+    q_addr = q_rows;
+    scale_log2 = scale;
+  }
+  /* Issues S = Q K^T for the K tile at shared address k_addr (one commit group). */
+  __device__ __forceinline__ void issue_s(unsigned k_addr) {
 #pragma unroll
     for (int i = 0; i < SN; ++i) s[i] = 0.f;
-    const unsigned k_addr = s_base + k_off(buf);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
@@ -819,10 +798,9 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
       wgmma_ss<BN, DTYPE>(s, da, db, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
-  };
-  /* Issues O += P V for the tile in stage `buf` (one commit group). */
-  auto issue_pv = [&](int buf) {
-    const unsigned v_addr = s_base + v_off(buf);
+  }
+  /* Issues O += P V for the V tile at shared address v_addr (one commit group). */
+  __device__ __forceinline__ void issue_pv(unsigned v_addr) {
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
@@ -830,12 +808,12 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
       wgmma_rs<HEAD_DIM, DTYPE>(o, pa[kk], db);
     }
     wgmma_commit();
-  };
+  }
   /* The causal mask and the online softmax of S (keys from `start`; log2 domain, as
    * the mma.sync path): s becomes the probabilities, m and l advance, alpha is the
    * factor O must be scaled by. */
-  auto softmax = [&](int start, float (&alpha)[2]) {
-    if (start + BN - 1 > wg_first_pos) { /* only tiles reaching past the first position */
+  __device__ __forceinline__ void softmax(int start, float (&alpha)[2]) {
+    if (start + BN - 1 > first_pos) { /* only tiles reaching past the first position */
 #pragma unroll
       for (int i = 0; i < SN; ++i)
         if (start + (i / 4) * 8 + tid * 2 + (i & 1) > pos[(i / 2) % 2]) s[i] = neg_inf();
@@ -863,17 +841,17 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
       }
       l[h] = l[h] * alpha[h] + sum;
     }
-  };
-  auto rescale = [&](const float (&alpha)[2]) {
+  }
+  __device__ __forceinline__ void rescale(const float (&alpha)[2]) {
 #pragma unroll
     for (int j = 0; j < HEAD_DIM / 8; ++j) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) o[4 * j + i] *= alpha[i / 2];
     }
-  };
+  }
   /* P from the probabilities, packed whole before the next fence: registers written
    * between the wgmma of one group make ptxas insert a warpgroup.arrive before each. */
-  auto pack_p = [&]() {
+  __device__ __forceinline__ void pack_p() {
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
 #pragma unroll
@@ -882,7 +860,144 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
         asm volatile("" : "+r"(pa[kk][i])::"memory");
       }
     }
+  }
+  /* The epilogue, after a warpgroup barrier (the warpgroup's wgmma are done with its
+   * Q rows): each warp normalises its 16 rows [r_warp, r_warp + 16), stages them in
+   * its own rows of the Q tile (swizzled, as Q was) and writes 16-byte vectors. */
+  __device__ __forceinline__ void store(unsigned char* smem, const msgl_attention_params& p, int r_warp, int rows,
+                                        int row0, int q_start, int group, int kv_head, int lane) {
+    using T = typename DType<DTYPE>::Storage;
+    constexpr int CHUNKS = HEAD_DIM / 8;
+    const int g = lane / 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float total = l[h];
+      total += __shfl_xor_sync(0xffffffffu, total, 1);
+      total += __shfl_xor_sync(0xffffffffu, total, 2);
+      const float inv = total > 0.f ? 1.f / total : 0.f;
+      const int r = r_warp + g + 8 * h;
+#pragma unroll
+      for (int j = 0; j < HEAD_DIM / 8; ++j)
+        *reinterpret_cast<unsigned*>(smem + wg_swz(BM, r, j) + tid * 4) =
+            pack2<DTYPE>(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+    }
+    __syncwarp();
+    T* out = static_cast<T*>(p.out);
+    for (int c = lane; c < 16 * CHUNKS; c += kWarpSize) {
+      const int r = r_warp + c / CHUNKS, col = c % CHUNKS;
+      if (r >= rows) break;
+      const int pr = row0 + r;
+      const long long row = static_cast<long long>(q_start + pr / group) * p.num_q_heads + kv_head * group + pr % group;
+      *reinterpret_cast<uint4*>(out + row * HEAD_DIM + col * 8) =
+          *reinterpret_cast<const uint4*>(smem + wg_swz(BM, r, col));
+    }
+  }
+};
+
+/* Signals `bar` once every cp.async this thread issued so far has landed (counts as
+ * one of the barrier's expected arrivals). */
+__device__ __forceinline__ void cp_async_mbar_arrive(unsigned long long* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+/* Named barrier `id` of `n` threads: wait for all of them, or only count this one. */
+__device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+template <int N> __device__ __forceinline__ void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N)); }
+template <int N> __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N)); }
+#endif
+
+/* What a block's q tile is: its sequence, rows and causal key range (the header's
+ * packing; `found` false for grid items past the last tile). */
+struct WgTile {
+  bool found;
+  int seq, q_start, q_len, prefix, row0, rows, last_pos, kv_stop;
+};
+__device__ __forceinline__ WgTile wg_find_tile(const msgl_attention_params& p, int group, int bm) {
+  WgTile t{};
+  const int item = static_cast<int>(blockIdx.x / p.num_kv_heads);
+  int tile_in_seq = 0;
+  t.found = prefill_find_tile(p, item, group, bm, t.seq, tile_in_seq);
+  if (!t.found) return t;
+  t.q_start = p.q_indptr[t.seq];
+  t.q_len = p.q_indptr[t.seq + 1] - t.q_start;
+  t.prefix = p.kv_lens[t.seq] - t.q_len;
+  t.row0 = tile_in_seq * bm;
+  t.rows = min(bm, t.q_len * group - t.row0);
+  t.last_pos = t.prefix + (t.row0 + t.rows - 1) / group;
+  t.kv_stop = t.last_pos + 1;
+  return t;
+}
+
+template <int DTYPE, int HEAD_DIM, int TILE>
+__device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(DTYPE == MSGL_BF16 || DTYPE == MSGL_F16, "tensor cores: bf16 or f16");
+  using Cfg = PrefillWgTile<TILE, HEAD_DIM>;
+  static_assert(!Cfg::PRODUCER, "the warp-specialised tiles run prefill_ws_impl");
+  constexpr int BN = Cfg::BN, STAGES = Cfg::STAGES;
+  constexpr int BM = prefill_wg_rows<TILE, HEAD_DIM>();
+  constexpr int THREADS = prefill_wg_threads<TILE, HEAD_DIM>();
+  constexpr int Q_BYTES = BM * HEAD_DIM * 2;
+  constexpr int KV_BYTES = BN * HEAD_DIM * 2;
+  static_assert(HEAD_DIM % 64 == 0 && BN % 64 == 0 && STAGES >= 2, "tile shapes");
+  static_assert(THREADS % (HEAD_DIM / 8) == 0, "a thread copies the same chunk column of every row it loads");
+
+  extern __shared__ __align__(1024) unsigned char prefill_wg_smem[];
+  const unsigned raw = smem_u32(prefill_wg_smem);
+  const unsigned pad = (1024u - (raw & 1023u)) & 1023u;
+  unsigned char* smem = prefill_wg_smem + pad;
+  const unsigned s_base = raw + pad; /* 1024-aligned */
+  auto k_off = [](int stage) { return Q_BYTES + stage * KV_BYTES; };
+  auto v_off = [](int stage) { return Q_BYTES + (STAGES + stage) * KV_BYTES; };
+
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const int kv_head = static_cast<int>(blockIdx.x % p.num_kv_heads);
+  const WgTile tl = wg_find_tile(p, group, BM);
+  if (!tl.found) return;
+  const int rows = tl.rows;
+  const int num_tiles = (tl.kv_stop + BN - 1) / BN;
+  const int page_size = p.page_size;
+  const WgKeys keys{p.block_table + static_cast<long long>(tl.seq) * p.max_pages, page_size,
+                    (page_size & (page_size - 1)) == 0 ? __ffs(page_size) - 1 : -1,
+                    p.num_pages, p.num_kv_heads, kv_head, tl.kv_stop};
+  wg_load_q<DTYPE, HEAD_DIM, BM, THREADS>(smem, p, threadIdx.x, rows, tl.row0, tl.q_start, group, kv_head);
+  auto load_tile = [&](int stage, int tile) {
+    wg_load_kv<DTYPE, HEAD_DIM, BN, THREADS>(smem + k_off(stage), p.k_cache, tile, keys, threadIdx.x);
+    wg_load_kv<DTYPE, HEAD_DIM, BN, THREADS>(smem + v_off(stage), p.v_cache, tile, keys, threadIdx.x);
   };
+  /* Prologue: Q with tile 0, then tiles 1..PROLOGUE-1, one group each (always
+   * committed): STAGES - 1 tiles, STAGES - 2 for the overlapped loop (it keeps the
+   * previous tile resident). */
+  constexpr int PROLOGUE = Cfg::OVERLAP ? STAGES - 2 : STAGES - 1;
+#pragma unroll
+  for (int t = 0; t < PROLOGUE; ++t) {
+    if (t < num_tiles) load_tile(t, t);
+    cp_async_commit();
+  }
+
+  /* This warpgroup's rows [wrow0, wrow0 + 64); this thread's rows wrow0 + 16 q + g
+   * and + 8 (the accumulator layout). */
+  const int wg = threadIdx.x / 128;
+  const int warp_in_wg = (threadIdx.x / kWarpSize) % 4;
+  const int lane = threadIdx.x % kWarpSize;
+  const int g = lane / 4;
+  const int wrow0 = wg * 64;
+  const bool wg_rows = wrow0 < rows; /* warpgroup-uniform, as every wgmma condition */
+  const int wrows = wg_rows ? min(64, rows - wrow0) : 1;
+  const int wg_last_pos = tl.prefix + (tl.row0 + wrow0 + wrows - 1) / group;
+  int pos[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = wrow0 + warp_in_wg * 16 + g + 8 * h;
+    pos[h] = r < rows ? tl.prefix + (tl.row0 + r) / group : tl.last_pos;
+  }
+  WgRows<DTYPE, HEAD_DIM, BM, BN> w;
+  w.init(s_base + wrow0 * 128, tl.prefix + (tl.row0 + wrow0) / group, pos[0], pos[1], lane, p.scale_log2);
+  /* The keys of tile `it` reach this warpgroup's rows (warpgroup-uniform, as every
+   * condition around a wgmma must be). */
+  auto active = [&](int it) { return wg_rows && it * BN <= wg_last_pos; };
 
   if constexpr (!Cfg::OVERLAP) {
     /* Tile it: wait for it, publish it, load tile it + STAGES - 1 into the stage of
@@ -894,24 +1009,21 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
       __syncthreads();             /* ... of every thread; tile it - 1 is done */
       {
         const int next = it + STAGES - 1;
-        if (next < num_tiles) {
-          load_kv(k_off(next % STAGES), p.k_cache, next);
-          load_kv(v_off(next % STAGES), p.v_cache, next);
-        }
+        if (next < num_tiles) load_tile(next % STAGES, next);
         cp_async_commit();
       }
       if (!active(it)) continue;
-      issue_s(buf);
+      w.issue_s(s_base + k_off(buf));
       wgmma_wait<0>();
-      wgmma_fence_regs(s);
+      wgmma_fence_regs(w.s);
       float alpha[2];
-      softmax(it * BN, alpha);
-      rescale(alpha);
-      pack_p();
-      wgmma_fence_regs(o);
-      issue_pv(buf);
+      w.softmax(it * BN, alpha);
+      w.rescale(alpha);
+      w.pack_p();
+      wgmma_fence_regs(w.o);
+      w.issue_pv(s_base + v_off(buf));
       wgmma_wait<0>();
-      wgmma_fence_regs(o);
+      wgmma_fence_regs(w.o);
     }
   } else {
     /* FA3's intra-warpgroup overlap: step j issues S_j = Q K_j and O += P_{j-1} V_{j-1},
@@ -928,10 +1040,7 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
       __syncthreads();
       {
         const int next = j + STAGES - 2;
-        if (next < num_tiles) {
-          load_kv(k_off(next % STAGES), p.k_cache, next);
-          load_kv(v_off(next % STAGES), p.v_cache, next);
-        }
+        if (next < num_tiles) load_tile(next % STAGES, next);
         cp_async_commit();
       }
       /* Each branch waits for all it issued: ptxas serialises wgmma that stay in flight
@@ -939,56 +1048,230 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
       float alpha[2];
       if (j < n_active) {
         if (j == 0) {
-          issue_s(0);
+          w.issue_s(s_base + k_off(0));
           wgmma_wait<0>();
-          wgmma_fence_regs(s);
-          softmax(0, alpha); /* O is still zero: no rescale */
-          pack_p();
+          wgmma_fence_regs(w.s);
+          w.softmax(0, alpha); /* O is still zero: no rescale */
+          w.pack_p();
         } else {
-          issue_s(j % STAGES);
-          issue_pv((j - 1) % STAGES);
+          w.issue_s(s_base + k_off(j % STAGES));
+          w.issue_pv(s_base + v_off((j - 1) % STAGES));
           wgmma_wait<1>(); /* S_j (committed first) is done, P V may not be */
-          wgmma_fence_regs(s);
-          softmax(j * BN, alpha);
+          wgmma_fence_regs(w.s);
+          w.softmax(j * BN, alpha);
           wgmma_wait<0>(); /* P_{j-1} V_{j-1}: O and P are free */
-          wgmma_fence_regs(o);
-          rescale(alpha);
-          pack_p();
+          wgmma_fence_regs(w.o);
+          w.rescale(alpha);
+          w.pack_p();
         }
       } else if (j == n_active && j > 0) {
-        issue_pv((j - 1) % STAGES); /* the last active tile's P V */
+        w.issue_pv(s_base + v_off((j - 1) % STAGES)); /* the last active tile's P V */
         wgmma_wait<0>();
-        wgmma_fence_regs(o);
+        wgmma_fence_regs(w.o);
       }
     }
   }
   cp_async_wait<0>();
   if (!wg_rows) return;
-
-  /* Epilogue: the warpgroup's wgmma are done with its Q rows; each warp stages its 16
-   * rows there (swizzled, as Q was) and writes them out. */
   warpgroup_sync(wg);
-  const int r_warp = wrow0 + warp_in_wg * 16;
+  w.store(smem, p, wrow0 + warp_in_wg * 16, rows, tl.row0, tl.q_start, group, kv_head, lane);
+#else
+  (void)p;
+  __trap(); /* the wgmma tiles need sm_90a; the host offers them only there */
+#endif
+}
+
+/* ---------------------------------------------------------------------------------
+ * The warp-specialised Hopper tiles (PRODUCER in PrefillWgTile, sm_90a): warpgroup
+ * 0 is a producer that only gathers, warpgroups 1..WGS consume, each owning 64
+ * query rows as above, and no barrier spans the whole block after the setup.
+ *
+ *   producer  (setmaxnreg down to WsRegs::PRODUCER): Q, then for each K/V tile t in
+ *     stage t % STAGES: wait until the K half of the stage is empty (every consumer
+ *     thread arrived on empty_k[stage] for tile t - STAGES), gather K with cp.async
+ *     and arrive on full_k[stage] through cp.async.mbarrier.arrive (it fires once
+ *     this thread's copies have landed); then the same for V. The page table is read
+ *     here only.
+ *   consumers (setmaxnreg up): wait for full_k of tile t (parity (t / STAGES) & 1),
+ *     fence.proxy.async (the rows came through the generic proxy, wgmma reads
+ *     through the async one), S = Q K^T, release K, softmax, wait for full_v,
+ *     O += P V, release V. K and V are released apart so that two stages keep a
+ *     whole step of lead for each. A warpgroup whose rows the tile does not reach
+ *     still waits for both halves and arrives, so that every phase of the empty
+ *     barriers sees all consumers and no stage is refilled while copies into it are
+ *     in flight.
+ *   OVERLAP: step j issues S_j and P_{j-1} V_{j-1} together and runs the softmax of
+ *     S_j under the P V product; K_j and V_{j-1} are released at the step's end.
+ *   PINGPONG (two consumers): the warpgroups take turns issuing their step's
+ *     products (named barriers 4 and 5: a warpgroup waits on its own and, once its
+ *     products are issued, lets the other go), so that one's softmax runs under the
+ *     other's tensor-core work. Both run the same number of steps; the second skips
+ *     its last hand-over, which nobody would wait for.
+ * --------------------------------------------------------------------------------- */
+
+/* Registers a producer thread keeps after setmaxnreg, and a consumer thread gets:
+ * what the block holds at launch (65,536 / threads a thread, rounded down to 8:
+ * 168 x 384, 128 x 512) shared out. The producer's unrolled gathers need ~80 (ptxas
+ * spills them at 72); the consumers' accumulators and fragments fit the rest. */
+template <int CONSUMERS> struct WsRegs;
+template <> struct WsRegs<2> { static constexpr int PRODUCER = 88, CONSUMER = 208; };
+template <> struct WsRegs<3> { static constexpr int PRODUCER = 56, CONSUMER = 152; };
+
+template <int DTYPE, int HEAD_DIM, int TILE>
+__device__ __forceinline__ void prefill_ws_impl(const msgl_attention_params& p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(DTYPE == MSGL_BF16 || DTYPE == MSGL_F16, "tensor cores: bf16 or f16");
+  using Cfg = PrefillWgTile<TILE, HEAD_DIM>;
+  static_assert(Cfg::PRODUCER, "the tiles without a producer run prefill_wgmma_impl");
+  static_assert(!Cfg::PINGPONG || Cfg::WGS == 2, "the ping-pong schedule is for two consumers");
+  constexpr int BN = Cfg::BN, STAGES = Cfg::STAGES, CONSUMERS = Cfg::WGS;
+  constexpr int BM = prefill_wg_rows<TILE, HEAD_DIM>();
+  constexpr int Q_BYTES = BM * HEAD_DIM * 2;
+  constexpr int KV_BYTES = BN * HEAD_DIM * 2;
+  static_assert(HEAD_DIM % 64 == 0 && BN % 64 == 0 && STAGES >= 2, "tile shapes");
+
+  extern __shared__ __align__(1024) unsigned char prefill_wg_smem[];
+  __shared__ unsigned long long full_k[STAGES], full_v[STAGES], empty_k[STAGES], empty_v[STAGES], q_full;
+  const unsigned raw = smem_u32(prefill_wg_smem);
+  const unsigned pad = (1024u - (raw & 1023u)) & 1023u;
+  unsigned char* smem = prefill_wg_smem + pad;
+  const unsigned s_base = raw + pad; /* 1024-aligned */
+  auto k_off = [](int stage) { return Q_BYTES + stage * KV_BYTES; };
+  auto v_off = [](int stage) { return Q_BYTES + (STAGES + stage) * KV_BYTES; };
+
+  const int group = p.num_q_heads / p.num_kv_heads;
+  const int kv_head = static_cast<int>(blockIdx.x % p.num_kv_heads);
+  const WgTile tl = wg_find_tile(p, group, BM);
+  if (!tl.found) return;
+  const int num_tiles = (tl.kv_stop + BN - 1) / BN;
+  if (threadIdx.x == 0) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float total = l[h];
-    total += __shfl_xor_sync(0xffffffffu, total, 1);
-    total += __shfl_xor_sync(0xffffffffu, total, 2);
-    const float inv = total > 0.f ? 1.f / total : 0.f;
-    const int r = r_warp + g + 8 * h;
-#pragma unroll
-    for (int j = 0; j < HEAD_DIM / 8; ++j)
-      *reinterpret_cast<unsigned*>(smem + wg_swz(BM, r, j) + tid * 4) =
-          pack2<DTYPE>(o[4 * j + 2 * h] * inv, o[4 * j + 2 * h + 1] * inv);
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&full_k[s], 128);
+      mbar_init(&full_v[s], 128);
+      mbar_init(&empty_k[s], 128 * CONSUMERS);
+      mbar_init(&empty_v[s], 128 * CONSUMERS);
+    }
+    mbar_init(&q_full, 128);
+    mbar_init_fence();
   }
-  __syncwarp();
-  T* out = static_cast<T*>(p.out);
-  for (int c = lane; c < 16 * CHUNKS; c += kWarpSize) {
-    const int r = r_warp + c / CHUNKS, col = c % CHUNKS;
-    if (r >= rows) break;
-    const int pr = row0 + r;
-    const long long row = static_cast<long long>(q_start + pr / group) * p.num_q_heads + kv_head * group + pr % group;
-    *reinterpret_cast<uint4*>(out + row * HEAD_DIM + col * 8) = *reinterpret_cast<const uint4*>(smem + wg_swz(BM, r, col));
+  __syncthreads();
+
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    regs_dec<WsRegs<CONSUMERS>::PRODUCER>();
+    const int t = threadIdx.x;
+    const int page_size = p.page_size;
+    const WgKeys keys{p.block_table + static_cast<long long>(tl.seq) * p.max_pages, page_size,
+                      (page_size & (page_size - 1)) == 0 ? __ffs(page_size) - 1 : -1,
+                      p.num_pages, p.num_kv_heads, kv_head, tl.kv_stop};
+    wg_load_q<DTYPE, HEAD_DIM, BM, 128>(smem, p, t, tl.rows, tl.row0, tl.q_start, group, kv_head);
+    cp_async_mbar_arrive(&q_full);
+    for (int it = 0; it < num_tiles; ++it) {
+      const int stage = it % STAGES;
+      const unsigned freed = static_cast<unsigned>(((it / STAGES) - 1) & 1); /* tile it - STAGES's release */
+      if (it >= STAGES) mbar_wait(&empty_k[stage], freed);
+      wg_load_kv<DTYPE, HEAD_DIM, BN, 128>(smem + k_off(stage), p.k_cache, it, keys, t);
+      cp_async_mbar_arrive(&full_k[stage]);
+      if (it >= STAGES) mbar_wait(&empty_v[stage], freed);
+      wg_load_kv<DTYPE, HEAD_DIM, BN, 128>(smem + v_off(stage), p.v_cache, it, keys, t);
+      cp_async_mbar_arrive(&full_v[stage]);
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+  } else {
+    regs_inc<WsRegs<CONSUMERS>::CONSUMER>();
+    const int cwg = wg - 1;
+    const int warp_in_wg = (threadIdx.x / kWarpSize) % 4;
+    const int lane = threadIdx.x % kWarpSize;
+    const int g = lane / 4;
+    const int wrow0 = cwg * 64;
+    const int rows = tl.rows;
+    const bool wg_rows = wrow0 < rows; /* warpgroup-uniform, as every wgmma condition */
+    const int wrows = wg_rows ? min(64, rows - wrow0) : 1;
+    const int wg_last_pos = tl.prefix + (tl.row0 + wrow0 + wrows - 1) / group;
+    int pos[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = wrow0 + warp_in_wg * 16 + g + 8 * h;
+      pos[h] = r < rows ? tl.prefix + (tl.row0 + r) / group : tl.last_pos;
+    }
+    WgRows<DTYPE, HEAD_DIM, BM, BN> w;
+    w.init(s_base + wrow0 * 128, tl.prefix + (tl.row0 + wrow0) / group, pos[0], pos[1], lane, p.scale_log2);
+    /* Tiles 0..n_active-1 reach this warpgroup's rows. */
+    const int n_active = wg_rows ? min(num_tiles, wg_last_pos / BN + 1) : 0;
+    auto parity = [](int it) { return static_cast<unsigned>((it / STAGES) & 1); };
+    mbar_wait(&q_full, 0);
+
+    if constexpr (!Cfg::OVERLAP) {
+      for (int it = 0; it < num_tiles; ++it) {
+        const int stage = it % STAGES;
+        mbar_wait(&full_k[stage], parity(it));
+        if (it < n_active) {
+          fence_proxy_async_smem();
+          w.issue_s(s_base + k_off(stage));
+          wgmma_wait<0>();
+          wgmma_fence_regs(w.s);
+          mbar_arrive(&empty_k[stage]);
+          float alpha[2];
+          w.softmax(it * BN, alpha);
+          w.rescale(alpha);
+          w.pack_p();
+          wgmma_fence_regs(w.o);
+          mbar_wait(&full_v[stage], parity(it));
+          fence_proxy_async_smem();
+          w.issue_pv(s_base + v_off(stage));
+          wgmma_wait<0>();
+          wgmma_fence_regs(w.o);
+        } else {
+          mbar_arrive(&empty_k[stage]);
+          mbar_wait(&full_v[stage], parity(it));
+        }
+        mbar_arrive(&empty_v[stage]);
+      }
+    } else {
+      constexpr int SCHED = 4; /* named barriers SCHED + consumer (0 is __syncthreads, 1..3 the warpgroups') */
+      if (Cfg::PINGPONG && cwg == 1) named_arrive(SCHED, 256); /* consumer 0 goes first */
+      for (int j = 0; j <= num_tiles; ++j) {
+        const bool has_s = j < n_active;
+        const bool has_pv = j > 0 && j <= n_active;
+        const int stage = j % STAGES, prev = (j + STAGES - 1) % STAGES;
+        if (j < num_tiles) mbar_wait(&full_k[stage], parity(j));
+        if (j > 0) mbar_wait(&full_v[prev], parity(j - 1));
+        fence_proxy_async_smem();
+        if constexpr (Cfg::PINGPONG) named_sync(SCHED + cwg, 256);
+        if (has_s) w.issue_s(s_base + k_off(stage));
+        if (has_pv) w.issue_pv(s_base + v_off(prev));
+        if constexpr (Cfg::PINGPONG) {
+          if (cwg == 0 || j < num_tiles) named_arrive(SCHED + 1 - cwg, 256);
+        }
+        /* Each branch waits for all it issued: ptxas serialises wgmma that stay in
+         * flight across a branch it cannot prove uniform. */
+        float alpha[2];
+        if (has_s && has_pv) {
+          wgmma_wait<1>(); /* S_j (committed first) is done, P V may not be */
+          wgmma_fence_regs(w.s);
+          w.softmax(j * BN, alpha);
+          wgmma_wait<0>(); /* P_{j-1} V_{j-1}: O and P are free */
+          wgmma_fence_regs(w.o);
+          w.rescale(alpha);
+          w.pack_p();
+        } else if (has_s) {
+          wgmma_wait<0>();
+          wgmma_fence_regs(w.s);
+          w.softmax(j * BN, alpha); /* j = 0: O is still zero, no rescale */
+          w.pack_p();
+        } else if (has_pv) {
+          wgmma_wait<0>();
+          wgmma_fence_regs(w.o);
+        }
+        if (j < num_tiles) mbar_arrive(&empty_k[stage]); /* S_j is done */
+        if (j > 0) mbar_arrive(&empty_v[prev]);           /* P_{j-1} V_{j-1} is done */
+      }
+    }
+    if (wg_rows) {
+      named_sync(1 + cwg, 128);
+      w.store(smem, p, wrow0 + warp_in_wg * 16, rows, tl.row0, tl.q_start, group, kv_head, lane);
+    }
   }
 #else
   (void)p;
@@ -1007,8 +1290,9 @@ template <int TILE, int HEAD_DIM> __host__ __device__ constexpr long long prefil
 }
 template <int DTYPE, int HEAD_DIM, int TILE>
 __device__ __forceinline__ void prefill_entry(const msgl_attention_params& p) {
-  if constexpr (prefill_is_wgmma(TILE)) prefill_wgmma_impl<DTYPE, HEAD_DIM, TILE>(p);
-  else prefill_attention_impl<DTYPE, HEAD_DIM, TILE>(p);
+  if constexpr (!prefill_is_wgmma(TILE)) prefill_attention_impl<DTYPE, HEAD_DIM, TILE>(p);
+  else if constexpr (PrefillWgTile<TILE, HEAD_DIM>::PRODUCER) prefill_ws_impl<DTYPE, HEAD_DIM, TILE>(p);
+  else prefill_wgmma_impl<DTYPE, HEAD_DIM, TILE>(p);
 }
 
 }  // namespace msgl

@@ -11,8 +11,9 @@
 //! Coverage: page sizes 1/16/64/256, head dims 64/128/256, GQA 1/2/4/8, bf16 and
 //! f16, ragged batches with cached prefixes and decodes riding along, lengths that
 //! are and are not multiples of the tiles (1..1025 in one batch, 4096 and 8192
-//! alone), and every tile variant that fits each head dim, the wgmma tiles (16..21,
-//! sm_90a) included.
+//! alone), and every tile variant that fits each head dim, the wgmma tiles (16..26,
+//! sm_90a; `MINISGL_TEST_PREFILL_TILES=22,23` narrows them for a short GPU call)
+//! included.
 
 mod common;
 
@@ -246,7 +247,18 @@ fn prefill_attention_gpu_tile_variants() -> Result<()> {
     Ok(())
 }
 
-/// The wgmma tiles (TILE 16..21, sm_90a) against the CPU reference: bf16 and f16,
+/// The wgmma tiles of `head_dim` the tests run: those that fit it (16..26 at 64 and
+/// 128; 16 and 22, with 64-key tiles, at 256), narrowed to the comma-separated
+/// `MINISGL_TEST_PREFILL_TILES` where set.
+fn wgmma_tiles(head_dim: usize) -> Vec<Option<usize>> {
+    let all: Vec<usize> = if head_dim > 128 { vec![16, 22] } else { (16..=26).collect() };
+    let wanted: Option<Vec<usize>> = std::env::var("MINISGL_TEST_PREFILL_TILES")
+        .ok()
+        .map(|v| v.split(',').filter_map(|t| t.trim().parse().ok()).collect());
+    all.into_iter().filter(|t| wanted.as_ref().is_none_or(|w| w.contains(t))).map(Some).collect()
+}
+
+/// The wgmma tiles (TILE 16..26, sm_90a) against the CPU reference: bf16 and f16,
 /// page sizes 1/16/64, head dims 64/128/256 (the tiles that fit each), GQA 1/2/4/8
 /// in turn, on the ragged, prompt and tail batches (lengths 1 and non-multiples of
 /// the 128/192-row and 64/128-key tiles, cached prefixes, a sequence without new
@@ -264,14 +276,16 @@ fn prefill_attention_gpu_wgmma_tiles() -> Result<()> {
     let mut i = 0;
     for dtype in [DType::BF16, DType::F16] {
         for page_size in [1, 16, 64] {
-            for (head_dim, tiles) in [(64, (16..=21).collect()), (128, (16..=21).collect()), (256, vec![16])] {
+            for head_dim in [64, 128, 256] {
                 if dry && cases > 0 {
                     break;
                 }
                 let case = Case { dtype, page_size, head_dim, heads: HEADS[i % HEADS.len()] };
                 i += 1;
-                let tiles: Vec<Option<usize>> =
-                    if dry { vec![Some(16)] } else { tiles.into_iter().map(Some).collect() };
+                let tiles = if dry { vec![Some(16)] } else { wgmma_tiles(head_dim) };
+                if tiles.is_empty() {
+                    continue;
+                }
                 for (name, batch) in ragged_batches() {
                     cases += 1;
                     if let Err(e) = check(&mut r, &case, name, &batch, &[AttnKernel::Prefill], &tiles) {
@@ -299,7 +313,7 @@ fn prefill_attention_gpu_wgmma_long() -> Result<()> {
     }
     let mut r = rng(17);
     let mut failures = Vec::new();
-    let tiles: Vec<Option<usize>> = (16..=21).map(Some).collect();
+    let tiles = wgmma_tiles(128);
     let long: [(Case, &str, Batch); 2] = [
         (Case { dtype: DType::BF16, page_size: 16, head_dim: 128, heads: (8, 2) }, "L=4096", vec![(4096, 4096)]),
         (

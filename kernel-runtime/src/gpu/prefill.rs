@@ -14,10 +14,12 @@
 //! [`set_prefill_tile`] (benchmarks) picks one; a variant whose accumulators or
 //! shared memory do not fit the head dimension is an error naming it.
 //!
-//! The Hopper tiles ([`WGMMA_TILES`], TILE 16..21, the kernel's `PrefillWgTile`):
-//! wgmma with 2 or 3 warpgroups of 64 query rows, 128-byte swizzled K/V tiles; they
-//! need an sm_90 device (the kernels are built and JIT-compiled for sm_90a there)
-//! and are an error elsewhere. On sm_90 GPUs tile 17 is the default up to head dim
+//! The Hopper tiles ([`WGMMA_TILES`], TILE 16..26, the kernel's `PrefillWgTile`):
+//! wgmma with 2 or 3 warpgroups of 64 query rows, 128-byte swizzled K/V tiles, and
+//! from TILE 22 one more warpgroup that only gathers (warp specialisation: the
+//! consumers wait on transaction barriers, never on each other); they need an sm_90
+//! device (the kernels are built and JIT-compiled for sm_90a there) and are an error
+//! elsewhere. On sm_90 GPUs tile 17 is the default up to head dim
 //! 128 and tile 16 at 256 (AOT instances, [`default_tile`]), tile 0 elsewhere;
 //! `MINISGL_PREFILL_TILE` picks another.
 
@@ -48,30 +50,46 @@ pub(super) struct TileShape {
     /// The wgmma path (sm_90a): warps come in warpgroups of 4 with one 64-row m-tile
     /// per warpgroup (`m_tiles` 1 keeps `rows` = 16 * warps), unpadded swizzled rows.
     pub wgmma: bool,
+    /// A producer warpgroup besides the `warps` that run the products (the
+    /// warp-specialised wgmma tiles, 22..).
+    pub producer: bool,
 }
 
 const fn shape(warps: usize, m_tiles: usize, keys: usize, stages: usize) -> TileShape {
-    TileShape { warps, m_tiles, keys, stages, wgmma: false }
+    TileShape { warps, m_tiles, keys, stages, wgmma: false, producer: false }
 }
 
 /// A wgmma tile of `warpgroups` warpgroups (64 query rows each).
 const fn wg_shape(warpgroups: usize, keys: usize, stages: usize) -> TileShape {
-    TileShape { warps: 4 * warpgroups, m_tiles: 1, keys, stages, wgmma: true }
+    TileShape { warps: 4 * warpgroups, m_tiles: 1, keys, stages, wgmma: true, producer: false }
+}
+
+/// A warp-specialised wgmma tile: `consumers` warpgroups of 64 query rows and a
+/// producer warpgroup.
+const fn ws_shape(consumers: usize, keys: usize, stages: usize) -> TileShape {
+    TileShape { producer: true, ..wg_shape(consumers, keys, stages) }
 }
 
 /// The first wgmma tile id.
 pub(super) const FIRST_WGMMA_TILE: usize = 16;
 
-/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..21 at head dims up to 128
-/// (TILE 16 takes 64-key tiles at head dim 256: [`tile_shape`]). 19..21 run the
-/// softmax of one K/V tile under the P V product of the previous one.
-pub(super) const WGMMA_TILES: [TileShape; 6] = [
+/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..26 at head dims up to 128
+/// (TILEs 16 and 22 take 64-key tiles at head dim 256: [`tile_shape`]). 19..21, 23,
+/// 24 and 26 run the softmax of one K/V tile under the P V product of the previous
+/// one; 22..26 have a producer warpgroup, and in 24 and 26 the two consumers take
+/// turns issuing their products (ping-pong).
+pub(super) const WGMMA_TILES: [TileShape; 11] = [
     wg_shape(2, 128, 2),
     wg_shape(3, 64, 2),
     wg_shape(2, 64, 3),
     wg_shape(2, 64, 4),
     wg_shape(2, 128, 3),
     wg_shape(3, 64, 3),
+    ws_shape(2, 128, 2),
+    ws_shape(2, 128, 2),
+    ws_shape(2, 128, 2),
+    ws_shape(3, 64, 2),
+    ws_shape(2, 64, 3),
 ];
 
 /// prefill_attention.cu's `PrefillTile` for TILE = 1..8 (index 0 is [`tile_shape`]'s
@@ -94,6 +112,11 @@ const MAX_SMEM: usize = 232_448;
 const MAX_ACCUMULATORS: usize = 192;
 /// The same for blocks of more than 256 threads (at most 168 registers a thread).
 const MAX_ACCUMULATORS_384: usize = 112;
+/// The most f32 accumulators and packed P registers a consumer thread of a
+/// warp-specialised tile may hold: 208 registers with two consumer warpgroups, 152
+/// with three (prefill_attention.cu's `WsRegs`), less what the loop itself keeps.
+const MAX_WS_REGISTERS_2: usize = 176;
+const MAX_WS_REGISTERS_3: usize = 120;
 
 impl TileShape {
     /// Query rows a block holds.
@@ -102,7 +125,7 @@ impl TileShape {
     }
 
     pub(super) fn threads(&self) -> usize {
-        32 * self.warps
+        32 * self.warps + if self.producer { 128 } else { 0 }
     }
 
     /// prefill_attention.cu's `prefill_smem_bytes`: Q and `stages` K and V tiles,
@@ -119,19 +142,28 @@ impl TileShape {
 
     /// Whether the shape fits `head_dim`: its accumulators (O: head_dim / 2 and S:
     /// keys / 2 per m-tile and thread) in registers, its buffers in shared memory.
+    /// A warp-specialised tile's consumers also hold P packed (keys / 4 registers).
     pub(super) fn fits(&self, head_dim: usize) -> bool {
-        let limit = if self.threads() > 256 { MAX_ACCUMULATORS_384 } else { MAX_ACCUMULATORS };
-        self.m_tiles * (head_dim + self.keys) / 2 <= limit && self.smem_bytes(head_dim) <= MAX_SMEM
+        let registers_ok = if self.producer {
+            let limit = if self.warps > 8 { MAX_WS_REGISTERS_3 } else { MAX_WS_REGISTERS_2 };
+            (head_dim + self.keys) / 2 + self.keys / 4 <= limit
+        } else {
+            let limit = if self.threads() > 256 { MAX_ACCUMULATORS_384 } else { MAX_ACCUMULATORS };
+            self.m_tiles * (head_dim + self.keys) / 2 <= limit
+        };
+        registers_ok && self.smem_bytes(head_dim) <= MAX_SMEM
     }
 }
 
 /// The shape of tile `tile` at `head_dim` (TILE 0: 128 x 64 up to head dim 128,
-/// 64 x 32 at 256; TILE 16: 128 x 128, 128 x 64 at 256), or `None` past the tables.
+/// 64 x 32 at 256; TILEs 16 and 22: 128 x 128, 128 x 64 at 256), or `None` past the
+/// tables.
 pub(super) fn tile_shape(tile: usize, head_dim: usize) -> Option<TileShape> {
     match tile {
         0 if head_dim <= 128 => Some(shape(4, 2, 64, 2)),
         0 => Some(shape(4, 1, 32, 2)),
         16 if head_dim > 128 => Some(wg_shape(2, 64, 2)),
+        22 if head_dim > 128 => Some(ws_shape(2, 64, 2)),
         t if t >= FIRST_WGMMA_TILE => WGMMA_TILES.get(t - FIRST_WGMMA_TILE).copied(),
         _ => TILES.get(tile).copied(),
     }
@@ -445,10 +477,25 @@ mod tests {
             let s = tile_shape(t, 64).unwrap();
             assert!(s.fits(64) && tile_shape(t, 128).unwrap().fits(128), "tile {t}");
         }
-        let fit_256: Vec<usize> = (16..=21).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
-        assert_eq!(fit_256, vec![16]);
         assert!(!t17.fits(256) && !t18.fits(256));
+        // The warp-specialised tiles: a producer warpgroup more. 22..24: two consumers,
+        // 128 keys, 2 stages (22 at 256: 64 keys); 25: three consumers, 64 keys; 26: two,
+        // 64 keys, 3 stages.
+        let t22 = tile_shape(22, 128).unwrap();
+        assert!(t22.wgmma && t22.producer);
+        assert_eq!((t22.rows(), t22.threads(), t22.keys, t22.stages), (128, 384, 128, 2));
+        assert_eq!(t22.smem_bytes(128), (128 + 512) * 256 + 1024);
+        let t25 = tile_shape(25, 128).unwrap();
+        assert_eq!((t25.rows(), t25.threads(), t25.keys), (192, 512, 64));
+        assert_eq!(tile_shape(26, 128).unwrap().smem_bytes(128), (128 + 384) * 256 + 1024);
+        assert_eq!(tile_shape(22, 256).unwrap().keys, 64);
+        for t in 22..=26 {
+            let s = tile_shape(t, 64).unwrap();
+            assert!(s.fits(64) && tile_shape(t, 128).unwrap().fits(128), "tile {t}");
+        }
+        let fit_256: Vec<usize> = (16..=26).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
+        assert_eq!(fit_256, vec![16, 22]);
         assert_eq!(tile_shape(15, 128), None);
-        assert_eq!(tile_shape(22, 128), None);
+        assert_eq!(tile_shape(27, 128), None);
     }
 }
