@@ -724,7 +724,9 @@ __device__ __forceinline__ void wg_load_q(unsigned char* dst, const msgl_attenti
  * geometry (the K/V gathers of both Hopper paths). */
 struct WgKeys {
   const int* pages;
-  int page_size, page_shift, num_pages, num_kv_heads, kv_head, kv_stop;
+  int page_size, page_shift;
+  long long num_pages;
+  int num_kv_heads, kv_head, kv_stop;
 };
 
 /* Gathers keys [tile * BN, tile * BN + BN) of `cache` into the swizzled tile at
@@ -1124,6 +1126,8 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_attention_params& p) 
   using Cfg = PrefillWgTile<TILE, HEAD_DIM>;
   static_assert(Cfg::PRODUCER, "the tiles without a producer run prefill_wgmma_impl");
   static_assert(!Cfg::PINGPONG || Cfg::WGS == 2, "the ping-pong schedule is for two consumers");
+  /* gpu/prefill.rs's TileShape::fits refuses the rest before any compile. */
+  static_assert(Cfg::WGS == 2 || HEAD_DIM <= 128, "three consumers' accumulators need head dim <= 128");
   constexpr int BN = Cfg::BN, STAGES = Cfg::STAGES, CONSUMERS = Cfg::WGS;
   constexpr int BM = prefill_wg_rows<TILE, HEAD_DIM>();
   constexpr int Q_BYTES = BM * HEAD_DIM * 2;
