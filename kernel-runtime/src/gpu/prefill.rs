@@ -262,6 +262,8 @@ pub(crate) fn set_prefill_tile(tile: Option<usize>) {
 /// / 266 TFLOP/s against tile 16's 225 / 177 / 219 at 32/8 b=1 L=4096, b=8 L=1024
 /// and 16/8 b=1 L=4096 (docs/PERF.md, seventh session, call 2), and tile 16 at
 /// head dim 256 (tile 17's three 64 x 256 accumulators do not fit); elsewhere tile 0.
+/// The warp-specialised tiles 22..26 ran at 0.62-0.77x of tile 17 (H100, docs/PERF.md,
+/// nineteenth session): their K/V gathers, not their products, bound them.
 pub(super) fn default_tile(hopper: bool, head_dim: usize) -> usize {
     match (hopper, head_dim <= 128) {
         (true, true) => FIRST_WGMMA_TILE + 1,
