@@ -695,6 +695,28 @@ template <int TILE, int HEAD_DIM> __host__ __device__ constexpr long long prefil
   return static_cast<long long>(prefill_wg_rows<TILE, HEAD_DIM>() + 2 * C::STAGES * C::BN) * HEAD_DIM * 2 + 1024;
 }
 
+/* What a block's q tile is: its sequence, rows and causal key range (the header's
+ * packing; `found` false for grid items past the last tile). */
+struct WgTile {
+  bool found;
+  int seq, q_start, q_len, prefix, row0, rows, last_pos, kv_stop;
+};
+__device__ __forceinline__ WgTile wg_find_tile(const msgl_attention_params& p, int group, int bm) {
+  WgTile t{};
+  const int item = static_cast<int>(blockIdx.x / p.num_kv_heads);
+  int tile_in_seq = 0;
+  t.found = prefill_find_tile(p, item, group, bm, t.seq, tile_in_seq);
+  if (!t.found) return t;
+  t.q_start = p.q_indptr[t.seq];
+  t.q_len = p.q_indptr[t.seq + 1] - t.q_start;
+  t.prefix = p.kv_lens[t.seq] - t.q_len;
+  t.row0 = tile_in_seq * bm;
+  t.rows = min(bm, t.q_len * group - t.row0);
+  t.last_pos = t.prefix + (t.row0 + t.rows - 1) / group;
+  t.kv_stop = t.last_pos + 1;
+  return t;
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 /* Gathers query rows [row0, row0 + BM) of the tile (packed (token, head) rows, zeros
  * past `rows`) into the swizzled Q tile at `dst`, 16-byte cp.async from `THREADS`
@@ -728,6 +750,16 @@ struct WgKeys {
   long long num_pages;
   int num_kv_heads, kv_head, kv_stop;
 };
+__device__ __forceinline__ WgKeys wg_keys(const msgl_attention_params& p, int seq, int kv_head, int kv_stop) {
+  const int page_size = p.page_size;
+  return WgKeys{p.block_table + static_cast<long long>(seq) * p.max_pages,
+                page_size,
+                (page_size & (page_size - 1)) == 0 ? __ffs(page_size) - 1 : -1,
+                p.num_pages,
+                p.num_kv_heads,
+                kv_head,
+                kv_stop};
+}
 
 /* Gathers keys [tile * BN, tile * BN + BN) of `cache` into the swizzled tile at
  * `dst`: 16-byte cp.async from `THREADS` threads (`t` this thread's index), zeros
@@ -772,21 +804,38 @@ template <int DTYPE, int HEAD_DIM, int BM, int BN> struct WgRows {
   unsigned pa[BN / 16][4]; /* P as the register A operand of O += P V */
   int pos[2];              /* the positions of this thread's rows g and g + 8 */
   int first_pos;           /* the warpgroup's first row's position */
+  int last_pos;            /* ... and its last (valid) row's */
+  bool has_rows;           /* the tile has rows here (warpgroup-uniform, as every wgmma condition) */
   int tid;                 /* lane % 4 */
   unsigned q_addr;         /* the warpgroup's 64 Q rows, column block 0 */
   float scale_log2;
 
-  __device__ __forceinline__ void init(unsigned q_rows, int first, int pos0, int pos1, int lane, float scale) {
+  /* Warpgroup `wg` (of those running the products) of the tile `tl`, whose Q tile is
+   * at shared address s_base: its rows [64 wg, 64 wg + 64), this thread's rows
+   * 64 wg + 16 (warp in warpgroup) + g and + 8 (the accumulator layout). */
+  __device__ __forceinline__ void init(const WgTile& tl, int group, int wg, unsigned s_base, float scale) {
 #pragma unroll
     for (int i = 0; i < ON; ++i) o[i] = 0.f;
     m[0] = m[1] = neg_inf();
     l[0] = l[1] = 0.f;
-    pos[0] = pos0;
-    pos[1] = pos1;
-    first_pos = first;
+    const int lane = threadIdx.x % kWarpSize, warp_in_wg = (threadIdx.x / kWarpSize) % 4;
+    const int wrow0 = wg * 64;
+    has_rows = wrow0 < tl.rows;
+    const int wrows = has_rows ? min(64, tl.rows - wrow0) : 1;
+    first_pos = tl.prefix + (tl.row0 + wrow0) / group;
+    last_pos = tl.prefix + (tl.row0 + wrow0 + wrows - 1) / group;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = wrow0 + warp_in_wg * 16 + lane / 4 + 8 * h;
+      pos[h] = r < tl.rows ? tl.prefix + (tl.row0 + r) / group : tl.last_pos;
+    }
     tid = lane % 4;
-    q_addr = q_rows;
+    q_addr = s_base + wrow0 * 128;
     scale_log2 = scale;
+  }
+  /* K/V tiles 0..active_tiles-1 reach this warpgroup's rows (none past its last). */
+  __device__ __forceinline__ int active_tiles(int num_tiles) const {
+    return has_rows ? min(num_tiles, last_pos / BN + 1) : 0;
   }
   /* Issues S = Q K^T for the K tile at shared address k_addr (one commit group). */
   __device__ __forceinline__ void issue_s(unsigned k_addr) {
@@ -863,14 +912,17 @@ template <int DTYPE, int HEAD_DIM, int BM, int BN> struct WgRows {
       }
     }
   }
-  /* The epilogue, after a warpgroup barrier (the warpgroup's wgmma are done with its
-   * Q rows): each warp normalises its 16 rows [r_warp, r_warp + 16), stages them in
-   * its own rows of the Q tile (swizzled, as Q was) and writes 16-byte vectors. */
-  __device__ __forceinline__ void store(unsigned char* smem, const msgl_attention_params& p, int r_warp, int rows,
-                                        int row0, int q_start, int group, int kv_head, int lane) {
+  /* The epilogue of warpgroup `wg`, after a warpgroup barrier (its wgmma are done
+   * with its Q rows): each warp normalises its 16 rows, stages them in its own rows
+   * of the Q tile (swizzled, as Q was) and writes 16-byte vectors. */
+  __device__ __forceinline__ void store(unsigned char* smem, const msgl_attention_params& p, const WgTile& tl,
+                                        int group, int kv_head, int wg) {
     using T = typename DType<DTYPE>::Storage;
     constexpr int CHUNKS = HEAD_DIM / 8;
+    const int lane = threadIdx.x % kWarpSize;
     const int g = lane / 4;
+    const int r_warp = wg * 64 + ((threadIdx.x / kWarpSize) % 4) * 16;
+    const int rows = tl.rows, row0 = tl.row0, q_start = tl.q_start;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float total = l[h];
@@ -910,28 +962,6 @@ template <int N> __device__ __forceinline__ void regs_dec() { asm volatile("setm
 template <int N> __device__ __forceinline__ void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N)); }
 #endif
 
-/* What a block's q tile is: its sequence, rows and causal key range (the header's
- * packing; `found` false for grid items past the last tile). */
-struct WgTile {
-  bool found;
-  int seq, q_start, q_len, prefix, row0, rows, last_pos, kv_stop;
-};
-__device__ __forceinline__ WgTile wg_find_tile(const msgl_attention_params& p, int group, int bm) {
-  WgTile t{};
-  const int item = static_cast<int>(blockIdx.x / p.num_kv_heads);
-  int tile_in_seq = 0;
-  t.found = prefill_find_tile(p, item, group, bm, t.seq, tile_in_seq);
-  if (!t.found) return t;
-  t.q_start = p.q_indptr[t.seq];
-  t.q_len = p.q_indptr[t.seq + 1] - t.q_start;
-  t.prefix = p.kv_lens[t.seq] - t.q_len;
-  t.row0 = tile_in_seq * bm;
-  t.rows = min(bm, t.q_len * group - t.row0);
-  t.last_pos = t.prefix + (t.row0 + t.rows - 1) / group;
-  t.kv_stop = t.last_pos + 1;
-  return t;
-}
-
 template <int DTYPE, int HEAD_DIM, int TILE>
 __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -958,13 +988,9 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
   const int kv_head = static_cast<int>(blockIdx.x % p.num_kv_heads);
   const WgTile tl = wg_find_tile(p, group, BM);
   if (!tl.found) return;
-  const int rows = tl.rows;
   const int num_tiles = (tl.kv_stop + BN - 1) / BN;
-  const int page_size = p.page_size;
-  const WgKeys keys{p.block_table + static_cast<long long>(tl.seq) * p.max_pages, page_size,
-                    (page_size & (page_size - 1)) == 0 ? __ffs(page_size) - 1 : -1,
-                    p.num_pages, p.num_kv_heads, kv_head, tl.kv_stop};
-  wg_load_q<DTYPE, HEAD_DIM, BM, THREADS>(smem, p, threadIdx.x, rows, tl.row0, tl.q_start, group, kv_head);
+  const WgKeys keys = wg_keys(p, tl.seq, kv_head, tl.kv_stop);
+  wg_load_q<DTYPE, HEAD_DIM, BM, THREADS>(smem, p, threadIdx.x, tl.rows, tl.row0, tl.q_start, group, kv_head);
   auto load_tile = [&](int stage, int tile) {
     wg_load_kv<DTYPE, HEAD_DIM, BN, THREADS>(smem + k_off(stage), p.k_cache, tile, keys, threadIdx.x);
     wg_load_kv<DTYPE, HEAD_DIM, BN, THREADS>(smem + v_off(stage), p.v_cache, tile, keys, threadIdx.x);
@@ -979,27 +1005,12 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
     cp_async_commit();
   }
 
-  /* This warpgroup's rows [wrow0, wrow0 + 64); this thread's rows wrow0 + 16 q + g
-   * and + 8 (the accumulator layout). */
   const int wg = threadIdx.x / 128;
-  const int warp_in_wg = (threadIdx.x / kWarpSize) % 4;
-  const int lane = threadIdx.x % kWarpSize;
-  const int g = lane / 4;
-  const int wrow0 = wg * 64;
-  const bool wg_rows = wrow0 < rows; /* warpgroup-uniform, as every wgmma condition */
-  const int wrows = wg_rows ? min(64, rows - wrow0) : 1;
-  const int wg_last_pos = tl.prefix + (tl.row0 + wrow0 + wrows - 1) / group;
-  int pos[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = wrow0 + warp_in_wg * 16 + g + 8 * h;
-    pos[h] = r < rows ? tl.prefix + (tl.row0 + r) / group : tl.last_pos;
-  }
   WgRows<DTYPE, HEAD_DIM, BM, BN> w;
-  w.init(s_base + wrow0 * 128, tl.prefix + (tl.row0 + wrow0) / group, pos[0], pos[1], lane, p.scale_log2);
-  /* The keys of tile `it` reach this warpgroup's rows (warpgroup-uniform, as every
+  w.init(tl, group, wg, s_base, p.scale_log2);
+  /* Tiles 0..n_active-1 reach this warpgroup's rows (warpgroup-uniform, as every
    * condition around a wgmma must be). */
-  auto active = [&](int it) { return wg_rows && it * BN <= wg_last_pos; };
+  const int n_active = w.active_tiles(num_tiles);
 
   if constexpr (!Cfg::OVERLAP) {
     /* Tile it: wait for it, publish it, load tile it + STAGES - 1 into the stage of
@@ -1014,7 +1025,7 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
         if (next < num_tiles) load_tile(next % STAGES, next);
         cp_async_commit();
       }
-      if (!active(it)) continue;
+      if (it >= n_active) continue;
       w.issue_s(s_base + k_off(buf));
       wgmma_wait<0>();
       wgmma_fence_regs(w.s);
@@ -1034,8 +1045,6 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
      * into the stage of tile j - 2 (free: every warpgroup finished step j - 1, hence
      * P_{j-2} V_{j-2}, before the barrier). The prologue loaded tiles 0..STAGES-3. */
     static_assert(STAGES >= 3, "the overlapped loop keeps two tiles resident and loads a third");
-    /* Tiles 0..n_active-1 reach this warpgroup's rows (active() is monotone). */
-    const int n_active = wg_rows ? min(num_tiles, wg_last_pos / BN + 1) : 0;
     for (int j = 0; j <= num_tiles; ++j) {
       cp_async_wait<STAGES - 3>(); /* tile j of this thread has landed (j < num_tiles) */
       fence_proxy_async_smem();
@@ -1074,9 +1083,9 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
     }
   }
   cp_async_wait<0>();
-  if (!wg_rows) return;
+  if (!w.has_rows) return;
   warpgroup_sync(wg);
-  w.store(smem, p, wrow0 + warp_in_wg * 16, rows, tl.row0, tl.q_start, group, kv_head, lane);
+  w.store(smem, p, tl, group, kv_head, wg);
 #else
   (void)p;
   __trap(); /* the wgmma tiles need sm_90a; the host offers them only there */
@@ -1165,10 +1174,7 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_attention_params& p) 
   if (wg == 0) {
     regs_dec<WsRegs<CONSUMERS>::PRODUCER>();
     const int t = threadIdx.x;
-    const int page_size = p.page_size;
-    const WgKeys keys{p.block_table + static_cast<long long>(tl.seq) * p.max_pages, page_size,
-                      (page_size & (page_size - 1)) == 0 ? __ffs(page_size) - 1 : -1,
-                      p.num_pages, p.num_kv_heads, kv_head, tl.kv_stop};
+    const WgKeys keys = wg_keys(p, tl.seq, kv_head, tl.kv_stop);
     wg_load_q<DTYPE, HEAD_DIM, BM, 128>(smem, p, t, tl.rows, tl.row0, tl.q_start, group, kv_head);
     cp_async_mbar_arrive(&q_full);
     for (int it = 0; it < num_tiles; ++it) {
@@ -1185,24 +1191,10 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_attention_params& p) 
   } else {
     regs_inc<WsRegs<CONSUMERS>::CONSUMER>();
     const int cwg = wg - 1;
-    const int warp_in_wg = (threadIdx.x / kWarpSize) % 4;
-    const int lane = threadIdx.x % kWarpSize;
-    const int g = lane / 4;
-    const int wrow0 = cwg * 64;
-    const int rows = tl.rows;
-    const bool wg_rows = wrow0 < rows; /* warpgroup-uniform, as every wgmma condition */
-    const int wrows = wg_rows ? min(64, rows - wrow0) : 1;
-    const int wg_last_pos = tl.prefix + (tl.row0 + wrow0 + wrows - 1) / group;
-    int pos[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = wrow0 + warp_in_wg * 16 + g + 8 * h;
-      pos[h] = r < rows ? tl.prefix + (tl.row0 + r) / group : tl.last_pos;
-    }
     WgRows<DTYPE, HEAD_DIM, BM, BN> w;
-    w.init(s_base + wrow0 * 128, tl.prefix + (tl.row0 + wrow0) / group, pos[0], pos[1], lane, p.scale_log2);
+    w.init(tl, group, cwg, s_base, p.scale_log2);
     /* Tiles 0..n_active-1 reach this warpgroup's rows. */
-    const int n_active = wg_rows ? min(num_tiles, wg_last_pos / BN + 1) : 0;
+    const int n_active = w.active_tiles(num_tiles);
     auto parity = [](int it) { return static_cast<unsigned>((it / STAGES) & 1); };
     mbar_wait(&q_full, 0);
 
@@ -1272,9 +1264,9 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_attention_params& p) 
         if (j > 0) mbar_arrive(&empty_v[prev]);           /* P_{j-1} V_{j-1} is done */
       }
     }
-    if (wg_rows) {
+    if (w.has_rows) {
       named_sync(1 + cwg, 128);
-      w.store(smem, p, wrow0 + warp_in_wg * 16, rows, tl.row0, tl.q_start, group, kv_head, lane);
+      w.store(smem, p, tl, group, kv_head, cwg);
     }
   }
 #else
