@@ -106,7 +106,8 @@ fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
         out.push(("prefill_attention", vec![("DTYPE", 2), ("HEAD_DIM", 256), ("TILE", tile)]));
     }
     // The wgmma tiles (sm_90a): each at head dim 128 in both dtypes, the defaults (17
-    // up to head dim 128, 16 at 256) at 64 and 256 too.
+    // up to head dim 128, 16 at 256) at 64 and 256 too, and the warp-specialised ones
+    // (22..26) where they fit.
     for (dtype, head_dim, tile) in [
         (1, 128, 16),
         (2, 128, 16),
@@ -119,6 +120,13 @@ fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
         (2, 64, 17),
         (1, 64, 20),
         (1, 256, 16),
+        (2, 128, 22),
+        (1, 128, 23),
+        (2, 128, 24),
+        (1, 128, 25),
+        (2, 128, 26),
+        (2, 64, 25),
+        (1, 256, 22),
     ] {
         out.push(("prefill_attention", vec![("DTYPE", dtype), ("HEAD_DIM", head_dim), ("TILE", tile)]));
     }
