@@ -471,37 +471,46 @@ __device__ __forceinline__ void prefill_attention_impl(const msgl_attention_para
  * writes 16-byte vectors, as above.
  * --------------------------------------------------------------------------------- */
 
-/* TILE -> (WGS, BN, STAGES, OVERLAP, PRODUCER, PINGPONG) for the wgmma path: WGS
- * warpgroups of 64 query rows that run the products; OVERLAP: the loop that runs the
- * softmax of tile j under the P V product of tile j - 1; PRODUCER: one more
+/* TILE -> (WGS, BN, STAGES, OVERLAP, PRODUCER, PINGPONG, TMA) for the wgmma path:
+ * WGS warpgroups of 64 query rows that run the products; OVERLAP: the loop that runs
+ * the softmax of tile j under the P V product of tile j - 1; PRODUCER: one more
  * warpgroup that only gathers Q, K and V (the warp-specialised tiles 22.., further
- * down); PINGPONG: their two consumers take turns on the tensor cores. Mirrored by
- * gpu/prefill.rs. */
+ * down); PINGPONG: their two consumers take turns on the tensor cores; TMA: the
+ * producer copies whole K/V tiles by TMA through the caches' tensor maps (27..31:
+ * 22..26 with TMA). Mirrored by gpu/prefill.rs. */
 template <int TILE, int HEAD_DIM> struct PrefillWgTile;
-#define MSGL_PREFILL_WG_TILE(T, W, N, S, O, P, PP)                           \
+#define MSGL_PREFILL_WG_TILE(T, W, N, S, O, P, PP, TM)                       \
   template <int HEAD_DIM> struct PrefillWgTile<T, HEAD_DIM> {                \
     static constexpr int WGS = W, BN = N, STAGES = S;                        \
-    static constexpr bool OVERLAP = O, PRODUCER = P, PINGPONG = PP;          \
+    static constexpr bool OVERLAP = O, PRODUCER = P, PINGPONG = PP, TMA = TM; \
   };
-MSGL_PREFILL_WG_TILE(17, 3, 64, 2, false, false, false)
-MSGL_PREFILL_WG_TILE(18, 2, 64, 3, false, false, false)
-MSGL_PREFILL_WG_TILE(19, 2, 64, 4, true, false, false)
-MSGL_PREFILL_WG_TILE(20, 2, 128, 3, true, false, false)
-MSGL_PREFILL_WG_TILE(21, 3, 64, 3, true, false, false)
-MSGL_PREFILL_WG_TILE(23, 2, 128, 2, true, true, false)
-MSGL_PREFILL_WG_TILE(24, 2, 128, 2, true, true, true)
-MSGL_PREFILL_WG_TILE(25, 3, 64, 2, false, true, false)
-MSGL_PREFILL_WG_TILE(26, 2, 64, 3, true, true, true)
+MSGL_PREFILL_WG_TILE(17, 3, 64, 2, false, false, false, false)
+MSGL_PREFILL_WG_TILE(18, 2, 64, 3, false, false, false, false)
+MSGL_PREFILL_WG_TILE(19, 2, 64, 4, true, false, false, false)
+MSGL_PREFILL_WG_TILE(20, 2, 128, 3, true, false, false, false)
+MSGL_PREFILL_WG_TILE(21, 3, 64, 3, true, false, false, false)
+MSGL_PREFILL_WG_TILE(23, 2, 128, 2, true, true, false, false)
+MSGL_PREFILL_WG_TILE(24, 2, 128, 2, true, true, true, false)
+MSGL_PREFILL_WG_TILE(25, 3, 64, 2, false, true, false, false)
+MSGL_PREFILL_WG_TILE(26, 2, 64, 3, true, true, true, false)
+MSGL_PREFILL_WG_TILE(28, 2, 128, 2, true, true, false, true)
+MSGL_PREFILL_WG_TILE(29, 2, 128, 2, true, true, true, true)
+MSGL_PREFILL_WG_TILE(30, 3, 64, 2, false, true, false, true)
+MSGL_PREFILL_WG_TILE(31, 2, 64, 3, true, true, true, true)
 #undef MSGL_PREFILL_WG_TILE
 /* TILE 16: 128 x 128 up to head dim 128, 128 x 64 at 256 (shared memory); TILE 22,
- * its warp-specialised form, the same. */
+ * its warp-specialised form, and 27 (22 with TMA) the same. */
 template <int HEAD_DIM> struct PrefillWgTile<16, HEAD_DIM> {
   static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
-  static constexpr bool OVERLAP = false, PRODUCER = false, PINGPONG = false;
+  static constexpr bool OVERLAP = false, PRODUCER = false, PINGPONG = false, TMA = false;
 };
 template <int HEAD_DIM> struct PrefillWgTile<22, HEAD_DIM> {
   static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
-  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false;
+  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = false;
+};
+template <int HEAD_DIM> struct PrefillWgTile<27, HEAD_DIM> {
+  static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
+  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true;
 };
 
 __host__ __device__ constexpr bool prefill_is_wgmma(int tile) { return tile >= 16; }
@@ -788,6 +797,30 @@ __device__ __forceinline__ void wg_load_kv(unsigned char* dst, const void* cache
       }
     }
     cp_async16(dst + wg_swz(BN, r, ccol), src, valid ? 16 : 0);
+  }
+}
+
+/* Copies keys [tile * BN, tile * BN + BN) of the cache behind `map` into the
+ * swizzled tile at `dst` by TMA: one copy of `rows` keys (the map's box: a power of
+ * two >= 8 dividing the page size and BN, so that a copy stays inside one page and
+ * lands on whole 8-row swizzle groups) x 64 elements for each (key chunk, 64-column
+ * block), spread over the lanes of one warp (`lane`), completing on `bar`. Page
+ * numbers outside the cache read as zeros (the coordinate is moved outside the map).
+ * Every key of the tile must be below kv_stop: the tail goes through wg_load_kv,
+ * which zero-fills past it. */
+template <int HEAD_DIM, int BN>
+__device__ __forceinline__ void wg_tma_kv(unsigned char* dst, const msgl_tensor_map* map, int tile, const WgKeys& k,
+                                          int rows, unsigned long long* bar, int lane) {
+  const int chunks = BN / rows;
+  const int copies = chunks * (HEAD_DIM / 64);
+  for (int c = lane; c < copies; c += kWarpSize) {
+    const int chunk = c % chunks, block = c / chunks;
+    const int kv = tile * BN + chunk * rows;
+    const int page_idx = kv >> k.page_shift;
+    const int page = __ldg(k.pages + page_idx);
+    const bool valid = page >= 0 && page < k.num_pages;
+    const int slot = valid ? page * k.page_size + (kv & (k.page_size - 1)) : -k.page_size;
+    tensor_copy_3d_g2s(dst + block * BN * 128 + chunk * rows * 128, map, block * 64, k.kv_head, slot, bar);
   }
 }
 
@@ -1102,7 +1135,10 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
  *     thread arrived on empty_k[stage] for tile t - STAGES), gather K with cp.async
  *     and arrive on full_k[stage] through cp.async.mbarrier.arrive (it fires once
  *     this thread's copies have landed); then the same for V. The page table is read
- *     here only.
+ *     here only. TMA tiles (27..31): a whole K or V tile is a few tensor copies (one
+ *     per page chunk and 64-column block, the 128-byte swizzle done by the copy
+ *     engine) issued by the first warp, lane 0 announcing the tile's bytes on the
+ *     full barrier; only the tile that holds kv_stop is gathered as above.
  *   consumers (setmaxnreg up): wait for full_k of tile t (parity (t / STAGES) & 1),
  *     fence.proxy.async (the rows came through the generic proxy, wgmma reads
  *     through the async one), S = Q K^T, release K, softmax, wait for full_v,
@@ -1122,14 +1158,17 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
 
 /* Registers a producer thread keeps after setmaxnreg, and a consumer thread gets:
  * what the block holds at launch (65,536 / threads a thread, rounded down to 8:
- * 168 x 384, 128 x 512) shared out. The producer's unrolled gathers need ~80 (ptxas
- * spills them at 72); the consumers' accumulators and fragments fit the rest. */
+ * 168 x 384, 128 x 512) shared out. The producer's unrolled gathers need ~80 with two
+ * consumers (ptxas spills them at 72); with three, 64 (its TMA path beside the
+ * cp.async tail spills at 56), and the consumers' accumulators and fragments (112 at
+ * head dim 128) fit the 144 left. */
 template <int CONSUMERS> struct WsRegs;
 template <> struct WsRegs<2> { static constexpr int PRODUCER = 88, CONSUMER = 208; };
-template <> struct WsRegs<3> { static constexpr int PRODUCER = 56, CONSUMER = 152; };
+template <> struct WsRegs<3> { static constexpr int PRODUCER = 64, CONSUMER = 144; };
 
 template <int DTYPE, int HEAD_DIM, int TILE>
-__device__ __forceinline__ void prefill_ws_impl(const msgl_attention_params& p) {
+__device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
+  const msgl_attention_params& p = pp.a;
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(DTYPE == MSGL_BF16 || DTYPE == MSGL_F16, "tensor cores: bf16 or f16");
   using Cfg = PrefillWgTile<TILE, HEAD_DIM>;
@@ -1175,17 +1214,42 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_attention_params& p) 
     regs_dec<WsRegs<CONSUMERS>::PRODUCER>();
     const int t = threadIdx.x;
     const WgKeys keys = wg_keys(p, tl.seq, kv_head, tl.kv_stop);
+    /* TMA tiles: the keys of one copy (0: every tile by cp.async, as the host asks
+     * when the page size is not a power of two >= 8). Whole tiles go by TMA from the
+     * first warp's lanes (lane 0 announces the bytes, the other 127 threads arrive
+     * plainly: the full barriers count 128 arrivals either way); the tile holding
+     * kv_stop by cp.async, which zero-fills the keys past it (a P of zero times a V
+     * row that was never written could still be NaN). */
+    const int tma_rows = Cfg::TMA ? pp.kv_tma_rows : 0;
+    if (Cfg::TMA && tma_rows > 0 && t == 0) {
+      prefetch_tensor_map(&pp.k_map);
+      prefetch_tensor_map(&pp.v_map);
+    }
+    auto load = [&](unsigned char* dst, const void* cache, const msgl_tensor_map* map, int it,
+                    unsigned long long* bar) {
+      if (Cfg::TMA && tma_rows > 0 && (it + 1) * BN <= tl.kv_stop) {
+        if (t < kWarpSize) {
+          if (t == 0) mbar_arrive_expect_tx(bar, KV_BYTES);
+          __syncwarp();
+          wg_tma_kv<HEAD_DIM, BN>(dst, map, it, keys, tma_rows, bar, t);
+          if (t != 0) mbar_arrive(bar);
+        } else {
+          mbar_arrive(bar);
+        }
+      } else {
+        wg_load_kv<DTYPE, HEAD_DIM, BN, 128>(dst, cache, it, keys, t);
+        cp_async_mbar_arrive(bar);
+      }
+    };
     wg_load_q<DTYPE, HEAD_DIM, BM, 128>(smem, p, t, tl.rows, tl.row0, tl.q_start, group, kv_head);
     cp_async_mbar_arrive(&q_full);
     for (int it = 0; it < num_tiles; ++it) {
       const int stage = it % STAGES;
       const unsigned freed = static_cast<unsigned>(((it / STAGES) - 1) & 1); /* tile it - STAGES's release */
       if (it >= STAGES) mbar_wait(&empty_k[stage], freed);
-      wg_load_kv<DTYPE, HEAD_DIM, BN, 128>(smem + k_off(stage), p.k_cache, it, keys, t);
-      cp_async_mbar_arrive(&full_k[stage]);
+      load(smem + k_off(stage), p.k_cache, &pp.k_map, it, &full_k[stage]);
       if (it >= STAGES) mbar_wait(&empty_v[stage], freed);
-      wg_load_kv<DTYPE, HEAD_DIM, BN, 128>(smem + v_off(stage), p.v_cache, it, keys, t);
-      cp_async_mbar_arrive(&full_v[stage]);
+      load(smem + v_off(stage), p.v_cache, &pp.v_map, it, &full_v[stage]);
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
   } else {
@@ -1235,15 +1299,20 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_attention_params& p) 
         if (j > 0) mbar_wait(&full_v[prev], parity(j - 1));
         fence_proxy_async_smem();
         if constexpr (Cfg::PINGPONG) named_sync(SCHED + cwg, 256);
-        if (has_s) w.issue_s(s_base + k_off(stage));
-        if (has_pv) w.issue_pv(s_base + v_off(prev));
-        if constexpr (Cfg::PINGPONG) {
-          if (cwg == 0 || j < num_tiles) named_arrive(SCHED + 1 - cwg, 256);
-        }
-        /* Each branch waits for all it issued: ptxas serialises wgmma that stay in
-         * flight across a branch it cannot prove uniform. */
+        /* Lets the other consumer issue its products (ping-pong) once this one's are. */
+        auto hand_over = [&]() {
+          if constexpr (Cfg::PINGPONG) {
+            if (cwg == 0 || j < num_tiles) named_arrive(SCHED + 1 - cwg, 256);
+          }
+        };
+        /* Each branch issues its products and waits for all of them: ptxas
+         * serialises wgmma that stay in flight across a branch it cannot prove
+         * uniform (C7518), which two `if`s issuing S and P V apart were. */
         float alpha[2];
         if (has_s && has_pv) {
+          w.issue_s(s_base + k_off(stage));
+          w.issue_pv(s_base + v_off(prev));
+          hand_over();
           wgmma_wait<1>(); /* S_j (committed first) is done, P V may not be */
           wgmma_fence_regs(w.s);
           w.softmax(j * BN, alpha);
@@ -1252,13 +1321,19 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_attention_params& p) 
           w.rescale(alpha);
           w.pack_p();
         } else if (has_s) {
+          w.issue_s(s_base + k_off(stage));
+          hand_over();
           wgmma_wait<0>();
           wgmma_fence_regs(w.s);
           w.softmax(j * BN, alpha); /* j = 0: O is still zero, no rescale */
           w.pack_p();
         } else if (has_pv) {
+          w.issue_pv(s_base + v_off(prev));
+          hand_over();
           wgmma_wait<0>();
           wgmma_fence_regs(w.o);
+        } else {
+          hand_over();
         }
         if (j < num_tiles) mbar_arrive(&empty_k[stage]); /* S_j is done */
         if (j > 0) mbar_arrive(&empty_v[prev]);           /* P_{j-1} V_{j-1} is done */
@@ -1285,10 +1360,10 @@ template <int TILE, int HEAD_DIM> __host__ __device__ constexpr long long prefil
   else return prefill_smem_bytes<TILE, HEAD_DIM>();
 }
 template <int DTYPE, int HEAD_DIM, int TILE>
-__device__ __forceinline__ void prefill_entry(const msgl_attention_params& p) {
-  if constexpr (!prefill_is_wgmma(TILE)) prefill_attention_impl<DTYPE, HEAD_DIM, TILE>(p);
-  else if constexpr (PrefillWgTile<TILE, HEAD_DIM>::PRODUCER) prefill_ws_impl<DTYPE, HEAD_DIM, TILE>(p);
-  else prefill_wgmma_impl<DTYPE, HEAD_DIM, TILE>(p);
+__device__ __forceinline__ void prefill_entry(const msgl_prefill_params& pp) {
+  if constexpr (!prefill_is_wgmma(TILE)) prefill_attention_impl<DTYPE, HEAD_DIM, TILE>(pp.a);
+  else if constexpr (PrefillWgTile<TILE, HEAD_DIM>::PRODUCER) prefill_ws_impl<DTYPE, HEAD_DIM, TILE>(pp);
+  else prefill_wgmma_impl<DTYPE, HEAD_DIM, TILE>(pp.a);
 }
 
 }  // namespace msgl
@@ -1299,7 +1374,7 @@ __device__ __forceinline__ void prefill_entry(const msgl_attention_params& p) {
  * prefill_block_smem_bytes<TILE, HEAD_DIM>() of dynamic shared memory (gpu/prefill.rs
  * mirrors both). */
 extern "C" __global__ void __launch_bounds__(msgl::prefill_block_threads<MSGL_TILE, MSGL_HEAD_DIM>(), 1)
-    msgl_prefill_attention_kernel(const msgl_attention_params p) {
+    msgl_prefill_attention_kernel(const __grid_constant__ msgl_prefill_params p) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   /* A run-time instance is compiled for its device: a wgmma tile must be sm_90a. */
   static_assert(!msgl::prefill_is_wgmma(MSGL_TILE), "the wgmma prefill tiles need sm_90a");
@@ -1316,12 +1391,22 @@ namespace msgl {
 
 template <int DTYPE, int HEAD_DIM, int TILE>
 __global__ void __launch_bounds__(prefill_block_threads<TILE, HEAD_DIM>(), 1)
-    prefill_attention_kernel(const msgl_attention_params p) {
+    prefill_attention_kernel(const __grid_constant__ msgl_prefill_params p) {
   prefill_entry<DTYPE, HEAD_DIM, TILE>(p);
 }
 
 template <int DTYPE, int HEAD_DIM, int TILE>
-static int32_t launch_prefill_attention(const msgl_attention_params& p, cudaStream_t s) {
+static int32_t launch_prefill_attention(msgl_prefill_params pp, cudaStream_t s) {
+  const msgl_attention_params& p = pp.a;
+  if constexpr (prefill_is_wgmma(TILE)) {
+    if (pp.kv_tma_rows != 0) {
+      if (!PrefillWgTile<TILE, HEAD_DIM>::TMA)
+        return set_error(MSGL_ERR_INVALID_ARGUMENT, "prefill_attention: tile %d does not copy by TMA", TILE);
+      pp.kv_tma_rows = p.page_size < PrefillWgTile<TILE, HEAD_DIM>::BN ? p.page_size : PrefillWgTile<TILE, HEAD_DIM>::BN;
+    }
+  } else if (pp.kv_tma_rows != 0) {
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "prefill_attention: tile %d does not copy by TMA", TILE);
+  }
   constexpr long long smem = prefill_block_smem_bytes<TILE, HEAD_DIM>();
   cudaError_t err = cudaFuncSetAttribute(prefill_attention_kernel<DTYPE, HEAD_DIM, TILE>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
@@ -1330,7 +1415,7 @@ static int32_t launch_prefill_attention(const msgl_attention_params& p, cudaStre
   const long long blocks = static_cast<long long>(p.num_q_tiles) * p.num_kv_heads;
   if (blocks > 0)
     prefill_attention_kernel<DTYPE, HEAD_DIM, TILE>
-        <<<static_cast<unsigned>(blocks), prefill_block_threads<TILE, HEAD_DIM>(), smem, s>>>(p);
+        <<<static_cast<unsigned>(blocks), prefill_block_threads<TILE, HEAD_DIM>(), smem, s>>>(pp);
   return check_launch("prefill_attention");
 }
 }  // namespace msgl
@@ -1340,7 +1425,8 @@ static int32_t launch_prefill_attention(const msgl_attention_params& p, cudaStre
 extern "C" int32_t msgl_prefill_attention(const msgl_tensor* out, const msgl_tensor* q, const msgl_tensor* k_cache,
                                           const msgl_tensor* v_cache, const msgl_tensor* q_indptr,
                                           const msgl_tensor* kv_lens, const msgl_tensor* block_table,
-                                          const msgl_attention_params* plan, int32_t tile, msgl_stream stream) {
+                                          const msgl_attention_params* plan, const msgl_tensor_map* k_map,
+                                          const msgl_tensor_map* v_map, int32_t tile, msgl_stream stream) {
   using namespace msgl;
   const char* op = "prefill_attention";
   if (plan == nullptr) return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: argument `plan` is null", op);
@@ -1351,9 +1437,21 @@ extern "C" int32_t msgl_prefill_attention(const msgl_tensor* out, const msgl_ten
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: bf16 or f16 only", op);
   if (!(plan->scale_log2 > 0.f) || plan->scale_log2 > 3.4e38f)
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the softmax scale must be positive and finite", op);
-  msgl_attention_params p;
+  msgl_prefill_params pp{};
+  msgl_attention_params& p = pp.a;
   MSGL_TRY(attention_check_and_fill(op, out, q, k_cache, v_cache, q_indptr, kv_lens, block_table, nullptr, nullptr,
                                     plan, &p));
+  /* The maps are the caller's (built for these caches); none: cp.async gathers. */
+  if ((k_map == nullptr) != (v_map == nullptr))
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: k_map and v_map go together", op);
+  if (k_map != nullptr) {
+    const long long ps = p.page_size;
+    if (ps < 8 || (ps & (ps - 1)) != 0 || p.num_pages * ps > 0x7fffffffLL)
+      return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: TMA needs a power-of-two page size >= 8 and < 2^31 slots", op);
+    pp.k_map = *k_map;
+    pp.v_map = *v_map;
+    pp.kv_tma_rows = -1; /* set per instance: min(page_size, its keys) */
+  }
   if (p.fused_rope != 0) /* the decode kernel's prologue: this kernel would leave q unrotated and the rows unstored */
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the fused prologue (fused_rope) is the decode kernel's", op);
   if (static_cast<long long>(p.num_q_tiles) * p.num_kv_heads > 0x7fffffffLL)
@@ -1362,7 +1460,7 @@ extern "C" int32_t msgl_prefill_attention(const msgl_tensor* out, const msgl_ten
   if (p.num_tokens == 0 || p.num_seqs == 0) return MSGL_OK;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
 #define MSGL_CASE(D, HD, TL) \
-  if (q->dtype == D && head_dim == HD && tile == TL) return launch_prefill_attention<D, HD, TL>(p, s);
+  if (q->dtype == D && head_dim == HD && tile == TL) return launch_prefill_attention<D, HD, TL>(pp, s);
   MSGL_FOR_EACH_INSTANCE(MSGL_CASE)
 #undef MSGL_CASE
   return set_error(MSGL_ERR_NO_INSTANCE, "%s: no AOT instance DTYPE=%d,HEAD_DIM=%lld,TILE=%d", op, q->dtype,

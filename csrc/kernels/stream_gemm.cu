@@ -98,10 +98,6 @@ __device__ __forceinline__ void tensor_copy_3d(void* dst, const msgl_tensor_map*
       : "memory");
 }
 
-/* Fetches a tensor map's descriptor ahead of its first copy. */
-__device__ __forceinline__ void prefetch_tensor_map(const msgl_tensor_map* map) {
-  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(map)) : "memory");
-}
 
 /* A 2-D tensor copy of the box at (k0, row0) of the tensor map `map` (a
  * __grid_constant__ parameter) into this block's shared memory (128-byte

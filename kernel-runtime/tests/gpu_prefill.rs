@@ -5,13 +5,14 @@
 //!
 //! Inputs as in gpu_ops.rs: built once on the host in the tested dtype, q a view of
 //! a fused QKV buffer, pages of each sequence in a random order of a cache with
-//! spare pages, -1 past each sequence's pages in the block table, outputs poisoned
-//! with NaN. Relative L2 error at most 1e-2 (bf16/f16).
+//! spare pages, -1 past each sequence's pages in the block table, NaN in every
+//! cache slot that holds no key (spare pages, past each sequence's last key),
+//! outputs poisoned with NaN. Relative L2 error at most 1e-2 (bf16/f16).
 //!
 //! Coverage: page sizes 1/16/64/256, head dims 64/128/256, GQA 1/2/4/8, bf16 and
 //! f16, ragged batches with cached prefixes and decodes riding along, lengths that
 //! are and are not multiples of the tiles (1..1025 in one batch, 4096 and 8192
-//! alone), and every tile variant that fits each head dim, the wgmma tiles (16..26,
+//! alone), and every tile variant that fits each head dim, the wgmma tiles (16..31,
 //! sm_90a; `MINISGL_TEST_PREFILL_TILES=22,23` narrows them for a short GPU call)
 //! included.
 
@@ -30,6 +31,26 @@ const CPU: Device = Device::Cpu;
 fn poisoned(shape: &[usize], dtype: DType) -> Result<Tensor> {
     let n: usize = shape.iter().product::<usize>() * dtype.size_in_bytes();
     Ok(Tensor::from_bytes(&vec![0xffu8; n], dtype, shape, target())?)
+}
+
+/// `cache` ([pages, page_size, heads, head_dim], host) with NaN in every slot that
+/// holds no key: spare pages, and the slots of a sequence's last page past its
+/// length. `used`: (page, keys in it) of each page a sequence holds. A kernel that
+/// reads a slot it must not (a whole-page copy past the last key, say) and lets a
+/// zero probability meet it gets NaN (0 * NaN) and fails.
+fn nan_past_keys(cache: &Tensor, used: &[(i32, usize)]) -> Result<Tensor> {
+    let [pages, page_size, heads, d] = cache.dims::<4>("test", "cache")?;
+    let slot_bytes = heads * d * cache.dtype().size_in_bytes();
+    let mut bytes = cache.to_host_bytes()?;
+    let mut keys_in = vec![0usize; pages];
+    for &(page, keys) in used {
+        keys_in[usize::try_from(page)?] = keys;
+    }
+    for (page, &keys) in keys_in.iter().enumerate() {
+        let start = (page * page_size + keys) * slot_bytes;
+        bytes[start..(page + 1) * page_size * slot_bytes].fill(0xff);
+    }
+    Ok(Tensor::from_bytes(&bytes, cache.dtype(), cache.shape(), CPU)?)
 }
 
 /// ||got - want|| / ||want|| (infinite when got holds a NaN/inf).
@@ -95,8 +116,16 @@ fn check(
     );
     let qkv = random(r, &[t, hq + 2 * hkv, d], dtype, 0.0, 1.0)?;
     let q = qkv.narrow(1, 0, hq)?;
-    let k_cache = random(r, &[num_pages, page_size, hkv, d], dtype, 0.0, 1.0)?;
-    let v_cache = random(r, &[num_pages, page_size, hkv, d], dtype, 0.0, 1.0)?;
+    let slots_used: Vec<(i32, usize)> = pages_per_seq
+        .iter()
+        .zip(&kv_lens)
+        .enumerate()
+        .flat_map(|(s, (&n, &kv))| (0..n).map(move |j| (s, j, kv)))
+        .map(|(s, j, kv)| (table[s * max_pages + j], (kv - j * page_size).min(page_size)))
+        .collect();
+    let cache_shape = [num_pages, page_size, hkv, d];
+    let k_cache = nan_past_keys(&random(r, &cache_shape, dtype, 0.0, 1.0)?, &slots_used)?;
+    let v_cache = nan_past_keys(&random(r, &cache_shape, dtype, 0.0, 1.0)?, &slots_used)?;
     let scale = 1.0 / (d as f32).sqrt();
     let want = Tensor::zeros(&[t, hq, d], dtype, CPU)?;
     let meta = PagedAttnMeta {
@@ -247,19 +276,19 @@ fn prefill_attention_gpu_tile_variants() -> Result<()> {
     Ok(())
 }
 
-/// The wgmma tiles of `head_dim` the tests run: those that fit it (16..26 at 64 and
-/// 128; 16 and 22, with 64-key tiles, at 256), narrowed to the comma-separated
+/// The wgmma tiles of `head_dim` the tests run: those that fit it (16..31 at 64 and
+/// 128; 16, 22 and 27, with 64-key tiles, at 256), narrowed to the comma-separated
 /// `MINISGL_TEST_PREFILL_TILES` where set.
 fn wgmma_tiles(head_dim: usize) -> Vec<Option<usize>> {
-    let all: Vec<usize> = if head_dim > 128 { vec![16, 22] } else { (16..=26).collect() };
+    let all: Vec<usize> = if head_dim > 128 { vec![16, 22, 27] } else { (16..=31).collect() };
     let wanted: Option<Vec<usize>> = std::env::var("MINISGL_TEST_PREFILL_TILES")
         .ok()
         .map(|v| v.split(',').filter_map(|t| t.trim().parse().ok()).collect());
     all.into_iter().filter(|t| wanted.as_ref().is_none_or(|w| w.contains(t))).map(Some).collect()
 }
 
-/// The wgmma tiles (TILE 16..26, sm_90a) against the CPU reference: bf16 and f16,
-/// page sizes 1/16/64, head dims 64/128/256 (the tiles that fit each), GQA 1/2/4/8
+/// The wgmma tiles (TILE 16..31, sm_90a; 27..31 copy K/V by TMA at pages 16 and
+/// 64) against the CPU reference: bf16 and f16, page sizes 1/16/64, head dims 64/128/256 (the tiles that fit each), GQA 1/2/4/8
 /// in turn, on the ragged, prompt and tail batches (lengths 1 and non-multiples of
 /// the 128/192-row and 64/128-key tiles, cached prefixes, a sequence without new
 /// tokens).

@@ -107,7 +107,7 @@ fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
     }
     // The wgmma tiles (sm_90a): each at head dim 128 in both dtypes, the defaults (17
     // up to head dim 128, 16 at 256) at 64 and 256 too, and the warp-specialised ones
-    // (22..26) where they fit.
+    // (22..26, and 27..31 with TMA) where they fit.
     for (dtype, head_dim, tile) in [
         (1, 128, 16),
         (2, 128, 16),
@@ -127,6 +127,13 @@ fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
         (2, 128, 26),
         (2, 64, 25),
         (1, 256, 22),
+        (2, 128, 27),
+        (1, 128, 28),
+        (2, 128, 29),
+        (1, 128, 30),
+        (2, 128, 31),
+        (2, 64, 30),
+        (1, 256, 27),
     ] {
         out.push(("prefill_attention", vec![("DTYPE", dtype), ("HEAD_DIM", head_dim), ("TILE", tile)]));
     }

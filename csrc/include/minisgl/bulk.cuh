@@ -9,6 +9,9 @@
  *   mbar_wait                              spin until a phase completes
  *   bulk_copy_g2s                          one contiguous global -> shared copy
  *                                          (cp.async.bulk) completing on a barrier
+ *   tensor_copy_3d_g2s                     one box of a 3-D tensor map (TMA)
+ *                                          completing on a barrier
+ *   prefetch_tensor_map                    a tensor map's descriptor, ahead of use
  *
  * Device code only, no system headers (NVRTC). sm_90 instructions: include only
  * from kernels built for sm_90 or later.
@@ -59,6 +62,25 @@ __device__ __forceinline__ void bulk_copy_g2s(void* dst, const void* src, unsign
                    smem_u32(dst)),
                "l"(src), "r"(bytes), "r"(smem_u32(bar))
                : "memory");
+}
+
+/* Fetches a tensor map's descriptor ahead of its first copy. */
+__device__ __forceinline__ void prefetch_tensor_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<unsigned long long>(map)) : "memory");
+}
+
+/* A 3-D tensor copy (TMA) of the box at coordinates (c0, c1, c2) of the tensor map at
+ * `map` (a __grid_constant__ parameter or global memory) into this block's shared
+ * memory at `dst` (aligned as the map's swizzle needs); the box's bytes count toward
+ * `bar`'s transaction count when they land. Coordinates outside the tensor read as
+ * zeros. */
+__device__ __forceinline__ void tensor_copy_3d_g2s(void* dst, const void* map, int c0, int c1, int c2,
+                                                   unsigned long long* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];" ::
+          "r"(smem_u32(dst)),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(bar))
+      : "memory");
 }
 
 }  // namespace msgl

@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or a launcher signature changes. */
-#define MSGL_ABI_VERSION 7
+#define MSGL_ABI_VERSION 8
 
 /* The most dimensions a tensor view carries. */
 #define MSGL_MAX_DIMS 6
@@ -534,6 +534,22 @@ typedef struct msgl_attention_params {
   int32_t reserved;
 } msgl_attention_params;
 
+/* The prefill kernel's parameters (prefill_attention.cu): the attention params and,
+ * for the tiles that copy K and V by TMA (prefill_attention.cu's PrefillWgTile::TMA),
+ * a tensor map of each cache, built on the host by cuTensorMapEncodeTiled: 3-D
+ * [slots = num_pages * page_size][num_kv_heads][HEAD_DIM] (innermost last),
+ * boxes of 64 elements x 1 head x kv_tma_rows slots, 128-byte swizzle, zero fill
+ * outside. kv_tma_rows: min(page_size, the tile's keys) when page_size is a power
+ * of two >= 8 and the slots fit 31 bits; 0 (maps unread) otherwise and for the
+ * other tiles: the K/V tiles are gathered by cp.async. */
+typedef struct msgl_prefill_params {
+  msgl_tensor_map k_map;
+  msgl_tensor_map v_map;
+  msgl_attention_params a;
+  int32_t kv_tma_rows;
+  int32_t reserved;
+} msgl_prefill_params;
+
 /*
  * Mixture of experts (Qwen3-MoE, Mixtral): routing, token batching by expert, the
  * grouped GEMMs over the experts and the sum over the top-k outputs. The flow of
@@ -872,10 +888,13 @@ MSGL_API int32_t msgl_paged_attention(const msgl_tensor* out, const msgl_tensor*
  * f16), for batches of long query runs; no key splits. `plan` carries num_q_tiles
  * (the batch's q tiles of the instance's query rows: prefill_attention.cu's
  * prefill_rows) and scale_log2, and max_splits = 1; tile selects the instance's
- * tile table entry. The grid is num_q_tiles * num_kv_heads blocks. */
+ * tile table entry. The grid is num_q_tiles * num_kv_heads blocks. k_map, v_map:
+ * the caches' tensor maps for the tiles that copy K/V by TMA (msgl_prefill_params),
+ * NULL for the others. */
 MSGL_API int32_t msgl_prefill_attention(const msgl_tensor* out, const msgl_tensor* q, const msgl_tensor* k_cache,
                              const msgl_tensor* v_cache, const msgl_tensor* q_indptr, const msgl_tensor* kv_lens,
-                             const msgl_tensor* block_table, const msgl_attention_params* plan, int32_t tile,
+                             const msgl_tensor* block_table, const msgl_attention_params* plan,
+                             const msgl_tensor_map* k_map, const msgl_tensor_map* v_map, int32_t tile,
                              msgl_stream stream);
 
 /* decode_attention: the decode kernel over the tensors of paged_attention, for

@@ -47,6 +47,7 @@ mod sampling;
 pub(crate) mod skinny;
 pub(crate) mod skinny_tiled;
 pub(crate) mod stream_gemm;
+mod tensor_map;
 mod token_mask;
 
 pub(crate) use activation::silu_mul;

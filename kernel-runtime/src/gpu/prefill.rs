@@ -14,10 +14,13 @@
 //! [`set_prefill_tile`] (benchmarks) picks one; a variant whose accumulators or
 //! shared memory do not fit the head dimension is an error naming it.
 //!
-//! The Hopper tiles ([`WGMMA_TILES`], TILE 16..26, the kernel's `PrefillWgTile`):
+//! The Hopper tiles ([`WGMMA_TILES`], TILE 16..31, the kernel's `PrefillWgTile`):
 //! wgmma with 2 or 3 warpgroups of 64 query rows, 128-byte swizzled K/V tiles, and
 //! from TILE 22 one more warpgroup that only gathers (warp specialisation: the
-//! consumers wait on transaction barriers, never on each other); they need an sm_90
+//! consumers wait on transaction barriers, never on each other), from TILE 27 by
+//! TMA through tensor maps of the caches where the page size is a power of two >= 8
+//! ([`tma_rows`]; the tile holding a block's last key still by cp.async, which
+//! zero-fills past it); they need an sm_90
 //! device (the kernels are built and JIT-compiled for sm_90a there) and are an error
 //! elsewhere. On sm_90 GPUs tile 17 is the default up to head dim
 //! 128 and tile 16 at 256 (AOT instances, [`default_tile`]), tile 0 elsewhere;
@@ -29,10 +32,11 @@ use std::sync::OnceLock;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::op_types::attention::{AttnKernel, PagedAttnMeta};
-use crate::sys::kernels::msgl_attention_params;
+use crate::sys::kernels::{msgl_attention_params, msgl_prefill_params};
 use crate::tensor::Tensor;
 
 use super::launch::{device_of, dispatch, dtype_code, grid_u32};
+use super::tensor_map::{self, Swizzle};
 
 const OP: &str = "prefill_attention";
 
@@ -53,15 +57,18 @@ pub(super) struct TileShape {
     /// A producer warpgroup besides the `warps` that run the products (the
     /// warp-specialised wgmma tiles, 22..).
     pub producer: bool,
+    /// The producer copies whole K/V tiles by TMA through tensor maps of the caches
+    /// (27..31), where the page size allows ([`tma_rows`]).
+    pub tma: bool,
 }
 
 const fn shape(warps: usize, m_tiles: usize, keys: usize, stages: usize) -> TileShape {
-    TileShape { warps, m_tiles, keys, stages, wgmma: false, producer: false }
+    TileShape { warps, m_tiles, keys, stages, wgmma: false, producer: false, tma: false }
 }
 
 /// A wgmma tile of `warpgroups` warpgroups (64 query rows each).
 const fn wg_shape(warpgroups: usize, keys: usize, stages: usize) -> TileShape {
-    TileShape { warps: 4 * warpgroups, m_tiles: 1, keys, stages, wgmma: true, producer: false }
+    TileShape { warps: 4 * warpgroups, m_tiles: 1, keys, stages, wgmma: true, producer: false, tma: false }
 }
 
 /// A warp-specialised wgmma tile: `consumers` warpgroups of 64 query rows and a
@@ -70,15 +77,21 @@ const fn ws_shape(consumers: usize, keys: usize, stages: usize) -> TileShape {
     TileShape { producer: true, ..wg_shape(consumers, keys, stages) }
 }
 
+/// A warp-specialised tile whose producer copies K/V by TMA.
+const fn tma_shape(consumers: usize, keys: usize, stages: usize) -> TileShape {
+    TileShape { tma: true, ..ws_shape(consumers, keys, stages) }
+}
+
 /// The first wgmma tile id.
 pub(super) const FIRST_WGMMA_TILE: usize = 16;
 
-/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..26 at head dims up to 128
-/// (TILEs 16 and 22 take 64-key tiles at head dim 256: [`tile_shape`]). 19..21, 23,
-/// 24 and 26 run the softmax of one K/V tile under the P V product of the previous
-/// one; 22..26 have a producer warpgroup, and in 24 and 26 the two consumers take
-/// turns issuing their products (ping-pong).
-pub(super) const WGMMA_TILES: [TileShape; 11] = [
+/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..31 at head dims up to 128
+/// (TILEs 16, 22 and 27 take 64-key tiles at head dim 256: [`tile_shape`]). 19..21,
+/// 23, 24 and 26 run the softmax of one K/V tile under the P V product of the
+/// previous one; 22..26 have a producer warpgroup, and in 24 and 26 the two
+/// consumers take turns issuing their products (ping-pong); 27..31 are 22..26 with
+/// the K/V tiles copied by TMA.
+pub(super) const WGMMA_TILES: [TileShape; 16] = [
     wg_shape(2, 128, 2),
     wg_shape(3, 64, 2),
     wg_shape(2, 64, 3),
@@ -90,6 +103,11 @@ pub(super) const WGMMA_TILES: [TileShape; 11] = [
     ws_shape(2, 128, 2),
     ws_shape(3, 64, 2),
     ws_shape(2, 64, 3),
+    tma_shape(2, 128, 2),
+    tma_shape(2, 128, 2),
+    tma_shape(2, 128, 2),
+    tma_shape(3, 64, 2),
+    tma_shape(2, 64, 3),
 ];
 
 /// prefill_attention.cu's `PrefillTile` for TILE = 1..8 (index 0 is [`tile_shape`]'s
@@ -113,10 +131,10 @@ const MAX_ACCUMULATORS: usize = 192;
 /// The same for blocks of more than 256 threads (at most 168 registers a thread).
 const MAX_ACCUMULATORS_384: usize = 112;
 /// The most f32 accumulators and packed P registers a consumer thread of a
-/// warp-specialised tile may hold: 208 registers with two consumer warpgroups, 152
+/// warp-specialised tile may hold: 208 registers with two consumer warpgroups, 144
 /// with three (prefill_attention.cu's `WsRegs`), less what the loop itself keeps.
 const MAX_WS_REGISTERS_2: usize = 176;
-const MAX_WS_REGISTERS_3: usize = 120;
+const MAX_WS_REGISTERS_3: usize = 112;
 
 impl TileShape {
     /// Query rows a block holds.
@@ -164,6 +182,7 @@ pub(super) fn tile_shape(tile: usize, head_dim: usize) -> Option<TileShape> {
         0 => Some(shape(4, 1, 32, 2)),
         16 if head_dim > 128 => Some(wg_shape(2, 64, 2)),
         22 if head_dim > 128 => Some(ws_shape(2, 64, 2)),
+        27 if head_dim > 128 => Some(tma_shape(2, 64, 2)),
         t if t >= FIRST_WGMMA_TILE => WGMMA_TILES.get(t - FIRST_WGMMA_TILE).copied(),
         _ => TILES.get(tile).copied(),
     }
@@ -272,6 +291,15 @@ pub(super) fn default_tile(hopper: bool, head_dim: usize) -> usize {
     }
 }
 
+/// The keys of one TMA copy of a K/V tile of `keys` keys for pages of `page_size`
+/// slots in a cache of `slots` slots (the tensor maps' box, the kernel's
+/// `kv_tma_rows`): a copy stays inside one page and covers whole 8-row swizzle
+/// groups, so the page size must be a power of two >= 8; the slot coordinates are
+/// 32-bit. `None`: the TMA tiles gather by cp.async.
+pub(super) fn tma_rows(page_size: usize, keys: usize, slots: usize) -> Option<usize> {
+    (page_size.is_power_of_two() && page_size >= 8 && slots <= i32::MAX as usize).then(|| page_size.min(keys))
+}
+
 /// The tile table entry launches use: the override, else `MINISGL_PREFILL_TILE`,
 /// else [`default_tile`].
 fn selected_tile(hopper: bool, head_dim: usize) -> usize {
@@ -333,6 +361,8 @@ pub(super) fn prefill_attention(
     };
     let grid = grid_u32(OP, tiles * hkv)?;
     let shared = shape.smem_bytes(d);
+    let pp = prefill_params(p, shape, k_cache, v_cache)?;
+    let maps = (pp.kv_tma_rows > 0).then_some((&pp.k_map, &pp.v_map));
     let views = [out, q, k_cache, v_cache, meta.q_indptr, meta.kv_lens, meta.block_table].map(Tensor::abi);
     let values = [("DTYPE", dtype_code(q)), ("HEAD_DIM", d as i64), ("TILE", tile as i64)];
     dispatch(
@@ -342,20 +372,60 @@ pub(super) fn prefill_attention(
         &values,
         |lib, stream| {
             let [a, b, c, e, f, g, h] = &views;
+            let (k_map, v_map) =
+                maps.map_or((std::ptr::null(), std::ptr::null()), |(k, v)| (k as *const _, v as *const _));
             // SAFETY: the views describe live device tensors checked by the op (shapes,
             // dtypes, lengths against the block table) and by the caller (alignment);
-            // the launcher validates again and only enqueues work on `stream`.
-            unsafe { lib.msgl_prefill_attention(a, b, c, e, f, g, h, &p, tile as i32, stream) }
+            // the maps (or nulls) describe those caches; the launcher validates again
+            // and only enqueues work on `stream`.
+            unsafe { lib.msgl_prefill_attention(a, b, c, e, f, g, h, &p, k_map, v_map, tile as i32, stream) }
         },
         |f| {
             f.set_max_dynamic_shared_bytes(dev, shared as u32)?;
-            // SAFETY: `p` is the msgl_attention_params the entry takes, filled from the
-            // tensors checked by the op, with num_q_tiles for this tile's rows; the
+            // SAFETY: `pp` is the msgl_prefill_params the entry takes: the attention
+            // params filled from the tensors checked by the op, with num_q_tiles for
+            // this tile's rows, and the caches' tensor maps when kv_tma_rows > 0; the
             // block and shared memory are the instance's (prefill_threads,
             // prefill_smem_bytes, mirrored by TileShape).
-            unsafe { f.launch(dev, grid, shape.threads() as u32, shared as u32, &p) }
+            unsafe { f.launch(dev, grid, shape.threads() as u32, shared as u32, &pp) }
         },
     )
+}
+
+/// The kernel's params for `shape`: `p`, and for a TMA tile whose caches allow it
+/// ([`tma_rows`]) a tensor map of each cache ([num_pages, page_size, heads,
+/// head_dim] viewed as [slots][heads][head_dim], boxes of 64 elements x 1 head x
+/// kv_tma_rows slots, 128-byte swizzle) and kv_tma_rows; zeros otherwise (the
+/// kernel gathers by cp.async).
+fn prefill_params(
+    p: msgl_attention_params,
+    shape: TileShape,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+) -> Result<msgl_prefill_params> {
+    // SAFETY: msgl_prefill_params is plain data (maps of opaque words, integers,
+    // pointers): all-zero is its "no maps" value.
+    let mut pp: msgl_prefill_params = unsafe { std::mem::zeroed() };
+    pp.a = p;
+    let [pages, page_size, heads, d] = k_cache.dims::<4>(OP, "k_cache")?;
+    let slots = pages * page_size;
+    let Some(rows) = tma_rows(page_size, shape.keys, slots).filter(|_| shape.tma) else {
+        return Ok(pp);
+    };
+    let map = |cache: &Tensor| {
+        tensor_map::encode(
+            OP,
+            cache,
+            [d as u64, heads as u64, slots as u64],
+            &[(d * 2) as u64, (heads * d * 2) as u64],
+            [64, 1, rows as u32],
+            Swizzle::B128,
+        )
+    };
+    pp.k_map = map(k_cache)?;
+    pp.v_map = map(v_cache)?;
+    pp.kv_tma_rows = rows as i32;
+    Ok(pp)
 }
 
 #[cfg(test)]
@@ -495,9 +565,33 @@ mod tests {
             let s = tile_shape(t, 64).unwrap();
             assert!(s.fits(64) && tile_shape(t, 128).unwrap().fits(128), "tile {t}");
         }
-        let fit_256: Vec<usize> = (16..=26).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
-        assert_eq!(fit_256, vec![16, 22]);
+        // 27..31: 22..26 with the K/V tiles copied by TMA, the same shapes.
+        for t in 27..=31 {
+            let (s, ws) = (tile_shape(t, 128).unwrap(), tile_shape(t - 5, 128).unwrap());
+            assert!(s.tma && !ws.tma, "tile {t}");
+            assert_eq!(TileShape { tma: false, ..s }, ws, "tile {t}");
+            assert!(s.fits(64) && s.fits(128), "tile {t}");
+        }
+        assert_eq!(tile_shape(27, 256).unwrap().keys, 64);
+        let fit_256: Vec<usize> = (16..=31).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
+        assert_eq!(fit_256, vec![16, 22, 27]);
         assert_eq!(tile_shape(15, 128), None);
-        assert_eq!(tile_shape(27, 128), None);
+        assert_eq!(tile_shape(32, 128), None);
+    }
+
+    #[test]
+    fn tma_copies_stay_inside_a_page_and_cover_whole_swizzle_groups() {
+        // A copy is one page, or the whole K/V tile where pages are longer.
+        assert_eq!(tma_rows(16, 64, 1 << 20), Some(16));
+        assert_eq!(tma_rows(8, 128, 1 << 20), Some(8));
+        assert_eq!(tma_rows(64, 64, 1 << 20), Some(64));
+        assert_eq!(tma_rows(256, 128, 1 << 20), Some(128));
+        // Pages shorter than a swizzle group or of another size than a power of
+        // two gather by cp.async; so do caches past 32-bit slot coordinates.
+        assert_eq!(tma_rows(1, 64, 1 << 20), None);
+        assert_eq!(tma_rows(4, 64, 1 << 20), None);
+        assert_eq!(tma_rows(24, 64, 1 << 20), None);
+        assert_eq!(tma_rows(16, 64, 1 << 31), None);
+        assert_eq!(tma_rows(16, 64, (1 << 31) - 1), Some(16));
     }
 }

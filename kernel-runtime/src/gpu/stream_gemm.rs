@@ -4,14 +4,13 @@
 //! one block an SM; the tensor maps it reads through, its plan (stage width,
 //! pipeline depth, grid) and the rule that sends `linear` to it.
 
-use cudarc::driver::sys;
-
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::sys::kernels::{msgl_stream_gemm_params, msgl_tensor_map};
 use crate::tensor::Tensor;
 
 use super::launch::{device_of, dispatch, dtype_code, Switch};
+use super::tensor_map::{self, Swizzle};
 
 /// stream_gemm.cu's block size: 4 consumer warps and the producer warp.
 const THREADS: u32 = 160;
@@ -122,54 +121,19 @@ fn tensor_map(
     whole_rows: Option<usize>,
 ) -> Result<msgl_tensor_map> {
     const OP: &str = "stream_gemm";
-    use sys::CUtensorMapDataType as D;
-    let data_type = match t.dtype() {
-        DType::BF16 => D::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-        DType::F16 => D::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-        other => return Err(Error::arg(OP, format!("no tensor map for {other}"))),
-    };
     let row_bytes = (row_stride * 2) as u64;
     let box_k = u64::from(BOX_K);
-    let (rank, dims, strides, boxes) = match whole_rows {
-        Some(chunk) => (
-            3,
-            [box_k, k as u64 / box_k, rows as u64],
-            [2 * box_k, row_bytes],
-            [BOX_K, (chunk as u64 / box_k) as u32, box_rows],
-        ),
-        None => (2, [k as u64, rows as u64, 1], [row_bytes, 0], [BOX_K, box_rows, 1]),
-    };
-    let element_strides: [u32; 3] = [1, 1, 1];
-    let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::zeroed();
-    // SAFETY: the pointers name live arrays of the rank (2) the call reads and an
-    // output of CUtensorMap's size; the global address is a live device buffer
-    // whose rows the caller checked to be 16-byte aligned (the call checks it too
-    // and reports a bad layout as an error, not a fault).
-    let status = unsafe {
-        sys::cuTensorMapEncodeTiled(
-            map.as_mut_ptr(),
-            data_type,
-            rank,
-            t.device_ptr() as *mut std::ffi::c_void,
-            dims.as_ptr(),
-            strides.as_ptr(),
-            boxes.as_ptr(),
-            element_strides.as_ptr(),
-            sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-            sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
-            sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-        )
-    };
-    if status != sys::CUresult::CUDA_SUCCESS {
-        return Err(Error::arg(
+    match whole_rows {
+        Some(chunk) => tensor_map::encode(
             OP,
-            format!("cuTensorMapEncodeTiled of [{rows}, {k}] (row stride {row_stride}) failed: {status:?}"),
-        ));
+            t,
+            [box_k, k as u64 / box_k, rows as u64],
+            &[2 * box_k, row_bytes],
+            [BOX_K, (chunk as u64 / box_k) as u32, box_rows],
+            Swizzle::None,
+        ),
+        None => tensor_map::encode(OP, t, [k as u64, rows as u64], &[row_bytes], [BOX_K, box_rows], Swizzle::None),
     }
-    // SAFETY: written by the successful call above.
-    let map = unsafe { map.assume_init() };
-    Ok(msgl_tensor_map { opaque: map.opaque })
 }
 
 /// The plan for `m` rows of `[n, k]` weights on `sms` SMs: 1024-wide stages (2 KiB
