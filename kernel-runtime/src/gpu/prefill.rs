@@ -24,6 +24,8 @@
 //! device (the kernels are built and JIT-compiled for sm_90a there) and are an error
 //! elsewhere. On sm_90 GPUs tile 17 is the default up to head dim
 //! 128 and tile 16 at 256 (AOT instances, [`default_tile`]), tile 0 elsewhere;
+//! batches with a sequence of 2048 keys or more at head dim 128 over caches TMA can
+//! copy take tile 27 ([`long_tma_batch`], an AOT instance too);
 //! `MINISGL_PREFILL_TILE` picks another.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -255,7 +257,9 @@ pub(super) fn kernel_for(
     if kernel != AttnKernel::Auto || decode_fits || !supports(dtype, head_dim) || !scale_ok(scale) {
         return kernel;
     }
-    let rows = tile_shape(selected_tile(hopper, head_dim), head_dim).map_or(128, |s| s.rows());
+    // The rows of the default tile for short runs (192 on sm_90 at head dims <= 128):
+    // a long batch's 128-row tile only fills the GPU better.
+    let rows = tile_shape(selected_tile(hopper, head_dim, false), head_dim).map_or(128, |s| s.rows());
     let take = match mode() {
         Mode::Tile => false,
         Mode::New => true,
@@ -300,14 +304,34 @@ pub(super) fn tma_rows(page_size: usize, keys: usize, slots: usize) -> Option<us
     (page_size.is_power_of_two() && page_size >= 8 && slots <= i32::MAX as usize).then(|| page_size.min(keys))
 }
 
+/// The tile for batches with long key runs on an sm_90 GPU at head dim 128 when the
+/// caches allow TMA copies ([`long_tma_batch`]): TILE 27, the warp-specialised
+/// 128 x 128 tile whose producer copies K/V by TMA. On an H100 (docs/PERF.md,
+/// twentieth session) it ran at 344 / 342 TFLOP/s at 32/8 and 16/8 b=1 L=4096
+/// against tile 17's 293 / 259 (+17% / +32%; 28, its overlapped twin, 1-2% faster,
+/// is not an AOT instance), but at 212 against 223 at b=8 L=1024, where each block
+/// holds too few K/V tiles to hide its start and epilogue.
+pub(super) const LONG_TMA_TILE: usize = 27;
+/// The longest key run from which a batch counts as long for [`LONG_TMA_TILE`]:
+/// between the two measured lengths (1024: tile 17 ahead, 4096: tile 27 ahead).
+const LONG_TMA_MIN_KEYS: usize = 2048;
+
+/// Whether a batch whose longest sequence holds `max_kv` keys, over caches of
+/// `slots` slots in pages of `page_size`, takes [`LONG_TMA_TILE`] by default at
+/// `head_dim` on an sm_90 GPU (`hopper`).
+pub(super) fn long_tma_batch(hopper: bool, head_dim: usize, max_kv: usize, page_size: usize, slots: usize) -> bool {
+    hopper && head_dim == 128 && max_kv >= LONG_TMA_MIN_KEYS && tma_rows(page_size, 128, slots).is_some()
+}
+
 /// The tile table entry launches use: the override, else `MINISGL_PREFILL_TILE`,
-/// else [`default_tile`].
-fn selected_tile(hopper: bool, head_dim: usize) -> usize {
+/// else [`LONG_TMA_TILE`] for a `long_tma` batch ([`long_tma_batch`]), else
+/// [`default_tile`].
+fn selected_tile(hopper: bool, head_dim: usize, long_tma: bool) -> usize {
     static ENV: OnceLock<Option<usize>> = OnceLock::new();
     match TILE_OVERRIDE.load(Ordering::Relaxed) {
         usize::MAX => ENV
             .get_or_init(|| std::env::var("MINISGL_PREFILL_TILE").ok().and_then(|v| v.trim().parse().ok()))
-            .unwrap_or_else(|| default_tile(hopper, head_dim)),
+            .unwrap_or_else(|| if long_tma { LONG_TMA_TILE } else { default_tile(hopper, head_dim) }),
         t => t,
     }
 }
@@ -338,7 +362,10 @@ pub(super) fn prefill_attention(
             format!("the prefill kernel needs a positive finite scale, not {}", params.scale_log2),
         ));
     }
-    let tile = selected_tile(dev.capability() == (9, 0), d);
+    let hopper = dev.capability() == (9, 0);
+    let [pages, page_size, ..] = k_cache.dims::<4>(OP, "k_cache")?;
+    let max_kv = meta.kv_lens_host.iter().copied().max().unwrap_or(0);
+    let tile = selected_tile(hopper, d, long_tma_batch(hopper, d, max_kv, page_size, pages * page_size));
     let shape = tile_shape(tile, d)
         .filter(|s| s.fits(d))
         .ok_or_else(|| Error::arg(OP, format!("prefill tile {tile} does not exist or does not fit head dim {d}")))?;
@@ -442,6 +469,23 @@ mod tests {
         assert_eq!((default_tile(true, 128), default_tile(true, 256), default_tile(false, 128)), (17, 16, 0));
         // Tile 17's accumulators (three warpgroups) do not fit head dim 256.
         assert!(tile_shape(17, 256).is_some_and(|s| !s.fits(256)));
+    }
+
+    #[test]
+    fn long_batches_over_tma_able_caches_take_the_tma_tile_on_sm90_at_head_dim_128() {
+        let slots = 1 << 20;
+        assert!(tile_shape(LONG_TMA_TILE, 128).is_some_and(|s| s.tma && s.fits(128)));
+        assert!(long_tma_batch(true, 128, 2048, 16, slots));
+        assert!(long_tma_batch(true, 128, 8192, 64, slots));
+        // Short runs, other head dims, other GPUs, pages TMA cannot copy, caches past
+        // 32-bit slots: the default tile.
+        assert!(!long_tma_batch(true, 128, 2047, 16, slots));
+        assert!(!long_tma_batch(true, 64, 4096, 16, slots));
+        assert!(!long_tma_batch(true, 256, 4096, 16, slots));
+        assert!(!long_tma_batch(false, 128, 4096, 16, slots));
+        assert!(!long_tma_batch(true, 128, 4096, 1, slots));
+        assert!(!long_tma_batch(true, 128, 4096, 24, slots));
+        assert!(!long_tma_batch(true, 128, 4096, 16, 1 << 31));
     }
 
     #[test]
