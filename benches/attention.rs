@@ -22,8 +22,8 @@
 //! the merge forced each way. The other cases run the environment's tuning
 //! (`MINISGL_DECODE_*`, gpu/decode_plan.rs), so a run script can sweep it too.
 //! The `prefill-new tile=N` cases run each tile variant of the prefill kernel
-//! (prefill_attention.cu; N = 16..31 are the wgmma tiles, 22..31 warp-specialised,
-//! 27..31 with K/V by TMA), `prefill-tile` the tile
+//! (prefill_attention.cu; N = 16..33 are the wgmma tiles, 22..33 warp-specialised,
+//! 27..33 with K/V by TMA), `prefill-tile` the tile
 //! kernel, `prefill` what `Auto` picks (with `MINISGL_PREFILL_TILE`'s tile), at the
 //! same three shapes.
 //!
@@ -272,12 +272,12 @@ fn decode_sweep_shapes() -> Vec<(usize, DecodeContexts)> {
 }
 
 /// The prefill kernel's tile variants the bench sweeps: `MINISGL_BENCH_PREFILL_TILES`
-/// (comma-separated), else all of 0..=8 and the wgmma tiles 16..=31 (every one fits
+/// (comma-separated), else all of 0..=8 and the wgmma tiles 16..=33 (every one fits
 /// head dim 128; the wgmma ones need sm_90).
 fn prefill_tiles() -> Vec<usize> {
     match std::env::var("MINISGL_BENCH_PREFILL_TILES") {
         Ok(v) => v.split(',').filter_map(|t| t.trim().parse().ok()).collect(),
-        Err(_) => (0..=8).chain(16..=31).collect(),
+        Err(_) => (0..=8).chain(16..=33).collect(),
     }
 }
 

@@ -477,7 +477,9 @@ __device__ __forceinline__ void prefill_attention_impl(const msgl_attention_para
  * warpgroup that only gathers Q, K and V (the warp-specialised tiles 22.., further
  * down); PINGPONG: their two consumers take turns on the tensor cores; TMA: the
  * producer copies whole K/V tiles by TMA through the caches' tensor maps (27..31:
- * 22..26 with TMA). Mirrored by gpu/prefill.rs. */
+ * 22..26 with TMA; 32, 33: one consumer of 64 rows, two blocks an SM, so that one
+ * block's start and epilogue run under the other's products). Mirrored by
+ * gpu/prefill.rs. */
 template <int TILE, int HEAD_DIM> struct PrefillWgTile;
 #define MSGL_PREFILL_WG_TILE(T, W, N, S, O, P, PP, TM)                       \
   template <int HEAD_DIM> struct PrefillWgTile<T, HEAD_DIM> {                \
@@ -497,6 +499,8 @@ MSGL_PREFILL_WG_TILE(28, 2, 128, 2, true, true, false, true)
 MSGL_PREFILL_WG_TILE(29, 2, 128, 2, true, true, true, true)
 MSGL_PREFILL_WG_TILE(30, 3, 64, 2, false, true, false, true)
 MSGL_PREFILL_WG_TILE(31, 2, 64, 3, true, true, true, true)
+MSGL_PREFILL_WG_TILE(32, 1, 64, 2, false, true, false, true)
+MSGL_PREFILL_WG_TILE(33, 1, 64, 2, true, true, false, true)
 #undef MSGL_PREFILL_WG_TILE
 /* TILE 16: 128 x 128 up to head dim 128, 128 x 64 at 256 (shared memory); TILE 22,
  * its warp-specialised form, and 27 (22 with TMA) the same. */
@@ -697,6 +701,12 @@ template <int TILE, int HEAD_DIM> __host__ __device__ constexpr int prefill_wg_t
 }
 template <int TILE, int HEAD_DIM> __host__ __device__ constexpr int prefill_wg_rows() {
   return 64 * PrefillWgTile<TILE, HEAD_DIM>::WGS;
+}
+/* Blocks an SM the instance is compiled for (__launch_bounds__): two for the
+ * one-consumer warp-specialised tiles (their registers are shared out as WsRegs<1>
+ * says), one for the rest. */
+template <int TILE, int HEAD_DIM> __host__ __device__ constexpr int prefill_wg_min_blocks() {
+  return PrefillWgTile<TILE, HEAD_DIM>::WGS == 1 && PrefillWgTile<TILE, HEAD_DIM>::PRODUCER ? 2 : 1;
 }
 /* Q and STAGES K and V tiles, unpadded, plus 1024 bytes to align the base. */
 template <int TILE, int HEAD_DIM> __host__ __device__ constexpr long long prefill_wg_smem_bytes() {
@@ -1163,6 +1173,8 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
  * cp.async tail spills at 56), and the consumers' accumulators and fragments (112 at
  * head dim 128) fit the 144 left. */
 template <int CONSUMERS> struct WsRegs;
+/* One consumer, two blocks an SM (128 registers a thread at launch). */
+template <> struct WsRegs<1> { static constexpr int PRODUCER = 72, CONSUMER = 184; };
 template <> struct WsRegs<2> { static constexpr int PRODUCER = 88, CONSUMER = 208; };
 template <> struct WsRegs<3> { static constexpr int PRODUCER = 64, CONSUMER = 144; };
 
@@ -1175,7 +1187,7 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
   static_assert(Cfg::PRODUCER, "the tiles without a producer run prefill_wgmma_impl");
   static_assert(!Cfg::PINGPONG || Cfg::WGS == 2, "the ping-pong schedule is for two consumers");
   /* gpu/prefill.rs's TileShape::fits refuses the rest before any compile. */
-  static_assert(Cfg::WGS == 2 || HEAD_DIM <= 128, "three consumers' accumulators need head dim <= 128");
+  static_assert(Cfg::WGS <= 2 || HEAD_DIM <= 128, "three consumers' accumulators need head dim <= 128");
   constexpr int BN = Cfg::BN, STAGES = Cfg::STAGES, CONSUMERS = Cfg::WGS;
   constexpr int BM = prefill_wg_rows<TILE, HEAD_DIM>();
   constexpr int Q_BYTES = BM * HEAD_DIM * 2;
@@ -1350,7 +1362,11 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
 #endif
 }
 
-/* The block's threads, rows and dynamic shared memory for any TILE. */
+/* The block's threads, rows, dynamic shared memory and blocks an SM for any TILE. */
+template <int TILE, int HEAD_DIM> __host__ __device__ constexpr int prefill_block_min_blocks() {
+  if constexpr (prefill_is_wgmma(TILE)) return prefill_wg_min_blocks<TILE, HEAD_DIM>();
+  else return 1;
+}
 template <int TILE, int HEAD_DIM> __host__ __device__ constexpr int prefill_block_threads() {
   if constexpr (prefill_is_wgmma(TILE)) return prefill_wg_threads<TILE, HEAD_DIM>();
   else return prefill_threads<TILE, HEAD_DIM>();
@@ -1373,7 +1389,8 @@ __device__ __forceinline__ void prefill_entry(const msgl_prefill_params& pp) {
  * block = prefill_block_threads<TILE, HEAD_DIM>(), grid = num_q_tiles * num_kv_heads and
  * prefill_block_smem_bytes<TILE, HEAD_DIM>() of dynamic shared memory (gpu/prefill.rs
  * mirrors both). */
-extern "C" __global__ void __launch_bounds__(msgl::prefill_block_threads<MSGL_TILE, MSGL_HEAD_DIM>(), 1)
+extern "C" __global__ void __launch_bounds__(msgl::prefill_block_threads<MSGL_TILE, MSGL_HEAD_DIM>(),
+                                             msgl::prefill_block_min_blocks<MSGL_TILE, MSGL_HEAD_DIM>())
     msgl_prefill_attention_kernel(const __grid_constant__ msgl_prefill_params p) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   /* A run-time instance is compiled for its device: a wgmma tile must be sm_90a. */
@@ -1390,7 +1407,7 @@ extern "C" __global__ void __launch_bounds__(msgl::prefill_block_threads<MSGL_TI
 namespace msgl {
 
 template <int DTYPE, int HEAD_DIM, int TILE>
-__global__ void __launch_bounds__(prefill_block_threads<TILE, HEAD_DIM>(), 1)
+__global__ void __launch_bounds__(prefill_block_threads<TILE, HEAD_DIM>(), prefill_block_min_blocks<TILE, HEAD_DIM>())
     prefill_attention_kernel(const __grid_constant__ msgl_prefill_params p) {
   prefill_entry<DTYPE, HEAD_DIM, TILE>(p);
 }

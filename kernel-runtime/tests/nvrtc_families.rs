@@ -134,6 +134,9 @@ fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
         (2, 128, 31),
         (2, 64, 30),
         (1, 256, 27),
+        (2, 128, 32),
+        (1, 128, 33),
+        (2, 64, 32),
     ] {
         out.push(("prefill_attention", vec![("DTYPE", dtype), ("HEAD_DIM", head_dim), ("TILE", tile)]));
     }

@@ -14,11 +14,12 @@
 //! [`set_prefill_tile`] (benchmarks) picks one; a variant whose accumulators or
 //! shared memory do not fit the head dimension is an error naming it.
 //!
-//! The Hopper tiles ([`WGMMA_TILES`], TILE 16..31, the kernel's `PrefillWgTile`):
+//! The Hopper tiles ([`WGMMA_TILES`], TILE 16..33, the kernel's `PrefillWgTile`):
 //! wgmma with 2 or 3 warpgroups of 64 query rows, 128-byte swizzled K/V tiles, and
 //! from TILE 22 one more warpgroup that only gathers (warp specialisation: the
 //! consumers wait on transaction barriers, never on each other), from TILE 27 by
-//! TMA through tensor maps of the caches where the page size is a power of two >= 8
+//! TMA (32 and 33: one consumer, two blocks an SM) through tensor maps of the
+//! caches where the page size is a power of two >= 8
 //! ([`tma_rows`]; the tile holding a block's last key still by cp.async, which
 //! zero-fills past it); they need an sm_90
 //! device (the kernels are built and JIT-compiled for sm_90a there) and are an error
@@ -87,13 +88,14 @@ const fn tma_shape(consumers: usize, keys: usize, stages: usize) -> TileShape {
 /// The first wgmma tile id.
 pub(super) const FIRST_WGMMA_TILE: usize = 16;
 
-/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..31 at head dims up to 128
+/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..33 at head dims up to 128
 /// (TILEs 16, 22 and 27 take 64-key tiles at head dim 256: [`tile_shape`]). 19..21,
-/// 23, 24 and 26 run the softmax of one K/V tile under the P V product of the
+/// 23, 24, 26 and 33 run the softmax of one K/V tile under the P V product of the
 /// previous one; 22..26 have a producer warpgroup, and in 24 and 26 the two
 /// consumers take turns issuing their products (ping-pong); 27..31 are 22..26 with
-/// the K/V tiles copied by TMA.
-pub(super) const WGMMA_TILES: [TileShape; 16] = [
+/// the K/V tiles copied by TMA; 32 and 33 have one consumer of 64 rows and run two
+/// blocks an SM.
+pub(super) const WGMMA_TILES: [TileShape; 18] = [
     wg_shape(2, 128, 2),
     wg_shape(3, 64, 2),
     wg_shape(2, 64, 3),
@@ -110,6 +112,8 @@ pub(super) const WGMMA_TILES: [TileShape; 16] = [
     tma_shape(2, 128, 2),
     tma_shape(3, 64, 2),
     tma_shape(2, 64, 3),
+    tma_shape(1, 64, 2),
+    tma_shape(1, 64, 2),
 ];
 
 /// prefill_attention.cu's `PrefillTile` for TILE = 1..8 (index 0 is [`tile_shape`]'s
@@ -133,8 +137,10 @@ const MAX_ACCUMULATORS: usize = 192;
 /// The same for blocks of more than 256 threads (at most 168 registers a thread).
 const MAX_ACCUMULATORS_384: usize = 112;
 /// The most f32 accumulators and packed P registers a consumer thread of a
-/// warp-specialised tile may hold: 208 registers with two consumer warpgroups, 144
-/// with three (prefill_attention.cu's `WsRegs`), less what the loop itself keeps.
+/// warp-specialised tile may hold: 184 registers with one consumer warpgroup (two
+/// blocks an SM), 208 with two, 144 with three (prefill_attention.cu's `WsRegs`),
+/// less what the loop itself keeps.
+const MAX_WS_REGISTERS_1: usize = 152;
 const MAX_WS_REGISTERS_2: usize = 176;
 const MAX_WS_REGISTERS_3: usize = 112;
 
@@ -165,7 +171,11 @@ impl TileShape {
     /// A warp-specialised tile's consumers also hold P packed (keys / 4 registers).
     pub(super) fn fits(&self, head_dim: usize) -> bool {
         let registers_ok = if self.producer {
-            let limit = if self.warps > 8 { MAX_WS_REGISTERS_3 } else { MAX_WS_REGISTERS_2 };
+            let limit = match self.warps {
+                4 => MAX_WS_REGISTERS_1,
+                8 => MAX_WS_REGISTERS_2,
+                _ => MAX_WS_REGISTERS_3,
+            };
             (head_dim + self.keys) / 2 + self.keys / 4 <= limit
         } else {
             let limit = if self.threads() > 256 { MAX_ACCUMULATORS_384 } else { MAX_ACCUMULATORS };
@@ -617,10 +627,17 @@ mod tests {
             assert!(s.fits(64) && s.fits(128), "tile {t}");
         }
         assert_eq!(tile_shape(27, 256).unwrap().keys, 64);
-        let fit_256: Vec<usize> = (16..=31).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
+        // 32, 33: one consumer of 64 rows, 64 keys, 2 stages: 81 KiB, two blocks an SM.
+        let t32 = tile_shape(32, 128).unwrap();
+        assert!(t32.tma && t32.producer);
+        assert_eq!((t32.rows(), t32.threads(), t32.keys, t32.stages), (64, 256, 64, 2));
+        assert_eq!(t32.smem_bytes(128), (64 + 256) * 256 + 1024);
+        assert!(2 * t32.smem_bytes(128) <= MAX_SMEM);
+        assert!(t32.fits(64) && tile_shape(33, 128).unwrap().fits(128));
+        let fit_256: Vec<usize> = (16..=33).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
         assert_eq!(fit_256, vec![16, 22, 27]);
         assert_eq!(tile_shape(15, 128), None);
-        assert_eq!(tile_shape(32, 128), None);
+        assert_eq!(tile_shape(34, 128), None);
     }
 
     #[test]
