@@ -18,7 +18,8 @@
 //! wgmma with 2 or 3 warpgroups of 64 query rows, 128-byte swizzled K/V tiles, and
 //! from TILE 22 one more warpgroup that only gathers (warp specialisation: the
 //! consumers wait on transaction barriers, never on each other), from TILE 27 by
-//! TMA (32 and 33: one consumer, two blocks an SM) through tensor maps of the
+//! TMA (32 and 33: one consumer, two blocks an SM; slower than 27 and 17 on an
+//! H100, docs/PERF.md) through tensor maps of the
 //! caches where the page size is a power of two >= 8
 //! ([`tma_rows`]; the tile holding a block's last key still by cp.async, which
 //! zero-fills past it); they need an sm_90
