@@ -485,6 +485,7 @@ template <int TILE, int HEAD_DIM> struct PrefillWgTile;
   template <int HEAD_DIM> struct PrefillWgTile<T, HEAD_DIM> {                \
     static constexpr int WGS = W, BN = N, STAGES = S;                        \
     static constexpr bool OVERLAP = O, PRODUCER = P, PINGPONG = PP, TMA = TM; \
+    static constexpr bool PERSISTENT = false;                                \
   };
 MSGL_PREFILL_WG_TILE(17, 3, 64, 2, false, false, false, false)
 MSGL_PREFILL_WG_TILE(18, 2, 64, 3, false, false, false, false)
@@ -506,15 +507,28 @@ MSGL_PREFILL_WG_TILE(33, 1, 64, 2, true, true, false, true)
  * its warp-specialised form, and 27 (22 with TMA) the same. */
 template <int HEAD_DIM> struct PrefillWgTile<16, HEAD_DIM> {
   static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
-  static constexpr bool OVERLAP = false, PRODUCER = false, PINGPONG = false, TMA = false;
+  static constexpr bool OVERLAP = false, PRODUCER = false, PINGPONG = false, TMA = false, PERSISTENT = false;
 };
 template <int HEAD_DIM> struct PrefillWgTile<22, HEAD_DIM> {
   static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
-  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = false;
+  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = false, PERSISTENT = false;
 };
 template <int HEAD_DIM> struct PrefillWgTile<27, HEAD_DIM> {
   static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
-  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true;
+  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = false;
+};
+/* TILE 34, 35, 36: 27, 28 and 30 run persistently: one block an SM walks the grid's
+ * items (q tile, kv head) in the grid order, its producer loading the next item's Q
+ * into a second buffer and its first K/V tiles while the consumers finish the
+ * current one (prefill_ws_impl). */
+template <int HEAD_DIM> struct PrefillWgTile<34, HEAD_DIM> : PrefillWgTile<27, HEAD_DIM> {
+  static constexpr bool PERSISTENT = true;
+};
+template <int HEAD_DIM> struct PrefillWgTile<35, HEAD_DIM> : PrefillWgTile<28, HEAD_DIM> {
+  static constexpr bool PERSISTENT = true;
+};
+template <int HEAD_DIM> struct PrefillWgTile<36, HEAD_DIM> : PrefillWgTile<30, HEAD_DIM> {
+  static constexpr bool PERSISTENT = true;
 };
 
 __host__ __device__ constexpr bool prefill_is_wgmma(int tile) { return tile >= 16; }
@@ -708,21 +722,36 @@ template <int TILE, int HEAD_DIM> __host__ __device__ constexpr int prefill_wg_r
 template <int TILE, int HEAD_DIM> __host__ __device__ constexpr int prefill_wg_min_blocks() {
   return PrefillWgTile<TILE, HEAD_DIM>::WGS == 1 && PrefillWgTile<TILE, HEAD_DIM>::PRODUCER ? 2 : 1;
 }
-/* Q and STAGES K and V tiles, unpadded, plus 1024 bytes to align the base. */
+/* Q buffers: two for a persistent tile where they fit beside its K/V stages in the
+ * 227 KiB a block may take (the next item's Q lands while the current one runs),
+ * else one. */
+template <int TILE, int HEAD_DIM> __host__ __device__ constexpr int prefill_wg_q_buffers() {
+  using C = PrefillWgTile<TILE, HEAD_DIM>;
+  return C::PERSISTENT &&
+                 static_cast<long long>(2 * prefill_wg_rows<TILE, HEAD_DIM>() + 2 * C::STAGES * C::BN) * HEAD_DIM * 2 +
+                         1024 <=
+                     232448
+             ? 2
+             : 1;
+}
+/* The Q buffers and STAGES K and V tiles, unpadded, plus 1024 bytes to align the base. */
 template <int TILE, int HEAD_DIM> __host__ __device__ constexpr long long prefill_wg_smem_bytes() {
   using C = PrefillWgTile<TILE, HEAD_DIM>;
-  return static_cast<long long>(prefill_wg_rows<TILE, HEAD_DIM>() + 2 * C::STAGES * C::BN) * HEAD_DIM * 2 + 1024;
+  return static_cast<long long>(prefill_wg_q_buffers<TILE, HEAD_DIM>() * prefill_wg_rows<TILE, HEAD_DIM>() +
+                                2 * C::STAGES * C::BN) *
+             HEAD_DIM * 2 +
+         1024;
 }
 
-/* What a block's q tile is: its sequence, rows and causal key range (the header's
- * packing; `found` false for grid items past the last tile). */
+/* What q tile `item` (the grid order's item: blockIdx.x / num_kv_heads for one block
+ * a tile) is: its sequence, rows and causal key range (the header's packing; `found`
+ * false for items past the last tile). */
 struct WgTile {
   bool found;
   int seq, q_start, q_len, prefix, row0, rows, last_pos, kv_stop;
 };
-__device__ __forceinline__ WgTile wg_find_tile(const msgl_attention_params& p, int group, int bm) {
+__device__ __forceinline__ WgTile wg_find_tile(const msgl_attention_params& p, int group, int bm, int item) {
   WgTile t{};
-  const int item = static_cast<int>(blockIdx.x / p.num_kv_heads);
   int tile_in_seq = 0;
   t.found = prefill_find_tile(p, item, group, bm, t.seq, tile_in_seq);
   if (!t.found) return t;
@@ -814,24 +843,30 @@ __device__ __forceinline__ void wg_load_kv(unsigned char* dst, const void* cache
  * swizzled tile at `dst` by TMA: one copy of `rows` keys (the map's box: a power of
  * two >= 8 dividing the page size and BN, so that a copy stays inside one page and
  * lands on whole 8-row swizzle groups) x 64 elements for each (key chunk, 64-column
- * block), spread over the lanes of one warp (`lane`), completing on `bar`. Page
- * numbers outside the cache read as zeros (the coordinate is moved outside the map).
- * Every key of the tile must be below kv_stop: the tail goes through wg_load_kv,
- * which zero-fills past it. */
+ * block), one a lane of one warp (`lane`), completing on `bar`. `page`: the lane's
+ * page number, read ahead by wg_tma_page; numbers outside the cache read as zeros
+ * (the coordinate is moved outside the map). Every key of the tile must be below
+ * kv_stop: the tail goes through wg_load_kv, which zero-fills past it. */
 template <int HEAD_DIM, int BN>
 __device__ __forceinline__ void wg_tma_kv(unsigned char* dst, const msgl_tensor_map* map, int tile, const WgKeys& k,
-                                          int rows, unsigned long long* bar, int lane) {
+                                          int rows, int page, unsigned long long* bar, int lane) {
+  static_assert((BN / 8) * (HEAD_DIM / 64) <= kWarpSize, "at most one copy a lane");
   const int chunks = BN / rows;
-  const int copies = chunks * (HEAD_DIM / 64);
-  for (int c = lane; c < copies; c += kWarpSize) {
-    const int chunk = c % chunks, block = c / chunks;
-    const int kv = tile * BN + chunk * rows;
-    const int page_idx = kv >> k.page_shift;
-    const int page = __ldg(k.pages + page_idx);
-    const bool valid = page >= 0 && page < k.num_pages;
-    const int slot = valid ? page * k.page_size + (kv & (k.page_size - 1)) : -k.page_size;
-    tensor_copy_3d_g2s(dst + block * BN * 128 + chunk * rows * 128, map, block * 64, k.kv_head, slot, bar);
-  }
+  if (lane >= chunks * (HEAD_DIM / 64)) return;
+  const int chunk = lane % chunks, block = lane / chunks;
+  const int kv = tile * BN + chunk * rows;
+  const bool valid = page >= 0 && page < k.num_pages;
+  const int slot = valid ? page * k.page_size + (kv & (k.page_size - 1)) : -k.page_size;
+  tensor_copy_3d_g2s(dst + block * BN * 128 + chunk * rows * 128, map, block * 64, k.kv_head, slot, bar);
+}
+/* The page lane `lane` copies from in wg_tma_kv's tile `tile` (-1 for a lane without
+ * a copy): read one tile ahead, so that the page table's latency hides under the
+ * producer's waits. */
+template <int HEAD_DIM, int BN>
+__device__ __forceinline__ int wg_tma_page(int tile, const WgKeys& k, int rows, int lane) {
+  const int chunks = BN / rows;
+  if (lane >= chunks * (HEAD_DIM / 64)) return -1;
+  return __ldg(k.pages + ((tile * BN + (lane % chunks) * rows) >> k.page_shift));
 }
 
 /* One warpgroup's 64 query rows of a wgmma tile (both Hopper paths): the O
@@ -996,6 +1031,18 @@ template <int DTYPE, int HEAD_DIM, int BM, int BN> struct WgRows {
 __device__ __forceinline__ void cp_async_mbar_arrive(unsigned long long* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_u32(bar)) : "memory");
 }
+/* The same without counting as an expected arrival: the barrier's pending count
+ * grows by one now and shrinks by one when the copies have landed. */
+__device__ __forceinline__ void cp_async_mbar_track(unsigned long long* bar) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+/* One arrival for the calling warp, from lane 0 once every lane got here: the
+ * consumers' release barriers count warps, not threads (an arrival is a
+ * shared-memory atomic on one word, and 256 of them a phase queue up). */
+__device__ __forceinline__ void mbar_arrive_warp(unsigned long long* bar) {
+  __syncwarp();
+  if (threadIdx.x % kWarpSize == 0) mbar_arrive(bar);
+}
 /* Named barrier `id` of `n` threads: wait for all of them, or only count this one. */
 __device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id, int n) {
@@ -1029,7 +1076,7 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
 
   const int group = p.num_q_heads / p.num_kv_heads;
   const int kv_head = static_cast<int>(blockIdx.x % p.num_kv_heads);
-  const WgTile tl = wg_find_tile(p, group, BM);
+  const WgTile tl = wg_find_tile(p, group, BM, static_cast<int>(blockIdx.x / p.num_kv_heads));
   if (!tl.found) return;
   const int num_tiles = (tl.kv_stop + BN - 1) / BN;
   const WgKeys keys = wg_keys(p, tl.seq, kv_head, tl.kv_stop);
@@ -1142,21 +1189,23 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
  *
  *   producer  (setmaxnreg down to WsRegs::PRODUCER): Q, then for each K/V tile t in
  *     stage t % STAGES: wait until the K half of the stage is empty (every consumer
- *     thread arrived on empty_k[stage] for tile t - STAGES), gather K with cp.async
- *     and arrive on full_k[stage] through cp.async.mbarrier.arrive (it fires once
- *     this thread's copies have landed); then the same for V. The page table is read
- *     here only. TMA tiles (27..31): a whole K or V tile is a few tensor copies (one
- *     per page chunk and 64-column block, the 128-byte swizzle done by the copy
- *     engine) issued by the first warp, lane 0 announcing the tile's bytes on the
- *     full barrier; only the tile that holds kv_stop is gathered as above.
+ *     warp arrived on empty_k[stage] for tile t - STAGES), gather K with cp.async,
+ *     each thread's copies tracked on full_k[stage] (cp.async.mbarrier.arrive: the
+ *     pending count drops once they have landed), and once all 128 are tracked,
+ *     thread 0 arrives (the barrier's one expected arrival); then the same for V.
+ *     The page table is read here only. TMA tiles (27..31, 34..36): a whole K or V
+ *     tile is a few tensor copies (one per page chunk and 64-column block, the
+ *     128-byte swizzle done by the copy engine) issued by the first warp, lane 0
+ *     announcing the tile's bytes with its arrival, the pages read a tile ahead;
+ *     only the tile that holds kv_stop is gathered as above.
  *   consumers (setmaxnreg up): wait for full_k of tile t (parity (t / STAGES) & 1),
- *     fence.proxy.async (the rows came through the generic proxy, wgmma reads
- *     through the async one), S = Q K^T, release K, softmax, wait for full_v,
- *     O += P V, release V. K and V are released apart so that two stages keep a
- *     whole step of lead for each. A warpgroup whose rows the tile does not reach
- *     still waits for both halves and arrives, so that every phase of the empty
- *     barriers sees all consumers and no stage is refilled while copies into it are
- *     in flight.
+ *     fence.proxy.async for a gathered tile (the rows came through the generic
+ *     proxy, wgmma reads through the async one; TMA tiles need none), S = Q K^T,
+ *     release K, softmax, wait for full_v, O += P V, release V (one arrival a warp).
+ *     K and V are released apart so that two stages keep a whole step of lead for
+ *     each. A warpgroup whose rows the tile does not reach still waits for both
+ *     halves and arrives, so that every phase of the empty barriers sees all
+ *     consumers and no stage is refilled while copies into it are in flight.
  *   OVERLAP: step j issues S_j and P_{j-1} V_{j-1} together and runs the softmax of
  *     S_j under the P V product; K_j and V_{j-1} are released at the step's end.
  *   PINGPONG (two consumers): the warpgroups take turns issuing their step's
@@ -1164,6 +1213,14 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
  *     products are issued, lets the other go), so that one's softmax runs under the
  *     other's tensor-core work. Both run the same number of steps; the second skips
  *     its last hand-over, which nobody would wait for.
+ *   PERSISTENT (34..36): at most one block an SM, each walking the grid's items
+ *     blockIdx.x, + gridDim.x, ... (the grid order: deepest tiles first). The
+ *     producer finds item n, loads its Q into buffer n % QBUF once the consumers have
+ *     released it (q_empty) and publishes the item with it (q_tile; q_full counts
+ *     the 128 cp.async arrivals and thread 0's); the K/V ring runs on from item to
+ *     item (its position carries over), so the next item's Q and first tiles load
+ *     while the consumers finish the current one. The consumers stage O in their Q
+ *     rows, then release the buffer. A non-persistent block runs one item so.
  * --------------------------------------------------------------------------------- */
 
 /* Registers a producer thread keeps after setmaxnreg, and a consumer thread gets:
@@ -1176,7 +1233,7 @@ template <int CONSUMERS> struct WsRegs;
 /* One consumer, two blocks an SM (128 registers a thread at launch). */
 template <> struct WsRegs<1> { static constexpr int PRODUCER = 72, CONSUMER = 184; };
 template <> struct WsRegs<2> { static constexpr int PRODUCER = 88, CONSUMER = 208; };
-template <> struct WsRegs<3> { static constexpr int PRODUCER = 64, CONSUMER = 144; };
+template <> struct WsRegs<3> { static constexpr int PRODUCER = 80, CONSUMER = 144; };
 
 template <int DTYPE, int HEAD_DIM, int TILE>
 __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
@@ -1186,37 +1243,44 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
   using Cfg = PrefillWgTile<TILE, HEAD_DIM>;
   static_assert(Cfg::PRODUCER, "the tiles without a producer run prefill_wgmma_impl");
   static_assert(!Cfg::PINGPONG || Cfg::WGS == 2, "the ping-pong schedule is for two consumers");
+  static_assert(!Cfg::PINGPONG || !Cfg::PERSISTENT, "the ping-pong hand-over runs one item");
   /* gpu/prefill.rs's TileShape::fits refuses the rest before any compile. */
   static_assert(Cfg::WGS <= 2 || HEAD_DIM <= 128, "three consumers' accumulators need head dim <= 128");
   constexpr int BN = Cfg::BN, STAGES = Cfg::STAGES, CONSUMERS = Cfg::WGS;
   constexpr int BM = prefill_wg_rows<TILE, HEAD_DIM>();
+  constexpr int QBUF = prefill_wg_q_buffers<TILE, HEAD_DIM>();
   constexpr int Q_BYTES = BM * HEAD_DIM * 2;
   constexpr int KV_BYTES = BN * HEAD_DIM * 2;
   static_assert(HEAD_DIM % 64 == 0 && BN % 64 == 0 && STAGES >= 2, "tile shapes");
 
   extern __shared__ __align__(1024) unsigned char prefill_wg_smem[];
-  __shared__ unsigned long long full_k[STAGES], full_v[STAGES], empty_k[STAGES], empty_v[STAGES], q_full;
+  __shared__ unsigned long long full_k[STAGES], full_v[STAGES], empty_k[STAGES], empty_v[STAGES];
+  __shared__ unsigned long long q_full[QBUF], q_empty[QBUF];
+  __shared__ WgTile q_tile[QBUF]; /* the item whose Q the buffer holds (the producer's find) */
   const unsigned raw = smem_u32(prefill_wg_smem);
   const unsigned pad = (1024u - (raw & 1023u)) & 1023u;
   unsigned char* smem = prefill_wg_smem + pad;
   const unsigned s_base = raw + pad; /* 1024-aligned */
-  auto k_off = [](int stage) { return Q_BYTES + stage * KV_BYTES; };
-  auto v_off = [](int stage) { return Q_BYTES + (STAGES + stage) * KV_BYTES; };
+  auto k_off = [](int stage) { return QBUF * Q_BYTES + stage * KV_BYTES; };
+  auto v_off = [](int stage) { return QBUF * Q_BYTES + (STAGES + stage) * KV_BYTES; };
 
   const int group = p.num_q_heads / p.num_kv_heads;
-  const int kv_head = static_cast<int>(blockIdx.x % p.num_kv_heads);
-  const WgTile tl = wg_find_tile(p, group, BM);
-  if (!tl.found) return;
-  const int num_tiles = (tl.kv_stop + BN - 1) / BN;
+  /* Grid items (q tile, kv head), blockIdx.x, blockIdx.x + gridDim.x, ...: one for a
+   * block of a non-persistent tile, whose grid has one block an item. */
+  const int items = p.num_q_tiles * p.num_kv_heads;
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(&full_k[s], 128);
-      mbar_init(&full_v[s], 128);
-      mbar_init(&empty_k[s], 128 * CONSUMERS);
-      mbar_init(&empty_v[s], 128 * CONSUMERS);
+      mbar_init(&full_k[s], 1); /* the producer's thread 0 (the gathers' copies tracked besides) */
+      mbar_init(&full_v[s], 1);
+      mbar_init(&empty_k[s], 4 * CONSUMERS); /* a consumer warp's lane 0 */
+      mbar_init(&empty_v[s], 4 * CONSUMERS);
     }
-    mbar_init(&q_full, 128);
+#pragma unroll
+    for (int b = 0; b < QBUF; ++b) {
+      mbar_init(&q_full[b], 128 + 1); /* the producer's cp.async, and thread 0 with the item */
+      mbar_init(&q_empty[b], 4 * CONSUMERS);
+    }
     mbar_init_fence();
   }
   __syncthreads();
@@ -1225,135 +1289,183 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
   if (wg == 0) {
     regs_dec<WsRegs<CONSUMERS>::PRODUCER>();
     const int t = threadIdx.x;
-    const WgKeys keys = wg_keys(p, tl.seq, kv_head, tl.kv_stop);
     /* TMA tiles: the keys of one copy (0: every tile by cp.async, as the host asks
      * when the page size is not a power of two >= 8). Whole tiles go by TMA from the
-     * first warp's lanes (lane 0 announces the bytes, the other 127 threads arrive
-     * plainly: the full barriers count 128 arrivals either way); the tile holding
-     * kv_stop by cp.async, which zero-fills the keys past it (a P of zero times a V
-     * row that was never written could still be NaN). */
+     * first warp's lanes, thread 0 announcing the bytes with the full barrier's one
+     * arrival; the tile holding kv_stop by cp.async, which zero-fills the keys past it
+     * (a P of zero times a V row that was never written could still be NaN): every
+     * thread's copies are tracked on the barrier, then (named barrier 6: all tracked)
+     * thread 0 arrives. */
     const int tma_rows = Cfg::TMA ? pp.kv_tma_rows : 0;
     if (Cfg::TMA && tma_rows > 0 && t == 0) {
       prefetch_tensor_map(&pp.k_map);
       prefetch_tensor_map(&pp.v_map);
     }
-    auto load = [&](unsigned char* dst, const void* cache, const msgl_tensor_map* map, int it,
-                    unsigned long long* bar) {
-      if (Cfg::TMA && tma_rows > 0 && (it + 1) * BN <= tl.kv_stop) {
-        if (t < kWarpSize) {
-          if (t == 0) mbar_arrive_expect_tx(bar, KV_BYTES);
-          __syncwarp();
-          wg_tma_kv<HEAD_DIM, BN>(dst, map, it, keys, tma_rows, bar, t);
-          if (t != 0) mbar_arrive(bar);
-        } else {
-          mbar_arrive(bar);
-        }
-      } else {
-        wg_load_kv<DTYPE, HEAD_DIM, BN, 128>(dst, cache, it, keys, t);
-        cp_async_mbar_arrive(bar);
+    int ring = 0; /* K/V tiles loaded so far: the ring position of the next */
+    int n = 0;
+    for (int item = blockIdx.x; item < items; item += gridDim.x, ++n) {
+      const int qb = n % QBUF;
+      const int kv_head = item % p.num_kv_heads;
+      const WgTile tl = wg_find_tile(p, group, BM, item / p.num_kv_heads);
+      if (n >= QBUF) mbar_wait(&q_empty[qb], static_cast<unsigned>(((n / QBUF) - 1) & 1));
+      if (tl.found) wg_load_q<DTYPE, HEAD_DIM, BM, 128>(smem + qb * Q_BYTES, p, t, tl.rows, tl.row0, tl.q_start, group, kv_head);
+      cp_async_mbar_arrive(&q_full[qb]);
+      if (t == 0) {
+        q_tile[qb] = tl;
+        mbar_arrive(&q_full[qb]); /* release: the consumers read q_tile after their wait */
       }
-    };
-    wg_load_q<DTYPE, HEAD_DIM, BM, 128>(smem, p, t, tl.rows, tl.row0, tl.q_start, group, kv_head);
-    cp_async_mbar_arrive(&q_full);
-    for (int it = 0; it < num_tiles; ++it) {
-      const int stage = it % STAGES;
-      const unsigned freed = static_cast<unsigned>(((it / STAGES) - 1) & 1); /* tile it - STAGES's release */
-      if (it >= STAGES) mbar_wait(&empty_k[stage], freed);
-      load(smem + k_off(stage), p.k_cache, &pp.k_map, it, &full_k[stage]);
-      if (it >= STAGES) mbar_wait(&empty_v[stage], freed);
-      load(smem + v_off(stage), p.v_cache, &pp.v_map, it, &full_v[stage]);
+      if (!tl.found) continue;
+      const int num_tiles = (tl.kv_stop + BN - 1) / BN;
+      const WgKeys keys = wg_keys(p, tl.seq, kv_head, tl.kv_stop);
+      auto by_tma = [&](int it) { return Cfg::TMA && tma_rows > 0 && (it + 1) * BN <= tl.kv_stop; };
+      /* The first warp reads each TMA tile's pages one tile ahead, under the waits. */
+      auto tma_page = [&](int it) {
+        if constexpr (Cfg::TMA) return by_tma(it) && t < kWarpSize ? wg_tma_page<HEAD_DIM, BN>(it, keys, tma_rows, t) : -1;
+        else return -1;
+      };
+      int page_next = tma_page(0);
+      auto load = [&](unsigned char* dst, const void* cache, const msgl_tensor_map* map, int it, int page,
+                      unsigned long long* bar) {
+        if constexpr (Cfg::TMA) {
+          if (by_tma(it)) {
+            if (t < kWarpSize) {
+              if (t == 0) mbar_arrive_expect_tx(bar, KV_BYTES);
+              __syncwarp();
+              wg_tma_kv<HEAD_DIM, BN>(dst, map, it, keys, tma_rows, page, bar, t);
+            }
+            return;
+          }
+        }
+        wg_load_kv<DTYPE, HEAD_DIM, BN, 128>(dst, cache, it, keys, t);
+        cp_async_mbar_track(bar);
+        named_sync(6, 128);
+        if (t == 0) mbar_arrive(bar);
+      };
+      for (int it = 0; it < num_tiles; ++it, ++ring) {
+        const int stage = ring % STAGES;
+        const unsigned freed = static_cast<unsigned>(((ring / STAGES) - 1) & 1); /* tile ring - STAGES's release */
+        const int page = page_next;
+        page_next = tma_page(it + 1);
+        if (ring >= STAGES) mbar_wait(&empty_k[stage], freed);
+        load(smem + k_off(stage), p.k_cache, &pp.k_map, it, page, &full_k[stage]);
+        if (ring >= STAGES) mbar_wait(&empty_v[stage], freed);
+        load(smem + v_off(stage), p.v_cache, &pp.v_map, it, page, &full_v[stage]);
+      }
+      if constexpr (!Cfg::PERSISTENT) break; /* one item (and no loop for ptxas to keep state across) */
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
   } else {
     regs_inc<WsRegs<CONSUMERS>::CONSUMER>();
     const int cwg = wg - 1;
-    WgRows<DTYPE, HEAD_DIM, BM, BN> w;
-    w.init(tl, group, cwg, s_base, p.scale_log2);
-    /* Tiles 0..n_active-1 reach this warpgroup's rows. */
-    const int n_active = w.active_tiles(num_tiles);
-    auto parity = [](int it) { return static_cast<unsigned>((it / STAGES) & 1); };
-    mbar_wait(&q_full, 0);
+    auto parity = [](int ring) { return static_cast<unsigned>((ring / STAGES) & 1); };
+    int ring = 0; /* the ring position of the item's first K/V tile */
+    int n = 0;
+    for (int item = blockIdx.x; item < items; item += gridDim.x, ++n) {
+      const int qb = n % QBUF;
+      mbar_wait(&q_full[qb], static_cast<unsigned>((n / QBUF) & 1));
+      const WgTile tl = q_tile[qb];
+      if (!tl.found) {
+        mbar_arrive_warp(&q_empty[qb]);
+        continue;
+      }
+      const int kv_head = item % p.num_kv_heads;
+      const int num_tiles = (tl.kv_stop + BN - 1) / BN;
+      WgRows<DTYPE, HEAD_DIM, BM, BN> w;
+      w.init(tl, group, cwg, s_base + qb * Q_BYTES, p.scale_log2);
+      /* Tiles 0..n_active-1 reach this warpgroup's rows. */
+      const int n_active = w.active_tiles(num_tiles);
+      /* A tile the producer gathered with cp.async (the generic proxy) is made visible
+       * to wgmma (the async proxy) by a proxy fence; TMA tiles arrive through the async
+       * proxy and their barrier alone (the fence is a full memory barrier: MEMBAR). */
+      const int tma_tiles = Cfg::TMA && pp.kv_tma_rows > 0 ? tl.kv_stop / BN : 0;
+      auto fence_gathered = [&](int it) {
+        if (it >= tma_tiles) fence_proxy_async_smem();
+      };
 
-    if constexpr (!Cfg::OVERLAP) {
-      for (int it = 0; it < num_tiles; ++it) {
-        const int stage = it % STAGES;
-        mbar_wait(&full_k[stage], parity(it));
-        if (it < n_active) {
-          fence_proxy_async_smem();
-          w.issue_s(s_base + k_off(stage));
-          wgmma_wait<0>();
-          wgmma_fence_regs(w.s);
-          mbar_arrive(&empty_k[stage]);
-          float alpha[2];
-          w.softmax(it * BN, alpha);
-          w.rescale(alpha);
-          w.pack_p();
-          wgmma_fence_regs(w.o);
-          mbar_wait(&full_v[stage], parity(it));
-          fence_proxy_async_smem();
-          w.issue_pv(s_base + v_off(stage));
-          wgmma_wait<0>();
-          wgmma_fence_regs(w.o);
-        } else {
-          mbar_arrive(&empty_k[stage]);
-          mbar_wait(&full_v[stage], parity(it));
-        }
-        mbar_arrive(&empty_v[stage]);
-      }
-    } else {
-      constexpr int SCHED = 4; /* named barriers SCHED + consumer (0 is __syncthreads, 1..3 the warpgroups') */
-      if (Cfg::PINGPONG && cwg == 1) named_arrive(SCHED, 256); /* consumer 0 goes first */
-      for (int j = 0; j <= num_tiles; ++j) {
-        const bool has_s = j < n_active;
-        const bool has_pv = j > 0 && j <= n_active;
-        const int stage = j % STAGES, prev = (j + STAGES - 1) % STAGES;
-        if (j < num_tiles) mbar_wait(&full_k[stage], parity(j));
-        if (j > 0) mbar_wait(&full_v[prev], parity(j - 1));
-        fence_proxy_async_smem();
-        if constexpr (Cfg::PINGPONG) named_sync(SCHED + cwg, 256);
-        /* Lets the other consumer issue its products (ping-pong) once this one's are. */
-        auto hand_over = [&]() {
-          if constexpr (Cfg::PINGPONG) {
-            if (cwg == 0 || j < num_tiles) named_arrive(SCHED + 1 - cwg, 256);
+      if constexpr (!Cfg::OVERLAP) {
+        for (int it = 0; it < num_tiles; ++it) {
+          const int stage = (ring + it) % STAGES;
+          mbar_wait(&full_k[stage], parity(ring + it));
+          if (it < n_active) {
+            fence_gathered(it);
+            w.issue_s(s_base + k_off(stage));
+            wgmma_wait<0>();
+            wgmma_fence_regs(w.s);
+            mbar_arrive_warp(&empty_k[stage]);
+            float alpha[2];
+            w.softmax(it * BN, alpha);
+            w.rescale(alpha);
+            w.pack_p();
+            wgmma_fence_regs(w.o);
+            mbar_wait(&full_v[stage], parity(ring + it));
+            fence_gathered(it);
+            w.issue_pv(s_base + v_off(stage));
+            wgmma_wait<0>();
+            wgmma_fence_regs(w.o);
+          } else {
+            mbar_arrive_warp(&empty_k[stage]);
+            mbar_wait(&full_v[stage], parity(ring + it));
           }
-        };
-        /* Each branch issues its products and waits for all of them: ptxas
-         * serialises wgmma that stay in flight across a branch it cannot prove
-         * uniform (C7518), which two `if`s issuing S and P V apart were. */
-        float alpha[2];
-        if (has_s && has_pv) {
-          w.issue_s(s_base + k_off(stage));
-          w.issue_pv(s_base + v_off(prev));
-          hand_over();
-          wgmma_wait<1>(); /* S_j (committed first) is done, P V may not be */
-          wgmma_fence_regs(w.s);
-          w.softmax(j * BN, alpha);
-          wgmma_wait<0>(); /* P_{j-1} V_{j-1}: O and P are free */
-          wgmma_fence_regs(w.o);
-          w.rescale(alpha);
-          w.pack_p();
-        } else if (has_s) {
-          w.issue_s(s_base + k_off(stage));
-          hand_over();
-          wgmma_wait<0>();
-          wgmma_fence_regs(w.s);
-          w.softmax(j * BN, alpha); /* j = 0: O is still zero, no rescale */
-          w.pack_p();
-        } else if (has_pv) {
-          w.issue_pv(s_base + v_off(prev));
-          hand_over();
-          wgmma_wait<0>();
-          wgmma_fence_regs(w.o);
-        } else {
-          hand_over();
+          mbar_arrive_warp(&empty_v[stage]);
         }
-        if (j < num_tiles) mbar_arrive(&empty_k[stage]); /* S_j is done */
-        if (j > 0) mbar_arrive(&empty_v[prev]);           /* P_{j-1} V_{j-1} is done */
+      } else {
+        constexpr int SCHED = 4; /* named barriers SCHED + consumer (0 is __syncthreads, 1..3 the warpgroups') */
+        if (Cfg::PINGPONG && cwg == 1) named_arrive(SCHED, 256); /* consumer 0 goes first */
+        for (int j = 0; j <= num_tiles; ++j) {
+          const bool has_s = j < n_active;
+          const bool has_pv = j > 0 && j <= n_active;
+          const int stage = (ring + j) % STAGES, prev = (ring + j + STAGES - 1) % STAGES;
+          if (j < num_tiles) mbar_wait(&full_k[stage], parity(ring + j));
+          if (j > 0) mbar_wait(&full_v[prev], parity(ring + j - 1));
+          fence_gathered(j < num_tiles ? j : j - 1); /* K_j, V_{j-1}: only the last tile may be gathered */
+          if constexpr (Cfg::PINGPONG) named_sync(SCHED + cwg, 256);
+          /* Lets the other consumer issue its products (ping-pong) once this one's are. */
+          auto hand_over = [&]() {
+            if constexpr (Cfg::PINGPONG) {
+              if (cwg == 0 || j < num_tiles) named_arrive(SCHED + 1 - cwg, 256);
+            }
+          };
+          /* Each branch issues its products and waits for all of them: ptxas
+           * serialises wgmma that stay in flight across a branch it cannot prove
+           * uniform (C7518), which two `if`s issuing S and P V apart were. */
+          float alpha[2];
+          if (has_s && has_pv) {
+            w.issue_s(s_base + k_off(stage));
+            w.issue_pv(s_base + v_off(prev));
+            hand_over();
+            wgmma_wait<1>(); /* S_j (committed first) is done, P V may not be */
+            wgmma_fence_regs(w.s);
+            w.softmax(j * BN, alpha);
+            wgmma_wait<0>(); /* P_{j-1} V_{j-1}: O and P are free */
+            wgmma_fence_regs(w.o);
+            w.rescale(alpha);
+            w.pack_p();
+          } else if (has_s) {
+            w.issue_s(s_base + k_off(stage));
+            hand_over();
+            wgmma_wait<0>();
+            wgmma_fence_regs(w.s);
+            w.softmax(j * BN, alpha); /* j = 0: O is still zero, no rescale */
+            w.pack_p();
+          } else if (has_pv) {
+            w.issue_pv(s_base + v_off(prev));
+            hand_over();
+            wgmma_wait<0>();
+            wgmma_fence_regs(w.o);
+          } else {
+            hand_over();
+          }
+          if (j < num_tiles) mbar_arrive_warp(&empty_k[stage]); /* S_j is done */
+          if (j > 0) mbar_arrive_warp(&empty_v[prev]);           /* P_{j-1} V_{j-1} is done */
+        }
       }
-    }
-    if (w.has_rows) {
-      named_sync(1 + cwg, 128);
-      w.store(smem, p, tl, group, kv_head, cwg);
+      if (w.has_rows) {
+        named_sync(1 + cwg, 128); /* the warpgroup's products are done with its Q rows */
+        w.store(smem + qb * Q_BYTES, p, tl, group, kv_head, cwg);
+      }
+      mbar_arrive_warp(&q_empty[qb]); /* the buffer's rows are read (the staged O included) */
+      ring += num_tiles;
+      if constexpr (!Cfg::PERSISTENT) break;
     }
   }
 #else
@@ -1388,7 +1500,8 @@ __device__ __forceinline__ void prefill_entry(const msgl_prefill_params& pp) {
 /* One instance, compiled by NVRTC or into an AOT cubin; launched from Rust with
  * block = prefill_block_threads<TILE, HEAD_DIM>(), grid = num_q_tiles * num_kv_heads and
  * prefill_block_smem_bytes<TILE, HEAD_DIM>() of dynamic shared memory (gpu/prefill.rs
- * mirrors both). */
+ * mirrors both); a persistent tile's grid is at most the SM count, its blocks walking
+ * the items. */
 extern "C" __global__ void __launch_bounds__(msgl::prefill_block_threads<MSGL_TILE, MSGL_HEAD_DIM>(),
                                              msgl::prefill_block_min_blocks<MSGL_TILE, MSGL_HEAD_DIM>())
     msgl_prefill_attention_kernel(const __grid_constant__ msgl_prefill_params p) {
@@ -1429,7 +1542,18 @@ static int32_t launch_prefill_attention(msgl_prefill_params pp, cudaStream_t s) 
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess)
     return set_error(MSGL_ERR_CUDA, "prefill_attention: %lld bytes of shared memory: %s", smem, cudaGetErrorString(err));
-  const long long blocks = static_cast<long long>(p.num_q_tiles) * p.num_kv_heads;
+  long long blocks = static_cast<long long>(p.num_q_tiles) * p.num_kv_heads;
+  if constexpr (prefill_is_wgmma(TILE)) {
+    if (PrefillWgTile<TILE, HEAD_DIM>::PERSISTENT) { /* one block an SM walks the items */
+      int device = 0, sms = 0;
+      err = cudaGetDevice(&device);
+      if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+      if (err != cudaSuccess)
+        return set_error(MSGL_ERR_CUDA, "prefill_attention: the multiprocessor count: %s", cudaGetErrorString(err));
+      const long long resident = static_cast<long long>(sms) * prefill_block_min_blocks<TILE, HEAD_DIM>();
+      if (resident > 0 && blocks > resident) blocks = resident;
+    }
+  }
   if (blocks > 0)
     prefill_attention_kernel<DTYPE, HEAD_DIM, TILE>
         <<<static_cast<unsigned>(blocks), prefill_block_threads<TILE, HEAD_DIM>(), smem, s>>>(pp);

@@ -107,7 +107,8 @@ fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
     }
     // The wgmma tiles (sm_90a): each at head dim 128 in both dtypes, the defaults (17
     // up to head dim 128, 16 at 256) at 64 and 256 too, and the warp-specialised ones
-    // (22..26, and 27..31 with TMA) where they fit.
+    // (22..26, 27..31 with TMA, 32..33 two blocks an SM, 34..36 persistent) where
+    // they fit.
     for (dtype, head_dim, tile) in [
         (1, 128, 16),
         (2, 128, 16),
@@ -137,6 +138,10 @@ fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
         (2, 128, 32),
         (1, 128, 33),
         (2, 64, 32),
+        (2, 128, 34),
+        (1, 128, 35),
+        (2, 128, 36),
+        (1, 256, 34),
     ] {
         out.push(("prefill_attention", vec![("DTYPE", dtype), ("HEAD_DIM", head_dim), ("TILE", tile)]));
     }

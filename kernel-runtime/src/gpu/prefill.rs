@@ -14,12 +14,12 @@
 //! [`set_prefill_tile`] (benchmarks) picks one; a variant whose accumulators or
 //! shared memory do not fit the head dimension is an error naming it.
 //!
-//! The Hopper tiles ([`WGMMA_TILES`], TILE 16..33, the kernel's `PrefillWgTile`):
+//! The Hopper tiles ([`WGMMA_TILES`], TILE 16..36, the kernel's `PrefillWgTile`):
 //! wgmma with 2 or 3 warpgroups of 64 query rows, 128-byte swizzled K/V tiles, and
 //! from TILE 22 one more warpgroup that only gathers (warp specialisation: the
 //! consumers wait on transaction barriers, never on each other), from TILE 27 by
 //! TMA (32 and 33: one consumer, two blocks an SM; slower than 27 and 17 on an
-//! H100, docs/PERF.md) through tensor maps of the
+//! H100, docs/PERF.md; 34..36: persistent blocks, one an SM) through tensor maps of the
 //! caches where the page size is a power of two >= 8
 //! ([`tma_rows`]; the tile holding a block's last key still by cp.async, which
 //! zero-fills past it); they need an sm_90
@@ -64,15 +64,28 @@ pub(super) struct TileShape {
     /// The producer copies whole K/V tiles by TMA through tensor maps of the caches
     /// (27..31), where the page size allows ([`tma_rows`]).
     pub tma: bool,
+    /// At most one block an SM, each walking the grid's items; a second Q buffer
+    /// where it fits, so that the next item's Q and first K/V tiles load under the
+    /// current one (34..36).
+    pub persistent: bool,
 }
 
 const fn shape(warps: usize, m_tiles: usize, keys: usize, stages: usize) -> TileShape {
-    TileShape { warps, m_tiles, keys, stages, wgmma: false, producer: false, tma: false }
+    TileShape { warps, m_tiles, keys, stages, wgmma: false, producer: false, tma: false, persistent: false }
 }
 
 /// A wgmma tile of `warpgroups` warpgroups (64 query rows each).
 const fn wg_shape(warpgroups: usize, keys: usize, stages: usize) -> TileShape {
-    TileShape { warps: 4 * warpgroups, m_tiles: 1, keys, stages, wgmma: true, producer: false, tma: false }
+    TileShape {
+        warps: 4 * warpgroups,
+        m_tiles: 1,
+        keys,
+        stages,
+        wgmma: true,
+        producer: false,
+        tma: false,
+        persistent: false,
+    }
 }
 
 /// A warp-specialised wgmma tile: `consumers` warpgroups of 64 query rows and a
@@ -86,17 +99,22 @@ const fn tma_shape(consumers: usize, keys: usize, stages: usize) -> TileShape {
     TileShape { tma: true, ..ws_shape(consumers, keys, stages) }
 }
 
+/// A TMA tile whose blocks are persistent.
+const fn persistent_shape(consumers: usize, keys: usize, stages: usize) -> TileShape {
+    TileShape { persistent: true, ..tma_shape(consumers, keys, stages) }
+}
+
 /// The first wgmma tile id.
 pub(super) const FIRST_WGMMA_TILE: usize = 16;
 
-/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..33 at head dims up to 128
-/// (TILEs 16, 22 and 27 take 64-key tiles at head dim 256: [`tile_shape`]). 19..21,
-/// 23, 24, 26 and 33 run the softmax of one K/V tile under the P V product of the
-/// previous one; 22..26 have a producer warpgroup, and in 24 and 26 the two
-/// consumers take turns issuing their products (ping-pong); 27..31 are 22..26 with
-/// the K/V tiles copied by TMA; 32 and 33 have one consumer of 64 rows and run two
-/// blocks an SM.
-pub(super) const WGMMA_TILES: [TileShape; 18] = [
+/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..36 at head dims up to 128
+/// (TILEs 16, 22, 27 and 34 take 64-key tiles at head dim 256: [`tile_shape`]).
+/// 19..21, 23, 24, 26, 33 and 35 run the softmax of one K/V tile under the P V
+/// product of the previous one; 22..26 have a producer warpgroup, and in 24 and 26
+/// the two consumers take turns issuing their products (ping-pong); 27..31 are
+/// 22..26 with the K/V tiles copied by TMA; 32 and 33 have one consumer of 64 rows
+/// and run two blocks an SM; 34, 35 and 36 are 27, 28 and 30 with persistent blocks.
+pub(super) const WGMMA_TILES: [TileShape; 21] = [
     wg_shape(2, 128, 2),
     wg_shape(3, 64, 2),
     wg_shape(2, 64, 3),
@@ -115,6 +133,9 @@ pub(super) const WGMMA_TILES: [TileShape; 18] = [
     tma_shape(2, 64, 3),
     tma_shape(1, 64, 2),
     tma_shape(1, 64, 2),
+    persistent_shape(2, 128, 2),
+    persistent_shape(2, 128, 2),
+    persistent_shape(3, 64, 2),
 ];
 
 /// prefill_attention.cu's `PrefillTile` for TILE = 1..8 (index 0 is [`tile_shape`]'s
@@ -157,13 +178,38 @@ impl TileShape {
 
     /// prefill_attention.cu's `prefill_smem_bytes`: Q and `stages` K and V tiles,
     /// rows of `head_dim` 16-bit elements plus 16 bytes; for the wgmma tiles
-    /// (`prefill_wg_smem_bytes`) unpadded rows plus 1024 bytes to align the base.
+    /// (`prefill_wg_smem_bytes`) [`Self::q_buffers`] Q tiles and unpadded rows plus
+    /// 1024 bytes to align the base.
     pub(super) fn smem_bytes(&self, head_dim: usize) -> usize {
-        let rows = self.rows() + 2 * self.stages * self.keys;
         if self.wgmma {
-            rows * head_dim * 2 + 1024
+            self.wg_smem_bytes(head_dim, self.q_buffers(head_dim))
         } else {
-            rows * (head_dim + 8) * 2
+            (self.rows() + 2 * self.stages * self.keys) * (head_dim + 8) * 2
+        }
+    }
+
+    fn wg_smem_bytes(&self, head_dim: usize, q_buffers: usize) -> usize {
+        (q_buffers * self.rows() + 2 * self.stages * self.keys) * head_dim * 2 + 1024
+    }
+
+    /// Q buffers of a wgmma tile (`prefill_wg_q_buffers`): two for a persistent tile
+    /// where they fit beside its K/V stages, else one.
+    pub(super) fn q_buffers(&self, head_dim: usize) -> usize {
+        if self.persistent && self.wg_smem_bytes(head_dim, 2) <= MAX_SMEM {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Blocks of a launch over `items` (q tile, kv head) pairs on `sms` SMs: one an
+    /// item, or for a persistent tile at most one an SM (each walks the items
+    /// blockIdx.x, + gridDim.x, ...; `prefill_ws_impl`).
+    pub(super) fn grid_blocks(&self, items: usize, sms: usize) -> usize {
+        if self.persistent {
+            items.min(sms.max(1))
+        } else {
+            items
         }
     }
 
@@ -196,6 +242,7 @@ pub(super) fn tile_shape(tile: usize, head_dim: usize) -> Option<TileShape> {
         16 if head_dim > 128 => Some(wg_shape(2, 64, 2)),
         22 if head_dim > 128 => Some(ws_shape(2, 64, 2)),
         27 if head_dim > 128 => Some(tma_shape(2, 64, 2)),
+        34 if head_dim > 128 => Some(persistent_shape(2, 64, 2)),
         t if t >= FIRST_WGMMA_TILE => WGMMA_TILES.get(t - FIRST_WGMMA_TILE).copied(),
         _ => TILES.get(tile).copied(),
     }
@@ -281,6 +328,17 @@ pub(super) fn kernel_for(
     } else {
         kernel
     }
+}
+
+/// [`set_prefill_grid_limit`]'s cap; `usize::MAX`: none.
+static GRID_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Caps the blocks of a persistent tile's launch below the SM count (`None`: one
+/// block an SM), so that tests see a few blocks walk many items. Launches through
+/// Rust only (the run-time compiled instances, which 34..36 are); the AOT launcher
+/// sizes the grid from the SM count.
+pub(crate) fn set_prefill_grid_limit(blocks: Option<usize>) {
+    GRID_LIMIT.store(blocks.map_or(usize::MAX, |b| b.max(1)), Ordering::Relaxed);
 }
 
 /// [`set_prefill_tile`]'s override; `usize::MAX`: none.
@@ -397,7 +455,8 @@ pub(super) fn prefill_attention(
         max_splits: 1,
         ..params
     };
-    let grid = grid_u32(OP, tiles * hkv)?;
+    let sms = usize::try_from(dev.sm_count()).unwrap_or(1).min(GRID_LIMIT.load(Ordering::Relaxed));
+    let grid = grid_u32(OP, shape.grid_blocks(tiles * hkv, sms))?;
     let shared = shape.smem_bytes(d);
     let pp = prefill_params(p, shape, k_cache, v_cache)?;
     let maps = (pp.kv_tma_rows > 0).then_some((&pp.k_map, &pp.v_map));
@@ -635,10 +694,25 @@ mod tests {
         assert_eq!(t32.smem_bytes(128), (64 + 256) * 256 + 1024);
         assert!(2 * t32.smem_bytes(128) <= MAX_SMEM);
         assert!(t32.fits(64) && tile_shape(33, 128).unwrap().fits(128));
-        let fit_256: Vec<usize> = (16..=33).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
-        assert_eq!(fit_256, vec![16, 22, 27]);
+        // 34, 35, 36: 27, 28, 30 with persistent blocks, two Q buffers where they fit.
+        for (t, of) in [(34, 27), (35, 28), (36, 30)] {
+            let (s, base) = (tile_shape(t, 128).unwrap(), tile_shape(of, 128).unwrap());
+            assert!(s.persistent && !base.persistent, "tile {t}");
+            assert_eq!(TileShape { persistent: false, ..s }, base, "tile {t}");
+            assert_eq!((s.q_buffers(64), s.q_buffers(128), base.q_buffers(128)), (2, 2, 1), "tile {t}");
+            assert_eq!(s.smem_bytes(128), base.smem_bytes(128) + s.rows() * 256, "tile {t}");
+            assert!(s.fits(64) && s.fits(128), "tile {t}");
+            assert_eq!((s.grid_blocks(1024, 132), s.grid_blocks(100, 132)), (132, 100), "tile {t}");
+            assert_eq!(base.grid_blocks(1024, 132), 1024, "tile {t}");
+        }
+        assert_eq!(tile_shape(34, 128).unwrap().smem_bytes(128), (2 * 128 + 512) * 256 + 1024);
+        // At head dim 256 two Q buffers of 34 do not fit beside its 64-key stages: one.
+        let t34_256 = tile_shape(34, 256).unwrap();
+        assert_eq!((t34_256.keys, t34_256.q_buffers(256)), (64, 1));
+        let fit_256: Vec<usize> = (16..=36).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
+        assert_eq!(fit_256, vec![16, 22, 27, 34]);
         assert_eq!(tile_shape(15, 128), None);
-        assert_eq!(tile_shape(34, 128), None);
+        assert_eq!(tile_shape(37, 128), None);
     }
 
     #[test]

@@ -201,6 +201,13 @@ pub fn set_prefill_tile(tile: Option<usize>) {
     crate::gpu::set_prefill_tile(tile);
 }
 
+/// Caps the blocks of a persistent prefill tile's launch (34..36; `None`: one block
+/// an SM), so that tests see a few blocks walk many q tiles. Run-time compiled
+/// instances only; no effect on the CPU.
+pub fn set_prefill_grid_limit(blocks: Option<usize>) {
+    crate::gpu::set_prefill_grid_limit(blocks);
+}
+
 /// The split count to fix in [`PagedAttnMeta::decode_splits`] for a decode step of
 /// `num_seqs` sequences of at most `max_kv_len` keys that a CUDA graph captures on
 /// `device` (the launch is then the same for any lengths up to `max_kv_len`); 1
