@@ -530,6 +530,17 @@ template <int HEAD_DIM> struct PrefillWgTile<35, HEAD_DIM> : PrefillWgTile<28, H
 template <int HEAD_DIM> struct PrefillWgTile<36, HEAD_DIM> : PrefillWgTile<30, HEAD_DIM> {
   static constexpr bool PERSISTENT = true;
 };
+/* TILE 37, 38: persistent with three K/V stages (a deeper ring in place of 37's
+ * second Q buffer, which no longer fits): two consumers and 128-key tiles, three
+ * and 64-key tiles. */
+template <int HEAD_DIM> struct PrefillWgTile<37, HEAD_DIM> {
+  static constexpr int WGS = 2, BN = 128, STAGES = 3;
+  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = true;
+};
+template <int HEAD_DIM> struct PrefillWgTile<38, HEAD_DIM> {
+  static constexpr int WGS = 3, BN = 64, STAGES = 3;
+  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = true;
+};
 
 __host__ __device__ constexpr bool prefill_is_wgmma(int tile) { return tile >= 16; }
 
@@ -1193,7 +1204,7 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
  *     each thread's copies tracked on full_k[stage] (cp.async.mbarrier.arrive: the
  *     pending count drops once they have landed), and once all 128 are tracked,
  *     thread 0 arrives (the barrier's one expected arrival); then the same for V.
- *     The page table is read here only. TMA tiles (27..31, 34..36): a whole K or V
+ *     The page table is read here only. TMA tiles (27..31, 34..38): a whole K or V
  *     tile is a few tensor copies (one per page chunk and 64-column block, the
  *     128-byte swizzle done by the copy engine) issued by the first warp, lane 0
  *     announcing the tile's bytes with its arrival, the pages read a tile ahead;
@@ -1213,7 +1224,7 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
  *     products are issued, lets the other go), so that one's softmax runs under the
  *     other's tensor-core work. Both run the same number of steps; the second skips
  *     its last hand-over, which nobody would wait for.
- *   PERSISTENT (34..36): at most one block an SM, each walking the grid's items
+ *   PERSISTENT (34..38): at most one block an SM, each walking the grid's items
  *     blockIdx.x, + gridDim.x, ... (the grid order: deepest tiles first). The
  *     producer finds item n, loads its Q into buffer n % QBUF once the consumers have
  *     released it (q_empty) and publishes the item with it (q_tile; q_full counts

@@ -142,6 +142,8 @@ fn instances() -> Vec<(&'static str, Vec<(&'static str, i64)>)> {
         (1, 128, 35),
         (2, 128, 36),
         (1, 256, 34),
+        (2, 128, 37),
+        (1, 128, 38),
     ] {
         out.push(("prefill_attention", vec![("DTYPE", dtype), ("HEAD_DIM", head_dim), ("TILE", tile)]));
     }

@@ -14,12 +14,12 @@
 //! [`set_prefill_tile`] (benchmarks) picks one; a variant whose accumulators or
 //! shared memory do not fit the head dimension is an error naming it.
 //!
-//! The Hopper tiles ([`WGMMA_TILES`], TILE 16..36, the kernel's `PrefillWgTile`):
+//! The Hopper tiles ([`WGMMA_TILES`], TILE 16..38, the kernel's `PrefillWgTile`):
 //! wgmma with 2 or 3 warpgroups of 64 query rows, 128-byte swizzled K/V tiles, and
 //! from TILE 22 one more warpgroup that only gathers (warp specialisation: the
 //! consumers wait on transaction barriers, never on each other), from TILE 27 by
 //! TMA (32 and 33: one consumer, two blocks an SM; slower than 27 and 17 on an
-//! H100, docs/PERF.md; 34..36: persistent blocks, one an SM) through tensor maps of the
+//! H100, docs/PERF.md; 34..38: persistent blocks, one an SM) through tensor maps of the
 //! caches where the page size is a power of two >= 8
 //! ([`tma_rows`]; the tile holding a block's last key still by cp.async, which
 //! zero-fills past it); they need an sm_90
@@ -66,7 +66,7 @@ pub(super) struct TileShape {
     pub tma: bool,
     /// At most one block an SM, each walking the grid's items; a second Q buffer
     /// where it fits, so that the next item's Q and first K/V tiles load under the
-    /// current one (34..36).
+    /// current one (34..38).
     pub persistent: bool,
 }
 
@@ -107,14 +107,15 @@ const fn persistent_shape(consumers: usize, keys: usize, stages: usize) -> TileS
 /// The first wgmma tile id.
 pub(super) const FIRST_WGMMA_TILE: usize = 16;
 
-/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..36 at head dims up to 128
+/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..38 at head dims up to 128
 /// (TILEs 16, 22, 27 and 34 take 64-key tiles at head dim 256: [`tile_shape`]).
 /// 19..21, 23, 24, 26, 33 and 35 run the softmax of one K/V tile under the P V
 /// product of the previous one; 22..26 have a producer warpgroup, and in 24 and 26
 /// the two consumers take turns issuing their products (ping-pong); 27..31 are
 /// 22..26 with the K/V tiles copied by TMA; 32 and 33 have one consumer of 64 rows
-/// and run two blocks an SM; 34, 35 and 36 are 27, 28 and 30 with persistent blocks.
-pub(super) const WGMMA_TILES: [TileShape; 21] = [
+/// and run two blocks an SM; 34, 35 and 36 are 27, 28 and 30 with persistent blocks,
+/// 37 and 38 persistent with three K/V stages (37: one Q buffer).
+pub(super) const WGMMA_TILES: [TileShape; 23] = [
     wg_shape(2, 128, 2),
     wg_shape(3, 64, 2),
     wg_shape(2, 64, 3),
@@ -136,6 +137,8 @@ pub(super) const WGMMA_TILES: [TileShape; 21] = [
     persistent_shape(2, 128, 2),
     persistent_shape(2, 128, 2),
     persistent_shape(3, 64, 2),
+    persistent_shape(2, 128, 3),
+    persistent_shape(3, 64, 3),
 ];
 
 /// prefill_attention.cu's `PrefillTile` for TILE = 1..8 (index 0 is [`tile_shape`]'s
@@ -335,7 +338,7 @@ static GRID_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 /// Caps the blocks of a persistent tile's launch below the SM count (`None`: one
 /// block an SM), so that tests see a few blocks walk many items. Launches through
-/// Rust only (the run-time compiled instances, which 34..36 are); the AOT launcher
+/// Rust only (the run-time compiled instances, which 34..38 are); the AOT launcher
 /// sizes the grid from the SM count.
 pub(crate) fn set_prefill_grid_limit(blocks: Option<usize>) {
     GRID_LIMIT.store(blocks.map_or(usize::MAX, |b| b.max(1)), Ordering::Relaxed);
@@ -709,10 +712,16 @@ mod tests {
         // At head dim 256 two Q buffers of 34 do not fit beside its 64-key stages: one.
         let t34_256 = tile_shape(34, 256).unwrap();
         assert_eq!((t34_256.keys, t34_256.q_buffers(256)), (64, 1));
-        let fit_256: Vec<usize> = (16..=36).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
+        // 37, 38: persistent, three stages; 37's 128-key stages leave room for one Q.
+        let (t37, t38) = (tile_shape(37, 128).unwrap(), tile_shape(38, 128).unwrap());
+        assert_eq!((t37.rows(), t37.keys, t37.stages, t37.q_buffers(128)), (128, 128, 3, 1));
+        assert_eq!(t37.smem_bytes(128), (128 + 768) * 256 + 1024);
+        assert_eq!((t38.rows(), t38.keys, t38.stages, t38.q_buffers(128)), (192, 64, 3, 2));
+        assert!(t37.persistent && t38.persistent && t37.fits(128) && t38.fits(128) && t38.fits(64));
+        let fit_256: Vec<usize> = (16..=38).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
         assert_eq!(fit_256, vec![16, 22, 27, 34]);
         assert_eq!(tile_shape(15, 128), None);
-        assert_eq!(tile_shape(37, 128), None);
+        assert_eq!(tile_shape(39, 128), None);
     }
 
     #[test]

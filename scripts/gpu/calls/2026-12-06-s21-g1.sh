@@ -13,8 +13,8 @@ A="--bench --warm-up-time 0.1 --measurement-time 0.3"
 G=$T/kernel-runtime-gpu_prefill
 # 1. correctness: the persistent walks (1 and 3 blocks), the long cases
 t 150 walks $G prefill_attention_gpu_persistent_walks --test-threads=1 --nocapture
-t 110 wg_long env MINISGL_TEST_PREFILL_TILES=27,28,30,34,35,36 $G prefill_attention_gpu_wgmma_long --test-threads=1
-TILES=17,27,28,30,34,35,36
+t 110 wg_long env MINISGL_TEST_PREFILL_TILES=27,28,34,35,36,37,38 $G prefill_attention_gpu_wgmma_long --test-threads=1
+TILES=17,27,28,30,34,35,36,37,38
 grep -q "walks rc=0" $W/t-walks.sum || TILES=17,27,28,30
 # 2. speed at issue 12's shapes (bf16, head dim 128, page 16); SDPA after
 MINISGL_BENCH_PREFILL_TILES=$TILES timeout 220 $BB/minisgl-attention "prefill-new" $A > $W/bench.log 2>&1
@@ -22,7 +22,7 @@ echo "bench rc=$? tiles $TILES ($(( $(date +%s) - START )) s)" >> $S; grep SUMMA
 PYTHONUNBUFFERED=1 timeout 60 python3 scripts/gpu/torch_baselines.py prefill > $W/torch.log 2>&1
 echo "torch rc=$? ($(( $(date +%s) - START )) s)" >> $S; grep SUMMARY $W/torch.log >> $S
 # 3. the tile sweep (pages 1/16/64, head dims 64/128/256, bf16/f16, GQA 1-8) and the defaults
-t 120 wg_tiles env MINISGL_TEST_PREFILL_TILES=27,34,35,36 $G prefill_attention_gpu_wgmma_tiles --test-threads=1
+t 120 wg_tiles env MINISGL_TEST_PREFILL_TILES=34,35,36,37,38 $G prefill_attention_gpu_wgmma_tiles --test-threads=1
 t 50 matches $G prefill_attention_gpu_matches_cpu --test-threads=1
 # 4. ncu of tile 34 (27 if 34 failed) at 32/8 b=1 L=4096: SASS-level stall samples
 tile=34; grep -q "walks rc=0" $W/t-walks.sum || tile=27
