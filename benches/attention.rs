@@ -22,8 +22,8 @@
 //! the merge forced each way. The other cases run the environment's tuning
 //! (`MINISGL_DECODE_*`, gpu/decode_plan.rs), so a run script can sweep it too.
 //! The `prefill-new tile=N` cases run each tile variant of the prefill kernel
-//! (prefill_attention.cu; N = 16..33 are the wgmma tiles, 22..33 warp-specialised,
-//! 27..33 with K/V by TMA), `prefill-tile` the tile
+//! (prefill_attention.cu; N = 16..38 are the wgmma tiles, 22..38 warp-specialised,
+//! 27..38 with K/V by TMA, 34..38 persistent), `prefill-tile` the tile
 //! kernel, `prefill` what `Auto` picks (with `MINISGL_PREFILL_TILE`'s tile), at the
 //! same three shapes.
 //!
@@ -31,8 +31,9 @@
 //! replayed from a CUDA graph, each reading one of N disjoint copies of its
 //! cache, so that every byte comes from HBM as in a decode step (the other
 //! cases below reread one cache from the L2 at small contexts);
-//! `MINISGL_BENCH_ATTENTION=cold` runs only those, and
-//! `MINISGL_BENCH_ATTENTION_FILTER=<substring>` some of them.
+//! `MINISGL_BENCH_ATTENTION=cold` runs only those.
+//! `MINISGL_BENCH_ATTENTION_FILTER=<substring>` runs only the cases (cold or not)
+//! whose name contains it: the others are not even built.
 //!
 //! The `decode-graph` cases run the fixed-split plan a CUDA graph captures at
 //! batch 1 (Qwen3-0.6B's heads, the split count of a 40960-token context: most
@@ -133,14 +134,26 @@ struct Splits {
 
 const HOST_PLAN: Splits = Splits { fixed: None, merge: None, tuning: None, prefill_tile: None };
 
+/// Whether case `name` runs: `MINISGL_BENCH_ATTENTION_FILTER` (a substring) where
+/// set, so that a short GPU call or a profiler run builds and times only the cases
+/// it asks for (criterion's own filter would still build and warm every case).
+fn wanted(name: &str) -> bool {
+    static FILTER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    name.contains(FILTER.get_or_init(|| std::env::var("MINISGL_BENCH_ATTENTION_FILTER").unwrap_or_default()).as_str())
+}
+
+/// The case, or `None` where [`wanted`] leaves it out.
 fn attention_case(
     name: String,
     shape: Shape,
     kernel: AttnKernel,
     splits: Splits,
     seed: u64,
-) -> kernel_runtime::Result<Case> {
-    attention_case_rotating(name, shape, kernel, splits, seed, 1)
+) -> kernel_runtime::Result<Option<Case>> {
+    if !wanted(&name) {
+        return Ok(None);
+    }
+    attention_case_rotating(name, shape, kernel, splits, seed, 1).map(Some)
 }
 
 /// [`attention_case`] over `copies` disjoint sets of pages of one cache, each
@@ -294,11 +307,8 @@ fn prefill_tiles() -> Vec<usize> {
 fn cold_graph_cases() -> kernel_runtime::Result<()> {
     let decode = |hq: usize, seqs: Vec<(usize, usize)>| decode_shape(hq, 16, seqs);
     let mut cases: Vec<(Case, usize)> = Vec::new();
-    // `MINISGL_BENCH_ATTENTION_FILTER`: only the cases whose name contains it
-    // (a profiler run of one case).
-    let filter = std::env::var("MINISGL_BENCH_ATTENTION_FILTER").unwrap_or_default();
     let mut push = |name: String, shape: Shape, splits: Splits, seed: u64| -> kernel_runtime::Result<()> {
-        if !name.contains(filter.as_str()) {
+        if !wanted(&name) {
             return Ok(());
         }
         let copies = cold_copies(&shape);
@@ -387,8 +397,8 @@ fn run() -> kernel_runtime::Result<()> {
     for (i, (name, shape)) in decode_shapes.into_iter().enumerate() {
         let Shape { hq, hkv, head_dim, page_size, ref seqs } = shape;
         let twin = Shape { hq, hkv, head_dim, page_size, seqs: seqs.clone() };
-        cases.push(attention_case(format!("decode {name}"), shape, AttnKernel::Decode, HOST_PLAN, 100 + i as u64)?);
-        cases.push(attention_case(format!("decode-tile {name}"), twin, AttnKernel::Tile, HOST_PLAN, 200 + i as u64)?);
+        cases.extend(attention_case(format!("decode {name}"), shape, AttnKernel::Decode, HOST_PLAN, 100 + i as u64)?);
+        cases.extend(attention_case(format!("decode-tile {name}"), twin, AttnKernel::Tile, HOST_PLAN, 200 + i as u64)?);
     }
     // The variants at the four shapes of issue 12.
     for (i, (name, hq, seqs)) in issue_decode_shapes().into_iter().enumerate() {
@@ -404,7 +414,7 @@ fn run() -> kernel_runtime::Result<()> {
                         Some(false) => " combine",
                     };
                     let tuning = DecodeTuning { stages, plan, ..ops::decode_tuning() };
-                    cases.push(attention_case(
+                    cases.extend(attention_case(
                         format!("decode-var stages={stages} plan={label}{m} {name}"),
                         decode_shape(hq, 16, seqs.clone()),
                         AttnKernel::Decode,
@@ -427,7 +437,7 @@ fn run() -> kernel_runtime::Result<()> {
             // `u1`: no split once the unsplit blocks fill a wave (unsplit_waves 1).
             for (stages, unsplit_waves, tag) in [(2, 4, ""), (3, 4, ""), (2, 1, " u1"), (3, 1, " u1")] {
                 let tuning = DecodeTuning { stages, unsplit_waves, plan: DecodePlanKind::Keys, ..ops::decode_tuning() };
-                cases.push(attention_case(
+                cases.extend(attention_case(
                     format!("decode-sweep stages={stages}{tag} 32/8 page=16 b={b} ctx={ctx}"),
                     decode_shape(32, 16, seqs.clone()),
                     AttnKernel::Decode,
@@ -443,7 +453,7 @@ fn run() -> kernel_runtime::Result<()> {
     for ctx in [300, 1000, 4096] {
         for merge in [true, false] {
             let label = if merge { "merge" } else { "combine" };
-            cases.push(attention_case(
+            cases.extend(attention_case(
                 format!("decode-graph 16/8 page=16 b=1 ctx={ctx} splits={graph_splits} {label}"),
                 decode_shape(16, 16, vec![(1, ctx)]),
                 AttnKernel::Decode,
@@ -461,8 +471,8 @@ fn run() -> kernel_runtime::Result<()> {
         // `prefill`: what Auto picks (the prefill kernel by its rule); `prefill-tile`:
         // the tile kernel; `prefill-new tile=N`: each variant of the prefill kernel's
         // tile table (MINISGL_PREFILL_TILE=N), all at head dim 128.
-        cases.push(attention_case(format!("prefill {name}"), prefill(hq, b, l), AttnKernel::Auto, HOST_PLAN, seed)?);
-        cases.push(attention_case(
+        cases.extend(attention_case(format!("prefill {name}"), prefill(hq, b, l), AttnKernel::Auto, HOST_PLAN, seed)?);
+        cases.extend(attention_case(
             format!("prefill-tile {name}"),
             prefill(hq, b, l),
             AttnKernel::Tile,
@@ -472,7 +482,7 @@ fn run() -> kernel_runtime::Result<()> {
         for tile in prefill_tiles() {
             let splits = Splits { prefill_tile: Some(tile), ..HOST_PLAN };
             let case_name = format!("prefill-new tile={tile} {name}");
-            cases.push(attention_case(case_name, prefill(hq, b, l), AttnKernel::Prefill, splits, seed)?);
+            cases.extend(attention_case(case_name, prefill(hq, b, l), AttnKernel::Prefill, splits, seed)?);
         }
     }
     common::bench_cases("attention", &cases)
