@@ -11,6 +11,15 @@ source .gpu/lib.sh
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
 A="--bench --warm-up-time 0.1 --measurement-time 0.3"
 G=$T/kernel-runtime-gpu_prefill
+# On an H200 (the targets' card) the headline figures first (the twentieth session's
+# H200 script): Qwen3-0.6B bs=1 (two rounds), Llama-3-8B ctx 128, the 30B, the bench.
+if grep -q H200 $S; then
+  for i in 1 2; do step_with "r$i" qwen3_0_6b_graph_step_time_gpu; done
+  step_with "r1" llama3_8b_graph_step_time_ctx128_gpu
+  step_with "r1" qwen3_30b_a3b_graph_step_time_gpu
+  timeout 45 $BIN/minisgl bench --model /tmp/q06 --load-format dummy --device cuda --vocab-size 151643 > $W/mbench.log 2>&1
+  echo "mbench rc=$? $(grep -E 'output throughput|^time' $W/mbench.log | tr '\n' ' ')" >> $S
+fi
 t 120 walks $G prefill_attention_gpu_persistent_walks --test-threads=1 --nocapture
 t 100 wg_long env MINISGL_TEST_PREFILL_TILES=27,28,34,35,36,37,38 $G prefill_attention_gpu_wgmma_long --test-threads=1
 TILES=17,27,28,34,35,36,37,38
