@@ -11,7 +11,10 @@ source .gpu/lib.sh
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
 A="--bench --warm-up-time 0.1 --measurement-time 0.3"
 G=$T/kernel-runtime-gpu_prefill
-# On an H200 (the targets' card) the headline figures first (the twentieth session's
+t 120 walks $G prefill_attention_gpu_persistent_walks --test-threads=1 --nocapture
+t 100 wg_long env MINISGL_TEST_PREFILL_TILES=27,28,34,35,36,37,38 $G prefill_attention_gpu_wgmma_long --test-threads=1
+t 40 matches $G prefill_attention_gpu_matches_cpu --test-threads=1
+# On an H200 (the targets' card) the headline figures next (the twentieth session's
 # H200 script): Qwen3-0.6B bs=1 (two rounds), Llama-3-8B ctx 128, the 30B, the bench.
 if grep -q H200 $S; then
   for i in 1 2; do step_with "r$i" qwen3_0_6b_graph_step_time_gpu; done
@@ -20,16 +23,13 @@ if grep -q H200 $S; then
   timeout 45 $BIN/minisgl bench --model /tmp/q06 --load-format dummy --device cuda --vocab-size 151643 > $W/mbench.log 2>&1
   echo "mbench rc=$? $(grep -E 'output throughput|^time' $W/mbench.log | tr '\n' ' ')" >> $S
 fi
-t 120 walks $G prefill_attention_gpu_persistent_walks --test-threads=1 --nocapture
-t 100 wg_long env MINISGL_TEST_PREFILL_TILES=27,28,34,35,36,37,38 $G prefill_attention_gpu_wgmma_long --test-threads=1
-TILES=17,27,28,34,35,36,37,38
+TILES=17,27,28,34,35,36
 grep -q "walks rc=0" $W/t-walks.sum || TILES=17,27,28
-MINISGL_BENCH_ATTENTION_FILTER=prefill MINISGL_BENCH_PREFILL_TILES=$TILES timeout 200 $BB/minisgl-attention "prefill" $A > $W/bench.log 2>&1
+MINISGL_BENCH_ATTENTION_FILTER=prefill MINISGL_BENCH_PREFILL_TILES=$TILES timeout $(( $(left) > 160 ? 150 : $(left) - 10 )) $BB/minisgl-attention "prefill" $A > $W/bench.log 2>&1
 echo "bench rc=$? tiles $TILES ($(( $(date +%s) - START )) s)" >> $S; grep SUMMARY $W/bench.log >> $S
 PYTHONUNBUFFERED=1 timeout 60 python3 scripts/gpu/torch_baselines.py prefill > $W/torch.log 2>&1
 echo "torch rc=$? ($(( $(date +%s) - START )) s)" >> $S; grep SUMMARY $W/torch.log >> $S
 t 100 wg_tiles env MINISGL_TEST_PREFILL_TILES=27,34,35 $G prefill_attention_gpu_wgmma_tiles --test-threads=1
-t 40 matches $G prefill_attention_gpu_matches_cpu --test-threads=1
 for tool in racecheck synccheck; do
   [ $(left) -gt 80 ] && { env MINISGL_TEST_PREFILL_TILES=34 timeout 70 compute-sanitizer --tool $tool $G prefill_attention_gpu_persistent_walks --test-threads=1 > $W/$tool.log 2>&1
     echo "$tool rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|hazard' $W/$tool.log | tail -2 | tr '\n' ' ')" >> $S; }
