@@ -6,6 +6,9 @@
 # every warp-specialised tile (27, the long-prompt default, included). Correctness
 # first, the bench (prefill cases only: MINISGL_BENCH_ATTENTION_FILTER) beside
 # torch SDPA, the tile sweep, racecheck/synccheck of a persistent walk, an ncu.
+# Not run in the twenty-first session (no device time left): main holds the kernel
+# call 1 ran (commit c2e2712 took 4a2239a's producer back out); `git revert c2e2712`,
+# rebuild the bundle, then run this.
 BUDGET=${BUDGET:-560}
 source .gpu/lib.sh
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
