@@ -65,8 +65,8 @@ pub(super) struct TileShape {
     /// (27..31), where the page size allows ([`tma_rows`]).
     pub tma: bool,
     /// At most one block an SM, each walking the grid's items; a second Q buffer
-    /// where it fits, so that the next item's Q and first K/V tiles load under the
-    /// current one (34..38).
+    /// where it fits, so that the next item's Q and first K/V tiles load while the
+    /// consumers finish the current one (34..38).
     pub persistent: bool,
 }
 
