@@ -1240,6 +1240,13 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
  * consumers (ptxas spills them at 72); with three, 64 (its TMA path beside the
  * cp.async tail spills at 56), and the consumers' accumulators and fragments (112 at
  * head dim 128) fit the 144 left. */
+/* K/V tiles 0..n-1 of a block whose keys stop at kv_stop come by TMA (the whole
+ * tiles below kv_stop, where the host sent tensor maps); the rest, the tail, by
+ * cp.async. The one rule the producer and the consumers' proxy fences share. */
+template <typename Cfg> __device__ __forceinline__ int ws_tma_tiles(const msgl_prefill_params& pp, int kv_stop) {
+  return Cfg::TMA && pp.kv_tma_rows > 0 ? kv_stop / Cfg::BN : 0;
+}
+
 template <int CONSUMERS> struct WsRegs;
 /* One consumer, two blocks an SM (128 registers a thread at launch). */
 template <> struct WsRegs<1> { static constexpr int PRODUCER = 72, CONSUMER = 184; };
@@ -1328,7 +1335,8 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
       if (!tl.found) continue;
       const int num_tiles = (tl.kv_stop + BN - 1) / BN;
       const WgKeys keys = wg_keys(p, tl.seq, kv_head, tl.kv_stop);
-      auto by_tma = [&](int it) { return Cfg::TMA && tma_rows > 0 && (it + 1) * BN <= tl.kv_stop; };
+      const int tma_tiles = ws_tma_tiles<Cfg>(pp, tl.kv_stop);
+      auto by_tma = [&](int it) { return it < tma_tiles; };
       /* The first warp reads each TMA tile's pages one tile ahead, under the waits. */
       auto tma_page = [&](int it) {
         if constexpr (Cfg::TMA) return by_tma(it) && t < kWarpSize ? wg_tma_page<HEAD_DIM, BN>(it, keys, tma_rows, t) : -1;
@@ -1388,7 +1396,7 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
       /* A tile the producer gathered with cp.async (the generic proxy) is made visible
        * to wgmma (the async proxy) by a proxy fence; TMA tiles arrive through the async
        * proxy and their barrier alone (the fence is a full memory barrier: MEMBAR). */
-      const int tma_tiles = Cfg::TMA && pp.kv_tma_rows > 0 ? tl.kv_stop / BN : 0;
+      const int tma_tiles = ws_tma_tiles<Cfg>(pp, tl.kv_stop);
       auto fence_gathered = [&](int it) {
         if (it >= tma_tiles) fence_proxy_async_smem();
       };
