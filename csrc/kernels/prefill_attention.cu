@@ -1288,6 +1288,8 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
   __shared__ unsigned long long full_k[STAGES], full_v[STAGES], empty_k[STAGES], empty_v[STAGES];
   __shared__ unsigned long long q_full[QBUF], q_empty[QBUF];
   __shared__ WgTile q_tile[QBUF]; /* the item whose Q the buffer holds (the producer's find) */
+  /* One word a consumer thread: the overlapped loop's anchor (see there). */
+  __shared__ float softmax_anchor[Cfg::OVERLAP ? 128 * CONSUMERS : 1];
   const unsigned raw = smem_u32(prefill_wg_smem);
   const unsigned pad = (1024u - (raw & 1023u)) & 1023u;
   unsigned char* smem = prefill_wg_smem + pad;
@@ -1495,6 +1497,14 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
             wgmma_wait<1>(); /* S_j (committed first) is done, P V may not be */
             wgmma_fence_regs(w.s);
             w.softmax(j * BN, alpha);
+            /* The anchor: ptxas schedules the wait below as early as it may (it
+             * costs nothing in its model) and with it the packing of P, which must
+             * wait for P_{j-1} V_{j-1}: without a memory operation between them, the
+             * wait went up ahead of the row max and the softmax ran after the
+             * product, not under it (SASS). It keeps the wait after this store of
+             * the row sums, which follows every exponential. */
+            asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_u32(&softmax_anchor[threadIdx.x - 128])), "f"(w.l[0] + w.l[1])
+                         : "memory");
             wgmma_wait<0>(); /* P_{j-1} V_{j-1}: O and P are free */
             wgmma_fence_regs(w.o);
             w.rescale(alpha);
