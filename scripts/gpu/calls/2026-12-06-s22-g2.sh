@@ -1,13 +1,16 @@
 #!/bin/bash
-# Twenty-second session, call 2 (bundle of the anchored overlap, on 4a2239a's producer):
-# the overlapped tiles (28, 29, 35) now run their softmax under P V (a shared-memory
-# store keeps ptxas's wait_group 0 after the exponentials). Correctness first, then the
+# Twenty-second session, call 2 (bundle of the anchored overlap, on 4a2239a's producer:
+# the next item's Q loaded under the current one, snaking walk): the overlapped tiles
+# (28, 29, 35) now run their softmax under P V (a shared-memory store keeps ptxas's
+# wait_group 0 after the exponentials). Correctness first (the persistent walks for
+# 4a2239a's producer, the long and sweep tests for the overlapped tiles), then the
 # prefill bench beside torch SDPA, racecheck of the anchor, an ncu of tile 28.
 BUDGET=${BUDGET:-560}
 source .gpu/lib.sh
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
 A="--bench --warm-up-time 0.1 --measurement-time 0.3"
 G=$T/kernel-runtime-gpu_prefill
+t 120 walks $G prefill_attention_gpu_persistent_walks --test-threads=1 --nocapture
 t 100 wg_long env MINISGL_TEST_PREFILL_TILES=27,28,29,35 $G prefill_attention_gpu_wgmma_long --test-threads=1
 t 100 wg_tiles env MINISGL_TEST_PREFILL_TILES=28,29,33,35 $G prefill_attention_gpu_wgmma_tiles --test-threads=1
 t 40 matches $G prefill_attention_gpu_matches_cpu --test-threads=1
