@@ -10,13 +10,13 @@ BUDGET=${BUDGET:-300}
 source .gpu/lib.sh
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
 G=$T/kernel-runtime-gpu_prefill
-t 60 walks $G prefill_attention_gpu_persistent_walks --test-threads=1
+t 50 walks $G prefill_attention_gpu_persistent_walks --test-threads=1
 TILES=27,28,35
-MINISGL_BENCH_ATTENTION_FILTER=prefill MINISGL_BENCH_PREFILL_TILES=$TILES timeout $(( $(left) > 150 ? 100 : $(left) - 50 )) $BB/minisgl-attention "prefill" --bench --warm-up-time 0.1 --measurement-time 0.2 > $W/bench.log 2>&1
+MINISGL_BENCH_ATTENTION_FILTER=prefill MINISGL_BENCH_PREFILL_TILES=$TILES timeout $(( $(left) > 150 ? 100 : $(left) - 35 )) $BB/minisgl-attention "prefill" --bench --warm-up-time 0.1 --measurement-time 0.2 > $W/bench.log 2>&1
 echo "bench rc=$? tiles $TILES ($(( $(date +%s) - START )) s)" >> $S; grep SUMMARY $W/bench.log >> $S
-PYTHONUNBUFFERED=1 timeout 45 python3 scripts/gpu/torch_baselines.py prefill > $W/torch.log 2>&1
-echo "torch rc=$? ($(( $(date +%s) - START )) s)" >> $S; grep SUMMARY $W/torch.log >> $S
 t 25 matches $G prefill_attention_gpu_matches_cpu --test-threads=1
+[ $(left) -gt 50 ] && { PYTHONUNBUFFERED=1 timeout 45 python3 scripts/gpu/torch_baselines.py prefill > $W/torch.log 2>&1
+  echo "torch rc=$? ($(( $(date +%s) - START )) s)" >> $S; grep SUMMARY $W/torch.log >> $S; }
 t 50 wg_long env MINISGL_TEST_PREFILL_TILES=28 $G prefill_attention_gpu_wgmma_long --test-threads=1
 t 50 wg_tiles env MINISGL_TEST_PREFILL_TILES=28 $G prefill_attention_gpu_wgmma_tiles --test-threads=1
 echo "end at $(( $(date +%s) - START )) s" >> $S
