@@ -703,6 +703,16 @@ template <int N> __device__ __forceinline__ void wgmma_fence_regs(float (&d)[N])
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+/* The overlapped loops' anchor, between the softmax of S_j and the wait for
+ * P_{j-1} V_{j-1}: ptxas schedules that wait as early as it may (it costs nothing in
+ * its model) and with it the packing of P, which must wait for the product; without
+ * a memory operation between them the wait went up ahead of the row max and the
+ * softmax ran after the product, not under it (SASS of tiles 21, 28, 29, 35). A
+ * store of a value the last exponential feeds (the row sums) to this thread's own
+ * word of shared memory keeps the wait after it. */
+__device__ __forceinline__ void softmax_anchor_store(float* slot, float value) {
+  asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_u32(slot)), "f"(value) : "memory");
+}
 /* Makes this thread's completed cp.async writes visible to the async proxy (wgmma). */
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 /* A barrier of the 128 threads of warpgroup `wg` (ids 1.., 0 is __syncthreads). */
@@ -1078,6 +1088,8 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
   static_assert(THREADS % (HEAD_DIM / 8) == 0, "a thread copies the same chunk column of every row it loads");
 
   extern __shared__ __align__(1024) unsigned char prefill_wg_smem[];
+  /* One word a thread: the overlapped loop's anchor (softmax_anchor_store). */
+  __shared__ float softmax_anchor[Cfg::OVERLAP ? 128 * Cfg::WGS : 1];
   const unsigned raw = smem_u32(prefill_wg_smem);
   const unsigned pad = (1024u - (raw & 1023u)) & 1023u;
   unsigned char* smem = prefill_wg_smem + pad;
@@ -1171,6 +1183,7 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
           wgmma_wait<1>(); /* S_j (committed first) is done, P V may not be */
           wgmma_fence_regs(w.s);
           w.softmax(j * BN, alpha);
+          softmax_anchor_store(&softmax_anchor[threadIdx.x], w.l[0] + w.l[1]);
           wgmma_wait<0>(); /* P_{j-1} V_{j-1}: O and P are free */
           wgmma_fence_regs(w.o);
           w.rescale(alpha);
@@ -1225,15 +1238,13 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
  *     other's tensor-core work. Both run the same number of steps; the second skips
  *     its last hand-over, which nobody would wait for.
  *   PERSISTENT (34..38): at most one block an SM, each walking the grid's items
- *     in rows of gridDim.x, one item a row, the rows' direction alternating (WsWalk:
- *     the grid order runs from the deepest tiles to the shallowest, so the blocks'
- *     sums of keys stay even). The producer finds item n, loads its Q into buffer
- *     n % QBUF once the consumers have released it (q_empty) and publishes the item
- *     with it (q_tile; q_full counts the 128 cp.async arrivals and thread 0's); with
- *     two buffers it does so once item n - 1's first two K/V tiles are issued, so
- *     that Q has landed before the consumers finish item n - 1. The K/V ring runs on
- *     from item to item (its position carries over). The consumers stage O in their
- *     Q rows, then release the buffer. A non-persistent block runs one item so.
+ *     blockIdx.x, + gridDim.x, ... (the grid order: deepest tiles first). The
+ *     producer finds item n, loads its Q into buffer n % QBUF once the consumers have
+ *     released it (q_empty) and publishes the item with it (q_tile; q_full counts
+ *     the 128 cp.async arrivals and thread 0's); the K/V ring runs on from item to
+ *     item (its position carries over), so the next item's Q and first tiles load
+ *     while the consumers finish the current one. The consumers stage O in their Q
+ *     rows, then release the buffer. A non-persistent block runs one item so.
  * --------------------------------------------------------------------------------- */
 
 /* Registers a producer thread keeps after setmaxnreg, and a consumer thread gets:
@@ -1242,23 +1253,12 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
  * consumers (ptxas spills them at 72); with three, 64 (its TMA path beside the
  * cp.async tail spills at 56), and the consumers' accumulators and fragments (112 at
  * head dim 128) fit the 144 left. */
-/* The items (q tile, kv head) a block runs, in order: blockIdx.x alone when the grid
- * has a block an item; for a persistent grid of G blocks, one from each row of G
- * items, snaking (rows alternate direction: the grid order runs from the deepest
- * tiles to the shallowest, so a block that takes a row's first item takes the
- * next row's last, and the blocks' sums of keys stay even). -1 when done. */
-struct WsWalk {
-  int row = 0;
-  __device__ __forceinline__ int next(int items) {
-    const int g = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
-    while (row * g < items) {
-      const int item = row * g + ((row & 1) ? g - 1 - b : b);
-      ++row;
-      if (item < items) return item;
-    }
-    return -1;
-  }
-};
+/* K/V tiles 0..n-1 of a block whose keys stop at kv_stop come by TMA (the whole
+ * tiles below kv_stop, where the host sent tensor maps); the rest, the tail, by
+ * cp.async. The one rule the producer and the consumers' proxy fences share. */
+template <typename Cfg> __device__ __forceinline__ int ws_tma_tiles(const msgl_prefill_params& pp, int kv_stop) {
+  return Cfg::TMA && pp.kv_tma_rows > 0 ? kv_stop / Cfg::BN : 0;
+}
 
 template <int CONSUMERS> struct WsRegs;
 /* One consumer, two blocks an SM (128 registers a thread at launch). */
@@ -1288,7 +1288,7 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
   __shared__ unsigned long long full_k[STAGES], full_v[STAGES], empty_k[STAGES], empty_v[STAGES];
   __shared__ unsigned long long q_full[QBUF], q_empty[QBUF];
   __shared__ WgTile q_tile[QBUF]; /* the item whose Q the buffer holds (the producer's find) */
-  /* One word a consumer thread: the overlapped loop's anchor (see there). */
+  /* One word a consumer thread: the overlapped loop's anchor (softmax_anchor_store). */
   __shared__ float softmax_anchor[Cfg::OVERLAP ? 128 * CONSUMERS : 1];
   const unsigned raw = smem_u32(prefill_wg_smem);
   const unsigned pad = (1024u - (raw & 1023u)) & 1023u;
@@ -1334,40 +1334,24 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
       prefetch_tensor_map(&pp.k_map);
       prefetch_tensor_map(&pp.v_map);
     }
-    /* Item m's Q into buffer m % QBUF once the consumers have released it, the item
-     * published with it (its tile found here); returns the tile's (sequence, kv_stop),
-     * kv_stop 0 for an item past the last tile. */
-    auto load_q = [&](int m, int item) {
-      const int qb = m % QBUF;
+    int ring = 0; /* K/V tiles loaded so far: the ring position of the next */
+    int n = 0;
+    for (int item = blockIdx.x; item < items; item += gridDim.x, ++n) {
+      const int qb = n % QBUF;
+      const int kv_head = item % p.num_kv_heads;
       const WgTile tl = wg_find_tile(p, group, BM, item / p.num_kv_heads);
-      if (m >= QBUF) mbar_wait(&q_empty[qb], static_cast<unsigned>(((m / QBUF) - 1) & 1));
-      if (tl.found)
-        wg_load_q<DTYPE, HEAD_DIM, BM, 128>(smem + qb * Q_BYTES, p, t, tl.rows, tl.row0, tl.q_start, group,
-                                            item % p.num_kv_heads);
+      if (n >= QBUF) mbar_wait(&q_empty[qb], static_cast<unsigned>(((n / QBUF) - 1) & 1));
+      if (tl.found) wg_load_q<DTYPE, HEAD_DIM, BM, 128>(smem + qb * Q_BYTES, p, t, tl.rows, tl.row0, tl.q_start, group, kv_head);
       cp_async_mbar_arrive(&q_full[qb]);
       if (t == 0) {
         q_tile[qb] = tl;
         mbar_arrive(&q_full[qb]); /* release: the consumers read q_tile after their wait */
       }
-      return make_int2(tl.seq, tl.found ? tl.kv_stop : 0);
-    };
-    int ring = 0; /* K/V tiles loaded so far: the ring position of the next */
-    WsWalk walk;
-    /* Item n's K/V tiles, and item n + 1's Q: with two Q buffers once item n's first
-     * two tiles are issued (the consumers then are done with item n - 1, whose buffer
-     * it takes), so that it has landed when they finish item n; with one, after item
-     * n's last tile. Item -1 has no tiles (its step loads item 0's Q): one call site
-     * of each loader, whose code is long. */
-    int item = -1, next = walk.next(items);
-    int2 cur = make_int2(0, 0);
-    for (int n = -1;;) {
-      bool next_q = next < 0;
-      int2 after = make_int2(0, 0);
-      const int kv_head = item >= 0 ? item % p.num_kv_heads : 0, kv_stop = cur.y;
-      const int num_tiles = (kv_stop + BN - 1) / BN, steps = max(num_tiles, 1);
-      const int q_step = QBUF == 2 ? min(1, steps - 1) : steps - 1;
-      const WgKeys keys = wg_keys(p, cur.x, kv_head, kv_stop);
-      auto by_tma = [&](int it) { return Cfg::TMA && tma_rows > 0 && (it + 1) * BN <= kv_stop; };
+      if (!tl.found) continue;
+      const int num_tiles = (tl.kv_stop + BN - 1) / BN;
+      const WgKeys keys = wg_keys(p, tl.seq, kv_head, tl.kv_stop);
+      const int tma_tiles = ws_tma_tiles<Cfg>(pp, tl.kv_stop);
+      auto by_tma = [&](int it) { return it < tma_tiles; };
       /* The first warp reads each TMA tile's pages one tile ahead, under the waits. */
       auto tma_page = [&](int it) {
         if constexpr (Cfg::TMA) return by_tma(it) && t < kWarpSize ? wg_tma_page<HEAD_DIM, BN>(it, keys, tma_rows, t) : -1;
@@ -1391,28 +1375,17 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
         named_sync(6, 128);
         if (t == 0) mbar_arrive(bar);
       };
-      for (int it = 0; it < steps; ++it) {
-        if (it < num_tiles) {
-          const int stage = ring % STAGES;
-          const unsigned freed = static_cast<unsigned>(((ring / STAGES) - 1) & 1); /* tile ring - STAGES's release */
-          const int page = page_next;
-          page_next = tma_page(it + 1);
-          if (ring >= STAGES) mbar_wait(&empty_k[stage], freed);
-          load(smem + k_off(stage), p.k_cache, &pp.k_map, it, page, &full_k[stage]);
-          if (ring >= STAGES) mbar_wait(&empty_v[stage], freed);
-          load(smem + v_off(stage), p.v_cache, &pp.v_map, it, page, &full_v[stage]);
-          ++ring;
-        }
-        if (!next_q && it == q_step) {
-          after = load_q(n + 1, next);
-          next_q = true;
-        }
+      for (int it = 0; it < num_tiles; ++it, ++ring) {
+        const int stage = ring % STAGES;
+        const unsigned freed = static_cast<unsigned>(((ring / STAGES) - 1) & 1); /* tile ring - STAGES's release */
+        const int page = page_next;
+        page_next = tma_page(it + 1);
+        if (ring >= STAGES) mbar_wait(&empty_k[stage], freed);
+        load(smem + k_off(stage), p.k_cache, &pp.k_map, it, page, &full_k[stage]);
+        if (ring >= STAGES) mbar_wait(&empty_v[stage], freed);
+        load(smem + v_off(stage), p.v_cache, &pp.v_map, it, page, &full_v[stage]);
       }
-      if (next < 0) break;
-      ++n;
-      item = next;
-      cur = after;
-      next = Cfg::PERSISTENT ? walk.next(items) : -1; /* one item a block otherwise */
+      if constexpr (!Cfg::PERSISTENT) break; /* one item (and no loop for ptxas to keep state across) */
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
   } else {
@@ -1420,8 +1393,8 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
     const int cwg = wg - 1;
     auto parity = [](int ring) { return static_cast<unsigned>((ring / STAGES) & 1); };
     int ring = 0; /* the ring position of the item's first K/V tile */
-    WsWalk walk;
-    for (int n = 0, item = walk.next(items); item >= 0; ++n, item = walk.next(items)) {
+    int n = 0;
+    for (int item = blockIdx.x; item < items; item += gridDim.x, ++n) {
       const int qb = n % QBUF;
       mbar_wait(&q_full[qb], static_cast<unsigned>((n / QBUF) & 1));
       const WgTile tl = q_tile[qb];
@@ -1438,7 +1411,7 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
       /* A tile the producer gathered with cp.async (the generic proxy) is made visible
        * to wgmma (the async proxy) by a proxy fence; TMA tiles arrive through the async
        * proxy and their barrier alone (the fence is a full memory barrier: MEMBAR). */
-      const int tma_tiles = Cfg::TMA && pp.kv_tma_rows > 0 ? tl.kv_stop / BN : 0;
+      const int tma_tiles = ws_tma_tiles<Cfg>(pp, tl.kv_stop);
       auto fence_gathered = [&](int it) {
         if (it >= tma_tiles) fence_proxy_async_smem();
       };
@@ -1497,14 +1470,7 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
             wgmma_wait<1>(); /* S_j (committed first) is done, P V may not be */
             wgmma_fence_regs(w.s);
             w.softmax(j * BN, alpha);
-            /* The anchor: ptxas schedules the wait below as early as it may (it
-             * costs nothing in its model) and with it the packing of P, which must
-             * wait for P_{j-1} V_{j-1}: without a memory operation between them, the
-             * wait went up ahead of the row max and the softmax ran after the
-             * product, not under it (SASS). It keeps the wait after this store of
-             * the row sums, which follows every exponential. */
-            asm volatile("st.shared.f32 [%0], %1;" ::"r"(smem_u32(&softmax_anchor[threadIdx.x - 128])), "f"(w.l[0] + w.l[1])
-                         : "memory");
+            softmax_anchor_store(&softmax_anchor[threadIdx.x - 128], w.l[0] + w.l[1]);
             wgmma_wait<0>(); /* P_{j-1} V_{j-1}: O and P are free */
             wgmma_fence_regs(w.o);
             w.rescale(alpha);
