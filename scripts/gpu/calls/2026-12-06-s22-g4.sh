@@ -1,7 +1,7 @@
 #!/bin/bash
 # Twenty-second session, the one call the device time left allows (bundle of the
 # anchored overlap on 4a2239a's producer). On an H200 the headline figures; elsewhere
-# call 2 reordered for a short budget: the persistent walks (4a2239a's producer), the
+# correctness first, for a short budget: the persistent walks (4a2239a's producer), the
 # CPU match and the long tests of the overlapped tiles, then the prefill bench beside
 # SDPA, the tile sweep of 28, an ncu of tile 28 if time is left.
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
@@ -21,13 +21,5 @@ echo "bench rc=$? tiles $TILES ($(( $(date +%s) - START )) s)" >> $S; grep SUMMA
 PYTHONUNBUFFERED=1 timeout 50 python3 scripts/gpu/torch_baselines.py prefill > $W/torch.log 2>&1
 echo "torch rc=$? ($(( $(date +%s) - START )) s)" >> $S; grep SUMMARY $W/torch.log >> $S
 t 60 wg_tiles env MINISGL_TEST_PREFILL_TILES=28 $G prefill_attention_gpu_wgmma_tiles --test-threads=1
-SEC="--section SpeedOfLight --section WarpStateStats --section SchedulerStats --section SourceCounters --section LaunchStats"
-tile=28
-[ $(left) -gt 45 ] && { MINISGL_BENCH_ATTENTION_FILTER="prefill-new tile=$tile 32/8 b=1 L=4096" MINISGL_BENCH_PREFILL_TILES=$tile timeout $(( $(left) - 10 )) \
-    ncu --clock-control none $SEC --import-source no --kernel-name regex:prefill_attention --launch-skip 3 --launch-count 1 -o $W/ncu-$tile \
-    $BB/minisgl-attention "prefill" --bench --warm-up-time 0.05 --measurement-time 0.05 > $W/ncu-$tile.log 2>&1
-  echo "ncu tile $tile rc=$?" >> $S
-  ncu -i $W/ncu-$tile.ncu-rep --print-details all > $W/ncu-$tile-details.txt 2>&1
-  ncu -i $W/ncu-$tile.ncu-rep --page source --csv --print-source sass > $W/ncu-$tile-sass.csv 2>&1
-  grep -E "Duration|Compute \(SM\) Throughput|Warp Cycles Per Issued|No Eligible" $W/ncu-$tile-details.txt | head -6 >> $S; }
+ncu_prefill 28 "32/8 b=1 L=4096"
 echo "end at $(( $(date +%s) - START )) s" >> $S

@@ -15,8 +15,6 @@ step_with "r1" llama3_8b_graph_step_time_ctx128_gpu
 step_with "r1" qwen3_30b_a3b_graph_step_time_gpu
 timeout 45 $BIN/minisgl bench --model /tmp/q06 --load-format dummy --device cuda --vocab-size 151643 > $W/mbench.log 2>&1
 echo "mbench rc=$? $(grep -E 'output throughput|^time' $W/mbench.log | tr '\n' ' ')" >> $S
-bench() { local to=$1 name=$2; shift 2; [ $(left) -lt $to ] && to=$(left); [ $to -lt 15 ] && { echo "$name skipped" >> $S; return; }
-  timeout $to "$@" --bench --warm-up-time 0.1 --measurement-time 0.2 > $W/$name.log 2>&1; echo "$name rc=$? ($(( $(date +%s) - START )) s)" >> $S; grep -E '^SUMMARY' $W/$name.log >> $S; }
 MINISGL_MOE_BENCH_TILES=none bench 60 moe $BB/minisgl-moe
 [ $(left) -gt 45 ] && { PYTHONUNBUFFERED=1 timeout 40 python3 scripts/gpu/moe_triton_baseline.py > $W/triton.log 2>&1; echo "triton rc=$?" >> $S; grep SUMMARY $W/triton.log | head -12 >> $S; }
 MINISGL_BENCH_ATTENTION=cold MINISGL_BENCH_ATTENTION_FILTER="decode" bench 80 attn-decode $BB/minisgl-attention decode

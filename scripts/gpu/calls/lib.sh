@@ -7,6 +7,11 @@
 #   step NAME T  one engine-gpu_graphs test's SUMMARY lines into the summary
 #   step_with LABEL T [VAR=value ..]  its `SUMMARY graph-step` lines only, labelled,
 #                with those variables set (A/B rounds)
+#   bench TO NAME BIN [ARGS..]  a criterion bench under a timeout (short warm-up and
+#                measurement); its SUMMARY lines into the summary
+#   ncu_prefill TILE CASE  ncu of one launch of prefill tile TILE in the attention
+#                bench's case CASE ("32/8 b=1 L=4096"): report, details and
+#                per-instruction SASS under $W, key lines in the summary
 #   ncu_decode NAME [VAR=value ..]  ncu of two decode attention launches of the
 #                Qwen3-0.6B graphed step test, with those variables set: the report,
 #                its details and per-instruction SASS under $W, key lines in the summary
@@ -39,4 +44,17 @@ ncu_decode() { local name=$1; shift; [ $(left) -lt 60 ] && { echo "ncu $name ski
   ncu -i $W/$name.ncu-rep --print-details all > $W/$name-details.txt 2>&1
   ncu -i $W/$name.ncu-rep --page source --csv --print-source sass > $W/$name-sass.csv 2>&1
   grep -E "Duration|Registers Per|Grid Size|Block Size|Achieved Occupancy|Warp Cycles Per Issued" $W/$name-details.txt | head -14 >> $S
+}
+bench() { local to=$1 name=$2; shift 2; [ $(left) -lt $to ] && to=$(left); [ $to -lt 15 ] && { echo "$name skipped" >> $S; return; }
+  timeout $to "$@" --bench --warm-up-time 0.1 --measurement-time 0.2 > $W/$name.log 2>&1; echo "$name rc=$? ($(( $(date +%s) - START )) s)" >> $S; grep -E '^SUMMARY' $W/$name.log >> $S; }
+ncu_prefill() { local tile=$1 case=$2; [ $(left) -lt 45 ] && { echo "ncu tile $tile skipped" >> $S; return; }
+  # The filter names one case, so --launch-skip lands on this tile's launches.
+  MINISGL_BENCH_ATTENTION_FILTER="prefill-new tile=$tile $case" MINISGL_BENCH_PREFILL_TILES=$tile timeout $(( $(left) - 10 )) \
+    ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+    --section SourceCounters --section LaunchStats --import-source no --kernel-name regex:prefill_attention --launch-skip 3 \
+    --launch-count 1 -o $W/ncu-$tile $BB/minisgl-attention "prefill" --bench --warm-up-time 0.05 --measurement-time 0.05 > $W/ncu-$tile.log 2>&1
+  echo "ncu tile $tile rc=$?" >> $S
+  ncu -i $W/ncu-$tile.ncu-rep --print-details all > $W/ncu-$tile-details.txt 2>&1
+  ncu -i $W/ncu-$tile.ncu-rep --page source --csv --print-source sass > $W/ncu-$tile-sass.csv 2>&1
+  grep -E "Grid Size|Duration|Compute \(SM\) Throughput|L2 Cache Throughput|Warp Cycles Per Issued|No Eligible" $W/ncu-$tile-details.txt | head -8 >> $S
 }
