@@ -496,7 +496,6 @@ MSGL_PREFILL_WG_TILE(23, 2, 128, 2, true, true, false, false)
 MSGL_PREFILL_WG_TILE(24, 2, 128, 2, true, true, true, false)
 MSGL_PREFILL_WG_TILE(25, 3, 64, 2, false, true, false, false)
 MSGL_PREFILL_WG_TILE(26, 2, 64, 3, true, true, true, false)
-MSGL_PREFILL_WG_TILE(28, 2, 128, 2, true, true, false, true)
 MSGL_PREFILL_WG_TILE(29, 2, 128, 2, true, true, true, true)
 MSGL_PREFILL_WG_TILE(30, 3, 64, 2, false, true, false, true)
 MSGL_PREFILL_WG_TILE(31, 2, 64, 3, true, true, true, true)
@@ -516,6 +515,13 @@ template <int HEAD_DIM> struct PrefillWgTile<22, HEAD_DIM> {
 template <int HEAD_DIM> struct PrefillWgTile<27, HEAD_DIM> {
   static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
   static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = false;
+};
+/* TILE 28: 27 with the softmax of tile j under the P V product of tile j - 1, the
+ * default for long runs at head dim 128 (gpu/prefill.rs's LONG_TMA_TILE); at head dim
+ * 256 27's 64-key tiles without the overlap, whose two resident tiles spill there. */
+template <int HEAD_DIM> struct PrefillWgTile<28, HEAD_DIM> {
+  static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
+  static constexpr bool OVERLAP = HEAD_DIM <= 128, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = false;
 };
 /* TILE 34, 35, 36: 27, 28 and 30 run persistently: one block an SM walks the grid's
  * items (q tile, kv head) in the grid order, its producer loading the next item's Q
@@ -540,6 +546,13 @@ template <int HEAD_DIM> struct PrefillWgTile<37, HEAD_DIM> {
 template <int HEAD_DIM> struct PrefillWgTile<38, HEAD_DIM> {
   static constexpr int WGS = 3, BN = 64, STAGES = 3;
   static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = true;
+};
+/* TILE 39: 28 (up to head dim 128) with three K/V stages, so that each copy has two
+ * steps of the overlapped loop to land in rather than one (the Q tile and three
+ * 128-key stages: 225 KiB). */
+template <int HEAD_DIM> struct PrefillWgTile<39, HEAD_DIM> {
+  static constexpr int WGS = 2, BN = 128, STAGES = 3;
+  static constexpr bool OVERLAP = true, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = false;
 };
 
 __host__ __device__ constexpr bool prefill_is_wgmma(int tile) { return tile >= 16; }

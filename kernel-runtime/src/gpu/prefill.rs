@@ -14,7 +14,7 @@
 //! [`set_prefill_tile`] (benchmarks) picks one; a variant whose accumulators or
 //! shared memory do not fit the head dimension is an error naming it.
 //!
-//! The Hopper tiles ([`WGMMA_TILES`], TILE 16..38, the kernel's `PrefillWgTile`):
+//! The Hopper tiles ([`WGMMA_TILES`], TILE 16..39, the kernel's `PrefillWgTile`):
 //! wgmma with 2 or 3 warpgroups of 64 query rows, 128-byte swizzled K/V tiles, and
 //! from TILE 22 one more warpgroup that only gathers (warp specialisation: the
 //! consumers wait on transaction barriers, never on each other), from TILE 27 by
@@ -27,7 +27,7 @@
 //! elsewhere. On sm_90 GPUs tile 17 is the default up to head dim
 //! 128 and tile 16 at 256 (AOT instances, [`default_tile`]), tile 0 elsewhere;
 //! batches with a sequence of 2048 keys or more at head dim 128 over caches TMA can
-//! copy take tile 27 ([`long_tma_batch`], an AOT instance too);
+//! copy take tile 28 ([`long_tma_batch`], an AOT instance too);
 //! `MINISGL_PREFILL_TILE` picks another.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -107,15 +107,16 @@ const fn persistent_shape(consumers: usize, keys: usize, stages: usize) -> TileS
 /// The first wgmma tile id.
 pub(super) const FIRST_WGMMA_TILE: usize = 16;
 
-/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..38 at head dims up to 128
-/// (TILEs 16, 22, 27 and 34 take 64-key tiles at head dim 256: [`tile_shape`]).
-/// 19..21, 23, 24, 26, 33 and 35 run the softmax of one K/V tile under the P V
-/// product of the previous one; 22..26 have a producer warpgroup, and in 24 and 26
+/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..39 at head dims up to 128
+/// (TILEs 16, 22, 27, 28, 34 and 35 take 64-key tiles at head dim 256: [`tile_shape`]).
+/// 19..21, 23, 24, 26, 28, 29, 31, 33, 35 and 39 run the softmax of one K/V tile under
+/// the P V product of the previous one (28 and 35 not at head dim 256); 22..26 have a producer warpgroup, and in 24 and 26
 /// the two consumers take turns issuing their products (ping-pong); 27..31 are
 /// 22..26 with the K/V tiles copied by TMA; 32 and 33 have one consumer of 64 rows
 /// and run two blocks an SM; 34, 35 and 36 are 27, 28 and 30 with persistent blocks,
-/// 37 and 38 persistent with three K/V stages (37: one Q buffer).
-pub(super) const WGMMA_TILES: [TileShape; 23] = [
+/// 37 and 38 persistent with three K/V stages (37: one Q buffer); 39 is 28 with
+/// three K/V stages.
+pub(super) const WGMMA_TILES: [TileShape; 24] = [
     wg_shape(2, 128, 2),
     wg_shape(3, 64, 2),
     wg_shape(2, 64, 3),
@@ -139,6 +140,7 @@ pub(super) const WGMMA_TILES: [TileShape; 23] = [
     persistent_shape(3, 64, 2),
     persistent_shape(2, 128, 3),
     persistent_shape(3, 64, 3),
+    tma_shape(2, 128, 3),
 ];
 
 /// prefill_attention.cu's `PrefillTile` for TILE = 1..8 (index 0 is [`tile_shape`]'s
@@ -244,8 +246,8 @@ pub(super) fn tile_shape(tile: usize, head_dim: usize) -> Option<TileShape> {
         0 => Some(shape(4, 1, 32, 2)),
         16 if head_dim > 128 => Some(wg_shape(2, 64, 2)),
         22 if head_dim > 128 => Some(ws_shape(2, 64, 2)),
-        27 if head_dim > 128 => Some(tma_shape(2, 64, 2)),
-        34 if head_dim > 128 => Some(persistent_shape(2, 64, 2)),
+        27 | 28 if head_dim > 128 => Some(tma_shape(2, 64, 2)),
+        34 | 35 if head_dim > 128 => Some(persistent_shape(2, 64, 2)),
         t if t >= FIRST_WGMMA_TILE => WGMMA_TILES.get(t - FIRST_WGMMA_TILE).copied(),
         _ => TILES.get(tile).copied(),
     }
@@ -377,15 +379,16 @@ pub(super) fn tma_rows(page_size: usize, keys: usize, slots: usize) -> Option<us
 }
 
 /// The tile for batches with long key runs on an sm_90 GPU at head dim 128 when the
-/// caches allow TMA copies ([`long_tma_batch`]): TILE 27, the warp-specialised
-/// 128 x 128 tile whose producer copies K/V by TMA. On an H100 (docs/PERF.md,
-/// twentieth session) it ran at 344 / 342 TFLOP/s at 32/8 and 16/8 b=1 L=4096
-/// against tile 17's 293 / 259 (+17% / +32%; 28, its overlapped twin, 1-2% faster,
-/// is not an AOT instance), but at 212 against 223 at b=8 L=1024, where each block
-/// holds too few K/V tiles to hide its start and epilogue.
-pub(super) const LONG_TMA_TILE: usize = 27;
+/// caches allow TMA copies ([`long_tma_batch`]): TILE 28, the warp-specialised
+/// 128 x 128 tile whose producer copies K/V by TMA and whose consumers run the
+/// softmax of one K/V tile under the P V product of the one before. On an H100
+/// (docs/PERF.md, twenty-third session) it ran at 312 / 313 TFLOP/s at 32/8 and 16/8
+/// b=1 L=4096 against 27's (no overlap) 301 / 301 and tile 17's 295 / 259, but at
+/// 192 against 17's 224 at b=8 L=1024, where each block holds too few K/V tiles to
+/// hide its start and epilogue.
+pub(super) const LONG_TMA_TILE: usize = 28;
 /// The longest key run from which a batch counts as long for [`LONG_TMA_TILE`]:
-/// between the two measured lengths (1024: tile 17 ahead, 4096: tile 27 ahead).
+/// between the two measured lengths (1024: tile 17 ahead, 4096: tile 28 ahead).
 const LONG_TMA_MIN_KEYS: usize = 2048;
 
 /// Whether a batch whose longest sequence holds `max_kv` keys, over caches of
@@ -689,7 +692,7 @@ mod tests {
             assert_eq!(TileShape { tma: false, ..s }, ws, "tile {t}");
             assert!(s.fits(64) && s.fits(128), "tile {t}");
         }
-        assert_eq!(tile_shape(27, 256).unwrap().keys, 64);
+        assert_eq!((tile_shape(27, 256).unwrap().keys, tile_shape(28, 256).unwrap().keys), (64, 64));
         // 32, 33: one consumer of 64 rows, 64 keys, 2 stages: 81 KiB, two blocks an SM.
         let t32 = tile_shape(32, 128).unwrap();
         assert!(t32.tma && t32.producer);
@@ -718,10 +721,15 @@ mod tests {
         assert_eq!(t37.smem_bytes(128), (128 + 768) * 256 + 1024);
         assert_eq!((t38.rows(), t38.keys, t38.stages, t38.q_buffers(128)), (192, 64, 3, 2));
         assert!(t37.persistent && t38.persistent && t37.fits(128) && t38.fits(128) && t38.fits(64));
-        let fit_256: Vec<usize> = (16..=38).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
-        assert_eq!(fit_256, vec![16, 22, 27, 34]);
+        // 39: 28 with three stages, 225 KiB at head dim 128.
+        let t39 = tile_shape(39, 128).unwrap();
+        assert_eq!((t39.rows(), t39.keys, t39.stages, t39.tma, t39.persistent), (128, 128, 3, true, false));
+        assert_eq!(t39.smem_bytes(128), (128 + 768) * 256 + 1024);
+        assert!(t39.fits(64) && t39.fits(128));
+        let fit_256: Vec<usize> = (16..=39).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
+        assert_eq!(fit_256, vec![16, 22, 27, 28, 34, 35]);
         assert_eq!(tile_shape(15, 128), None);
-        assert_eq!(tile_shape(39, 128), None);
+        assert_eq!(tile_shape(40, 128), None);
     }
 
     #[test]
