@@ -15,8 +15,8 @@
 //! each expert gets, `tokens * top_k / experts`, as mini-sglang's
 //! `get_default_config` chooses Triton block sizes from the batch size. [`TILES`]
 //! mirrors moe_gemm.cu's table (checked by a test against the embedded source);
-//! the plan's tiles and the wgmma tiles are AOT instances (kernels.toml), so none
-//! of them is compiled at run time:
+//! the plan's tiles and the decode fallbacks 0 and 1 are AOT instances (kernels.toml),
+//! so none of them is compiled at run time (the table's other tiles, for sweeps, are):
 //!
 //! | rows per expert | tile | BM x BN x BK | warps | stages | regime |
 //! | --- | --- | --- | --- | --- | --- |
@@ -1119,6 +1119,32 @@ mod tests {
             check_plan(MoePlan { gate_up_tile: 5, down_tile: 2, pdl: false, decode: false }).unwrap_err().to_string();
         assert!(err.contains("different row counts"), "{err}");
         assert_eq!(check_plan(MoePlan { gate_up_tile: 5, down_tile: 7, pdl: false, decode: false }).unwrap(), 16);
+    }
+
+    /// Every tile the plan names, on either kind of GPU and for either dtype and
+    /// GEMM, is an AOT instance of moe_gemm (kernels.toml), so that no batch waits on
+    /// a run-time compile; the table's other tiles are for sweeps.
+    #[test]
+    fn the_plan_tiles_are_aot_instances() {
+        let (spec, _) = crate::kernels::embedded().unwrap();
+        let family = spec.family("moe_gemm").unwrap();
+        let aot: Vec<Vec<(String, i64)>> = family.instances().iter().map(|i| i.values().to_vec()).collect();
+        let plan_tiles = PLAN.iter().flat_map(|r| [r.1 .0, r.1 .1, r.2 .0, r.2 .1]).map(|t| t.unwrap_or(1));
+        for tile in plan_tiles.chain([0, 1]) {
+            for dtype in [1, 2] {
+                for gate_up in [0, 1] {
+                    let want = vec![
+                        ("DTYPE".to_string(), dtype),
+                        ("TILE".to_string(), tile as i64),
+                        ("GATE_UP".to_string(), gate_up),
+                    ];
+                    assert!(
+                        aot.contains(&want),
+                        "moe_gemm tile {tile} (DTYPE {dtype}, GATE_UP {gate_up}) is not an AOT instance"
+                    );
+                }
+            }
+        }
     }
 
     #[test]
