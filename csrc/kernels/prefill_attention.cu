@@ -485,7 +485,7 @@ template <int TILE, int HEAD_DIM> struct PrefillWgTile;
   template <int HEAD_DIM> struct PrefillWgTile<T, HEAD_DIM> {                \
     static constexpr int WGS = W, BN = N, STAGES = S;                        \
     static constexpr bool OVERLAP = O, PRODUCER = P, PINGPONG = PP, TMA = TM; \
-    static constexpr bool PERSISTENT = false;                                \
+    static constexpr bool PERSISTENT = false, TMA_TAIL = false;              \
   };
 MSGL_PREFILL_WG_TILE(17, 3, 64, 2, false, false, false, false)
 MSGL_PREFILL_WG_TILE(18, 2, 64, 3, false, false, false, false)
@@ -506,22 +506,22 @@ MSGL_PREFILL_WG_TILE(33, 1, 64, 2, true, true, false, true)
  * its warp-specialised form, and 27 (22 with TMA) the same. */
 template <int HEAD_DIM> struct PrefillWgTile<16, HEAD_DIM> {
   static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
-  static constexpr bool OVERLAP = false, PRODUCER = false, PINGPONG = false, TMA = false, PERSISTENT = false;
+  static constexpr bool OVERLAP = false, PRODUCER = false, PINGPONG = false, TMA = false, PERSISTENT = false, TMA_TAIL = false;
 };
 template <int HEAD_DIM> struct PrefillWgTile<22, HEAD_DIM> {
   static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
-  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = false, PERSISTENT = false;
+  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = false, PERSISTENT = false, TMA_TAIL = false;
 };
 template <int HEAD_DIM> struct PrefillWgTile<27, HEAD_DIM> {
   static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
-  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = false;
+  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = false, TMA_TAIL = false;
 };
 /* TILE 28: 27 with the softmax of tile j under the P V product of tile j - 1, the
  * default for long runs at head dim 128 (gpu/prefill.rs's LONG_TMA_TILE); at head dim
  * 256 27's 64-key tiles without the overlap, whose two resident tiles spill there. */
 template <int HEAD_DIM> struct PrefillWgTile<28, HEAD_DIM> {
   static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
-  static constexpr bool OVERLAP = HEAD_DIM <= 128, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = false;
+  static constexpr bool OVERLAP = HEAD_DIM <= 128, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = false, TMA_TAIL = false;
 };
 /* TILE 34, 35, 36: 27, 28 and 30 run persistently: one block an SM walks the grid's
  * items (q tile, kv head) in the grid order, its producer loading the next item's Q
@@ -541,18 +541,26 @@ template <int HEAD_DIM> struct PrefillWgTile<36, HEAD_DIM> : PrefillWgTile<30, H
  * and 64-key tiles. */
 template <int HEAD_DIM> struct PrefillWgTile<37, HEAD_DIM> {
   static constexpr int WGS = 2, BN = 128, STAGES = 3;
-  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = true;
+  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = true, TMA_TAIL = false;
 };
 template <int HEAD_DIM> struct PrefillWgTile<38, HEAD_DIM> {
   static constexpr int WGS = 3, BN = 64, STAGES = 3;
-  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = true;
+  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = true, TMA_TAIL = false;
+};
+/* TILE 40: 28 with the tail tile (the one holding the block's last key) by TMA too:
+ * copies of keys past the sequence read zeros, the rest of its last page (rows past
+ * the last key, never written or left by another sequence) is zeroed in shared memory
+ * by the consumers before its P V (wg_zero_rows), rather than the producer gathering
+ * the whole tile by cp.async and the consumers fencing it. */
+template <int HEAD_DIM> struct PrefillWgTile<40, HEAD_DIM> : PrefillWgTile<28, HEAD_DIM> {
+  static constexpr bool TMA_TAIL = true;
 };
 /* TILE 39: 28 (up to head dim 128) with three K/V stages, so that each copy has two
  * steps of the overlapped loop to land in rather than one (the Q tile and three
  * 128-key stages: 225 KiB). */
 template <int HEAD_DIM> struct PrefillWgTile<39, HEAD_DIM> {
   static constexpr int WGS = 2, BN = 128, STAGES = 3;
-  static constexpr bool OVERLAP = true, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = false;
+  static constexpr bool OVERLAP = true, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = false, TMA_TAIL = false;
 };
 
 __host__ __device__ constexpr bool prefill_is_wgmma(int tile) { return tile >= 16; }
@@ -896,11 +904,28 @@ __device__ __forceinline__ void wg_tma_kv(unsigned char* dst, const msgl_tensor_
 /* The page lane `lane` copies from in wg_tma_kv's tile `tile` (-1 for a lane without
  * a copy): read one tile ahead, so that the page table's latency hides under the
  * producer's waits. */
-template <int HEAD_DIM, int BN>
+template <int HEAD_DIM, int BN, bool TAIL = false>
 __device__ __forceinline__ int wg_tma_page(int tile, const WgKeys& k, int rows, int lane) {
   const int chunks = BN / rows;
   if (lane >= chunks * (HEAD_DIM / 64)) return -1;
-  return __ldg(k.pages + ((tile * BN + (lane % chunks) * rows) >> k.page_shift));
+  const int kv = tile * BN + (lane % chunks) * rows;
+  /* A tail tile's copies past the sequence: no page (zeros), and no read past its row. */
+  if (TAIL && kv >= k.kv_stop) return -1;
+  return __ldg(k.pages + (kv >> k.page_shift));
+}
+/* Zeroes rows [from, to) of the swizzled K/V tile at `tile` (BN rows of HEAD_DIM) with
+ * the 128 threads of one warpgroup (`tid`), and makes the writes visible to wgmma: the
+ * rows of a TMA tail tile past the sequence's last key that its last page's copy
+ * brought (a P of zero times a V row never written could be NaN). Whole 128-byte
+ * row segments, so the swizzle does not matter. */
+template <int HEAD_DIM, int BN>
+__device__ __forceinline__ void wg_zero_rows(unsigned char* tile, int from, int to, int tid) {
+  constexpr int CHUNKS = HEAD_DIM / 8; /* 16-byte chunks a row */
+  for (int c = tid; c < (to - from) * CHUNKS; c += 128) {
+    const int r = from + c / CHUNKS, cc = c % CHUNKS;
+    *reinterpret_cast<uint4*>(tile + (cc / 8) * BN * 128 + r * 128 + (cc % 8) * 16) = make_uint4(0u, 0u, 0u, 0u);
+  }
+  fence_proxy_async_smem();
 }
 
 /* One warpgroup's 64 query rows of a wgmma tile (both Hopper paths): the O
@@ -1267,10 +1292,11 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
  * cp.async tail spills at 56), and the consumers' accumulators and fragments (112 at
  * head dim 128) fit the 144 left. */
 /* K/V tiles 0..n-1 of a block whose keys stop at kv_stop come by TMA (the whole
- * tiles below kv_stop, where the host sent tensor maps); the rest, the tail, by
- * cp.async. The one rule the producer and the consumers' proxy fences share. */
+ * tiles below kv_stop, where the host sent tensor maps, and with TMA_TAIL the tail
+ * too); the rest, the tail, by cp.async. The one rule the producer and the
+ * consumers' proxy fences share. */
 template <typename Cfg> __device__ __forceinline__ int ws_tma_tiles(const msgl_prefill_params& pp, int kv_stop) {
-  return Cfg::TMA && pp.kv_tma_rows > 0 ? kv_stop / Cfg::BN : 0;
+  return Cfg::TMA && pp.kv_tma_rows > 0 ? (Cfg::TMA_TAIL ? (kv_stop + Cfg::BN - 1) : kv_stop) / Cfg::BN : 0;
 }
 
 template <int CONSUMERS> struct WsRegs;
@@ -1367,7 +1393,7 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
       auto by_tma = [&](int it) { return it < tma_tiles; };
       /* The first warp reads each TMA tile's pages one tile ahead, under the waits. */
       auto tma_page = [&](int it) {
-        if constexpr (Cfg::TMA) return by_tma(it) && t < kWarpSize ? wg_tma_page<HEAD_DIM, BN>(it, keys, tma_rows, t) : -1;
+        if constexpr (Cfg::TMA) return by_tma(it) && t < kWarpSize ? wg_tma_page<HEAD_DIM, BN, Cfg::TMA_TAIL>(it, keys, tma_rows, t) : -1;
         else return -1;
       };
       int page_next = tma_page(0);
@@ -1428,6 +1454,18 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
       auto fence_gathered = [&](int it) {
         if (it >= tma_tiles) fence_proxy_async_smem();
       };
+      /* TMA_TAIL: the rows of the tail tile's last page past the sequence's last key,
+       * zeroed in V before its P V (those of copies past the sequence are zeros). */
+      auto zero_tail_v = [&](int it, int stage) {
+        if constexpr (Cfg::TMA_TAIL) {
+          const int from = tl.kv_stop - it * BN, rows = pp.kv_tma_rows;
+          if (it == num_tiles - 1 && from < BN && rows > 0) {
+            const int to = (from + rows - 1) / rows * rows;
+            wg_zero_rows<HEAD_DIM, BN>(smem + v_off(stage), from, to < BN ? to : BN, threadIdx.x % 128);
+            named_sync(1 + cwg, 128);
+          }
+        }
+      };
 
       if constexpr (!Cfg::OVERLAP) {
         for (int it = 0; it < num_tiles; ++it) {
@@ -1446,6 +1484,7 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
             wgmma_fence_regs(w.o);
             mbar_wait(&full_v[stage], parity(ring + it));
             fence_gathered(it);
+            zero_tail_v(it, stage);
             w.issue_pv(s_base + v_off(stage));
             wgmma_wait<0>();
             wgmma_fence_regs(w.o);
@@ -1465,6 +1504,7 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
           if (j < num_tiles) mbar_wait(&full_k[stage], parity(ring + j));
           if (j > 0) mbar_wait(&full_v[prev], parity(ring + j - 1));
           fence_gathered(j < num_tiles ? j : j - 1); /* K_j, V_{j-1}: only the last tile may be gathered */
+          if (has_pv) zero_tail_v(j - 1, prev);
           if constexpr (Cfg::PINGPONG) named_sync(SCHED + cwg, 256);
           /* Lets the other consumer issue its products (ping-pong) once this one's are. */
           auto hand_over = [&]() {
