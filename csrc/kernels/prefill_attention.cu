@@ -519,9 +519,8 @@ template <int HEAD_DIM> struct PrefillWgTile<27, HEAD_DIM> {
 /* TILE 28: 27 with the softmax of tile j under the P V product of tile j - 1, the
  * default for long runs at head dim 128 (gpu/prefill.rs's LONG_TMA_TILE); at head dim
  * 256 27's 64-key tiles without the overlap, whose two resident tiles spill there. */
-template <int HEAD_DIM> struct PrefillWgTile<28, HEAD_DIM> {
-  static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
-  static constexpr bool OVERLAP = HEAD_DIM <= 128, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = false, TMA_TAIL = false;
+template <int HEAD_DIM> struct PrefillWgTile<28, HEAD_DIM> : PrefillWgTile<27, HEAD_DIM> {
+  static constexpr bool OVERLAP = HEAD_DIM <= 128;
 };
 /* TILE 34, 35, 36: 27, 28 and 30 run persistently: one block an SM walks the grid's
  * items (q tile, kv head) in the grid order, its producer loading the next item's Q
@@ -916,15 +915,12 @@ __device__ __forceinline__ int wg_tma_page(int tile, const WgKeys& k, int rows, 
 /* Zeroes rows [from, to) of the swizzled K/V tile at `tile` (BN rows of HEAD_DIM) with
  * the 128 threads of one warpgroup (`tid`), and makes the writes visible to wgmma: the
  * rows of a TMA tail tile past the sequence's last key that its last page's copy
- * brought (a P of zero times a V row never written could be NaN). Whole 128-byte
- * row segments, so the swizzle does not matter. */
+ * brought (a P of zero times a V row never written could be NaN). */
 template <int HEAD_DIM, int BN>
 __device__ __forceinline__ void wg_zero_rows(unsigned char* tile, int from, int to, int tid) {
   constexpr int CHUNKS = HEAD_DIM / 8; /* 16-byte chunks a row */
-  for (int c = tid; c < (to - from) * CHUNKS; c += 128) {
-    const int r = from + c / CHUNKS, cc = c % CHUNKS;
-    *reinterpret_cast<uint4*>(tile + (cc / 8) * BN * 128 + r * 128 + (cc % 8) * 16) = make_uint4(0u, 0u, 0u, 0u);
-  }
+  for (int c = tid; c < (to - from) * CHUNKS; c += 128)
+    *reinterpret_cast<uint4*>(tile + wg_swz(BN, from + c / CHUNKS, c % CHUNKS)) = make_uint4(0u, 0u, 0u, 0u);
   fence_proxy_async_smem();
 }
 

@@ -1129,7 +1129,8 @@ mod tests {
         let (spec, _) = crate::kernels::embedded().unwrap();
         let family = spec.family("moe_gemm").unwrap();
         let aot: Vec<Vec<(String, i64)>> = family.instances().iter().map(|i| i.values().to_vec()).collect();
-        let plan_tiles = PLAN.iter().flat_map(|r| [r.1 .0, r.1 .1, r.2 .0, r.2 .1]).map(|t| t.unwrap_or(1));
+        // A `None` of the plan is a decode fallback, 0 or 1, which the chain covers.
+        let plan_tiles = PLAN.iter().flat_map(|r| [r.1 .0, r.1 .1, r.2 .0, r.2 .1]).flatten();
         for tile in plan_tiles.chain([0, 1]) {
             for dtype in [1, 2] {
                 for gate_up in [0, 1] {

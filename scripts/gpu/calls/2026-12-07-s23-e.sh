@@ -3,7 +3,7 @@
 # On any card: tile 40's correctness (the long tests, the tile tests at head dims
 # 64/128/256, the CPU match), then the prefill bench of 28 against 40 (and Auto, 17)
 # beside torch SDPA. Then on an H200 every open H200 figure with what is left
-# (s23-h200.sh); elsewhere an ncu of tile 40 at 32/8 b=1 L=4096 and the 0.6B bench.
+# (s23-h200.sh); elsewhere an ncu of tile 40 at 32/8 b=1 L=4096.
 TOTAL=${BUDGET:-560}; T0=$(date +%s)
 ( BUDGET=200; source .gpu/lib.sh
   nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
