@@ -485,7 +485,7 @@ template <int TILE, int HEAD_DIM> struct PrefillWgTile;
   template <int HEAD_DIM> struct PrefillWgTile<T, HEAD_DIM> {                \
     static constexpr int WGS = W, BN = N, STAGES = S;                        \
     static constexpr bool OVERLAP = O, PRODUCER = P, PINGPONG = PP, TMA = TM; \
-    static constexpr bool PERSISTENT = false, TMA_TAIL = false;              \
+    static constexpr bool PERSISTENT = false, TMA_TAIL = false, EARLY = false; \
   };
 MSGL_PREFILL_WG_TILE(17, 3, 64, 2, false, false, false, false)
 MSGL_PREFILL_WG_TILE(18, 2, 64, 3, false, false, false, false)
@@ -506,15 +506,15 @@ MSGL_PREFILL_WG_TILE(33, 1, 64, 2, true, true, false, true)
  * its warp-specialised form, and 27 (22 with TMA) the same. */
 template <int HEAD_DIM> struct PrefillWgTile<16, HEAD_DIM> {
   static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
-  static constexpr bool OVERLAP = false, PRODUCER = false, PINGPONG = false, TMA = false, PERSISTENT = false, TMA_TAIL = false;
+  static constexpr bool OVERLAP = false, PRODUCER = false, PINGPONG = false, TMA = false, PERSISTENT = false, TMA_TAIL = false, EARLY = false;
 };
 template <int HEAD_DIM> struct PrefillWgTile<22, HEAD_DIM> {
   static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
-  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = false, PERSISTENT = false, TMA_TAIL = false;
+  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = false, PERSISTENT = false, TMA_TAIL = false, EARLY = false;
 };
 template <int HEAD_DIM> struct PrefillWgTile<27, HEAD_DIM> {
   static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
-  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = false, TMA_TAIL = false;
+  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = false, TMA_TAIL = false, EARLY = false;
 };
 /* TILE 28: 27 with the softmax of tile j under the P V product of tile j - 1, the
  * default for long runs at head dim 128 (gpu/prefill.rs's LONG_TMA_TILE); at head dim
@@ -540,11 +540,11 @@ template <int HEAD_DIM> struct PrefillWgTile<36, HEAD_DIM> : PrefillWgTile<30, H
  * and 64-key tiles. */
 template <int HEAD_DIM> struct PrefillWgTile<37, HEAD_DIM> {
   static constexpr int WGS = 2, BN = 128, STAGES = 3;
-  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = true, TMA_TAIL = false;
+  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = true, TMA_TAIL = false, EARLY = false;
 };
 template <int HEAD_DIM> struct PrefillWgTile<38, HEAD_DIM> {
   static constexpr int WGS = 3, BN = 64, STAGES = 3;
-  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = true, TMA_TAIL = false;
+  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = true, TMA_TAIL = false, EARLY = false;
 };
 /* TILE 40: 28 with the tail tile (the one holding the block's last key) by TMA too:
  * copies of keys past the sequence read zeros, the rest of its last page (rows past
@@ -559,7 +559,18 @@ template <int HEAD_DIM> struct PrefillWgTile<40, HEAD_DIM> : PrefillWgTile<28, H
  * 128-key stages: 225 KiB). */
 template <int HEAD_DIM> struct PrefillWgTile<39, HEAD_DIM> {
   static constexpr int WGS = 2, BN = 128, STAGES = 3;
-  static constexpr bool OVERLAP = true, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = false, TMA_TAIL = false;
+  static constexpr bool OVERLAP = true, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = false, TMA_TAIL = false, EARLY = false;
+};
+/* TILE 41, 42: 28 and 35 with FlashAttention-3's order inside the overlapped step
+ * (EARLY): O is rescaled by the previous step's factor while S_j is on the tensor
+ * cores, between the issue of S_j and that of P_{j-1} V_{j-1} (the rescale leaves the
+ * window after the P V wait, where this warpgroup has nothing on the tensor cores),
+ * and K_j is released as soon as S_j is done rather than at the step's end. */
+template <int HEAD_DIM> struct PrefillWgTile<41, HEAD_DIM> : PrefillWgTile<28, HEAD_DIM> {
+  static constexpr bool EARLY = true;
+};
+template <int HEAD_DIM> struct PrefillWgTile<42, HEAD_DIM> : PrefillWgTile<35, HEAD_DIM> {
+  static constexpr bool EARLY = true;
 };
 
 __host__ __device__ constexpr bool prefill_is_wgmma(int tile) { return tile >= 16; }
@@ -743,7 +754,23 @@ __device__ __forceinline__ unsigned long long wg_desc(unsigned addr, unsigned lb
   return static_cast<unsigned long long>((addr & 0x3ffffu) >> 4) | (static_cast<unsigned long long>(lbo >> 4) << 16) |
          (static_cast<unsigned long long>(sbo >> 4) << 32) | (1ull << 62);
 }
+/* The descriptor `bytes` further on (a multiple of 16): the start address is the low
+ * field, and shared addresses stay below its 2^18-byte reach, so the sum never carries
+ * into LBO; added to the low word alone (one uniform add a k-step, rather than a new
+ * descriptor or a 64-bit add's carry chain). */
+__device__ __forceinline__ unsigned long long wg_desc_add(unsigned long long desc, unsigned bytes) {
+  const unsigned lo = static_cast<unsigned>(desc) + (bytes >> 4);
+  return (desc & 0xffffffff00000000ull) | lo;
+}
 #endif
+
+/* This thread's warpgroup. Warp-uniform by construction; read through a shuffle so that
+ * ptxas knows it and keeps what derives from it (the wgmma descriptors above all) in
+ * uniform registers, rather than building each descriptor in vector registers and
+ * moving it over (R2UR) before its wgmma can issue. */
+__device__ __forceinline__ int warpgroup_index() {
+  return __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
+}
 
 /* Byte offset of 16-byte chunk c (elements 8c..8c+7) of row r in a swizzled tile of
  * `rows` rows (see the layout above). */
@@ -974,23 +1001,22 @@ template <int DTYPE, int HEAD_DIM, int BM, int BN> struct WgRows {
   __device__ __forceinline__ void issue_s(unsigned k_addr) {
 #pragma unroll
     for (int i = 0; i < SN; ++i) s[i] = 0.f;
+    const unsigned long long da0 = wg_desc(q_addr, 16, 1024), db0 = wg_desc(k_addr, 16, 1024);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
-      const unsigned long long da = wg_desc(q_addr + (kk / 4) * (BM * 128) + (kk % 4) * 32, 16, 1024);
-      const unsigned long long db = wg_desc(k_addr + (kk / 4) * (BN * 128) + (kk % 4) * 32, 16, 1024);
+      const unsigned long long da = wg_desc_add(da0, (kk / 4) * (BM * 128) + (kk % 4) * 32);
+      const unsigned long long db = wg_desc_add(db0, (kk / 4) * (BN * 128) + (kk % 4) * 32);
       wgmma_ss<BN, DTYPE>(s, da, db, kk > 0 ? 1 : 0);
     }
     wgmma_commit();
   }
   /* Issues O += P V for the V tile at shared address v_addr (one commit group). */
   __device__ __forceinline__ void issue_pv(unsigned v_addr) {
+    const unsigned long long db0 = wg_desc(v_addr, BN * 128, 1024);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) {
-      const unsigned long long db = wg_desc(v_addr + kk * 16 * 128, BN * 128, 1024);
-      wgmma_rs<HEAD_DIM, DTYPE>(o, pa[kk], db);
-    }
+    for (int kk = 0; kk < BN / 16; ++kk) wgmma_rs<HEAD_DIM, DTYPE>(o, pa[kk], wg_desc_add(db0, kk * 16 * 128));
     wgmma_commit();
   }
   /* The causal mask and the online softmax of S (keys from `start`; log2 domain, as
@@ -1152,7 +1178,7 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
     cp_async_commit();
   }
 
-  const int wg = threadIdx.x / 128;
+  const int wg = warpgroup_index();
   WgRows<DTYPE, HEAD_DIM, BM, BN> w;
   w.init(tl, group, wg, s_base, p.scale_log2);
   /* Tiles 0..n_active-1 reach this warpgroup's rows (warpgroup-uniform, as every
@@ -1353,7 +1379,7 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
   }
   __syncthreads();
 
-  const int wg = threadIdx.x / 128;
+  const int wg = warpgroup_index();
   if (wg == 0) {
     regs_dec<WsRegs<CONSUMERS>::PRODUCER>();
     const int t = threadIdx.x;
@@ -1493,6 +1519,9 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
       } else {
         constexpr int SCHED = 4; /* named barriers SCHED + consumer (0 is __syncthreads, 1..3 the warpgroups') */
         if (Cfg::PINGPONG && cwg == 1) named_arrive(SCHED, 256); /* consumer 0 goes first */
+        /* The factor O must be scaled by before the next P V (EARLY: kept from the
+         * step whose softmax made it to the next step's issue). */
+        float alpha[2] = {1.f, 1.f};
         for (int j = 0; j <= num_tiles; ++j) {
           const bool has_s = j < n_active;
           const bool has_pv = j > 0 && j <= n_active;
@@ -1508,30 +1537,46 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
               if (cwg == 0 || j < num_tiles) named_arrive(SCHED + 1 - cwg, 256);
             }
           };
+          /* EARLY: O *= the previous step's factor before P_{j-1} V_{j-1} is issued
+           * (after S_j's issue, so that it runs under S_j; the fence keeps the
+           * multiplies from being hoisted above that issue). */
+          auto rescale_early = [&]() {
+            if constexpr (Cfg::EARLY) {
+              wgmma_fence_regs(w.o);
+              w.rescale(alpha);
+            }
+          };
+          /* K_j is free once S_j is done (EARLY), else at the step's end. */
+          auto release_k_early = [&]() {
+            if constexpr (Cfg::EARLY) mbar_arrive_warp(&empty_k[stage]);
+          };
           /* Each branch issues its products and waits for all of them: ptxas
            * serialises wgmma that stay in flight across a branch it cannot prove
            * uniform (C7518), which two `if`s issuing S and P V apart were. */
-          float alpha[2];
           if (has_s && has_pv) {
             w.issue_s(s_base + k_off(stage));
+            rescale_early();
             w.issue_pv(s_base + v_off(prev));
             hand_over();
             wgmma_wait<1>(); /* S_j (committed first) is done, P V may not be */
             wgmma_fence_regs(w.s);
+            release_k_early();
             w.softmax(j * BN, alpha);
             softmax_anchor_store(&softmax_anchor[threadIdx.x - 128], w.l[0] + w.l[1]);
             wgmma_wait<0>(); /* P_{j-1} V_{j-1}: O and P are free */
             wgmma_fence_regs(w.o);
-            w.rescale(alpha);
+            if constexpr (!Cfg::EARLY) w.rescale(alpha);
             w.pack_p();
           } else if (has_s) {
             w.issue_s(s_base + k_off(stage));
             hand_over();
             wgmma_wait<0>();
             wgmma_fence_regs(w.s);
+            release_k_early();
             w.softmax(j * BN, alpha); /* j = 0: O is still zero, no rescale */
             w.pack_p();
           } else if (has_pv) {
+            rescale_early();
             w.issue_pv(s_base + v_off(prev));
             hand_over();
             wgmma_wait<0>();
@@ -1539,8 +1584,8 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
           } else {
             hand_over();
           }
-          if (j < num_tiles) mbar_arrive_warp(&empty_k[stage]); /* S_j is done */
-          if (j > 0) mbar_arrive_warp(&empty_v[prev]);           /* P_{j-1} V_{j-1} is done */
+          if (j < num_tiles && !(Cfg::EARLY && has_s)) mbar_arrive_warp(&empty_k[stage]); /* S_j is done */
+          if (j > 0) mbar_arrive_warp(&empty_v[prev]);                                      /* P_{j-1} V_{j-1} is done */
         }
       }
       if (w.has_rows) {

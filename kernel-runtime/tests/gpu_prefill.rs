@@ -12,9 +12,9 @@
 //! Coverage: page sizes 1/16/64/256, head dims 64/128/256, GQA 1/2/4/8, bf16 and
 //! f16, ragged batches with cached prefixes and decodes riding along, lengths that
 //! are and are not multiples of the tiles (1..1025 in one batch, 4096 and 8192
-//! alone), and every tile variant that fits each head dim, the wgmma tiles (16..40,
+//! alone), and every tile variant that fits each head dim, the wgmma tiles (16..42,
 //! sm_90a; `MINISGL_TEST_PREFILL_TILES=22,23` narrows them for a short GPU call)
-//! included; the persistent ones (34..38) also with a grid of a few blocks.
+//! included; the persistent ones (34..38, 42) also with a grid of a few blocks.
 
 mod common;
 
@@ -276,18 +276,18 @@ fn prefill_attention_gpu_tile_variants() -> Result<()> {
     Ok(())
 }
 
-/// The wgmma tiles of `head_dim` the tests run: those that fit it (16..40 at 64 and
-/// 128; 16, 22, 27, 28, 34, 35 and 40, with 64-key tiles, at 256), narrowed to the
+/// The wgmma tiles of `head_dim` the tests run: those that fit it (16..42 at 64 and
+/// 128; 16, 22, 27, 28, 34, 35 and 40..42, with 64-key tiles, at 256), narrowed to the
 /// comma-separated `MINISGL_TEST_PREFILL_TILES` where set.
 fn wgmma_tiles(head_dim: usize) -> Vec<Option<usize>> {
-    let all: Vec<usize> = if head_dim > 128 { vec![16, 22, 27, 28, 34, 35, 40] } else { (16..=40).collect() };
+    let all: Vec<usize> = if head_dim > 128 { vec![16, 22, 27, 28, 34, 35, 40, 41, 42] } else { (16..=42).collect() };
     let wanted: Option<Vec<usize>> = std::env::var("MINISGL_TEST_PREFILL_TILES")
         .ok()
         .map(|v| v.split(',').filter_map(|t| t.trim().parse().ok()).collect());
     all.into_iter().filter(|t| wanted.as_ref().is_none_or(|w| w.contains(t))).map(Some).collect()
 }
 
-/// The wgmma tiles (TILE 16..40, sm_90a; 27..40 copy K/V by TMA at pages 16 and
+/// The wgmma tiles (TILE 16..42, sm_90a; 27..42 copy K/V by TMA at pages 16 and
 /// 64) against the CPU reference: bf16 and f16, page sizes 1/16/64, head dims 64/128/256 (the tiles that fit each), GQA 1/2/4/8
 /// in turn, on the ragged, prompt and tail batches (lengths 1 and non-multiples of
 /// the 128/192-row and 64/128-key tiles, cached prefixes, a sequence without new
@@ -360,7 +360,7 @@ fn prefill_attention_gpu_wgmma_long() -> Result<()> {
     Ok(())
 }
 
-/// The persistent tiles (34..38) with their grid capped at a few blocks, so that
+/// The persistent tiles (34..38, 42) with their grid capped at a few blocks, so that
 /// each block walks many q tiles: its Q buffers alternate, the K/V ring runs on
 /// across items of different lengths, blocks end on items of no rows for some of
 /// their warpgroups. Ragged and long batches, pages 16 (TMA) and 1 (cp.async),
@@ -379,8 +379,10 @@ fn prefill_attention_gpu_persistent_walks() -> Result<()> {
             .enumerate()
     {
         let case = Case { dtype, page_size, head_dim, heads: HEADS[i % HEADS.len()] };
-        let tiles: Vec<Option<usize>> =
-            wgmma_tiles(head_dim).into_iter().filter(|t| t.is_some_and(|t| (34..=38).contains(&t))).collect();
+        let tiles: Vec<Option<usize>> = wgmma_tiles(head_dim)
+            .into_iter()
+            .filter(|t| t.is_some_and(|t| (34..=38).contains(&t) || t == 42))
+            .collect();
         if tiles.is_empty() {
             continue;
         }

@@ -14,7 +14,7 @@
 //! [`set_prefill_tile`] (benchmarks) picks one; a variant whose accumulators or
 //! shared memory do not fit the head dimension is an error naming it.
 //!
-//! The Hopper tiles ([`WGMMA_TILES`], TILE 16..40, the kernel's `PrefillWgTile`):
+//! The Hopper tiles ([`WGMMA_TILES`], TILE 16..42, the kernel's `PrefillWgTile`):
 //! wgmma with 2 or 3 warpgroups of 64 query rows, 128-byte swizzled K/V tiles, and
 //! from TILE 22 one more warpgroup that only gathers (warp specialisation: the
 //! consumers wait on transaction barriers, never on each other), from TILE 27 by
@@ -66,7 +66,7 @@ pub(super) struct TileShape {
     pub tma: bool,
     /// At most one block an SM, each walking the grid's items; a second Q buffer
     /// where it fits, so that the next item's Q and first K/V tiles load while the
-    /// consumers finish the current one (34..38).
+    /// consumers finish the current one (34..38, 42).
     pub persistent: bool,
 }
 
@@ -107,17 +107,19 @@ const fn persistent_shape(consumers: usize, keys: usize, stages: usize) -> TileS
 /// The first wgmma tile id.
 pub(super) const FIRST_WGMMA_TILE: usize = 16;
 
-/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..40 at head dims up to 128
-/// (TILEs 16, 22, 27, 28, 34, 35 and 40 take 64-key tiles at head dim 256: [`tile_shape`]).
-/// 19..21, 23, 24, 26, 28, 29, 31, 33, 35, 39 and 40 run the softmax of one K/V tile under
-/// the P V product of the previous one (28, 35 and 40 not at head dim 256); 22..26 have a producer warpgroup, and in 24 and 26
+/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..42 at head dims up to 128
+/// (TILEs 16, 22, 27, 28, 34, 35 and 40..42 take 64-key tiles at head dim 256: [`tile_shape`]).
+/// 19..21, 23, 24, 26, 28, 29, 31, 33, 35 and 39..42 run the softmax of one K/V tile under
+/// the P V product of the previous one (28, 35 and 40..42 not at head dim 256); 22..26 have a producer warpgroup, and in 24 and 26
 /// the two consumers take turns issuing their products (ping-pong); 27..31 are
 /// 22..26 with the K/V tiles copied by TMA; 32 and 33 have one consumer of 64 rows
 /// and run two blocks an SM; 34, 35 and 36 are 27, 28 and 30 with persistent blocks,
 /// 37 and 38 persistent with three K/V stages (37: one Q buffer); 39 is 28 with
 /// three K/V stages, 40 is 28 with the tail tile (the one holding a block's last key)
-/// copied by TMA too, its rows past the sequence zeroed in shared memory.
-pub(super) const WGMMA_TILES: [TileShape; 25] = [
+/// copied by TMA too, its rows past the sequence zeroed in shared memory; 41 and 42 are
+/// 28 and 35 in FlashAttention-3's order (O rescaled under S's product, K released
+/// once S is done).
+pub(super) const WGMMA_TILES: [TileShape; 27] = [
     wg_shape(2, 128, 2),
     wg_shape(3, 64, 2),
     wg_shape(2, 64, 3),
@@ -143,6 +145,8 @@ pub(super) const WGMMA_TILES: [TileShape; 25] = [
     persistent_shape(3, 64, 3),
     tma_shape(2, 128, 3),
     tma_shape(2, 128, 2),
+    tma_shape(2, 128, 2),
+    persistent_shape(2, 128, 2),
 ];
 
 /// prefill_attention.cu's `PrefillTile` for TILE = 1..8 (index 0 is [`tile_shape`]'s
@@ -248,8 +252,8 @@ pub(super) fn tile_shape(tile: usize, head_dim: usize) -> Option<TileShape> {
         0 => Some(shape(4, 1, 32, 2)),
         16 if head_dim > 128 => Some(wg_shape(2, 64, 2)),
         22 if head_dim > 128 => Some(ws_shape(2, 64, 2)),
-        27 | 28 | 40 if head_dim > 128 => Some(tma_shape(2, 64, 2)),
-        34 | 35 if head_dim > 128 => Some(persistent_shape(2, 64, 2)),
+        27 | 28 | 40 | 41 if head_dim > 128 => Some(tma_shape(2, 64, 2)),
+        34 | 35 | 42 if head_dim > 128 => Some(persistent_shape(2, 64, 2)),
         t if t >= FIRST_WGMMA_TILE => WGMMA_TILES.get(t - FIRST_WGMMA_TILE).copied(),
         _ => TILES.get(tile).copied(),
     }
@@ -342,7 +346,7 @@ static GRID_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 /// Caps the blocks of a persistent tile's launch below the SM count (`None`: one
 /// block an SM), so that tests see a few blocks walk many items. Launches through
-/// Rust only (the run-time compiled instances, which 34..38 are); the AOT launcher
+/// Rust only (the run-time compiled instances, which 34..38 and 42 are); the AOT launcher
 /// sizes the grid from the SM count.
 pub(crate) fn set_prefill_grid_limit(blocks: Option<usize>) {
     GRID_LIMIT.store(blocks.map_or(usize::MAX, |b| b.max(1)), Ordering::Relaxed);
@@ -731,10 +735,15 @@ mod tests {
         // 40: 28 with the tail by TMA, the same shape.
         assert_eq!(tile_shape(40, 128), tile_shape(28, 128));
         assert_eq!(tile_shape(40, 256), tile_shape(28, 256));
-        let fit_256: Vec<usize> = (16..=40).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
-        assert_eq!(fit_256, vec![16, 22, 27, 28, 34, 35, 40]);
+        // 41 and 42: 28 and 35 in FlashAttention-3's order, the same shapes.
+        for hd in [64, 128, 256] {
+            assert_eq!(tile_shape(41, hd), tile_shape(28, hd));
+            assert_eq!(tile_shape(42, hd), tile_shape(35, hd));
+        }
+        let fit_256: Vec<usize> = (16..=42).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
+        assert_eq!(fit_256, vec![16, 22, 27, 28, 34, 35, 40, 41, 42]);
         assert_eq!(tile_shape(15, 128), None);
-        assert_eq!(tile_shape(41, 128), None);
+        assert_eq!(tile_shape(43, 128), None);
     }
 
     #[test]
