@@ -572,6 +572,12 @@ template <int HEAD_DIM> struct PrefillWgTile<41, HEAD_DIM> : PrefillWgTile<28, H
 template <int HEAD_DIM> struct PrefillWgTile<42, HEAD_DIM> : PrefillWgTile<35, HEAD_DIM> {
   static constexpr bool EARLY = true;
 };
+/* TILE 43: 29 (28 with the two consumers taking turns to issue their products) in
+ * FlashAttention-3's order: its head-dim-128 schedule whole (the scheduler barrier
+ * around the issue of S_j and P_{j-1} V_{j-1}, the rescale between them). */
+template <int HEAD_DIM> struct PrefillWgTile<43, HEAD_DIM> : PrefillWgTile<29, HEAD_DIM> {
+  static constexpr bool EARLY = true;
+};
 
 __host__ __device__ constexpr bool prefill_is_wgmma(int tile) { return tile >= 16; }
 

@@ -12,7 +12,7 @@
 //! Coverage: page sizes 1/16/64/256, head dims 64/128/256, GQA 1/2/4/8, bf16 and
 //! f16, ragged batches with cached prefixes and decodes riding along, lengths that
 //! are and are not multiples of the tiles (1..1025 in one batch, 4096 and 8192
-//! alone), and every tile variant that fits each head dim, the wgmma tiles (16..42,
+//! alone), and every tile variant that fits each head dim, the wgmma tiles (16..43,
 //! sm_90a; `MINISGL_TEST_PREFILL_TILES=22,23` narrows them for a short GPU call)
 //! included; the persistent ones (34..38, 42) also with a grid of a few blocks.
 
@@ -276,18 +276,18 @@ fn prefill_attention_gpu_tile_variants() -> Result<()> {
     Ok(())
 }
 
-/// The wgmma tiles of `head_dim` the tests run: those that fit it (16..42 at 64 and
+/// The wgmma tiles of `head_dim` the tests run: those that fit it (16..43 at 64 and
 /// 128; 16, 22, 27, 28, 34, 35 and 40..42, with 64-key tiles, at 256), narrowed to the
 /// comma-separated `MINISGL_TEST_PREFILL_TILES` where set.
 fn wgmma_tiles(head_dim: usize) -> Vec<Option<usize>> {
-    let all: Vec<usize> = if head_dim > 128 { vec![16, 22, 27, 28, 34, 35, 40, 41, 42] } else { (16..=42).collect() };
+    let all: Vec<usize> = if head_dim > 128 { vec![16, 22, 27, 28, 34, 35, 40, 41, 42] } else { (16..=43).collect() };
     let wanted: Option<Vec<usize>> = std::env::var("MINISGL_TEST_PREFILL_TILES")
         .ok()
         .map(|v| v.split(',').filter_map(|t| t.trim().parse().ok()).collect());
     all.into_iter().filter(|t| wanted.as_ref().is_none_or(|w| w.contains(t))).map(Some).collect()
 }
 
-/// The wgmma tiles (TILE 16..42, sm_90a; 27..42 copy K/V by TMA at pages 16 and
+/// The wgmma tiles (TILE 16..43, sm_90a; 27..43 copy K/V by TMA at pages 16 and
 /// 64) against the CPU reference: bf16 and f16, page sizes 1/16/64, head dims 64/128/256 (the tiles that fit each), GQA 1/2/4/8
 /// in turn, on the ragged, prompt and tail batches (lengths 1 and non-multiples of
 /// the 128/192-row and 64/128-key tiles, cached prefixes, a sequence without new

@@ -14,7 +14,7 @@
 //! [`set_prefill_tile`] (benchmarks) picks one; a variant whose accumulators or
 //! shared memory do not fit the head dimension is an error naming it.
 //!
-//! The Hopper tiles ([`WGMMA_TILES`], TILE 16..42, the kernel's `PrefillWgTile`):
+//! The Hopper tiles ([`WGMMA_TILES`], TILE 16..43, the kernel's `PrefillWgTile`):
 //! wgmma with 2 or 3 warpgroups of 64 query rows, 128-byte swizzled K/V tiles, and
 //! from TILE 22 one more warpgroup that only gathers (warp specialisation: the
 //! consumers wait on transaction barriers, never on each other), from TILE 27 by
@@ -107,9 +107,9 @@ const fn persistent_shape(consumers: usize, keys: usize, stages: usize) -> TileS
 /// The first wgmma tile id.
 pub(super) const FIRST_WGMMA_TILE: usize = 16;
 
-/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..42 at head dims up to 128
+/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..43 at head dims up to 128
 /// (TILEs 16, 22, 27, 28, 34, 35 and 40..42 take 64-key tiles at head dim 256: [`tile_shape`]).
-/// 19..21, 23, 24, 26, 28, 29, 31, 33, 35 and 39..42 run the softmax of one K/V tile under
+/// 19..21, 23, 24, 26, 28, 29, 31, 33, 35 and 39..43 run the softmax of one K/V tile under
 /// the P V product of the previous one (28, 35 and 40..42 not at head dim 256); 22..26 have a producer warpgroup, and in 24 and 26
 /// the two consumers take turns issuing their products (ping-pong); 27..31 are
 /// 22..26 with the K/V tiles copied by TMA; 32 and 33 have one consumer of 64 rows
@@ -118,8 +118,8 @@ pub(super) const FIRST_WGMMA_TILE: usize = 16;
 /// three K/V stages, 40 is 28 with the tail tile (the one holding a block's last key)
 /// copied by TMA too, its rows past the sequence zeroed in shared memory; 41 and 42 are
 /// 28 and 35 in FlashAttention-3's order (O rescaled under S's product, K released
-/// once S is done).
-pub(super) const WGMMA_TILES: [TileShape; 27] = [
+/// once S is done), 43 is 29 (ping-pong) in that order.
+pub(super) const WGMMA_TILES: [TileShape; 28] = [
     wg_shape(2, 128, 2),
     wg_shape(3, 64, 2),
     wg_shape(2, 64, 3),
@@ -147,6 +147,7 @@ pub(super) const WGMMA_TILES: [TileShape; 27] = [
     tma_shape(2, 128, 2),
     tma_shape(2, 128, 2),
     persistent_shape(2, 128, 2),
+    tma_shape(2, 128, 2),
 ];
 
 /// prefill_attention.cu's `PrefillTile` for TILE = 1..8 (index 0 is [`tile_shape`]'s
@@ -739,11 +740,12 @@ mod tests {
         for hd in [64, 128, 256] {
             assert_eq!(tile_shape(41, hd), tile_shape(28, hd));
             assert_eq!(tile_shape(42, hd), tile_shape(35, hd));
+            assert_eq!(tile_shape(43, hd), tile_shape(29, hd));
         }
-        let fit_256: Vec<usize> = (16..=42).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
+        let fit_256: Vec<usize> = (16..=43).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
         assert_eq!(fit_256, vec![16, 22, 27, 28, 34, 35, 40, 41, 42]);
         assert_eq!(tile_shape(15, 128), None);
-        assert_eq!(tile_shape(43, 128), None);
+        assert_eq!(tile_shape(44, 128), None);
     }
 
     #[test]
