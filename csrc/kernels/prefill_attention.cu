@@ -481,11 +481,15 @@ __device__ __forceinline__ void prefill_attention_impl(const msgl_attention_para
  * block's start and epilogue run under the other's products). Mirrored by
  * gpu/prefill.rs. */
 template <int TILE, int HEAD_DIM> struct PrefillWgTile;
-#define MSGL_PREFILL_WG_TILE(T, W, N, S, O, P, PP, TM)                       \
-  template <int HEAD_DIM> struct PrefillWgTile<T, HEAD_DIM> {                \
-    static constexpr int WGS = W, BN = N, STAGES = S;                        \
-    static constexpr bool OVERLAP = O, PRODUCER = P, PINGPONG = PP, TMA = TM; \
-    static constexpr bool PERSISTENT = false, TMA_TAIL = false, EARLY = false; \
+/* The flags most tiles leave off (PERSISTENT, TMA_TAIL, EARLY: see the tiles that set
+ * them); every table entry derives from it and sets only what it turns on. */
+struct PrefillWgRareFlags {
+  static constexpr bool PERSISTENT = false, TMA_TAIL = false, EARLY = false;
+};
+#define MSGL_PREFILL_WG_TILE(T, W, N, S, O, P, PP, TM)                              \
+  template <int HEAD_DIM> struct PrefillWgTile<T, HEAD_DIM> : PrefillWgRareFlags { \
+    static constexpr int WGS = W, BN = N, STAGES = S;                               \
+    static constexpr bool OVERLAP = O, PRODUCER = P, PINGPONG = PP, TMA = TM;        \
   };
 MSGL_PREFILL_WG_TILE(17, 3, 64, 2, false, false, false, false)
 MSGL_PREFILL_WG_TILE(18, 2, 64, 3, false, false, false, false)
@@ -504,17 +508,17 @@ MSGL_PREFILL_WG_TILE(33, 1, 64, 2, true, true, false, true)
 #undef MSGL_PREFILL_WG_TILE
 /* TILE 16: 128 x 128 up to head dim 128, 128 x 64 at 256 (shared memory); TILE 22,
  * its warp-specialised form, and 27 (22 with TMA) the same. */
-template <int HEAD_DIM> struct PrefillWgTile<16, HEAD_DIM> {
+template <int HEAD_DIM> struct PrefillWgTile<16, HEAD_DIM> : PrefillWgRareFlags {
   static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
-  static constexpr bool OVERLAP = false, PRODUCER = false, PINGPONG = false, TMA = false, PERSISTENT = false, TMA_TAIL = false, EARLY = false;
+  static constexpr bool OVERLAP = false, PRODUCER = false, PINGPONG = false, TMA = false;
 };
-template <int HEAD_DIM> struct PrefillWgTile<22, HEAD_DIM> {
+template <int HEAD_DIM> struct PrefillWgTile<22, HEAD_DIM> : PrefillWgRareFlags {
   static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
-  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = false, PERSISTENT = false, TMA_TAIL = false, EARLY = false;
+  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = false;
 };
-template <int HEAD_DIM> struct PrefillWgTile<27, HEAD_DIM> {
+template <int HEAD_DIM> struct PrefillWgTile<27, HEAD_DIM> : PrefillWgRareFlags {
   static constexpr int WGS = 2, BN = HEAD_DIM <= 128 ? 128 : 64, STAGES = 2;
-  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = false, TMA_TAIL = false, EARLY = false;
+  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true;
 };
 /* TILE 28: 27 with the softmax of tile j under the P V product of tile j - 1, the
  * default for long runs at head dim 128 (gpu/prefill.rs's LONG_TMA_TILE); at head dim
@@ -538,13 +542,13 @@ template <int HEAD_DIM> struct PrefillWgTile<36, HEAD_DIM> : PrefillWgTile<30, H
 /* TILE 37, 38: persistent with three K/V stages (a deeper ring in place of 37's
  * second Q buffer, which no longer fits): two consumers and 128-key tiles, three
  * and 64-key tiles. */
-template <int HEAD_DIM> struct PrefillWgTile<37, HEAD_DIM> {
+template <int HEAD_DIM> struct PrefillWgTile<37, HEAD_DIM> : PrefillWgRareFlags {
   static constexpr int WGS = 2, BN = 128, STAGES = 3;
-  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = true, TMA_TAIL = false, EARLY = false;
+  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = true;
 };
-template <int HEAD_DIM> struct PrefillWgTile<38, HEAD_DIM> {
+template <int HEAD_DIM> struct PrefillWgTile<38, HEAD_DIM> : PrefillWgRareFlags {
   static constexpr int WGS = 3, BN = 64, STAGES = 3;
-  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = true, TMA_TAIL = false, EARLY = false;
+  static constexpr bool OVERLAP = false, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = true;
 };
 /* TILE 40: 28 with the tail tile (the one holding the block's last key) by TMA too:
  * copies of keys past the sequence read zeros, the rest of its last page (rows past
@@ -557,9 +561,9 @@ template <int HEAD_DIM> struct PrefillWgTile<40, HEAD_DIM> : PrefillWgTile<28, H
 /* TILE 39: 28 (up to head dim 128) with three K/V stages, so that each copy has two
  * steps of the overlapped loop to land in rather than one (the Q tile and three
  * 128-key stages: 225 KiB). */
-template <int HEAD_DIM> struct PrefillWgTile<39, HEAD_DIM> {
+template <int HEAD_DIM> struct PrefillWgTile<39, HEAD_DIM> : PrefillWgRareFlags {
   static constexpr int WGS = 2, BN = 128, STAGES = 3;
-  static constexpr bool OVERLAP = true, PRODUCER = true, PINGPONG = false, TMA = true, PERSISTENT = false, TMA_TAIL = false, EARLY = false;
+  static constexpr bool OVERLAP = true, PRODUCER = true, PINGPONG = false, TMA = true;
 };
 /* TILE 41, 42: 28 and 35 with FlashAttention-3's order inside the overlapped step
  * (EARLY): O is rescaled by the previous step's factor while S_j is on the tensor
