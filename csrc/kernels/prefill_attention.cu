@@ -57,6 +57,12 @@
 #include "minisgl/bulk.cuh"
 #include "minisgl/mma.cuh"
 
+/* Timing probe points of the warp-specialised tiles (prefill_ws_impl), for
+ * scripts/gpu/prefill_probe.cu, a development tool that defines it; nothing here. */
+#ifndef MSGL_PREFILL_PROBE
+#define MSGL_PREFILL_PROBE(point)
+#endif
+
 namespace msgl {
 
 /* TILE -> (WARPS, MT, BN, STAGES): WARPS warps of MT 16-row m-tiles each, BN keys
@@ -98,57 +104,121 @@ template <int TILE, int HEAD_DIM> __host__ __device__ constexpr long long prefil
 }
 
 /* q tiles of sequence s. */
-__device__ __forceinline__ int prefill_tiles_of(const msgl_attention_params& p, int s, int group, int bm) {
-  const int q_len = p.q_indptr[s + 1] - p.q_indptr[s];
-  return (q_len * group + bm - 1) / bm;
-}
+__device__ __forceinline__ int prefill_tiles_of(int q_len, int group, int bm) { return (q_len * group + bm - 1) / bm; }
 
-/* A warp-wide sum over the sequences of f(tiles of the sequence); every lane gets it. */
-template <typename F>
-__device__ __forceinline__ int prefill_seq_sum(const msgl_attention_params& p, int group, int bm, F f) {
-  const int lane = threadIdx.x % kWarpSize;
-  int acc = 0;
-  for (int s = lane; s < p.num_seqs; s += kWarpSize) acc += f(prefill_tiles_of(p, s, group, bm));
-#pragma unroll
-  for (int o = kWarpSize / 2; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-  return acc;
-}
+/* The sequence of a grid item, as prefill_find_tile found it. */
+struct PrefillSeq {
+  int seq, tile_in_seq, q_start, q_len, kv_len;
+};
+
+/* Sequences whose batch-layout words (q_indptr pair, kv_len) each lane keeps in
+ * registers while searching: lane, lane + 32, ... up to this many a lane; the rest
+ * are read again from memory at each step of the search. */
+constexpr int kPrefillSeqChunks = 4;
 
 /* The (sequence, q tile) of grid item `item` (see the header: depth-major order).
  * With n_s the tiles of sequence s, before(d) = sum_s min(n_s, d) items have depth
  * < d; the item's depth is the largest d with before(d) <= item, and it is the
  * (item - before(d))-th sequence, in order, with n_s > d; its tile is n_s - 1 - d.
- * Warp-uniform; false for items past the last. */
-__device__ __forceinline__ bool prefill_find_tile(const msgl_attention_params& p, int item, int group, int bm, int& seq,
-                                                  int& tile_in_seq) {
-  const int lane = threadIdx.x % kWarpSize;
+ * The batch layout is read once, all loads issued together, and the search runs on
+ * registers: a chain of dependent reads here took ~5,000 cycles at the start of
+ * every block (the H100; scripts/gpu/prefill_probe.cu's timeline). Warp-uniform;
+ * false for items past the last. */
+__device__ __forceinline__ bool prefill_find_tile(const msgl_attention_params& p, int item, int group, int bm,
+                                                  PrefillSeq& out) {
+  const int lane = threadIdx.x % kWarpSize, num_seqs = p.num_seqs;
+  constexpr int CACHED = kPrefillSeqChunks * kWarpSize;
+  int q_start[kPrefillSeqChunks], q_len[kPrefillSeqChunks], kv_len[kPrefillSeqChunks], n[kPrefillSeqChunks];
+#pragma unroll
+  for (int c = 0; c < kPrefillSeqChunks; ++c) {
+    const int s = lane + c * kWarpSize;
+    const bool in = s < num_seqs;
+    q_start[c] = in ? p.q_indptr[s] : 0;
+    q_len[c] = in ? p.q_indptr[s + 1] : 0;
+    kv_len[c] = in ? p.kv_lens[s] : 0;
+  }
+#pragma unroll
+  for (int c = 0; c < kPrefillSeqChunks; ++c) {
+    q_len[c] -= q_start[c];
+    n[c] = prefill_tiles_of(q_len[c], group, bm);
+  }
+  auto tiles_at = [&](int s) { return prefill_tiles_of(p.q_indptr[s + 1] - p.q_indptr[s], group, bm); };
+  /* The largest tile count, and before(d): warp-wide over the sequences. */
   int max_tiles = 0;
-  for (int s = lane; s < p.num_seqs; s += kWarpSize) max_tiles = max(max_tiles, prefill_tiles_of(p, s, group, bm));
+#pragma unroll
+  for (int c = 0; c < kPrefillSeqChunks; ++c) max_tiles = max(max_tiles, n[c]); /* n = 0 past the batch */
+  for (int s = CACHED + lane; s < num_seqs; s += kWarpSize) max_tiles = max(max_tiles, tiles_at(s));
 #pragma unroll
   for (int o = kWarpSize / 2; o > 0; o /= 2) max_tiles = max(max_tiles, __shfl_xor_sync(0xffffffffu, max_tiles, o));
   if (max_tiles == 0) return false;
-  auto before = [&](int d) { return prefill_seq_sum(p, group, bm, [d](int n) { return min(n, d); }); };
-  int lo = 0, hi = max_tiles - 1; /* before(0) = 0 <= item */
+  /* before(d) for each lane's own d: every sequence's tile count is broadcast to the
+   * warp, so that 32 depths are tried at once. */
+  auto before = [&](int d) {
+    int acc = 0;
+#pragma unroll
+    for (int c = 0; c < kPrefillSeqChunks; ++c) {
+      const int in_chunk = min(kWarpSize, num_seqs - c * kWarpSize);
+      for (int j = 0; j < in_chunk; ++j) acc += min(__shfl_sync(0xffffffffu, n[c], j), d);
+    }
+    for (int base = CACHED; base < num_seqs; base += kWarpSize) {
+      const int tiles = base + lane < num_seqs ? tiles_at(base + lane) : 0;
+      const int in_chunk = min(kWarpSize, num_seqs - base);
+      for (int j = 0; j < in_chunk; ++j) acc += min(__shfl_sync(0xffffffffu, tiles, j), d);
+    }
+    return acc;
+  };
+  /* The depth: the largest d in [lo, hi] with before(d) <= item (before(0) = 0 <= item,
+   * and before grows with d), found 32 candidates a round (lane l tries lo + l step):
+   * two rounds up to 1024 tiles a sequence, where a binary search of warp-wide sums
+   * took ~3,000 cycles at the start of every block. */
+  int lo = 0, hi = max_tiles - 1;
   while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (before(mid) <= item) lo = mid; else hi = mid - 1;
+    const int step = (hi - lo + kWarpSize) / kWarpSize; /* ceil((hi - lo + 1) / 32) */
+    const int d = lo + lane * step;
+    const int items_before = before(min(d, hi)); /* every lane: before() shuffles */
+    const unsigned ok = __ballot_sync(0xffffffffu, d <= hi && items_before <= item);
+    const int best = lo + (kWarpSize - 1 - __clz(ok)) * step; /* lane 0 (d = lo) is always ok */
+    hi = min(hi, best + step - 1);
+    lo = best;
   }
   const int depth = lo;
   int k = item - before(depth);
-  for (int base = 0; base < p.num_seqs; base += kWarpSize) {
-    const int s = base + lane;
-    const int n = s < p.num_seqs ? prefill_tiles_of(p, s, group, bm) : 0;
-    const bool deep = n > depth;
-    const unsigned mask = __ballot_sync(0xffffffffu, deep);
+  /* The k-th sequence deeper than `depth` among lanes' `tiles` (of sequences base +
+   * lane): true once found, with `from` the lane that has it; else k moves past them. */
+  auto pick = [&](int tiles, int& from) {
+    const unsigned mask = __ballot_sync(0xffffffffu, tiles > depth);
     const int count = __popc(mask);
-    if (k < count) {
-      const bool mine = deep && __popc(mask & ((1u << lane) - 1u)) == k;
-      const int first = __ffs(__ballot_sync(0xffffffffu, mine)) - 1;
-      seq = base + first;
-      tile_in_seq = __shfl_sync(0xffffffffu, n, first) - 1 - depth;
+    if (k >= count) {
+      k -= count;
+      return false;
+    }
+    const bool mine = tiles > depth && __popc(mask & ((1u << lane) - 1u)) == k;
+    from = __ffs(__ballot_sync(0xffffffffu, mine)) - 1;
+    return true;
+  };
+  int from = 0;
+#pragma unroll
+  for (int c = 0; c < kPrefillSeqChunks; ++c) {
+    if (pick(n[c], from)) {
+      out.seq = c * kWarpSize + from;
+      out.tile_in_seq = __shfl_sync(0xffffffffu, n[c], from) - 1 - depth;
+      out.q_start = __shfl_sync(0xffffffffu, q_start[c], from);
+      out.q_len = __shfl_sync(0xffffffffu, q_len[c], from);
+      out.kv_len = __shfl_sync(0xffffffffu, kv_len[c], from);
       return true;
     }
-    k -= count;
+  }
+  for (int base = CACHED; base < num_seqs; base += kWarpSize) {
+    const int s = base + lane;
+    const int tiles = s < num_seqs ? tiles_at(s) : 0;
+    if (pick(tiles, from)) {
+      out.seq = base + from;
+      out.tile_in_seq = __shfl_sync(0xffffffffu, tiles, from) - 1 - depth;
+      out.q_start = p.q_indptr[out.seq];
+      out.q_len = p.q_indptr[out.seq + 1] - out.q_start;
+      out.kv_len = p.kv_lens[out.seq];
+      return true;
+    }
   }
   return false;
 }
@@ -178,12 +248,11 @@ __device__ __forceinline__ void prefill_attention_impl(const msgl_attention_para
   const int group = p.num_q_heads / p.num_kv_heads;
   const int kv_head = static_cast<int>(blockIdx.x % p.num_kv_heads);
   const int item = static_cast<int>(blockIdx.x / p.num_kv_heads);
-  int seq = 0, tile_in_seq = 0;
-  if (!prefill_find_tile(p, item, group, BM, seq, tile_in_seq)) return;
-  const int q_start = p.q_indptr[seq];
-  const int q_len = p.q_indptr[seq + 1] - q_start;
-  const int prefix = p.kv_lens[seq] - q_len; /* cached tokens before the new ones */
-  const int row0 = tile_in_seq * BM;         /* first packed row of the tile */
+  PrefillSeq found{};
+  if (!prefill_find_tile(p, item, group, BM, found)) return;
+  const int seq = found.seq, q_start = found.q_start, q_len = found.q_len;
+  const int prefix = found.kv_len - q_len;  /* cached tokens before the new ones */
+  const int row0 = found.tile_in_seq * BM; /* first packed row of the tile */
   const int rows = min(BM, q_len * group - row0);
   const int last_pos = prefix + (row0 + rows - 1) / group;
   const int kv_stop = last_pos + 1; /* keys the tile attends to: [0, kv_stop) */
@@ -558,13 +627,17 @@ template <int HEAD_DIM> struct PrefillWgTile<38, HEAD_DIM> : PrefillWgRareFlags 
 template <int HEAD_DIM> struct PrefillWgTile<40, HEAD_DIM> : PrefillWgTile<28, HEAD_DIM> {
   static constexpr bool TMA_TAIL = true;
 };
-/* TILE 39: 28 (up to head dim 128) with three K/V stages, so that each copy has two
+/* TILE 39: 28 with three K/V stages up to head dim 128, so that each copy has two
  * steps of the overlapped loop to land in rather than one (the Q tile and three
- * 128-key stages: 225 KiB). */
-template <int HEAD_DIM> struct PrefillWgTile<39, HEAD_DIM> : PrefillWgRareFlags {
+ * 128-key stages: 225 KiB); 28 (27's 64-key tiles) at head dim 256. The default for
+ * long runs at head dim 128 (gpu/prefill.rs's LONG_TMA_TILE) since its producer
+ * issues K/V as fast as the consumers take them (wg_tma_copy). */
+template <int HEAD_DIM, bool DEEP = (HEAD_DIM <= 128)> struct PrefillWgTile39 : PrefillWgTile<28, HEAD_DIM> {};
+template <int HEAD_DIM> struct PrefillWgTile39<HEAD_DIM, true> : PrefillWgRareFlags {
   static constexpr int WGS = 2, BN = 128, STAGES = 3;
   static constexpr bool OVERLAP = true, PRODUCER = true, PINGPONG = false, TMA = true;
 };
+template <int HEAD_DIM> struct PrefillWgTile<39, HEAD_DIM> : PrefillWgTile39<HEAD_DIM> {};
 /* TILE 41, 42: 28 and 35 with FlashAttention-3's order inside the overlapped step
  * (EARLY): O is rescaled by the previous step's factor while S_j is on the tensor
  * cores, between the issue of S_j and that of P_{j-1} V_{j-1} (the rescale leaves the
@@ -830,13 +903,14 @@ struct WgTile {
 };
 __device__ __forceinline__ WgTile wg_find_tile(const msgl_attention_params& p, int group, int bm, int item) {
   WgTile t{};
-  int tile_in_seq = 0;
-  t.found = prefill_find_tile(p, item, group, bm, t.seq, tile_in_seq);
+  PrefillSeq found{};
+  t.found = prefill_find_tile(p, item, group, bm, found);
   if (!t.found) return t;
-  t.q_start = p.q_indptr[t.seq];
-  t.q_len = p.q_indptr[t.seq + 1] - t.q_start;
-  t.prefix = p.kv_lens[t.seq] - t.q_len;
-  t.row0 = tile_in_seq * bm;
+  t.seq = found.seq;
+  t.q_start = found.q_start;
+  t.q_len = found.q_len;
+  t.prefix = found.kv_len - t.q_len;
+  t.row0 = found.tile_in_seq * bm;
   t.rows = min(bm, t.q_len * group - t.row0);
   t.last_pos = t.prefix + (t.row0 + t.rows - 1) / group;
   t.kv_stop = t.last_pos + 1;
@@ -854,17 +928,22 @@ __device__ __forceinline__ void wg_load_q(unsigned char* dst, const msgl_attenti
   constexpr int CHUNKS = HEAD_DIM / 8, RSTEP = THREADS / CHUNKS;
   static_assert(THREADS % CHUNKS == 0 && BM % RSTEP == 0, "whole copy rounds for Q");
   const int ccol = t % CHUNKS, crow = t / CHUNKS;
+  /* Packed row row0 + r is (token, head in the group) = divmod(row0 + r, group), moved
+   * RSTEP rows at a time (one division, not two a row: this is the block's start). */
+  const int step_tok = RSTEP / group, step_head = RSTEP % group;
+  int tok = (row0 + crow) / group, head = (row0 + crow) % group;
 #pragma unroll
   for (int i = 0; i < BM / RSTEP; ++i) {
     const int r = crow + i * RSTEP;
     const bool valid = r < rows;
     const T* src = static_cast<const T*>(p.q);
-    if (valid) {
-      const int pr = row0 + r;
-      src += static_cast<long long>(q_start + pr / group) * p.q_token_stride +
-             static_cast<long long>(kv_head * group + pr % group) * p.q_head_stride + ccol * 8;
-    }
+    if (valid)
+      src += static_cast<long long>(q_start + tok) * p.q_token_stride +
+             static_cast<long long>(kv_head * group + head) * p.q_head_stride + ccol * 8;
     cp_async16(dst + wg_swz(BM, r, ccol), src, valid ? 16 : 0);
+    tok += step_tok;
+    head += step_head;
+    if (head >= group) head -= group, ++tok;
   }
 }
 
@@ -917,34 +996,41 @@ __device__ __forceinline__ void wg_load_kv(unsigned char* dst, const void* cache
   }
 }
 
+/* The copy of a TMA tile producer thread `t` (0..127) issues in wg_tma_kv: copies
+ * are dealt to the four producer warps in turn (copy 4 lane + warp). A TMA copy takes
+ * its coordinates in uniform registers, so a warp issues its lanes' copies one after
+ * another; at page size 16 a 128-key tile of head dim 128 is 16 copies, which one
+ * warp issued slower than the consumers used the tiles (the loop ran ~15% slower
+ * than at page size 128 on the H100; scripts/gpu/prefill_probe.cu's timeline). */
+__device__ __forceinline__ int wg_tma_copy(int t) { return (t % kWarpSize) * 4 + t / kWarpSize; }
 /* Copies keys [tile * BN, tile * BN + BN) of the cache behind `map` into the
  * swizzled tile at `dst` by TMA: one copy of `rows` keys (the map's box: a power of
  * two >= 8 dividing the page size and BN, so that a copy stays inside one page and
  * lands on whole 8-row swizzle groups) x 64 elements for each (key chunk, 64-column
- * block), one a lane of one warp (`lane`), completing on `bar`. `page`: the lane's
- * page number, read ahead by wg_tma_page; numbers outside the cache read as zeros
- * (the coordinate is moved outside the map). Every key of the tile must be below
- * kv_stop: the tail goes through wg_load_kv, which zero-fills past it. */
+ * block), copy `copy` (wg_tma_copy) from each producer thread that has one,
+ * completing on `bar`. `page`: the copy's page number, read ahead by wg_tma_page;
+ * numbers outside the cache read as zeros (the coordinate is moved outside the map).
+ * Every key of the tile must be below kv_stop: the tail goes through wg_load_kv,
+ * which zero-fills past it. */
 template <int HEAD_DIM, int BN>
 __device__ __forceinline__ void wg_tma_kv(unsigned char* dst, const msgl_tensor_map* map, int tile, const WgKeys& k,
-                                          int rows, int page, unsigned long long* bar, int lane) {
-  static_assert((BN / 8) * (HEAD_DIM / 64) <= kWarpSize, "at most one copy a lane");
+                                          int rows, int page, unsigned long long* bar, int copy) {
+  static_assert((BN / 8) * (HEAD_DIM / 64) <= 128, "at most one copy a producer thread");
   const int chunks = BN / rows;
-  if (lane >= chunks * (HEAD_DIM / 64)) return;
-  const int chunk = lane % chunks, block = lane / chunks;
+  if (copy >= chunks * (HEAD_DIM / 64)) return;
+  const int chunk = copy % chunks, block = copy / chunks;
   const int kv = tile * BN + chunk * rows;
   const bool valid = page >= 0 && page < k.num_pages;
   const int slot = valid ? page * k.page_size + (kv & (k.page_size - 1)) : -k.page_size;
   tensor_copy_3d_g2s(dst + block * BN * 128 + chunk * rows * 128, map, block * 64, k.kv_head, slot, bar);
 }
-/* The page lane `lane` copies from in wg_tma_kv's tile `tile` (-1 for a lane without
- * a copy): read one tile ahead, so that the page table's latency hides under the
- * producer's waits. */
+/* The page copy `copy` reads from in wg_tma_kv's tile `tile` (-1 for no copy): read
+ * ahead, so that the page table's latency hides under the producer's waits. */
 template <int HEAD_DIM, int BN, bool TAIL = false>
-__device__ __forceinline__ int wg_tma_page(int tile, const WgKeys& k, int rows, int lane) {
+__device__ __forceinline__ int wg_tma_page(int tile, const WgKeys& k, int rows, int copy) {
   const int chunks = BN / rows;
-  if (lane >= chunks * (HEAD_DIM / 64)) return -1;
-  const int kv = tile * BN + (lane % chunks) * rows;
+  if (copy >= chunks * (HEAD_DIM / 64)) return -1;
+  const int kv = tile * BN + (copy % chunks) * rows;
   /* A tail tile's copies past the sequence: no page (zeros), and no read past its row. */
   if (TAIL && kv >= k.kv_stop) return -1;
   return __ldg(k.pages + (kv >> k.page_shift));
@@ -1392,14 +1478,15 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
   const int wg = warpgroup_index();
   if (wg == 0) {
     regs_dec<WsRegs<CONSUMERS>::PRODUCER>();
+    MSGL_PREFILL_PROBE(11); /* the producer's start */
     const int t = threadIdx.x;
     /* TMA tiles: the keys of one copy (0: every tile by cp.async, as the host asks
      * when the page size is not a power of two >= 8). Whole tiles go by TMA from the
-     * first warp's lanes, thread 0 announcing the bytes with the full barrier's one
-     * arrival; the tile holding kv_stop by cp.async, which zero-fills the keys past it
-     * (a P of zero times a V row that was never written could still be NaN): every
-     * thread's copies are tracked on the barrier, then (named barrier 6: all tracked)
-     * thread 0 arrives. */
+     * four warps' lanes (wg_tma_copy), thread 0 announcing the bytes with the full
+     * barrier's one arrival; the tile holding kv_stop by cp.async, which zero-fills
+     * the keys past it (a P of zero times a V row that was never written could still
+     * be NaN): every thread's copies are tracked on the barrier, then (named barrier
+     * 6: all tracked) thread 0 arrives. */
     const int tma_rows = Cfg::TMA ? pp.kv_tma_rows : 0;
     if (Cfg::TMA && tma_rows > 0 && t == 0) {
       prefetch_tensor_map(&pp.k_map);
@@ -1411,33 +1498,37 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
       const int qb = n % QBUF;
       const int kv_head = item % p.num_kv_heads;
       const WgTile tl = wg_find_tile(p, group, BM, item / p.num_kv_heads);
+      MSGL_PREFILL_PROBE(8); /* the producer found the item */
+      const int num_tiles = (tl.kv_stop + BN - 1) / BN;
+      const WgKeys keys = wg_keys(p, tl.seq, kv_head, tl.kv_stop);
+      const int tma_tiles = ws_tma_tiles<Cfg>(pp, tl.kv_stop); /* 0 for an item past the last */
+      auto by_tma = [&](int it) { return it < tma_tiles; };
+      /* Each thread reads the page of its copy of each TMA tile two tiles ahead, under
+       * the waits; those of the first two before Q is issued, so that the page table's
+       * latency runs under Q's. */
+      const int copy = wg_tma_copy(t);
+      auto tma_page = [&](int it) {
+        if constexpr (Cfg::TMA) return by_tma(it) ? wg_tma_page<HEAD_DIM, BN, Cfg::TMA_TAIL>(it, keys, tma_rows, copy) : -1;
+        else return -1;
+      };
+      int page_next = tma_page(0), page_after = tma_page(1);
       if (n >= QBUF) mbar_wait(&q_empty[qb], static_cast<unsigned>(((n / QBUF) - 1) & 1));
       if (tl.found) wg_load_q<DTYPE, HEAD_DIM, BM, 128>(smem + qb * Q_BYTES, p, t, tl.rows, tl.row0, tl.q_start, group, kv_head);
       cp_async_mbar_arrive(&q_full[qb]);
+      MSGL_PREFILL_PROBE(9); /* ... issued its Q */
       if (t == 0) {
         q_tile[qb] = tl;
         mbar_arrive(&q_full[qb]); /* release: the consumers read q_tile after their wait */
       }
       if (!tl.found) continue;
-      const int num_tiles = (tl.kv_stop + BN - 1) / BN;
-      const WgKeys keys = wg_keys(p, tl.seq, kv_head, tl.kv_stop);
-      const int tma_tiles = ws_tma_tiles<Cfg>(pp, tl.kv_stop);
-      auto by_tma = [&](int it) { return it < tma_tiles; };
-      /* The first warp reads each TMA tile's pages one tile ahead, under the waits. */
-      auto tma_page = [&](int it) {
-        if constexpr (Cfg::TMA) return by_tma(it) && t < kWarpSize ? wg_tma_page<HEAD_DIM, BN, Cfg::TMA_TAIL>(it, keys, tma_rows, t) : -1;
-        else return -1;
-      };
-      int page_next = tma_page(0);
       auto load = [&](unsigned char* dst, const void* cache, const msgl_tensor_map* map, int it, int page,
                       unsigned long long* bar) {
         if constexpr (Cfg::TMA) {
           if (by_tma(it)) {
-            if (t < kWarpSize) {
-              if (t == 0) mbar_arrive_expect_tx(bar, KV_BYTES);
-              __syncwarp();
-              wg_tma_kv<HEAD_DIM, BN>(dst, map, it, keys, tma_rows, page, bar, t);
-            }
+            /* A copy may land before the bytes are announced: the barrier's transaction
+             * count goes below zero and its phase waits for thread 0's arrival. */
+            if (t == 0) mbar_arrive_expect_tx(bar, KV_BYTES);
+            wg_tma_kv<HEAD_DIM, BN>(dst, map, it, keys, tma_rows, page, bar, copy);
             return;
           }
         }
@@ -1450,9 +1541,11 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
         const int stage = ring % STAGES;
         const unsigned freed = static_cast<unsigned>(((ring / STAGES) - 1) & 1); /* tile ring - STAGES's release */
         const int page = page_next;
-        page_next = tma_page(it + 1);
+        page_next = page_after;
+        page_after = tma_page(it + 2);
         if (ring >= STAGES) mbar_wait(&empty_k[stage], freed);
         load(smem + k_off(stage), p.k_cache, &pp.k_map, it, page, &full_k[stage]);
+        if (it == 0) MSGL_PREFILL_PROBE(10); /* ... issued K_0 */
         if (ring >= STAGES) mbar_wait(&empty_v[stage], freed);
         load(smem + v_off(stage), p.v_cache, &pp.v_map, it, page, &full_v[stage]);
       }
@@ -1461,6 +1554,7 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
     asm volatile("cp.async.wait_all;" ::: "memory");
   } else {
     regs_inc<WsRegs<CONSUMERS>::CONSUMER>();
+    MSGL_PREFILL_PROBE(0); /* the consumers' start */
     const int cwg = wg - 1;
     auto parity = [](int ring) { return static_cast<unsigned>((ring / STAGES) & 1); };
     int ring = 0; /* the ring position of the item's first K/V tile */
@@ -1468,6 +1562,7 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
     for (int item = blockIdx.x; item < items; item += gridDim.x, ++n) {
       const int qb = n % QBUF;
       mbar_wait(&q_full[qb], static_cast<unsigned>((n / QBUF) & 1));
+      MSGL_PREFILL_PROBE(1); /* Q is in */
       const WgTile tl = q_tile[qb];
       if (!tl.found) {
         mbar_arrive_warp(&q_empty[qb]);
@@ -1537,6 +1632,7 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
           const bool has_pv = j > 0 && j <= n_active;
           const int stage = (ring + j) % STAGES, prev = (ring + j + STAGES - 1) % STAGES;
           if (j < num_tiles) mbar_wait(&full_k[stage], parity(ring + j));
+          if (j == 0) MSGL_PREFILL_PROBE(2); /* K_0 is in */
           if (j > 0) mbar_wait(&full_v[prev], parity(ring + j - 1));
           fence_gathered(j < num_tiles ? j : j - 1); /* K_j, V_{j-1}: only the last tile may be gathered */
           if (has_pv) zero_tail_v(j - 1, prev);
@@ -1598,10 +1694,12 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
           if (j > 0) mbar_arrive_warp(&empty_v[prev]);                                      /* P_{j-1} V_{j-1} is done */
         }
       }
+      MSGL_PREFILL_PROBE(3); /* the last P V is done */
       if (w.has_rows) {
         named_sync(1 + cwg, 128); /* the warpgroup's products are done with its Q rows */
         w.store(smem + qb * Q_BYTES, p, tl, group, kv_head, cwg);
       }
+      MSGL_PREFILL_PROBE(4); /* O is stored */
       mbar_arrive_warp(&q_empty[qb]); /* the buffer's rows are read (the staged O included) */
       ring += num_tiles;
       if constexpr (!Cfg::PERSISTENT) break;

@@ -26,8 +26,8 @@
 //! device (the kernels are built and JIT-compiled for sm_90a there) and are an error
 //! elsewhere. On sm_90 GPUs tile 17 is the default up to head dim
 //! 128 and tile 16 at 256 (AOT instances, [`default_tile`]), tile 0 elsewhere;
-//! batches with a sequence of 2048 keys or more at head dim 128 over caches TMA can
-//! copy take tile 28 ([`long_tma_batch`], an AOT instance too);
+//! batches with a sequence of 1024 keys or more at head dim 128 over caches TMA can
+//! copy take tile 39 ([`long_tma_batch`], an AOT instance too);
 //! `MINISGL_PREFILL_TILE` picks another.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -108,14 +108,14 @@ const fn persistent_shape(consumers: usize, keys: usize, stages: usize) -> TileS
 pub(super) const FIRST_WGMMA_TILE: usize = 16;
 
 /// prefill_attention.cu's `PrefillWgTile` for TILE = 16..43 at head dims up to 128
-/// (TILEs 16, 22, 27, 28, 34, 35 and 40..42 take 64-key tiles at head dim 256: [`tile_shape`]).
+/// (TILEs 16, 22, 27, 28, 34, 35 and 39..42 take 64-key tiles at head dim 256: [`tile_shape`]).
 /// 19..21, 23, 24, 26, 28, 29, 31, 33, 35 and 39..43 run the softmax of one K/V tile under
-/// the P V product of the previous one (28, 35 and 40..42 not at head dim 256); 22..26 have a producer warpgroup, and in 24 and 26
+/// the P V product of the previous one (28, 35 and 39..42 not at head dim 256); 22..26 have a producer warpgroup, and in 24 and 26
 /// the two consumers take turns issuing their products (ping-pong); 27..31 are
 /// 22..26 with the K/V tiles copied by TMA; 32 and 33 have one consumer of 64 rows
 /// and run two blocks an SM; 34, 35 and 36 are 27, 28 and 30 with persistent blocks,
 /// 37 and 38 persistent with three K/V stages (37: one Q buffer); 39 is 28 with
-/// three K/V stages, 40 is 28 with the tail tile (the one holding a block's last key)
+/// three K/V stages (28 itself at head dim 256), 40 is 28 with the tail tile (the one holding a block's last key)
 /// copied by TMA too, its rows past the sequence zeroed in shared memory; 41 and 42 are
 /// 28 and 35 in FlashAttention-3's order (O rescaled under S's product, K released
 /// once S is done), 43 is 29 (ping-pong) in that order.
@@ -253,7 +253,7 @@ pub(super) fn tile_shape(tile: usize, head_dim: usize) -> Option<TileShape> {
         0 => Some(shape(4, 1, 32, 2)),
         16 if head_dim > 128 => Some(wg_shape(2, 64, 2)),
         22 if head_dim > 128 => Some(ws_shape(2, 64, 2)),
-        27 | 28 | 40 | 41 if head_dim > 128 => Some(tma_shape(2, 64, 2)),
+        27 | 28 | 39 | 40 | 41 if head_dim > 128 => Some(tma_shape(2, 64, 2)),
         34 | 35 | 42 if head_dim > 128 => Some(persistent_shape(2, 64, 2)),
         t if t >= FIRST_WGMMA_TILE => WGMMA_TILES.get(t - FIRST_WGMMA_TILE).copied(),
         _ => TILES.get(tile).copied(),
@@ -386,17 +386,17 @@ pub(super) fn tma_rows(page_size: usize, keys: usize, slots: usize) -> Option<us
 }
 
 /// The tile for batches with long key runs on an sm_90 GPU at head dim 128 when the
-/// caches allow TMA copies ([`long_tma_batch`]): TILE 28, the warp-specialised
-/// 128 x 128 tile whose producer copies K/V by TMA and whose consumers run the
-/// softmax of one K/V tile under the P V product of the one before. On an H100
-/// (docs/PERF.md, twenty-third session) it ran at 312 / 313 TFLOP/s at 32/8 and 16/8
-/// b=1 L=4096 against 27's (no overlap) 301 / 301 and tile 17's 295 / 259, but at
-/// 192 against 17's 224 at b=8 L=1024, where each block holds too few K/V tiles to
-/// hide its start and epilogue.
-pub(super) const LONG_TMA_TILE: usize = 28;
-/// The longest key run from which a batch counts as long for [`LONG_TMA_TILE`]:
-/// between the two measured lengths (1024: tile 17 ahead, 4096: tile 28 ahead).
-const LONG_TMA_MIN_KEYS: usize = 2048;
+/// caches allow TMA copies ([`long_tma_batch`]): TILE 39, the warp-specialised
+/// 128 x 128 tile whose producer copies K/V by TMA into three stages and whose
+/// consumers run the softmax of one K/V tile under the P V product of the one before.
+/// On an H100 (docs/PERF.md, twenty-fifth session: scripts/gpu/prefill_probe.cu) it
+/// ran at 419 / 413 TFLOP/s at 32/8 and 16/8 b=1 L=4096 against 28's (two stages)
+/// 392 / 384 and tile 17's 296 / 271, and at 242 against 230 and 228 at b=8 L=1024.
+pub(super) const LONG_TMA_TILE: usize = 39;
+/// The longest key run from which a batch counts as long for [`LONG_TMA_TILE`]: at
+/// 1024 keys (b=2 and b=8) tile 39 led tile 17, at 512 (b=16) tile 17 led (the
+/// twenty-fifth session's probe).
+const LONG_TMA_MIN_KEYS: usize = 1024;
 
 /// Whether a batch whose longest sequence holds `max_kv` keys, over caches of
 /// `slots` slots in pages of `page_size`, takes [`LONG_TMA_TILE`] by default at
@@ -558,11 +558,11 @@ mod tests {
     fn long_batches_over_tma_able_caches_take_the_tma_tile_on_sm90_at_head_dim_128() {
         let slots = 1 << 20;
         assert!(tile_shape(LONG_TMA_TILE, 128).is_some_and(|s| s.tma && s.fits(128)));
-        assert!(long_tma_batch(true, 128, 2048, 16, slots));
+        assert!(long_tma_batch(true, 128, 1024, 16, slots));
         assert!(long_tma_batch(true, 128, 8192, 64, slots));
         // Short runs, other head dims, other GPUs, pages TMA cannot copy, caches past
         // 32-bit slots: the default tile.
-        assert!(!long_tma_batch(true, 128, 2047, 16, slots));
+        assert!(!long_tma_batch(true, 128, 1023, 16, slots));
         assert!(!long_tma_batch(true, 64, 4096, 16, slots));
         assert!(!long_tma_batch(true, 256, 4096, 16, slots));
         assert!(!long_tma_batch(false, 128, 4096, 16, slots));
@@ -733,6 +733,7 @@ mod tests {
         assert_eq!((t39.rows(), t39.keys, t39.stages, t39.tma, t39.persistent), (128, 128, 3, true, false));
         assert_eq!(t39.smem_bytes(128), (128 + 768) * 256 + 1024);
         assert!(t39.fits(64) && t39.fits(128));
+        assert_eq!(tile_shape(39, 256), tile_shape(28, 256));
         // 40: 28 with the tail by TMA, the same shape.
         assert_eq!(tile_shape(40, 128), tile_shape(28, 128));
         assert_eq!(tile_shape(40, 256), tile_shape(28, 256));
@@ -743,7 +744,7 @@ mod tests {
             assert_eq!(tile_shape(43, hd), tile_shape(29, hd));
         }
         let fit_256: Vec<usize> = (16..=43).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
-        assert_eq!(fit_256, vec![16, 22, 27, 28, 34, 35, 40, 41, 42]);
+        assert_eq!(fit_256, vec![16, 22, 27, 28, 34, 35, 39, 40, 41, 42]);
         assert_eq!(tile_shape(15, 128), None);
         assert_eq!(tile_shape(44, 128), None);
     }
