@@ -574,6 +574,8 @@ MSGL_PREFILL_WG_TILE(30, 3, 64, 2, false, true, false, true)
 MSGL_PREFILL_WG_TILE(31, 2, 64, 3, true, true, true, true)
 MSGL_PREFILL_WG_TILE(32, 1, 64, 2, false, true, false, true)
 MSGL_PREFILL_WG_TILE(33, 1, 64, 2, true, true, false, true)
+MSGL_PREFILL_WG_TILE(44, 3, 64, 3, false, true, false, true)
+MSGL_PREFILL_WG_TILE(45, 3, 64, 2, true, true, false, true)
 #undef MSGL_PREFILL_WG_TILE
 /* TILE 16: 128 x 128 up to head dim 128, 128 x 64 at 256 (shared memory); TILE 22,
  * its warp-specialised form, and 27 (22 with TMA) the same. */
@@ -630,14 +632,25 @@ template <int HEAD_DIM> struct PrefillWgTile<40, HEAD_DIM> : PrefillWgTile<28, H
 /* TILE 39: 28 with three K/V stages up to head dim 128, so that each copy has two
  * steps of the overlapped loop to land in rather than one (the Q tile and three
  * 128-key stages: 225 KiB); 28 (27's 64-key tiles) at head dim 256. The default for
- * long runs at head dim 128 (gpu/prefill.rs's LONG_TMA_TILE) since its producer
- * issues K/V as fast as the consumers take them (wg_tma_copy). */
+ * runs of 3072 keys and more at head dim 128 (gpu/prefill.rs's long_tma_tile) since
+ * its producer issues K/V as fast as the consumers take them (wg_tma_copy). */
 template <int HEAD_DIM, bool DEEP = (HEAD_DIM <= 128)> struct PrefillWgTile39 : PrefillWgTile<28, HEAD_DIM> {};
 template <int HEAD_DIM> struct PrefillWgTile39<HEAD_DIM, true> : PrefillWgRareFlags {
   static constexpr int WGS = 2, BN = 128, STAGES = 3;
   static constexpr bool OVERLAP = true, PRODUCER = true, PINGPONG = false, TMA = true;
 };
 template <int HEAD_DIM> struct PrefillWgTile<39, HEAD_DIM> : PrefillWgTile39<HEAD_DIM> {};
+/* TILE 44, 45, 46: 30 (three consumers of 64 rows, 64-key tiles, K/V by TMA) with
+ * three stages (44), the overlap (45) or both (46); 46 is the default for runs of
+ * 512 to 3071 keys at head dim 128 (gpu/prefill.rs's long_tma_tile: its 192-row
+ * blocks are fewer than 39's, so fewer block starts), 28 at head dim 256, where three
+ * consumers' accumulators do not fit. */
+template <int HEAD_DIM, bool FITS = (HEAD_DIM <= 128)> struct PrefillWgTile46 : PrefillWgTile<28, HEAD_DIM> {};
+template <int HEAD_DIM> struct PrefillWgTile46<HEAD_DIM, true> : PrefillWgRareFlags {
+  static constexpr int WGS = 3, BN = 64, STAGES = 3;
+  static constexpr bool OVERLAP = true, PRODUCER = true, PINGPONG = false, TMA = true;
+};
+template <int HEAD_DIM> struct PrefillWgTile<46, HEAD_DIM> : PrefillWgTile46<HEAD_DIM> {};
 /* TILE 41, 42: 28 and 35 with FlashAttention-3's order inside the overlapped step
  * (EARLY): O is rescaled by the previous step's factor while S_j is on the tensor
  * cores, between the issue of S_j and that of P_{j-1} V_{j-1} (the rescale leaves the

@@ -26,8 +26,8 @@
 //! device (the kernels are built and JIT-compiled for sm_90a there) and are an error
 //! elsewhere. On sm_90 GPUs tile 17 is the default up to head dim
 //! 128 and tile 16 at 256 (AOT instances, [`default_tile`]), tile 0 elsewhere;
-//! batches with a sequence of 1024 keys or more at head dim 128 over caches TMA can
-//! copy take tile 39 ([`long_tma_batch`], an AOT instance too);
+//! batches with a sequence of 512 keys or more at head dim 128 over caches TMA can
+//! copy take tile 46, or 39 from 3072 keys ([`long_tma_tile`], AOT instances too);
 //! `MINISGL_PREFILL_TILE` picks another.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -107,8 +107,8 @@ const fn persistent_shape(consumers: usize, keys: usize, stages: usize) -> TileS
 /// The first wgmma tile id.
 pub(super) const FIRST_WGMMA_TILE: usize = 16;
 
-/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..43 at head dims up to 128
-/// (TILEs 16, 22, 27, 28, 34, 35 and 39..42 take 64-key tiles at head dim 256: [`tile_shape`]).
+/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..46 at head dims up to 128
+/// (TILEs 16, 22, 27, 28, 34, 35, 39..42 and 46 take 64-key tiles at head dim 256: [`tile_shape`]).
 /// 19..21, 23, 24, 26, 28, 29, 31, 33, 35 and 39..43 run the softmax of one K/V tile under
 /// the P V product of the previous one (28, 35 and 39..42 not at head dim 256); 22..26 have a producer warpgroup, and in 24 and 26
 /// the two consumers take turns issuing their products (ping-pong); 27..31 are
@@ -118,8 +118,10 @@ pub(super) const FIRST_WGMMA_TILE: usize = 16;
 /// three K/V stages (28 itself at head dim 256), 40 is 28 with the tail tile (the one holding a block's last key)
 /// copied by TMA too, its rows past the sequence zeroed in shared memory; 41 and 42 are
 /// 28 and 35 in FlashAttention-3's order (O rescaled under S's product, K released
-/// once S is done), 43 is 29 (ping-pong) in that order.
-pub(super) const WGMMA_TILES: [TileShape; 28] = [
+/// once S is done), 43 is 29 (ping-pong) in that order; 44, 45 and 46 are 30 (three
+/// consumers, 64-key tiles) with three stages, the overlap, and both (46 is 28 at
+/// head dim 256).
+pub(super) const WGMMA_TILES: [TileShape; 31] = [
     wg_shape(2, 128, 2),
     wg_shape(3, 64, 2),
     wg_shape(2, 64, 3),
@@ -148,6 +150,9 @@ pub(super) const WGMMA_TILES: [TileShape; 28] = [
     tma_shape(2, 128, 2),
     persistent_shape(2, 128, 2),
     tma_shape(2, 128, 2),
+    tma_shape(3, 64, 3),
+    tma_shape(3, 64, 2),
+    tma_shape(3, 64, 3),
 ];
 
 /// prefill_attention.cu's `PrefillTile` for TILE = 1..8 (index 0 is [`tile_shape`]'s
@@ -253,7 +258,7 @@ pub(super) fn tile_shape(tile: usize, head_dim: usize) -> Option<TileShape> {
         0 => Some(shape(4, 1, 32, 2)),
         16 if head_dim > 128 => Some(wg_shape(2, 64, 2)),
         22 if head_dim > 128 => Some(ws_shape(2, 64, 2)),
-        27 | 28 | 39 | 40 | 41 if head_dim > 128 => Some(tma_shape(2, 64, 2)),
+        27 | 28 | 39 | 40 | 41 | 46 if head_dim > 128 => Some(tma_shape(2, 64, 2)),
         34 | 35 | 42 if head_dim > 128 => Some(persistent_shape(2, 64, 2)),
         t if t >= FIRST_WGMMA_TILE => WGMMA_TILES.get(t - FIRST_WGMMA_TILE).copied(),
         _ => TILES.get(tile).copied(),
@@ -328,8 +333,8 @@ pub(super) fn kernel_for(
         return kernel;
     }
     // The rows of the default tile for short runs (192 on sm_90 at head dims <= 128):
-    // a long batch's 128-row tile only fills the GPU better.
-    let rows = tile_shape(selected_tile(hopper, head_dim, false), head_dim).map_or(128, |s| s.rows());
+    // a long batch's tile (192 or 128 rows) fills the GPU as well or better.
+    let rows = tile_shape(selected_tile(hopper, head_dim, None), head_dim).map_or(128, |s| s.rows());
     let take = match mode() {
         Mode::Tile => false,
         Mode::New => true,
@@ -385,18 +390,33 @@ pub(super) fn tma_rows(page_size: usize, keys: usize, slots: usize) -> Option<us
     (page_size.is_power_of_two() && page_size >= 8 && slots <= i32::MAX as usize).then(|| page_size.min(keys))
 }
 
-/// The tile for batches with long key runs on an sm_90 GPU at head dim 128 when the
-/// caches allow TMA copies ([`long_tma_batch`]): TILE 39, the warp-specialised
-/// 128 x 128 tile whose producer copies K/V by TMA into three stages and whose
-/// consumers run the softmax of one K/V tile under the P V product of the one before.
-/// On an H100 (docs/PERF.md, twenty-fifth session: scripts/gpu/prefill_probe.cu) it
-/// ran at 419 / 413 TFLOP/s at 32/8 and 16/8 b=1 L=4096 against 28's (two stages)
-/// 392 / 384 and tile 17's 296 / 271, and at 242 against 230 and 228 at b=8 L=1024.
+/// The tiles for batches with long key runs on an sm_90 GPU at head dim 128 when the
+/// caches allow TMA copies ([`long_tma_batch`]), both warp-specialised with K/V
+/// copied by TMA into three stages and the softmax of one K/V tile under the P V
+/// product of the one before: TILE 39 (two consumers, 128 x 128) for runs of
+/// [`LONGEST_RUN_KEYS`] or more, TILE 46 (three consumers, 192 x 64: fewer blocks, so
+/// fewer block starts, which dominate shorter runs) below. On an H100 (docs/PERF.md,
+/// twenty-fifth session, scripts/gpu/prefill_probe.cu) at 32/8 heads: b=1 L=4096 39
+/// 326 us, 46 340, tile 17 457; b=4 L=2048 46 392, 39 403, 17 515; b=8 L=1024 46
+/// 250, 39 286, 17 303; b=16 L=512 46 186, 17 201; b=32 L=256 17 169, 46 172.
 pub(super) const LONG_TMA_TILE: usize = 39;
-/// The longest key run from which a batch counts as long for [`LONG_TMA_TILE`]: at
-/// 1024 keys (b=2 and b=8) tile 39 led tile 17, at 512 (b=16) tile 17 led (the
-/// twenty-fifth session's probe).
-const LONG_TMA_MIN_KEYS: usize = 1024;
+pub(super) const MID_TMA_TILE: usize = 46;
+/// The longest key run from which [`LONG_TMA_TILE`] rather than [`MID_TMA_TILE`]
+/// serves a batch: between the measured 2048 (46 ahead) and 4096 (39 ahead).
+const LONGEST_RUN_KEYS: usize = 3072;
+/// The longest key run from which a batch counts as long for the TMA tiles: at 512
+/// keys (b=16) 46 led tile 17, at 256 (b=32) 17 did.
+const LONG_TMA_MIN_KEYS: usize = 512;
+
+/// The TMA tile for a long batch ([`long_tma_batch`]) whose longest run holds
+/// `max_kv` keys.
+pub(super) fn long_tma_tile(max_kv: usize) -> usize {
+    if max_kv >= LONGEST_RUN_KEYS {
+        LONG_TMA_TILE
+    } else {
+        MID_TMA_TILE
+    }
+}
 
 /// Whether a batch whose longest sequence holds `max_kv` keys, over caches of
 /// `slots` slots in pages of `page_size`, takes [`LONG_TMA_TILE`] by default at
@@ -406,14 +426,14 @@ pub(super) fn long_tma_batch(hopper: bool, head_dim: usize, max_kv: usize, page_
 }
 
 /// The tile table entry launches use: the override, else `MINISGL_PREFILL_TILE`,
-/// else [`LONG_TMA_TILE`] for a `long_tma` batch ([`long_tma_batch`]), else
+/// else `long_tma`, the TMA tile of a long batch ([`long_tma_tile`]), else
 /// [`default_tile`].
-fn selected_tile(hopper: bool, head_dim: usize, long_tma: bool) -> usize {
+fn selected_tile(hopper: bool, head_dim: usize, long_tma: Option<usize>) -> usize {
     static ENV: OnceLock<Option<usize>> = OnceLock::new();
     match TILE_OVERRIDE.load(Ordering::Relaxed) {
         usize::MAX => ENV
             .get_or_init(|| std::env::var("MINISGL_PREFILL_TILE").ok().and_then(|v| v.trim().parse().ok()))
-            .unwrap_or_else(|| if long_tma { LONG_TMA_TILE } else { default_tile(hopper, head_dim) }),
+            .unwrap_or_else(|| long_tma.unwrap_or_else(|| default_tile(hopper, head_dim))),
         t => t,
     }
 }
@@ -447,7 +467,8 @@ pub(super) fn prefill_attention(
     let hopper = dev.capability() == (9, 0);
     let [pages, page_size, ..] = k_cache.dims::<4>(OP, "k_cache")?;
     let max_kv = meta.kv_lens_host.iter().copied().max().unwrap_or(0);
-    let tile = selected_tile(hopper, d, long_tma_batch(hopper, d, max_kv, page_size, pages * page_size));
+    let long = long_tma_batch(hopper, d, max_kv, page_size, pages * page_size).then(|| long_tma_tile(max_kv));
+    let tile = selected_tile(hopper, d, long);
     let shape = tile_shape(tile, d)
         .filter(|s| s.fits(d))
         .ok_or_else(|| Error::arg(OP, format!("prefill tile {tile} does not exist or does not fit head dim {d}")))?;
@@ -557,12 +578,17 @@ mod tests {
     #[test]
     fn long_batches_over_tma_able_caches_take_the_tma_tile_on_sm90_at_head_dim_128() {
         let slots = 1 << 20;
-        assert!(tile_shape(LONG_TMA_TILE, 128).is_some_and(|s| s.tma && s.fits(128)));
-        assert!(long_tma_batch(true, 128, 1024, 16, slots));
+        for tile in [LONG_TMA_TILE, MID_TMA_TILE] {
+            assert!(tile_shape(tile, 128).is_some_and(|s| s.tma && s.fits(128)), "tile {tile}");
+            // The AOT instances cover every head dim: 256 takes 28's 64-key shape.
+            assert!(tile_shape(tile, 256).is_some_and(|s| s.fits(256)), "tile {tile}");
+        }
+        assert_eq!((long_tma_tile(512), long_tma_tile(3071), long_tma_tile(3072)), (46, 46, 39));
+        assert!(long_tma_batch(true, 128, 512, 16, slots));
         assert!(long_tma_batch(true, 128, 8192, 64, slots));
         // Short runs, other head dims, other GPUs, pages TMA cannot copy, caches past
         // 32-bit slots: the default tile.
-        assert!(!long_tma_batch(true, 128, 1023, 16, slots));
+        assert!(!long_tma_batch(true, 128, 511, 16, slots));
         assert!(!long_tma_batch(true, 64, 4096, 16, slots));
         assert!(!long_tma_batch(true, 256, 4096, 16, slots));
         assert!(!long_tma_batch(false, 128, 4096, 16, slots));
@@ -743,10 +769,10 @@ mod tests {
             assert_eq!(tile_shape(42, hd), tile_shape(35, hd));
             assert_eq!(tile_shape(43, hd), tile_shape(29, hd));
         }
-        let fit_256: Vec<usize> = (16..=43).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
-        assert_eq!(fit_256, vec![16, 22, 27, 28, 34, 35, 39, 40, 41, 42]);
+        let fit_256: Vec<usize> = (16..=46).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
+        assert_eq!(fit_256, vec![16, 22, 27, 28, 34, 35, 39, 40, 41, 42, 46]);
         assert_eq!(tile_shape(15, 128), None);
-        assert_eq!(tile_shape(44, 128), None);
+        assert_eq!(tile_shape(47, 128), None);
     }
 
     #[test]
