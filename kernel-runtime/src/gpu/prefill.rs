@@ -419,8 +419,8 @@ pub(super) fn long_tma_tile(max_kv: usize) -> usize {
 }
 
 /// Whether a batch whose longest sequence holds `max_kv` keys, over caches of
-/// `slots` slots in pages of `page_size`, takes [`LONG_TMA_TILE`] by default at
-/// `head_dim` on an sm_90 GPU (`hopper`).
+/// `slots` slots in pages of `page_size`, takes a TMA tile ([`long_tma_tile`]) by
+/// default at `head_dim` on an sm_90 GPU (`hopper`).
 pub(super) fn long_tma_batch(hopper: bool, head_dim: usize, max_kv: usize, page_size: usize, slots: usize) -> bool {
     hopper && head_dim == 128 && max_kv >= LONG_TMA_MIN_KEYS && tma_rows(page_size, 128, slots).is_some()
 }
