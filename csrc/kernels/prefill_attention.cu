@@ -1505,6 +1505,7 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
       prefetch_tensor_map(&pp.k_map);
       prefetch_tensor_map(&pp.v_map);
     }
+    if (Cfg::TMA && pp.q_tma != 0 && t == 0) prefetch_tensor_map(&pp.q_map);
     int ring = 0; /* K/V tiles loaded so far: the ring position of the next */
     int n = 0;
     for (int item = blockIdx.x; item < items; item += gridDim.x, ++n) {
@@ -1526,12 +1527,28 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
       };
       int page_next = tma_page(0), page_after = tma_page(1);
       if (n >= QBUF) mbar_wait(&q_empty[qb], static_cast<unsigned>(((n / QBUF) - 1) & 1));
-      if (tl.found) wg_load_q<DTYPE, HEAD_DIM, BM, 128>(smem + qb * Q_BYTES, p, t, tl.rows, tl.row0, tl.q_start, group, kv_head);
+      /* Q by TMA where the host built q's map (one box a 64-column block: the tile's
+       * packed rows are (rows / group) tokens x group heads), else 16-byte cp.async
+       * from the 128 threads, whose issue took ~3,400 cycles of the block's start. A
+       * short last tile's box brings the next tokens' rows (zeros past q): padding
+       * rows, never written. */
+      const bool q_by_tma = Cfg::TMA && pp.q_tma != 0 && tl.found;
+      if (tl.found && !q_by_tma)
+        wg_load_q<DTYPE, HEAD_DIM, BM, 128>(smem + qb * Q_BYTES, p, t, tl.rows, tl.row0, tl.q_start, group, kv_head);
       cp_async_mbar_arrive(&q_full[qb]);
       MSGL_PREFILL_PROBE(9); /* ... issued its Q */
       if (t == 0) {
         q_tile[qb] = tl;
-        mbar_arrive(&q_full[qb]); /* release: the consumers read q_tile after their wait */
+        /* release: the consumers read q_tile after their wait */
+        if (q_by_tma) {
+          mbar_arrive_expect_tx(&q_full[qb], Q_BYTES);
+#pragma unroll
+          for (int c = 0; c < HEAD_DIM / 64; ++c)
+            tensor_copy_3d_g2s(smem + qb * Q_BYTES + c * BM * 128, &pp.q_map, c * 64, kv_head * group,
+                               tl.q_start + tl.row0 / group, &q_full[qb]);
+        } else {
+          mbar_arrive(&q_full[qb]);
+        }
       }
       if (!tl.found) continue;
       auto load = [&](unsigned char* dst, const void* cache, const msgl_tensor_map* map, int it, int page,
@@ -1779,12 +1796,17 @@ template <int DTYPE, int HEAD_DIM, int TILE>
 static int32_t launch_prefill_attention(msgl_prefill_params pp, cudaStream_t s) {
   const msgl_attention_params& p = pp.a;
   if constexpr (prefill_is_wgmma(TILE)) {
-    if (pp.kv_tma_rows != 0) {
+    if (pp.kv_tma_rows != 0 || pp.q_tma != 0) {
       if (!PrefillWgTile<TILE, HEAD_DIM>::TMA)
         return set_error(MSGL_ERR_INVALID_ARGUMENT, "prefill_attention: tile %d does not copy by TMA", TILE);
-      pp.kv_tma_rows = p.page_size < PrefillWgTile<TILE, HEAD_DIM>::BN ? p.page_size : PrefillWgTile<TILE, HEAD_DIM>::BN;
+      if (pp.kv_tma_rows != 0)
+        pp.kv_tma_rows = p.page_size < PrefillWgTile<TILE, HEAD_DIM>::BN ? p.page_size : PrefillWgTile<TILE, HEAD_DIM>::BN;
+      const int group = p.num_q_heads / p.num_kv_heads;
+      if (pp.q_tma != 0 && prefill_wg_rows<TILE, HEAD_DIM>() % group != 0)
+        return set_error(MSGL_ERR_INVALID_ARGUMENT, "prefill_attention: q_map needs a group (%d) dividing tile %d's rows",
+                         group, TILE);
     }
-  } else if (pp.kv_tma_rows != 0) {
+  } else if (pp.kv_tma_rows != 0 || pp.q_tma != 0) {
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "prefill_attention: tile %d does not copy by TMA", TILE);
   }
   constexpr long long smem = prefill_block_smem_bytes<TILE, HEAD_DIM>();
@@ -1817,7 +1839,8 @@ extern "C" int32_t msgl_prefill_attention(const msgl_tensor* out, const msgl_ten
                                           const msgl_tensor* v_cache, const msgl_tensor* q_indptr,
                                           const msgl_tensor* kv_lens, const msgl_tensor* block_table,
                                           const msgl_attention_params* plan, const msgl_tensor_map* k_map,
-                                          const msgl_tensor_map* v_map, int32_t tile, msgl_stream stream) {
+                                          const msgl_tensor_map* v_map, const msgl_tensor_map* q_map, int32_t tile,
+                                          msgl_stream stream) {
   using namespace msgl;
   const char* op = "prefill_attention";
   if (plan == nullptr) return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: argument `plan` is null", op);
@@ -1842,6 +1865,10 @@ extern "C" int32_t msgl_prefill_attention(const msgl_tensor* out, const msgl_ten
     pp.k_map = *k_map;
     pp.v_map = *v_map;
     pp.kv_tma_rows = -1; /* set per instance: min(page_size, its keys) */
+  }
+  if (q_map != nullptr) { /* checked per instance: the group must divide its rows */
+    pp.q_map = *q_map;
+    pp.q_tma = 1;
   }
   if (p.fused_rope != 0) /* the decode kernel's prologue: this kernel would leave q unrotated and the rows unstored */
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the fused prologue (fused_rope) is the decode kernel's", op);

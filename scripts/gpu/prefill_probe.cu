@@ -191,6 +191,18 @@ template <int TILE> static void run_case(int hq, int hkv, int b, int L, int page
       pp.k_map = kv_map(encode, kc, slots, hkv, rows);
       pp.v_map = kv_map(encode, vc, slots, hkv, rows);
       pp.kv_tma_rows = rows;
+      if (bm % group == 0) { /* Q by TMA too, as gpu/prefill.rs builds it */
+        CUtensorMap m;
+        const cuuint64_t dims[3] = {D, (cuuint64_t)hq, (cuuint64_t)tokens};
+        const cuuint64_t strides[2] = {D * 2, (cuuint64_t)hq * D * 2};
+        const cuuint32_t box[3] = {64, (cuuint32_t)group, (cuuint32_t)(bm / group)}, elem[3] = {1, 1, 1};
+        if (encode(&m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, q, dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS) {
+          memcpy(&pp.q_map, &m, sizeof(m));
+          pp.q_tma = getenv("PROBE_Q_CPASYNC") ? 0 : 1;
+        }
+      }
     }
   }
   const int threads = prefill_block_threads<TILE, D>();

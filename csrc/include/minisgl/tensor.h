@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or a launcher signature changes. */
-#define MSGL_ABI_VERSION 8
+#define MSGL_ABI_VERSION 9
 
 /* The most dimensions a tensor view carries. */
 #define MSGL_MAX_DIMS 6
@@ -541,13 +541,19 @@ typedef struct msgl_attention_params {
  * boxes of 64 elements x 1 head x kv_tma_rows slots, 128-byte swizzle, zero fill
  * outside. kv_tma_rows: min(page_size, the tile's keys) when page_size is a power
  * of two >= 8 and the slots fit 31 bits; 0 (maps unread) otherwise and for the
- * other tiles: the K/V tiles are gathered by cp.async. */
+ * other tiles: the K/V tiles are gathered by cp.async. q_map: for those tiles, a map
+ * of q, 3-D [num_tokens][num_q_heads][HEAD_DIM] with q's strides, boxes of 64
+ * elements x group heads x (the tile's rows / group) tokens, 128-byte swizzle, zero
+ * fill outside: a q tile's packed (token, head) rows are one box a 64-column block;
+ * q_tma = 1 when it is set (the group divides the tile's rows), else 0: Q is gathered
+ * by cp.async. */
 typedef struct msgl_prefill_params {
   msgl_tensor_map k_map;
   msgl_tensor_map v_map;
+  msgl_tensor_map q_map;
   msgl_attention_params a;
   int32_t kv_tma_rows;
-  int32_t reserved;
+  int32_t q_tma;
 } msgl_prefill_params;
 
 /*
@@ -890,12 +896,13 @@ MSGL_API int32_t msgl_paged_attention(const msgl_tensor* out, const msgl_tensor*
  * prefill_rows) and scale_log2, and max_splits = 1; tile selects the instance's
  * tile table entry. The grid is num_q_tiles * num_kv_heads blocks. k_map, v_map:
  * the caches' tensor maps for the tiles that copy K/V by TMA (msgl_prefill_params),
- * NULL for the others. */
+ * NULL for the others; q_map: q's map for those tiles when the group divides the
+ * tile's rows, NULL for the rest (Q gathered by cp.async). */
 MSGL_API int32_t msgl_prefill_attention(const msgl_tensor* out, const msgl_tensor* q, const msgl_tensor* k_cache,
                              const msgl_tensor* v_cache, const msgl_tensor* q_indptr, const msgl_tensor* kv_lens,
                              const msgl_tensor* block_table, const msgl_attention_params* plan,
-                             const msgl_tensor_map* k_map, const msgl_tensor_map* v_map, int32_t tile,
-                             msgl_stream stream);
+                             const msgl_tensor_map* k_map, const msgl_tensor_map* v_map,
+                             const msgl_tensor_map* q_map, int32_t tile, msgl_stream stream);
 
 /* decode_attention: the decode kernel over the tensors of paged_attention, for
  * batches whose sequences have q_len * (num_q_heads / num_kv_heads) <= rows query

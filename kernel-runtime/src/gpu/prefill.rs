@@ -492,7 +492,7 @@ pub(super) fn prefill_attention(
     let sms = usize::try_from(dev.sm_count()).unwrap_or(1).min(GRID_LIMIT.load(Ordering::Relaxed));
     let grid = grid_u32(OP, shape.grid_blocks(tiles * hkv, sms))?;
     let shared = shape.smem_bytes(d);
-    let pp = prefill_params(p, shape, k_cache, v_cache)?;
+    let pp = prefill_params(p, shape, q, k_cache, v_cache)?;
     let maps = (pp.kv_tma_rows > 0).then_some((&pp.k_map, &pp.v_map));
     let views = [out, q, k_cache, v_cache, meta.q_indptr, meta.kv_lens, meta.block_table].map(Tensor::abi);
     let values = [("DTYPE", dtype_code(q)), ("HEAD_DIM", d as i64), ("TILE", tile as i64)];
@@ -505,11 +505,12 @@ pub(super) fn prefill_attention(
             let [a, b, c, e, f, g, h] = &views;
             let (k_map, v_map) =
                 maps.map_or((std::ptr::null(), std::ptr::null()), |(k, v)| (k as *const _, v as *const _));
+            let q_map = if pp.q_tma != 0 { &pp.q_map as *const _ } else { std::ptr::null() };
             // SAFETY: the views describe live device tensors checked by the op (shapes,
             // dtypes, lengths against the block table) and by the caller (alignment);
             // the maps (or nulls) describe those caches; the launcher validates again
             // and only enqueues work on `stream`.
-            unsafe { lib.msgl_prefill_attention(a, b, c, e, f, g, h, &p, k_map, v_map, tile as i32, stream) }
+            unsafe { lib.msgl_prefill_attention(a, b, c, e, f, g, h, &p, k_map, v_map, q_map, tile as i32, stream) }
         },
         |f| {
             f.set_max_dynamic_shared_bytes(dev, shared as u32)?;
@@ -526,11 +527,14 @@ pub(super) fn prefill_attention(
 /// The kernel's params for `shape`: `p`, and for a TMA tile whose caches allow it
 /// ([`tma_rows`]) a tensor map of each cache ([num_pages, page_size, heads,
 /// head_dim] viewed as [slots][heads][head_dim], boxes of 64 elements x 1 head x
-/// kv_tma_rows slots, 128-byte swizzle) and kv_tma_rows; zeros otherwise (the
-/// kernel gathers by cp.async).
+/// kv_tma_rows slots, 128-byte swizzle) and kv_tma_rows, and of q where
+/// [`q_box_tokens`] allows ([tokens][heads][head_dim] with q's strides, boxes of 64
+/// elements x group heads x rows / group tokens); zeros otherwise (the kernel
+/// gathers by cp.async).
 fn prefill_params(
     p: msgl_attention_params,
     shape: TileShape,
+    q: &Tensor,
     k_cache: &Tensor,
     v_cache: &Tensor,
 ) -> Result<msgl_prefill_params> {
@@ -556,7 +560,31 @@ fn prefill_params(
     pp.k_map = map(k_cache)?;
     pp.v_map = map(v_cache)?;
     pp.kv_tma_rows = rows as i32;
+    let [tokens, hq, _] = q.dims::<3>(OP, "q")?;
+    let group = hq / heads.max(1);
+    if let Some(box_tokens) = q_box_tokens(shape.rows(), group) {
+        let strides = [p.q_head_stride as u64 * 2, p.q_token_stride as u64 * 2];
+        // A layout TMA cannot copy (strides or base not 16-byte aligned): cp.async.
+        if let Ok(q_map) = tensor_map::encode(
+            OP,
+            q,
+            [d as u64, hq as u64, tokens as u64],
+            &strides,
+            [64, group as u32, box_tokens as u32],
+            Swizzle::B128,
+        ) {
+            pp.q_map = q_map;
+            pp.q_tma = 1;
+        }
+    }
     Ok(pp)
+}
+
+/// The tokens of a q tile of `rows` packed (token, head) rows at GQA `group`, as one
+/// TMA box (group heads x rows / group tokens): where the group divides the rows and
+/// both fit a box's 256.
+fn q_box_tokens(rows: usize, group: usize) -> Option<usize> {
+    (group > 0 && rows % group == 0 && group <= 256 && rows / group <= 256).then(|| rows / group)
 }
 
 #[cfg(test)]
@@ -773,6 +801,17 @@ mod tests {
         assert_eq!(fit_256, vec![16, 22, 27, 28, 34, 35, 39, 40, 41, 42, 46]);
         assert_eq!(tile_shape(15, 128), None);
         assert_eq!(tile_shape(47, 128), None);
+    }
+
+    #[test]
+    fn q_tiles_go_by_tma_where_the_group_divides_their_rows() {
+        assert_eq!(q_box_tokens(128, 4), Some(32));
+        assert_eq!(q_box_tokens(192, 4), Some(48));
+        assert_eq!(q_box_tokens(192, 3), Some(64));
+        assert_eq!(q_box_tokens(128, 1), Some(128));
+        assert_eq!(q_box_tokens(128, 3), None);
+        assert_eq!(q_box_tokens(128, 512), None);
+        assert_eq!(q_box_tokens(128, 0), None);
     }
 
     #[test]
