@@ -223,6 +223,37 @@ __device__ __forceinline__ bool prefill_find_tile(const msgl_attention_params& p
   return false;
 }
 
+/* prefill_find_tile's answer from the host's ranking (msgl_prefill_ranks), with no
+ * read of the batch layout in memory: the search and its loads took ~3,500 cycles of
+ * every block's start, ~2,300 more than finding equal prompts' items by arithmetic
+ * (the H100; docs/PERF.md, twenty-fifth session). The items run depth-major as there,
+ * the sequences of one depth in rank order: at the depths in [tiles[r + 1], tiles[r])
+ * exactly ranks 0..r have a tile, so those depths' items are the segment that starts
+ * at before[r], r + 1 items a depth. The item's segment is the lowest r with
+ * before[r] <= item (before does not grow with r; before[count - 1] = 0): a binary
+ * search on the parameters, the same address in every lane. Uniform; false past the
+ * last item. */
+__device__ __forceinline__ bool prefill_ranked_tile(const msgl_prefill_ranks& rk, int item, PrefillSeq& out) {
+  int lo = 0, hi = rk.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (rk.before[mid] <= item) hi = mid;
+    else lo = mid + 1;
+  }
+  const int width = lo + 1; /* ranks with a tile at the segment's depths */
+  const int first_depth = lo + 1 < rk.count ? rk.tiles[lo + 1] : 0;
+  const int offset = item - rk.before[lo];
+  const int depth = first_depth + offset / width;
+  if (depth >= rk.tiles[lo]) return false;
+  const int r = offset - (depth - first_depth) * width;
+  out.seq = rk.seq[r];
+  out.tile_in_seq = rk.tiles[r] - 1 - depth;
+  out.q_start = rk.q_start[r];
+  out.q_len = rk.q_len[r];
+  out.kv_len = rk.kv_len[r];
+  return true;
+}
+
 template <int DTYPE, int HEAD_DIM, int TILE>
 __device__ __forceinline__ void prefill_attention_impl(const msgl_attention_params& p) {
   static_assert(DTYPE == MSGL_BF16 || DTYPE == MSGL_F16, "tensor cores: bf16 or f16");
@@ -914,10 +945,9 @@ struct WgTile {
   bool found;
   int seq, q_start, q_len, prefix, row0, rows, last_pos, kv_stop;
 };
-__device__ __forceinline__ WgTile wg_find_tile(const msgl_attention_params& p, int group, int bm, int item) {
+__device__ __forceinline__ WgTile wg_tile_of(bool found_it, const PrefillSeq& found, int group, int bm) {
   WgTile t{};
-  PrefillSeq found{};
-  t.found = prefill_find_tile(p, item, group, bm, found);
+  t.found = found_it;
   if (!t.found) return t;
   t.seq = found.seq;
   t.q_start = found.q_start;
@@ -928,6 +958,18 @@ __device__ __forceinline__ WgTile wg_find_tile(const msgl_attention_params& p, i
   t.last_pos = t.prefix + (t.row0 + t.rows - 1) / group;
   t.kv_stop = t.last_pos + 1;
   return t;
+}
+__device__ __forceinline__ WgTile wg_find_tile(const msgl_attention_params& p, int group, int bm, int item) {
+  PrefillSeq found{};
+  const bool ok = prefill_find_tile(p, item, group, bm, found);
+  return wg_tile_of(ok, found, group, bm);
+}
+/* The same from the host's ranking where it sent one (the warp-specialised tiles). */
+__device__ __forceinline__ WgTile wg_find_tile(const msgl_prefill_params& pp, int group, int bm, int item) {
+  PrefillSeq found{};
+  const bool ok = pp.ranks.count > 0 ? prefill_ranked_tile(pp.ranks, item, found)
+                                     : prefill_find_tile(pp.a, item, group, bm, found);
+  return wg_tile_of(ok, found, group, bm);
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1511,7 +1553,7 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
     for (int item = blockIdx.x; item < items; item += gridDim.x, ++n) {
       const int qb = n % QBUF;
       const int kv_head = item % p.num_kv_heads;
-      const WgTile tl = wg_find_tile(p, group, BM, item / p.num_kv_heads);
+      const WgTile tl = wg_find_tile(pp, group, BM, item / p.num_kv_heads);
       MSGL_PREFILL_PROBE(8); /* the producer found the item */
       const int num_tiles = (tl.kv_stop + BN - 1) / BN;
       const WgKeys keys = wg_keys(p, tl.seq, kv_head, tl.kv_stop);
@@ -1792,9 +1834,56 @@ __global__ void __launch_bounds__(prefill_block_threads<TILE, HEAD_DIM>(), prefi
   prefill_entry<DTYPE, HEAD_DIM, TILE>(p);
 }
 
+/* Checks the caller's ranking (msgl_prefill_ranks) against the tensors and the
+ * instance's `rows`, so that the kernel, which trusts it, stays inside them: each
+ * rank's tokens inside q and apart from the others', its keys inside its block-table
+ * row, its tiles, the order and the segment starts as defined, every q tile once. */
+static int32_t check_prefill_ranks(const msgl_prefill_ranks& rk, const msgl_attention_params& p, int rows) {
+  const char* op = "prefill_attention";
+  const int group = p.num_q_heads / p.num_kv_heads;
+  if (rk.count < 0 || rk.count > MSGL_PREFILL_RANKS || rk.count > p.num_seqs)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: %d ranked sequences (at most %d, and the batch's %d)", op, rk.count,
+                     MSGL_PREFILL_RANKS, p.num_seqs);
+  long long items = 0;
+  for (int r = 0; r < rk.count; ++r) {
+    const long long start = rk.q_start[r], len = rk.q_len[r], kv = rk.kv_len[r];
+    if (rk.seq[r] < 0 || rk.seq[r] >= p.num_seqs || start < 0 || len < 1 || start + len > p.num_tokens || kv < len ||
+        kv > static_cast<long long>(p.max_pages) * p.page_size)
+      return set_error(MSGL_ERR_INVALID_ARGUMENT,
+                       "%s: rank %d (sequence %d, tokens %lld + %lld, %lld keys) is outside the batch's tensors", op, r,
+                       rk.seq[r], start, len, kv);
+    for (int j = 0; j < r; ++j)
+      if (rk.seq[j] == rk.seq[r] || (start < rk.q_start[j] + rk.q_len[j] && rk.q_start[j] < start + len))
+        return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: ranks %d and %d share a sequence or tokens", op, j, r);
+    const long long tiles = (len * group + rows - 1) / rows;
+    if (rk.tiles[r] != tiles || (r > 0 && rk.tiles[r] > rk.tiles[r - 1]))
+      return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: rank %d has %d q tiles, not %lld of %d rows in order", op, r,
+                       rk.tiles[r], tiles, rows);
+    items += tiles;
+  }
+  for (int r = 0; r < rk.count; ++r) {
+    const int below = r + 1 < rk.count ? rk.tiles[r + 1] : 0;
+    long long before = 0;
+    for (int j = 0; j < rk.count; ++j) before += rk.tiles[j] < below ? rk.tiles[j] : below;
+    if (rk.before[r] != before)
+      return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: rank %d's segment starts at item %d, not %lld", op, r,
+                       rk.before[r], before);
+  }
+  if (rk.count > 0 && items != p.num_q_tiles)
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the ranks hold %lld q tiles, the plan %d", op, items,
+                     p.num_q_tiles);
+  return MSGL_OK;
+}
+
 template <int DTYPE, int HEAD_DIM, int TILE>
 static int32_t launch_prefill_attention(msgl_prefill_params pp, cudaStream_t s) {
   const msgl_attention_params& p = pp.a;
+  if constexpr (prefill_is_wgmma(TILE)) {
+    if (PrefillWgTile<TILE, HEAD_DIM>::PRODUCER) MSGL_TRY(check_prefill_ranks(pp.ranks, p, prefill_wg_rows<TILE, HEAD_DIM>()));
+    else pp.ranks.count = 0; /* read by the warp-specialised tiles only */
+  } else {
+    pp.ranks.count = 0;
+  }
   if constexpr (prefill_is_wgmma(TILE)) {
     if (pp.kv_tma_rows != 0 || pp.q_tma != 0) {
       if (!PrefillWgTile<TILE, HEAD_DIM>::TMA)
@@ -1839,8 +1928,8 @@ extern "C" int32_t msgl_prefill_attention(const msgl_tensor* out, const msgl_ten
                                           const msgl_tensor* v_cache, const msgl_tensor* q_indptr,
                                           const msgl_tensor* kv_lens, const msgl_tensor* block_table,
                                           const msgl_attention_params* plan, const msgl_tensor_map* k_map,
-                                          const msgl_tensor_map* v_map, const msgl_tensor_map* q_map, int32_t tile,
-                                          msgl_stream stream) {
+                                          const msgl_tensor_map* v_map, const msgl_tensor_map* q_map,
+                                          const msgl_prefill_ranks* ranks, int32_t tile, msgl_stream stream) {
   using namespace msgl;
   const char* op = "prefill_attention";
   if (plan == nullptr) return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: argument `plan` is null", op);
@@ -1870,6 +1959,7 @@ extern "C" int32_t msgl_prefill_attention(const msgl_tensor* out, const msgl_ten
     pp.q_map = *q_map;
     pp.q_tma = 1;
   }
+  if (ranks != nullptr) pp.ranks = *ranks; /* checked per instance, against its rows */
   if (p.fused_rope != 0) /* the decode kernel's prologue: this kernel would leave q unrotated and the rows unstored */
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the fused prologue (fused_rope) is the decode kernel's", op);
   if (static_cast<long long>(p.num_q_tiles) * p.num_kv_heads > 0x7fffffffLL)

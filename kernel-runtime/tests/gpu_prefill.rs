@@ -405,6 +405,50 @@ fn prefill_attention_gpu_persistent_walks() -> Result<()> {
     Ok(())
 }
 
+/// The warp-specialised tiles (22..46) find each block's q tile two ways: in the
+/// batch's ranking sent with the launch (the default, checked everywhere above) and
+/// by searching the batch layout in memory, which batches of more than 64 prompts
+/// take. Here the search: the ranking switched off on the ragged and tail batches,
+/// and with it on, a batch of 70 prompts (lengths 1..400, some over a cached prefix,
+/// two without new tokens). Pages 16 (TMA) and 1 (cp.async), GQA 4 and 8.
+#[test]
+fn prefill_attention_gpu_item_search() -> Result<()> {
+    if !enabled_or_dry_run() || target() == CPU {
+        return Ok(());
+    }
+    let mut r = rng(19);
+    let mut failures = Vec::new();
+    let mut cases = 0;
+    let tiles: Vec<Option<usize>> = wgmma_tiles(128).into_iter().filter(|t| t.is_some_and(|t| t >= 22)).collect();
+    let many: Batch = (0..70)
+        .map(|i| {
+            if i % 31 == 5 {
+                (0, 40)
+            } else {
+                (1 + (i * 37) % 400, 1 + (i * 37) % 400 + if i % 3 == 0 { 50 } else { 0 })
+            }
+        })
+        .collect();
+    for (dtype, page_size, heads) in [(DType::BF16, 16, (8, 2)), (DType::F16, 1, (16, 2))] {
+        let case = Case { dtype, page_size, head_dim: 128, heads };
+        ops::set_prefill_ranked(false);
+        for (name, batch) in ragged_batches() {
+            cases += 1;
+            if let Err(e) = check(&mut r, &case, name, &batch, &[AttnKernel::Prefill], &tiles) {
+                failures.push(format!("searched: {e:#}"));
+            }
+        }
+        ops::set_prefill_ranked(true);
+        cases += 1;
+        if let Err(e) = check(&mut r, &case, "70 prompts", &many, &[AttnKernel::Prefill], &tiles) {
+            failures.push(format!("{e:#}"));
+        }
+    }
+    println!("prefill attention, item search: {cases} cases");
+    ensure!(failures.is_empty(), "{} of {cases} search cases failed:\n{}", failures.len(), failures.join("\n"));
+    Ok(())
+}
+
 /// The prefill kernel refuses what it has no instance for, and a tile that does not
 /// fit, with an error rather than a wrong answer.
 #[test]

@@ -205,6 +205,20 @@ template <int TILE> static void run_case(int hq, int hkv, int b, int L, int page
       }
     }
   }
+  /* The batch's ranking, as gpu/prefill.rs's item_ranks builds it (equal prompts:
+   * batch order), unless PROBE_SEARCH is set (the kernel searches). */
+  if (!getenv("PROBE_SEARCH") && b <= MSGL_PREFILL_RANKS) {
+    const int tiles = (L * group + bm - 1) / bm;
+    pp.ranks.count = b;
+    for (int r = 0; r < b; ++r) {
+      pp.ranks.before[r] = r + 1 < b ? b * tiles : 0;
+      pp.ranks.tiles[r] = tiles;
+      pp.ranks.seq[r] = r;
+      pp.ranks.q_start[r] = r * L;
+      pp.ranks.q_len[r] = L;
+      pp.ranks.kv_len[r] = L;
+    }
+  }
   const int threads = prefill_block_threads<TILE, D>();
   const int smem = (int)prefill_block_smem_bytes<TILE, D>();
   long long blocks = (long long)p.num_q_tiles * hkv;

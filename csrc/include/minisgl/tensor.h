@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or a launcher signature changes. */
-#define MSGL_ABI_VERSION 9
+#define MSGL_ABI_VERSION 10
 
 /* The most dimensions a tensor view carries. */
 #define MSGL_MAX_DIMS 6
@@ -546,7 +546,31 @@ typedef struct msgl_attention_params {
  * elements x group heads x (the tile's rows / group) tokens, 128-byte swizzle, zero
  * fill outside: a q tile's packed (token, head) rows are one box a 64-column block;
  * q_tma = 1 when it is set (the group divides the tile's rows), else 0: Q is gathered
- * by cp.async. */
+ * by cp.async. ranks: msgl_prefill_ranks (read by the warp-specialised tiles only). */
+#define MSGL_PREFILL_RANKS 64
+/* The batch's sequences ranked by their q tiles, so that the warp-specialised tiles
+ * find a grid item's sequence in the kernel's parameters instead of searching the
+ * batch layout in memory (prefill_attention.cu: prefill_ranked_tile). count: the
+ * sequences with new tokens, at most MSGL_PREFILL_RANKS; 0: no ranking (the kernel
+ * searches). Rank r (0 <= r < count) is the sequence with the r-th most q tiles of
+ * the launched tile's rows (ties in batch order): tiles[r] = ceil(q_len[r] * group /
+ * rows), non-increasing in r; seq[r] its index in the batch, q_start[r] its first
+ * token (q_indptr[seq]), q_len[r] >= 1 its new tokens, kv_len[r] its keys;
+ * before[r] = sum over ranks j of min(tiles[j], tiles[r + 1]) (tiles[count] = 0):
+ * the grid items of depth (q tiles from a sequence's end) below tiles[r + 1], where
+ * the items of ranks 0..r alone begin. The launcher checks every field against the
+ * tensors and the instance's rows. */
+typedef struct msgl_prefill_ranks {
+  int32_t count;
+  int32_t reserved;
+  int32_t before[MSGL_PREFILL_RANKS];
+  int32_t tiles[MSGL_PREFILL_RANKS];
+  int32_t seq[MSGL_PREFILL_RANKS];
+  int32_t q_start[MSGL_PREFILL_RANKS];
+  int32_t q_len[MSGL_PREFILL_RANKS];
+  int32_t kv_len[MSGL_PREFILL_RANKS];
+} msgl_prefill_ranks;
+
 typedef struct msgl_prefill_params {
   msgl_tensor_map k_map;
   msgl_tensor_map v_map;
@@ -554,6 +578,7 @@ typedef struct msgl_prefill_params {
   msgl_attention_params a;
   int32_t kv_tma_rows;
   int32_t q_tma;
+  msgl_prefill_ranks ranks;
 } msgl_prefill_params;
 
 /*
@@ -897,12 +922,15 @@ MSGL_API int32_t msgl_paged_attention(const msgl_tensor* out, const msgl_tensor*
  * tile table entry. The grid is num_q_tiles * num_kv_heads blocks. k_map, v_map:
  * the caches' tensor maps for the tiles that copy K/V by TMA (msgl_prefill_params),
  * NULL for the others; q_map: q's map for those tiles when the group divides the
- * tile's rows, NULL for the rest (Q gathered by cp.async). */
+ * tile's rows, NULL for the rest (Q gathered by cp.async); ranks: the batch's
+ * sequences ranked for the instance's rows (msgl_prefill_ranks; its q_start, q_len
+ * and kv_len must agree with q_indptr and kv_lens), or NULL (the kernel searches). */
 MSGL_API int32_t msgl_prefill_attention(const msgl_tensor* out, const msgl_tensor* q, const msgl_tensor* k_cache,
                              const msgl_tensor* v_cache, const msgl_tensor* q_indptr, const msgl_tensor* kv_lens,
                              const msgl_tensor* block_table, const msgl_attention_params* plan,
                              const msgl_tensor_map* k_map, const msgl_tensor_map* v_map,
-                             const msgl_tensor_map* q_map, int32_t tile, msgl_stream stream);
+                             const msgl_tensor_map* q_map, const msgl_prefill_ranks* ranks, int32_t tile,
+                             msgl_stream stream);
 
 /* decode_attention: the decode kernel over the tensors of paged_attention, for
  * batches whose sequences have q_len * (num_q_heads / num_kv_heads) <= rows query

@@ -61,7 +61,7 @@ pub(crate) use gemm::linear;
 pub(crate) use logprobs::logprobs;
 pub(crate) use norm::{fused_add_rms_norm, head_rms_norm, rms_norm};
 pub(crate) use penalties::{apply_penalties, penalty_count};
-pub(crate) use prefill::{set_prefill_grid_limit, set_prefill_tile};
+pub(crate) use prefill::{set_prefill_grid_limit, set_prefill_ranked, set_prefill_tile};
 pub(crate) use random::fill_uniform;
 pub(crate) use rope::rope;
 pub(crate) use rope_store::rope_store;

@@ -30,13 +30,13 @@
 //! copy take tile 46, or 39 from 3072 keys ([`long_tma_tile`], AOT instances too);
 //! `MINISGL_PREFILL_TILE` picks another.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::op_types::attention::{AttnKernel, PagedAttnMeta};
-use crate::sys::kernels::{msgl_attention_params, msgl_prefill_params};
+use crate::sys::kernels::{msgl_attention_params, msgl_prefill_params, msgl_prefill_ranks, MSGL_PREFILL_RANKS};
 use crate::tensor::Tensor;
 
 use super::launch::{device_of, dispatch, dtype_code, grid_u32};
@@ -492,7 +492,12 @@ pub(super) fn prefill_attention(
     let sms = usize::try_from(dev.sm_count()).unwrap_or(1).min(GRID_LIMIT.load(Ordering::Relaxed));
     let grid = grid_u32(OP, shape.grid_blocks(tiles * hkv, sms))?;
     let shared = shape.smem_bytes(d);
-    let pp = prefill_params(p, shape, q, k_cache, v_cache)?;
+    let mut pp = prefill_params(p, shape, q, k_cache, v_cache)?;
+    if shape.producer && RANKED.load(Ordering::Relaxed) {
+        if let Some(ranks) = item_ranks(meta.q_lens_host, meta.kv_lens_host, hq / hkv, shape.rows()) {
+            pp.ranks = ranks;
+        }
+    }
     let maps = (pp.kv_tma_rows > 0).then_some((&pp.k_map, &pp.v_map));
     let views = [out, q, k_cache, v_cache, meta.q_indptr, meta.kv_lens, meta.block_table].map(Tensor::abi);
     let values = [("DTYPE", dtype_code(q)), ("HEAD_DIM", d as i64), ("TILE", tile as i64)];
@@ -506,17 +511,21 @@ pub(super) fn prefill_attention(
             let (k_map, v_map) =
                 maps.map_or((std::ptr::null(), std::ptr::null()), |(k, v)| (k as *const _, v as *const _));
             let q_map = if pp.q_tma != 0 { &pp.q_map as *const _ } else { std::ptr::null() };
+            let ranks = if pp.ranks.count > 0 { &pp.ranks as *const _ } else { std::ptr::null() };
             // SAFETY: the views describe live device tensors checked by the op (shapes,
             // dtypes, lengths against the block table) and by the caller (alignment);
-            // the maps (or nulls) describe those caches; the launcher validates again
-            // and only enqueues work on `stream`.
-            unsafe { lib.msgl_prefill_attention(a, b, c, e, f, g, h, &p, k_map, v_map, q_map, tile as i32, stream) }
+            // the maps (or nulls) describe those caches, the ranks (or null) the batch;
+            // the launcher validates again and only enqueues work on `stream`.
+            unsafe {
+                lib.msgl_prefill_attention(a, b, c, e, f, g, h, &p, k_map, v_map, q_map, ranks, tile as i32, stream)
+            }
         },
         |f| {
             f.set_max_dynamic_shared_bytes(dev, shared as u32)?;
             // SAFETY: `pp` is the msgl_prefill_params the entry takes: the attention
             // params filled from the tensors checked by the op, with num_q_tiles for
-            // this tile's rows, and the caches' tensor maps when kv_tma_rows > 0; the
+            // this tile's rows, the caches' tensor maps when kv_tma_rows > 0, the
+            // ranks of the batch's host lengths for these rows (or none); the
             // block and shared memory are the instance's (prefill_threads,
             // prefill_smem_bytes, mirrored by TileShape).
             unsafe { f.launch(dev, grid, shape.threads() as u32, shared as u32, &pp) }
@@ -580,11 +589,57 @@ fn prefill_params(
     Ok(pp)
 }
 
+/// [`set_prefill_ranked`]'s switch.
+static RANKED: AtomicBool = AtomicBool::new(true);
+
+/// Whether the warp-specialised tiles get the batch's ranking ([`item_ranks`]; on by
+/// default) or search the batch layout for each block's item, as batches of more
+/// than `MSGL_PREFILL_RANKS` sequences do: tests run both.
+pub(crate) fn set_prefill_ranked(on: bool) {
+    RANKED.store(on, Ordering::Relaxed);
+}
+
+/// The batch's sequences ranked by their q tiles of `rows` packed rows at GQA
+/// `group` (tensor.h's `msgl_prefill_ranks`, which the warp-specialised tiles read
+/// instead of searching the batch layout at each block's start: the kernel's
+/// `prefill_ranked_tile`): the sequences with new tokens, most tiles first, ties in
+/// batch order, with their first token (the prefix sum of `q_lens`, as q_indptr),
+/// lengths and segment starts. `None` where more than `MSGL_PREFILL_RANKS` sequences
+/// have new tokens or a count exceeds 32 bits.
+pub(super) fn item_ranks(q_lens: &[usize], kv_lens: &[usize], group: usize, rows: usize) -> Option<msgl_prefill_ranks> {
+    let mut q_start = 0usize;
+    let mut seqs: Vec<(usize, usize, usize, usize, usize)> = Vec::new(); // (tiles, seq, start, q_len, kv_len)
+    for (seq, (&q_len, &kv_len)) in q_lens.iter().zip(kv_lens).enumerate() {
+        if q_len > 0 {
+            seqs.push(((q_len * group).div_ceil(rows.max(1)), seq, q_start, q_len, kv_len));
+        }
+        q_start += q_len;
+    }
+    if seqs.len() > MSGL_PREFILL_RANKS as usize {
+        return None;
+    }
+    seqs.sort_by_key(|&(tiles, seq, ..)| (std::cmp::Reverse(tiles), seq));
+    // SAFETY: msgl_prefill_ranks is plain integers: all-zero is "no ranks".
+    let mut rk: msgl_prefill_ranks = unsafe { std::mem::zeroed() };
+    let int = |v: usize| i32::try_from(v).ok();
+    for (r, &(tiles, seq, start, q_len, kv_len)) in seqs.iter().enumerate() {
+        let below = seqs.get(r + 1).map_or(0, |s| s.0);
+        rk.before[r] = int(seqs.iter().map(|s| s.0.min(below)).sum())?;
+        rk.tiles[r] = int(tiles)?;
+        rk.seq[r] = int(seq)?;
+        rk.q_start[r] = int(start)?;
+        rk.q_len[r] = int(q_len)?;
+        rk.kv_len[r] = int(kv_len)?;
+    }
+    rk.count = int(seqs.len())?;
+    Some(rk)
+}
+
 /// The tokens of a q tile of `rows` packed (token, head) rows at GQA `group`, as one
 /// TMA box (group heads x rows / group tokens): where the group divides the rows and
 /// both fit a box's 256.
 fn q_box_tokens(rows: usize, group: usize) -> Option<usize> {
-    (group > 0 && rows % group == 0 && group <= 256 && rows / group <= 256).then(|| rows / group)
+    (group > 0 && rows.is_multiple_of(group) && group <= 256 && rows / group <= 256).then(|| rows / group)
 }
 
 #[cfg(test)]
@@ -828,5 +883,84 @@ mod tests {
         assert_eq!(tma_rows(24, 64, 1 << 20), None);
         assert_eq!(tma_rows(16, 64, 1 << 31), None);
         assert_eq!(tma_rows(16, 64, (1 << 31) - 1), Some(16));
+    }
+
+    /// The kernel's `prefill_ranked_tile`, step for step: the (sequence, tile in the
+    /// sequence) of grid item `item`, `None` past the last.
+    fn ranked_item(rk: &msgl_prefill_ranks, item: i32) -> Option<(i32, i32)> {
+        let (mut lo, mut hi) = (0usize, rk.count as usize - 1);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            if rk.before[mid] <= item {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        let width = lo as i32 + 1;
+        let first_depth = if lo + 1 < rk.count as usize { rk.tiles[lo + 1] } else { 0 };
+        let offset = item - rk.before[lo];
+        let depth = first_depth + offset / width;
+        if depth >= rk.tiles[lo] {
+            return None;
+        }
+        let r = (offset - (depth - first_depth) * width) as usize;
+        Some((rk.seq[r], rk.tiles[r] - 1 - depth))
+    }
+
+    /// Every q tile of the batch is exactly one grid item, the items run depth-major
+    /// (a sequence's last tiles first), and nothing lies past the last: on ragged,
+    /// equal, single and random batches, with sequences of no new tokens between.
+    #[test]
+    fn ranked_items_cover_every_q_tile_once_depth_major() {
+        use rand::{Rng, SeedableRng};
+        let mut r = rand::rngs::StdRng::seed_from_u64(7);
+        let mut batches: Vec<Vec<usize>> = vec![
+            vec![1024; 8],
+            vec![4096],
+            vec![37, 100, 1, 129, 64, 0, 1, 255, 300],
+            vec![0, 0, 5],
+            (1..=64).collect(),
+        ];
+        for _ in 0..200 {
+            let n = r.gen_range(1..=64);
+            batches.push((0..n).map(|_| if r.gen_bool(0.2) { 0 } else { r.gen_range(1..3000) }).collect());
+        }
+        for q_lens in &batches {
+            for (group, rows) in [(4, 192), (4, 128), (1, 128), (8, 128), (3, 192), (2, 64)] {
+                let kv_lens: Vec<usize> = q_lens.iter().map(|q| q + 7).collect();
+                let tiles: Vec<usize> = q_lens.iter().map(|q| (q * group).div_ceil(rows)).collect();
+                let total: usize = tiles.iter().sum();
+                let Some(rk) = item_ranks(q_lens, &kv_lens, group, rows) else {
+                    assert!(q_lens.iter().filter(|&&q| q > 0).count() > 64 || total == 0);
+                    continue;
+                };
+                assert_eq!(rk.count as usize, q_lens.iter().filter(|&&q| q > 0).count());
+                if rk.count == 0 {
+                    continue;
+                }
+                let mut seen = vec![vec![false; tiles.iter().copied().max().unwrap_or(0)]; q_lens.len()];
+                let mut last_depth = 0;
+                for item in 0..total {
+                    let (seq, tile) = ranked_item(&rk, item as i32).expect("an item before the last");
+                    let (seq, tile) = (seq as usize, tile as usize);
+                    assert!(tile < tiles[seq], "{q_lens:?} item {item}: tile {tile} of {}", tiles[seq]);
+                    assert!(!std::mem::replace(&mut seen[seq][tile], true), "{q_lens:?}: ({seq}, {tile}) twice");
+                    let depth = tiles[seq] - 1 - tile;
+                    assert!(depth >= last_depth, "{q_lens:?}: item {item} at depth {depth} after {last_depth}");
+                    last_depth = depth;
+                    let r = (0..rk.count as usize).find(|&r| rk.seq[r] as usize == seq).expect("ranked");
+                    let start: usize = q_lens[..seq].iter().sum();
+                    assert_eq!(
+                        (rk.q_start[r], rk.q_len[r], rk.kv_len[r]),
+                        (start as i32, q_lens[seq] as i32, kv_lens[seq] as i32)
+                    );
+                }
+                assert_eq!(ranked_item(&rk, total as i32), None);
+            }
+        }
+        // More prompts than the ranking holds: the kernel searches.
+        assert!(item_ranks(&[10; 65], &[10; 65], 4, 128).is_none());
+        assert!(item_ranks(&[10; 64], &[10; 64], 4, 128).is_some());
     }
 }

@@ -201,6 +201,14 @@ pub fn set_prefill_tile(tile: Option<usize>) {
     crate::gpu::set_prefill_tile(tile);
 }
 
+/// Whether the prefill kernel's warp-specialised tiles find each block's q tile in
+/// the batch's ranking sent with the launch (the default) or search the batch
+/// layout in memory, as they do for batches of more than 64 prompts. For tests of
+/// both paths; no effect on the CPU.
+pub fn set_prefill_ranked(on: bool) {
+    crate::gpu::set_prefill_ranked(on);
+}
+
 /// Caps the blocks of a persistent prefill tile's launch (34..38, 42; `None`: one block
 /// an SM), so that tests see a few blocks walk many q tiles. Run-time compiled
 /// instances only; no effect on the CPU.

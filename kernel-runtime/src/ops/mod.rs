@@ -42,7 +42,7 @@ mod store;
 pub use attention::{
     decode_graph_splits, decode_kernel_fits, decode_tuning, paged_attention, paged_attention_with,
     rope_store_attention, set_decode_fused_rope, set_decode_split_merge, set_decode_tuning, set_prefill_grid_limit,
-    set_prefill_tile, AttnKernel, DecodePlanKind, DecodeTuning, PagedAttnMeta, SplitMerge,
+    set_prefill_ranked, set_prefill_tile, AttnKernel, DecodePlanKind, DecodeTuning, PagedAttnMeta, SplitMerge,
 };
 pub use convert::{cast, copy};
 pub use dense::{
