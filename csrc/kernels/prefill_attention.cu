@@ -682,6 +682,15 @@ template <int HEAD_DIM> struct PrefillWgTile46<HEAD_DIM, true> : PrefillWgRareFl
   static constexpr bool OVERLAP = true, PRODUCER = true, PINGPONG = false, TMA = true;
 };
 template <int HEAD_DIM> struct PrefillWgTile<46, HEAD_DIM> : PrefillWgTile46<HEAD_DIM> {};
+/* TILE 47: 46 persistent (one block an SM walking the items in static rounds, a
+ * second Q buffer: the next item's Q and first K/V tiles load under the current
+ * one's end). The default for batches of many short runs (gpu/prefill.rs's
+ * long_tma_tile: at least 8 blocks' rounds of 46, runs up to 1536 keys), where block
+ * starts and ends dominate; behind 46 where few rounds leave the static rounds
+ * unequal. At head dim 256, 35 (46 is 28 there). */
+template <int HEAD_DIM> struct PrefillWgTile<47, HEAD_DIM> : PrefillWgTile46<HEAD_DIM> {
+  static constexpr bool PERSISTENT = true;
+};
 /* TILE 41, 42: 28 and 35 with FlashAttention-3's order inside the overlapped step
  * (EARLY): O is rescaled by the previous step's factor while S_j is on the tensor
  * cores, between the issue of S_j and that of P_{j-1} V_{j-1} (the rescale leaves the

@@ -43,6 +43,11 @@ pub struct Family {
     /// Values of each parameter built ahead of time (cartesian product).
     #[serde(default)]
     pub instances: BTreeMap<String, Vec<i64>>,
+    /// More groups of instances, each a cartesian product like `instances`: for
+    /// values that only make sense together (a tile used at one head dim), so that
+    /// the build does not compile the whole product.
+    #[serde(default)]
+    pub extra_instances: Vec<BTreeMap<String, Vec<i64>>>,
 }
 
 /// One specialisation of a family: a value for each parameter, in `params` order.
@@ -114,18 +119,20 @@ impl Spec {
                 }
             }
             let declared: std::collections::BTreeSet<&str> = f.params.iter().map(String::as_str).collect();
-            let given: std::collections::BTreeSet<&str> = f.instances.keys().map(String::as_str).collect();
-            if declared != given {
-                return Err(format!(
-                    "family `{}`: params {:?} and the keys of instances {:?} differ",
-                    f.name, f.params, given
-                ));
+            for group in f.instance_groups() {
+                let given: std::collections::BTreeSet<&str> = group.keys().map(String::as_str).collect();
+                if declared != given {
+                    return Err(format!(
+                        "family `{}`: params {:?} and the keys of instances {:?} differ",
+                        f.name, f.params, given
+                    ));
+                }
+                if group.values().any(Vec::is_empty) {
+                    return Err(format!("family `{}`: every parameter needs at least one instance value", f.name));
+                }
             }
             if f.params.iter().any(|p| !p.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')) {
                 return Err(format!("family `{}`: params must be UPPER_SNAKE_CASE, got {:?}", f.name, f.params));
-            }
-            if f.instances.values().any(Vec::is_empty) {
-                return Err(format!("family `{}`: every parameter needs at least one instance value", f.name));
             }
             if !f.params.is_empty() && f.jit_entry.is_none() && f.symbols.is_empty() {
                 return Err(format!("family `{}` has instances but neither symbols nor a jit_entry", f.name));
@@ -136,28 +143,41 @@ impl Spec {
 }
 
 impl Family {
+    /// `instances` and then each of `extra_instances`.
+    fn instance_groups(&self) -> impl Iterator<Item = &BTreeMap<String, Vec<i64>>> {
+        std::iter::once(&self.instances).chain(&self.extra_instances)
+    }
+
     /// Every instance built ahead of time: the cartesian product of the parameter
-    /// values, first parameter outermost.
+    /// values, first parameter outermost, then those of each extra group not already
+    /// listed.
     pub fn instances(&self) -> Vec<Instance> {
-        let mut out = vec![Instance { values: Vec::new() }];
-        for p in &self.params {
-            let values = self.instances.get(p).map(Vec::as_slice).unwrap_or(&[]);
-            out = out
-                .into_iter()
-                .flat_map(|inst| {
-                    values.iter().map(move |v| {
-                        let mut next = inst.clone();
-                        next.values.push((p.clone(), *v));
-                        next
-                    })
-                })
-                .collect();
-        }
         if self.params.is_empty() {
-            Vec::new()
-        } else {
-            out
+            return Vec::new();
         }
+        let mut all: Vec<Instance> = Vec::new();
+        for group in self.instance_groups() {
+            let mut out = vec![Instance { values: Vec::new() }];
+            for p in &self.params {
+                let values = group.get(p).map(Vec::as_slice).unwrap_or(&[]);
+                out = out
+                    .into_iter()
+                    .flat_map(|inst| {
+                        values.iter().map(move |v| {
+                            let mut next = inst.clone();
+                            next.values.push((p.clone(), *v));
+                            next
+                        })
+                    })
+                    .collect();
+            }
+            for inst in out {
+                if !all.contains(&inst) {
+                    all.push(inst);
+                }
+            }
+        }
+        all
     }
 
     /// Builds the instance of this family with the given parameter values, checking
@@ -176,8 +196,10 @@ impl Family {
 
     /// Whether `instance` is one of the instances built ahead of time.
     pub fn has_aot_instance(&self, instance: &Instance) -> bool {
-        instance.values.iter().all(|(n, v)| self.instances.get(n).is_some_and(|vs| vs.contains(v)))
-            && instance.values.len() == self.params.len()
+        instance.values.len() == self.params.len()
+            && self
+                .instance_groups()
+                .any(|g| instance.values.iter().all(|(n, v)| g.get(n).is_some_and(|vs| vs.contains(v))))
     }
 
     /// The generated `msgl_instances.inc` for the AOT build: `MSGL_FOR_EACH_INSTANCE(X)`
@@ -275,6 +297,34 @@ instances = { ROW_BYTES = [64, 128], PDL = [0, 1] }
         assert!(!f.has_aot_instance(&f.instance(&[("ROW_BYTES", 256), ("PDL", 1)]).unwrap()));
         assert!(f.instance(&[("PDL", 1)]).is_err());
         assert_eq!(inst.defines(), ["MSGL_JIT_INSTANCE=1", "MSGL_ROW_BYTES=128", "MSGL_PDL=1"]);
+    }
+
+    #[test]
+    fn extra_instance_groups_add_their_own_products_once() {
+        let text = format!(
+            "{SAMPLE}extra_instances = [{{ ROW_BYTES = [256], PDL = [1] }}, {{ ROW_BYTES = [64, 256], PDL = [1] }}]\n"
+        );
+        let spec = Spec::parse(&text, Path::new("kernels.toml")).unwrap();
+        let f = spec.family("store").unwrap();
+        let tags: Vec<String> = f.instances().iter().map(Instance::to_string).collect();
+        assert_eq!(
+            tags,
+            [
+                "ROW_BYTES=64,PDL=0",
+                "ROW_BYTES=64,PDL=1",
+                "ROW_BYTES=128,PDL=0",
+                "ROW_BYTES=128,PDL=1",
+                "ROW_BYTES=256,PDL=1"
+            ]
+        );
+        assert!(f.has_aot_instance(&f.instance(&[("ROW_BYTES", 256), ("PDL", 1)]).unwrap()));
+        // Not a product across the groups: 256 only with PDL 1.
+        assert!(!f.has_aot_instance(&f.instance(&[("ROW_BYTES", 256), ("PDL", 0)]).unwrap()));
+        assert!(f.instances_include().ends_with("X(128, 1) X(256, 1)\n"));
+        let bad = format!("{SAMPLE}extra_instances = [{{ ROW_BYTES = [256] }}]\n");
+        assert!(Spec::parse(&bad, Path::new("k.toml")).unwrap_err().to_string().contains("differ"));
+        let empty = format!("{SAMPLE}extra_instances = [{{ ROW_BYTES = [], PDL = [1] }}]\n");
+        assert!(Spec::parse(&empty, Path::new("k.toml")).unwrap_err().to_string().contains("at least one"));
     }
 
     #[test]

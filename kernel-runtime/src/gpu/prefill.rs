@@ -27,7 +27,8 @@
 //! elsewhere. On sm_90 GPUs tile 17 is the default up to head dim
 //! 128 and tile 16 at 256 (AOT instances, [`default_tile`]), tile 0 elsewhere;
 //! batches with a sequence of 512 keys or more at head dim 128 over caches TMA can
-//! copy take tile 46, or 39 from 3072 keys ([`long_tma_tile`], AOT instances too);
+//! copy take tile 46, 47 (46 persistent) where 46 would run many rounds of short
+//! blocks, or 39 from 3072 keys ([`long_tma_tile`], AOT instances at head dim 128);
 //! `MINISGL_PREFILL_TILE` picks another.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -66,7 +67,7 @@ pub(super) struct TileShape {
     pub tma: bool,
     /// At most one block an SM, each walking the grid's items; a second Q buffer
     /// where it fits, so that the next item's Q and first K/V tiles load while the
-    /// consumers finish the current one (34..38, 42).
+    /// consumers finish the current one (34..38, 42, 47).
     pub persistent: bool,
 }
 
@@ -107,8 +108,8 @@ const fn persistent_shape(consumers: usize, keys: usize, stages: usize) -> TileS
 /// The first wgmma tile id.
 pub(super) const FIRST_WGMMA_TILE: usize = 16;
 
-/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..46 at head dims up to 128
-/// (TILEs 16, 22, 27, 28, 34, 35, 39..42 and 46 take 64-key tiles at head dim 256: [`tile_shape`]).
+/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..47 at head dims up to 128
+/// (TILEs 16, 22, 27, 28, 34, 35, 39..42, 46 and 47 take 64-key tiles at head dim 256: [`tile_shape`]).
 /// 19..21, 23, 24, 26, 28, 29, 31, 33, 35 and 39..43 run the softmax of one K/V tile under
 /// the P V product of the previous one (28, 35 and 39..42 not at head dim 256); 22..26 have a producer warpgroup, and in 24 and 26
 /// the two consumers take turns issuing their products (ping-pong); 27..31 are
@@ -120,8 +121,8 @@ pub(super) const FIRST_WGMMA_TILE: usize = 16;
 /// 28 and 35 in FlashAttention-3's order (O rescaled under S's product, K released
 /// once S is done), 43 is 29 (ping-pong) in that order; 44, 45 and 46 are 30 (three
 /// consumers, 64-key tiles) with three stages, the overlap, and both (46 is 28 at
-/// head dim 256).
-pub(super) const WGMMA_TILES: [TileShape; 31] = [
+/// head dim 256); 47 is 46 with persistent blocks (35 at head dim 256).
+pub(super) const WGMMA_TILES: [TileShape; 32] = [
     wg_shape(2, 128, 2),
     wg_shape(3, 64, 2),
     wg_shape(2, 64, 3),
@@ -153,6 +154,7 @@ pub(super) const WGMMA_TILES: [TileShape; 31] = [
     tma_shape(3, 64, 3),
     tma_shape(3, 64, 2),
     tma_shape(3, 64, 3),
+    persistent_shape(3, 64, 3),
 ];
 
 /// prefill_attention.cu's `PrefillTile` for TILE = 1..8 (index 0 is [`tile_shape`]'s
@@ -259,7 +261,7 @@ pub(super) fn tile_shape(tile: usize, head_dim: usize) -> Option<TileShape> {
         16 if head_dim > 128 => Some(wg_shape(2, 64, 2)),
         22 if head_dim > 128 => Some(ws_shape(2, 64, 2)),
         27 | 28 | 39 | 40 | 41 | 46 if head_dim > 128 => Some(tma_shape(2, 64, 2)),
-        34 | 35 | 42 if head_dim > 128 => Some(persistent_shape(2, 64, 2)),
+        34 | 35 | 42 | 47 if head_dim > 128 => Some(persistent_shape(2, 64, 2)),
         t if t >= FIRST_WGMMA_TILE => WGMMA_TILES.get(t - FIRST_WGMMA_TILE).copied(),
         _ => TILES.get(tile).copied(),
     }
@@ -352,7 +354,7 @@ static GRID_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 /// Caps the blocks of a persistent tile's launch below the SM count (`None`: one
 /// block an SM), so that tests see a few blocks walk many items. Launches through
-/// Rust only (the run-time compiled instances, which 34..38 and 42 are); the AOT launcher
+/// Rust only (the run-time compiled instances: 34..38 and 42, and 47 but at head dim 128); the AOT launcher
 /// sizes the grid from the SM count.
 pub(crate) fn set_prefill_grid_limit(blocks: Option<usize>) {
     GRID_LIMIT.store(blocks.map_or(usize::MAX, |b| b.max(1)), Ordering::Relaxed);
@@ -399,23 +401,48 @@ pub(super) fn tma_rows(page_size: usize, keys: usize, slots: usize) -> Option<us
 /// twenty-fifth session, scripts/gpu/prefill_probe.cu) at 32/8 heads: b=1 L=4096 39
 /// 326 us, 46 340, tile 17 457; b=4 L=2048 46 392, 39 403, 17 515; b=8 L=1024 46
 /// 250, 39 286, 17 303; b=16 L=512 46 186, 17 201; b=32 L=256 17 169, 46 172.
+/// TILE 47 (46 with persistent blocks) where 46 would run many rounds of short
+/// blocks ([`many_short_blocks`]).
 pub(super) const LONG_TMA_TILE: usize = 39;
 pub(super) const MID_TMA_TILE: usize = 46;
+pub(super) const MANY_TMA_TILE: usize = 47;
+/// [`MANY_TMA_TILE`]'s rule: 46's blocks at least this many times the SM count, and
+/// no run longer than [`MANY_MAX_KEYS`]. With the items' ranking in the launch, on an
+/// H100 (docs/PERF.md, twenty-sixth session, call C, probes; 46 -> 47, us, 32/8
+/// heads unless named): b=8 L=1024 (10.7 rounds) 226 -> 216, b=12 L=768 214 -> 193,
+/// b=16 L=512 162 -> 140, b=24 L=600 307 -> 264, b=6 L=1536 328 -> 324; below the
+/// rounds or past the keys 47's static rounds leave blocks unequal: b=4 L=2048 (10.4
+/// rounds) 367 -> 372, b=2 L=2048 188 -> 207, b=3 L=1000 87 -> 94, b=1 L=4096 327 ->
+/// 380, 16/8 b=8 L=1024 (5.3 rounds) 121 -> 123.
+const MANY_ROUNDS: usize = 8;
+const MANY_MAX_KEYS: usize = 1536;
 /// The longest key run from which [`LONG_TMA_TILE`] rather than [`MID_TMA_TILE`]
 /// serves a batch: between the measured 2048 (46 ahead) and 4096 (39 ahead).
 const LONGEST_RUN_KEYS: usize = 3072;
+/// [`MID_TMA_TILE`]'s q rows (three consumers of 64 at head dim 128).
+const MID_TMA_ROWS: usize = 192;
 /// The longest key run from which a batch counts as long for the TMA tiles: at 512
 /// keys (b=16) 46 led tile 17, at 256 (b=32) 17 did.
 const LONG_TMA_MIN_KEYS: usize = 512;
 
 /// The TMA tile for a long batch ([`long_tma_batch`]) whose longest run holds
-/// `max_kv` keys.
-pub(super) fn long_tma_tile(max_kv: usize) -> usize {
+/// `max_kv` keys and whose [`MID_TMA_TILE`] blocks would be `mid_blocks` on `sms`
+/// SMs.
+pub(super) fn long_tma_tile(max_kv: usize, mid_blocks: usize, sms: usize) -> usize {
     if max_kv >= LONGEST_RUN_KEYS {
         LONG_TMA_TILE
+    } else if many_short_blocks(max_kv, mid_blocks, sms) {
+        MANY_TMA_TILE
     } else {
         MID_TMA_TILE
     }
+}
+
+/// Whether [`MID_TMA_TILE`]'s `blocks` (runs of at most `max_kv` keys) are many
+/// rounds of short blocks on `sms` SMs, which persistent blocks serve better: each
+/// block's start (its item, Q, the first K/V tile) runs under the previous item's end.
+fn many_short_blocks(max_kv: usize, blocks: usize, sms: usize) -> bool {
+    max_kv <= MANY_MAX_KEYS && blocks >= MANY_ROUNDS * sms.max(1)
 }
 
 /// Whether a batch whose longest sequence holds `max_kv` keys, over caches of
@@ -467,7 +494,10 @@ pub(super) fn prefill_attention(
     let hopper = dev.capability() == (9, 0);
     let [pages, page_size, ..] = k_cache.dims::<4>(OP, "k_cache")?;
     let max_kv = meta.kv_lens_host.iter().copied().max().unwrap_or(0);
-    let long = long_tma_batch(hopper, d, max_kv, page_size, pages * page_size).then(|| long_tma_tile(max_kv));
+    let sms = usize::try_from(dev.sm_count()).unwrap_or(1);
+    let mid_blocks = || q_tiles(meta.q_lens_host, hq / hkv, MID_TMA_ROWS) * hkv;
+    let long = long_tma_batch(hopper, d, max_kv, page_size, pages * page_size)
+        .then(|| long_tma_tile(max_kv, mid_blocks(), sms));
     let tile = selected_tile(hopper, d, long);
     let shape = tile_shape(tile, d)
         .filter(|s| s.fits(d))
@@ -489,7 +519,7 @@ pub(super) fn prefill_attention(
         max_splits: 1,
         ..params
     };
-    let sms = usize::try_from(dev.sm_count()).unwrap_or(1).min(GRID_LIMIT.load(Ordering::Relaxed));
+    let sms = sms.min(GRID_LIMIT.load(Ordering::Relaxed));
     let grid = grid_u32(OP, shape.grid_blocks(tiles * hkv, sms))?;
     let shared = shape.smem_bytes(d);
     let mut pp = prefill_params(p, shape, q, k_cache, v_cache)?;
@@ -661,12 +691,24 @@ mod tests {
     #[test]
     fn long_batches_over_tma_able_caches_take_the_tma_tile_on_sm90_at_head_dim_128() {
         let slots = 1 << 20;
-        for tile in [LONG_TMA_TILE, MID_TMA_TILE] {
+        for tile in [LONG_TMA_TILE, MID_TMA_TILE, MANY_TMA_TILE] {
             assert!(tile_shape(tile, 128).is_some_and(|s| s.tma && s.fits(128)), "tile {tile}");
-            // The AOT instances cover every head dim: 256 takes 28's 64-key shape.
+            // Asked for at head dim 256 (MINISGL_PREFILL_TILE), they take 28's or 35's
+            // 64-key shape.
             assert!(tile_shape(tile, 256).is_some_and(|s| s.fits(256)), "tile {tile}");
         }
-        assert_eq!((long_tma_tile(512), long_tma_tile(3071), long_tma_tile(3072)), (46, 46, 39));
+        assert_eq!(
+            (long_tma_tile(512, 0, 132), long_tma_tile(3071, 0, 132), long_tma_tile(3072, 0, 132)),
+            (46, 46, 39)
+        );
+        // Many rounds of short blocks: 47. b=8 L=1024 at 32/8 heads is 8 x 22 q tiles x 8.
+        assert_eq!(q_tiles(&[1024; 8], 4, MID_TMA_ROWS) * 8, 1408);
+        assert_eq!((long_tma_tile(1024, 1408, 132), long_tma_tile(1536, 1056, 132)), (47, 47));
+        // Fewer rounds, longer runs: 46 (and 39 from 3072 keys whatever the blocks).
+        assert_eq!((long_tma_tile(1024, 1055, 132), long_tma_tile(1537, 5000, 132)), (46, 46));
+        assert_eq!(long_tma_tile(4096, 100_000, 132), 39);
+        assert!(tile_shape(MANY_TMA_TILE, 128).is_some_and(|s| s.persistent && s.fits(128)));
+        assert_eq!(tile_shape(MID_TMA_TILE, 128).map(|s| s.rows()), Some(MID_TMA_ROWS));
         assert!(long_tma_batch(true, 128, 512, 16, slots));
         assert!(long_tma_batch(true, 128, 8192, 64, slots));
         // Short runs, other head dims, other GPUs, pages TMA cannot copy, caches past
@@ -852,10 +894,16 @@ mod tests {
             assert_eq!(tile_shape(42, hd), tile_shape(35, hd));
             assert_eq!(tile_shape(43, hd), tile_shape(29, hd));
         }
-        let fit_256: Vec<usize> = (16..=46).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
-        assert_eq!(fit_256, vec![16, 22, 27, 28, 34, 35, 39, 40, 41, 42, 46]);
+        // 47: 46 persistent, two Q buffers; 35's shape at head dim 256.
+        let (t46, t47) = (tile_shape(46, 128).unwrap(), tile_shape(47, 128).unwrap());
+        assert_eq!(TileShape { persistent: false, ..t47 }, t46);
+        assert_eq!((t47.q_buffers(128), t47.smem_bytes(128)), (2, (2 * 192 + 384) * 256 + 1024));
+        assert!(t47.fits(64) && t47.fits(128));
+        assert_eq!(tile_shape(47, 256), tile_shape(35, 256));
+        let fit_256: Vec<usize> = (16..=47).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
+        assert_eq!(fit_256, vec![16, 22, 27, 28, 34, 35, 39, 40, 41, 42, 46, 47]);
         assert_eq!(tile_shape(15, 128), None);
-        assert_eq!(tile_shape(47, 128), None);
+        assert_eq!(tile_shape(48, 128), None);
     }
 
     #[test]

@@ -209,7 +209,7 @@ pub fn set_prefill_ranked(on: bool) {
     crate::gpu::set_prefill_ranked(on);
 }
 
-/// Caps the blocks of a persistent prefill tile's launch (34..38, 42; `None`: one block
+/// Caps the blocks of a persistent prefill tile's launch (34..38, 42, 47; `None`: one block
 /// an SM), so that tests see a few blocks walk many q tiles. Run-time compiled
 /// instances only; no effect on the CPU.
 pub fn set_prefill_grid_limit(blocks: Option<usize>) {
