@@ -4,7 +4,8 @@
 # first (2026-12-06-s22-h200.sh, with the attention bench of 17, 39, 46, 47 and torch
 # SDPA), then the prefill tests. Elsewhere: the prefill tests (17, 39, 46, 47; 35 and
 # 47 walking; the item search), models-gpu_fixtures, the attention bench (Auto and 17,
-# 39, 46, 47) beside torch SDPA.
+# 39, 46, 47) beside torch SDPA, probes of 17, 46 and 47 below 512 keys, the
+# Qwen3-0.6B bench.
 BUDGET=${BUDGET:-585}
 START0=$(date +%s)
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
@@ -22,6 +23,14 @@ t 60 search $T/kernel-runtime-gpu_prefill prefill_attention_gpu_item_search --te
 MINISGL_TEST_PREFILL_TILES=35,47 t 90 walks $T/kernel-runtime-gpu_prefill prefill_attention_gpu_persistent_walks --test-threads=1
 t 60 fixtures $T/models-gpu_fixtures --test-threads=1
 cat $W/t-*.sum >> $S; rm -f $W/t-*.sum
+# Below the TMA tiles' 512-key floor: tile 17 (the default there) against 46 and 47.
+tar xJf .gpu/probe.tar.xz -C .gpu
+CASES="32 8 32 256 16 32 8 64 128 16 32 8 16 512 16 16 8 32 256 16 32 8 48 256 16 32 8 128 100 16 16 8 64 200 16"
+for r in 1 2; do for tl in 17 46 47; do
+  [ $(left) -lt 30 ] && break
+  timeout 40 .gpu/probe/prefill_probe_rk_T$tl $CASES > $W/p$tl-$r.log 2>&1; echo "round $r T$tl rc=$? ($(( $(date +%s) - START )) s)" >> $S
+  grep -E "^SUMMARY" $W/p$tl-$r.log >> $S
+done; done
 if [ -z "$H200" ]; then
   MINISGL_BENCH_ATTENTION_FILTER=prefill MINISGL_BENCH_PREFILL_TILES=17,39,46,47 bench 90 attn-prefill $BB/minisgl-attention prefill
   PYTHONUNBUFFERED=1 timeout 40 python3 scripts/gpu/torch_baselines.py prefill > $W/torch.log 2>&1
