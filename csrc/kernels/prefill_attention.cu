@@ -684,10 +684,10 @@ template <int HEAD_DIM> struct PrefillWgTile46<HEAD_DIM, true> : PrefillWgRareFl
 template <int HEAD_DIM> struct PrefillWgTile<46, HEAD_DIM> : PrefillWgTile46<HEAD_DIM> {};
 /* TILE 47: 46 persistent (one block an SM walking the items in static rounds, a
  * second Q buffer: the next item's Q and first K/V tiles load under the current
- * one's end). The default for batches of many short runs (gpu/prefill.rs's
- * long_tma_tile: at least 8 blocks' rounds of 46, runs up to 1536 keys), where block
- * starts and ends dominate; behind 46 where few rounds leave the static rounds
- * unequal. At head dim 256, 35 (46 is 28 there). */
+ * one's end). For batches of many short runs (gpu/prefill.rs's long_tma_tile with
+ * MINISGL_PREFILL_MANY_TILE=1: at least 8 rounds of 46's blocks, runs up to 1536
+ * keys), where block starts and ends dominate; behind 46 where few rounds leave the
+ * static rounds unequal. At head dim 256, 35 (46 is 28 there). */
 template <int HEAD_DIM> struct PrefillWgTile<47, HEAD_DIM> : PrefillWgTile46<HEAD_DIM> {
   static constexpr bool PERSISTENT = true;
 };

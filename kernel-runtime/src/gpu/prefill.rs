@@ -27,8 +27,9 @@
 //! elsewhere. On sm_90 GPUs tile 17 is the default up to head dim
 //! 128 and tile 16 at 256 (AOT instances, [`default_tile`]), tile 0 elsewhere;
 //! batches with a sequence of 512 keys or more at head dim 128 over caches TMA can
-//! copy take tile 46, 47 (46 persistent) where 46 would run many rounds of short
-//! blocks, or 39 from 3072 keys ([`long_tma_tile`], AOT instances at head dim 128);
+//! copy take tile 46 (with `MINISGL_PREFILL_MANY_TILE=1`, 47, 46 persistent, where 46
+//! would run many rounds of short blocks), or 39 from 3072 keys ([`long_tma_tile`],
+//! AOT instances at head dim 128);
 //! `MINISGL_PREFILL_TILE` picks another.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -402,7 +403,7 @@ pub(super) fn tma_rows(page_size: usize, keys: usize, slots: usize) -> Option<us
 /// 326 us, 46 340, tile 17 457; b=4 L=2048 46 392, 39 403, 17 515; b=8 L=1024 46
 /// 250, 39 286, 17 303; b=16 L=512 46 186, 17 201; b=32 L=256 17 169, 46 172.
 /// TILE 47 (46 with persistent blocks) where 46 would run many rounds of short
-/// blocks ([`many_short_blocks`]).
+/// blocks ([`many_short_blocks`]), with `MINISGL_PREFILL_MANY_TILE=1`.
 pub(super) const LONG_TMA_TILE: usize = 39;
 pub(super) const MID_TMA_TILE: usize = 46;
 pub(super) const MANY_TMA_TILE: usize = 47;
@@ -427,15 +428,24 @@ const LONG_TMA_MIN_KEYS: usize = 512;
 
 /// The TMA tile for a long batch ([`long_tma_batch`]) whose longest run holds
 /// `max_kv` keys and whose [`MID_TMA_TILE`] blocks would be `mid_blocks` on `sms`
-/// SMs.
-pub(super) fn long_tma_tile(max_kv: usize, mid_blocks: usize, sms: usize) -> usize {
+/// SMs; [`MANY_TMA_TILE`] only where `many_tile` ([`many_tile_enabled`]).
+pub(super) fn long_tma_tile(max_kv: usize, mid_blocks: usize, sms: usize, many_tile: bool) -> usize {
     if max_kv >= LONGEST_RUN_KEYS {
         LONG_TMA_TILE
-    } else if many_short_blocks(max_kv, mid_blocks, sms) {
+    } else if many_tile && many_short_blocks(max_kv, mid_blocks, sms) {
         MANY_TMA_TILE
     } else {
         MID_TMA_TILE
     }
+}
+
+/// `MINISGL_PREFILL_MANY_TILE=1`: [`MANY_TMA_TILE`] for batches of many short blocks.
+/// Off by default until the bundle's GPU tests have run on it (docs/PERF.md,
+/// twenty-sixth session: measured in the probe, correct there on equal prompts; the
+/// ragged, prefix, page-size and f16 cases of `gpu_prefill.rs` not yet run).
+fn many_tile_enabled() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| std::env::var("MINISGL_PREFILL_MANY_TILE").is_ok_and(|v| v.trim() == "1"))
 }
 
 /// Whether [`MID_TMA_TILE`]'s `blocks` (runs of at most `max_kv` keys) are many
@@ -497,7 +507,7 @@ pub(super) fn prefill_attention(
     let sms = usize::try_from(dev.sm_count()).unwrap_or(1);
     let mid_blocks = || q_tiles(meta.q_lens_host, hq / hkv, MID_TMA_ROWS) * hkv;
     let long = long_tma_batch(hopper, d, max_kv, page_size, pages * page_size)
-        .then(|| long_tma_tile(max_kv, mid_blocks(), sms));
+        .then(|| long_tma_tile(max_kv, mid_blocks(), sms, many_tile_enabled()));
     let tile = selected_tile(hopper, d, long);
     let shape = tile_shape(tile, d)
         .filter(|s| s.fits(d))
@@ -697,16 +707,16 @@ mod tests {
             // 64-key shape.
             assert!(tile_shape(tile, 256).is_some_and(|s| s.fits(256)), "tile {tile}");
         }
-        assert_eq!(
-            (long_tma_tile(512, 0, 132), long_tma_tile(3071, 0, 132), long_tma_tile(3072, 0, 132)),
-            (46, 46, 39)
-        );
-        // Many rounds of short blocks: 47. b=8 L=1024 at 32/8 heads is 8 x 22 q tiles x 8.
+        let tile = |kv, blocks| long_tma_tile(kv, blocks, 132, true);
+        assert_eq!((tile(512, 0), tile(3071, 0), tile(3072, 0)), (46, 46, 39));
+        // Many rounds of short blocks: 47 (when enabled). b=8 L=1024 at 32/8 heads is 8
+        // x 22 q tiles x 8.
         assert_eq!(q_tiles(&[1024; 8], 4, MID_TMA_ROWS) * 8, 1408);
-        assert_eq!((long_tma_tile(1024, 1408, 132), long_tma_tile(1536, 1056, 132)), (47, 47));
+        assert_eq!((tile(1024, 1408), tile(1536, 1056)), (47, 47));
+        assert_eq!(long_tma_tile(1024, 1408, 132, false), 46);
         // Fewer rounds, longer runs: 46 (and 39 from 3072 keys whatever the blocks).
-        assert_eq!((long_tma_tile(1024, 1055, 132), long_tma_tile(1537, 5000, 132)), (46, 46));
-        assert_eq!(long_tma_tile(4096, 100_000, 132), 39);
+        assert_eq!((tile(1024, 1055), tile(1537, 5000)), (46, 46));
+        assert_eq!(tile(4096, 100_000), 39);
         assert!(tile_shape(MANY_TMA_TILE, 128).is_some_and(|s| s.persistent && s.fits(128)));
         assert_eq!(tile_shape(MID_TMA_TILE, 128).map(|s| s.rows()), Some(MID_TMA_ROWS));
         assert!(long_tma_batch(true, 128, 512, 16, slots));
