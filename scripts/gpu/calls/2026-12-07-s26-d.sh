@@ -32,7 +32,7 @@ for r in 1 2; do for tl in 17 46 47; do
   grep -E "^SUMMARY" $W/p$tl-$r.log >> $S
 done; done
 if [ -z "$H200" ]; then
-  MINISGL_BENCH_ATTENTION_FILTER=prefill MINISGL_BENCH_PREFILL_TILES=17,39,46,47 bench 90 attn-prefill $BB/minisgl-attention prefill
+  MINISGL_PREFILL_MANY_TILE=1 MINISGL_BENCH_ATTENTION_FILTER=prefill MINISGL_BENCH_PREFILL_TILES=17,39,46,47 bench 90 attn-prefill $BB/minisgl-attention prefill
   PYTHONUNBUFFERED=1 timeout 40 python3 scripts/gpu/torch_baselines.py prefill > $W/torch.log 2>&1
   echo "torch rc=$? ($(( $(date +%s) - START )) s)" >> $S; grep SUMMARY $W/torch.log >> $S
   timeout 60 $BIN/minisgl bench --model /tmp/q06 --load-format dummy --device cuda --vocab-size 151643 > $W/mbench.log 2>&1
