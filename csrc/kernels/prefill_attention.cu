@@ -1890,10 +1890,6 @@ static int32_t launch_prefill_attention(msgl_prefill_params pp, cudaStream_t s) 
   if constexpr (prefill_is_wgmma(TILE)) {
     if (PrefillWgTile<TILE, HEAD_DIM>::PRODUCER) MSGL_TRY(check_prefill_ranks(pp.ranks, p, prefill_wg_rows<TILE, HEAD_DIM>()));
     else pp.ranks.count = 0; /* read by the warp-specialised tiles only */
-  } else {
-    pp.ranks.count = 0;
-  }
-  if constexpr (prefill_is_wgmma(TILE)) {
     if (pp.kv_tma_rows != 0 || pp.q_tma != 0) {
       if (!PrefillWgTile<TILE, HEAD_DIM>::TMA)
         return set_error(MSGL_ERR_INVALID_ARGUMENT, "prefill_attention: tile %d does not copy by TMA", TILE);
@@ -1904,8 +1900,10 @@ static int32_t launch_prefill_attention(msgl_prefill_params pp, cudaStream_t s) 
         return set_error(MSGL_ERR_INVALID_ARGUMENT, "prefill_attention: q_map needs a group (%d) dividing tile %d's rows",
                          group, TILE);
     }
-  } else if (pp.kv_tma_rows != 0 || pp.q_tma != 0) {
-    return set_error(MSGL_ERR_INVALID_ARGUMENT, "prefill_attention: tile %d does not copy by TMA", TILE);
+  } else {
+    pp.ranks.count = 0;
+    if (pp.kv_tma_rows != 0 || pp.q_tma != 0)
+      return set_error(MSGL_ERR_INVALID_ARGUMENT, "prefill_attention: tile %d does not copy by TMA", TILE);
   }
   constexpr long long smem = prefill_block_smem_bytes<TILE, HEAD_DIM>();
   cudaError_t err = cudaFuncSetAttribute(prefill_attention_kernel<DTYPE, HEAD_DIM, TILE>,
