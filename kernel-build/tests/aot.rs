@@ -148,6 +148,13 @@ fn builds_then_rebuilds_only_what_changed() {
     let manifest = Manifest::read(&out).unwrap();
     assert_eq!(manifest.kernels.len(), spec.families.len());
     assert_eq!(manifest.kernel("store").unwrap().cubins.len(), spec.family("store").unwrap().instances().len());
+    // A cubin holds its instance's JIT entry alone, not the AOT launchers' template
+    // kernels (`msgl::store_kv_kernel<...>`, mangled `_ZN4msgl...`) of every instance.
+    for c in &manifest.kernel("store").unwrap().cubins {
+        let bytes = std::fs::read(out.join(&c.artifact.path)).unwrap();
+        assert!(bytes.windows(14).any(|w| w == b".text.msgl_sto"), "{}: no JIT entry", c.artifact.path);
+        assert!(!bytes.windows(9).any(|w| w == b".text._ZN"), "{} holds the launchers' kernels", c.artifact.path);
+    }
 
     // Second build: nothing to do, manifest unchanged.
     let second = aot::build(&options(&csrc, &out, &nvcc)).unwrap();
