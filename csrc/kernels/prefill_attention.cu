@@ -584,7 +584,7 @@ template <int TILE, int HEAD_DIM> struct PrefillWgTile;
 /* The flags most tiles leave off (PERSISTENT, TMA_TAIL, EARLY: see the tiles that set
  * them); every table entry derives from it and sets only what it turns on. */
 struct PrefillWgRareFlags {
-  static constexpr bool PERSISTENT = false, TMA_TAIL = false, EARLY = false;
+  static constexpr bool PERSISTENT = false, TMA_TAIL = false, EARLY = false, DYNAMIC = false;
 };
 #define MSGL_PREFILL_WG_TILE(T, W, N, S, O, P, PP, TM)                              \
   template <int HEAD_DIM> struct PrefillWgTile<T, HEAD_DIM> : PrefillWgRareFlags { \
@@ -690,6 +690,15 @@ template <int HEAD_DIM> struct PrefillWgTile<46, HEAD_DIM> : PrefillWgTile46<HEA
  * static rounds unequal. At head dim 256, 35 (46 is 28 there). */
 template <int HEAD_DIM> struct PrefillWgTile<47, HEAD_DIM> : PrefillWgTile46<HEAD_DIM> {
   static constexpr bool PERSISTENT = true;
+};
+/* TILE 48: 47 with the items handed out as the blocks need them (DYNAMIC): a block's
+ * first item is blockIdx.x, each next one a ticket from a counter in memory, drawn
+ * when its producer has issued the current item's last K/V tile. With the items
+ * deepest first (the grid order), a block that drew a long item takes fewer, as the
+ * hardware's block scheduler gives 46, while the next item's start still runs under
+ * the current one's end. */
+template <int HEAD_DIM> struct PrefillWgTile<48, HEAD_DIM> : PrefillWgTile<47, HEAD_DIM> {
+  static constexpr bool DYNAMIC = true;
 };
 /* TILE 41, 42: 28 and 35 with FlashAttention-3's order inside the overlapped step
  * (EARLY): O is rescaled by the previous step's factor while S_j is on the tensor
@@ -1465,6 +1474,13 @@ __device__ __forceinline__ void prefill_wgmma_impl(const msgl_attention_params& 
  *     item (its position carries over), so the next item's Q and first tiles load
  *     while the consumers finish the current one. The consumers stage O in their Q
  *     rows, then release the buffer. A non-persistent block runs one item so.
+ *   DYNAMIC (48): a persistent block's items after its first are tickets from
+ *     params.split_counters[0] (the launcher's item counter: two int32 zeros), drawn
+ *     by the producer's thread 0 once it has issued an item's last K/V tile, shared
+ *     with the producer's warps through named barrier 7 and with the consumers
+ *     through q_head (the item's kv head; -1: no more items). The producer that
+ *     draws a ticket past the last item ends; the last block to end (a second
+ *     counter, split_counters[1]) sets both back to zero for the next launch.
  * --------------------------------------------------------------------------------- */
 
 /* Registers a producer thread keeps after setmaxnreg, and a consumer thread gets:
@@ -1509,6 +1525,9 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
   __shared__ unsigned long long full_k[STAGES], full_v[STAGES], empty_k[STAGES], empty_v[STAGES];
   __shared__ unsigned long long q_full[QBUF], q_empty[QBUF];
   __shared__ WgTile q_tile[QBUF]; /* the item whose Q the buffer holds (the producer's find) */
+  /* DYNAMIC: the kv head of that item (-1: none is left, the consumers stop), and the
+   * producer's next item (two slots: thread 0 writes one while the other is read). */
+  __shared__ int q_head[Cfg::DYNAMIC ? QBUF : 1], next_item[2];
   /* One word a consumer thread: the overlapped loop's anchor (softmax_anchor_store). */
   __shared__ float softmax_anchor[Cfg::OVERLAP ? 128 * CONSUMERS : 1];
   const unsigned raw = smem_u32(prefill_wg_smem);
@@ -1559,8 +1578,19 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
     if (Cfg::TMA && pp.q_tma != 0 && t == 0) prefetch_tensor_map(&pp.q_map);
     int ring = 0; /* K/V tiles loaded so far: the ring position of the next */
     int n = 0;
-    for (int item = blockIdx.x; item < items; item += gridDim.x, ++n) {
+    for (int item = blockIdx.x;; ++n) {
       const int qb = n % QBUF;
+      if (item >= items) {
+        if constexpr (Cfg::DYNAMIC) { /* tells the consumers that no item is left */
+          if (n >= QBUF) mbar_wait(&q_empty[qb], static_cast<unsigned>(((n / QBUF) - 1) & 1));
+          cp_async_mbar_arrive(&q_full[qb]);
+          if (t == 0) {
+            q_head[qb] = -1;
+            mbar_arrive(&q_full[qb]);
+          }
+        }
+        break;
+      }
       const int kv_head = item % p.num_kv_heads;
       const WgTile tl = wg_find_tile(pp, group, BM, item / p.num_kv_heads);
       MSGL_PREFILL_PROBE(8); /* the producer found the item */
@@ -1590,7 +1620,8 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
       MSGL_PREFILL_PROBE(9); /* ... issued its Q */
       if (t == 0) {
         q_tile[qb] = tl;
-        /* release: the consumers read q_tile after their wait */
+        if constexpr (Cfg::DYNAMIC) q_head[qb] = kv_head;
+        /* release: the consumers read q_tile (and q_head) after their wait */
         if (q_by_tma) {
           mbar_arrive_expect_tx(&q_full[qb], Q_BYTES);
 #pragma unroll
@@ -1601,7 +1632,21 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
           mbar_arrive(&q_full[qb]);
         }
       }
-      if (!tl.found) continue;
+      /* The next item: the next static round's, or (DYNAMIC) a ticket drawn once this
+       * one's last K/V tile is issued. */
+      auto next = [&]() {
+        if constexpr (Cfg::DYNAMIC) {
+          if (t == 0) next_item[n & 1] = atomicAdd(pp.a.split_counters, 1) + static_cast<int>(gridDim.x);
+          named_sync(7, 128);
+          item = next_item[n & 1];
+        } else {
+          item += gridDim.x;
+        }
+      };
+      if (!tl.found) {
+        next();
+        continue;
+      }
       auto load = [&](unsigned char* dst, const void* cache, const msgl_tensor_map* map, int it, int page,
                       unsigned long long* bar) {
         if constexpr (Cfg::TMA) {
@@ -1631,6 +1676,18 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
         load(smem + v_off(stage), p.v_cache, &pp.v_map, it, page, &full_v[stage]);
       }
       if constexpr (!Cfg::PERSISTENT) break; /* one item (and no loop for ptxas to keep state across) */
+      next();
+    }
+    if constexpr (Cfg::DYNAMIC) {
+      /* This block draws no more tickets: the last block to get here (every other
+       * block's last draw done before its count, the fence between) resets both. */
+      if (t == 0) {
+        __threadfence();
+        if (atomicAdd(pp.a.split_counters + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+          atomicExch(pp.a.split_counters, 0);
+          atomicExch(pp.a.split_counters + 1, 0);
+        }
+      }
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
   } else {
@@ -1640,16 +1697,18 @@ __device__ __forceinline__ void prefill_ws_impl(const msgl_prefill_params& pp) {
     auto parity = [](int ring) { return static_cast<unsigned>((ring / STAGES) & 1); };
     int ring = 0; /* the ring position of the item's first K/V tile */
     int n = 0;
-    for (int item = blockIdx.x; item < items; item += gridDim.x, ++n) {
+    /* The static rounds' items (the item counts only there; DYNAMIC: q_head). */
+    for (int item = blockIdx.x; Cfg::DYNAMIC || item < items; item += Cfg::DYNAMIC ? 0 : gridDim.x, ++n) {
       const int qb = n % QBUF;
       mbar_wait(&q_full[qb], static_cast<unsigned>((n / QBUF) & 1));
       MSGL_PREFILL_PROBE(1); /* Q is in */
       const WgTile tl = q_tile[qb];
+      const int kv_head = Cfg::DYNAMIC ? q_head[qb] : item % p.num_kv_heads;
+      if (Cfg::DYNAMIC && kv_head < 0) break; /* no item is left */
       if (!tl.found) {
         mbar_arrive_warp(&q_empty[qb]);
         continue;
       }
-      const int kv_head = item % p.num_kv_heads;
       const int num_tiles = (tl.kv_stop + BN - 1) / BN;
       WgRows<DTYPE, HEAD_DIM, BM, BN> w;
       w.init(tl, group, cwg, s_base + qb * Q_BYTES, p.scale_log2);
@@ -1888,6 +1947,9 @@ template <int DTYPE, int HEAD_DIM, int TILE>
 static int32_t launch_prefill_attention(msgl_prefill_params pp, cudaStream_t s) {
   const msgl_attention_params& p = pp.a;
   if constexpr (prefill_is_wgmma(TILE)) {
+    if (PrefillWgTile<TILE, HEAD_DIM>::DYNAMIC && p.split_counters == nullptr)
+      return set_error(MSGL_ERR_INVALID_ARGUMENT, "prefill_attention: tile %d draws its items from `item_counter`, which is null",
+                       TILE);
     if (PrefillWgTile<TILE, HEAD_DIM>::PRODUCER) MSGL_TRY(check_prefill_ranks(pp.ranks, p, prefill_wg_rows<TILE, HEAD_DIM>()));
     else pp.ranks.count = 0; /* read by the warp-specialised tiles only */
     if (pp.kv_tma_rows != 0 || pp.q_tma != 0) {
@@ -1918,7 +1980,8 @@ static int32_t launch_prefill_attention(msgl_prefill_params pp, cudaStream_t s) 
       if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
       if (err != cudaSuccess)
         return set_error(MSGL_ERR_CUDA, "prefill_attention: the multiprocessor count: %s", cudaGetErrorString(err));
-      const long long resident = static_cast<long long>(sms) * prefill_block_min_blocks<TILE, HEAD_DIM>();
+      long long resident = static_cast<long long>(sms) * prefill_block_min_blocks<TILE, HEAD_DIM>();
+      if (p.max_blocks > 0 && p.max_blocks < resident) resident = p.max_blocks;
       if (resident > 0 && blocks > resident) blocks = resident;
     }
   }
@@ -1936,7 +1999,8 @@ extern "C" int32_t msgl_prefill_attention(const msgl_tensor* out, const msgl_ten
                                           const msgl_tensor* kv_lens, const msgl_tensor* block_table,
                                           const msgl_attention_params* plan, const msgl_tensor_map* k_map,
                                           const msgl_tensor_map* v_map, const msgl_tensor_map* q_map,
-                                          const msgl_prefill_ranks* ranks, int32_t tile, msgl_stream stream) {
+                                          const msgl_prefill_ranks* ranks, const msgl_tensor* item_counter,
+                                          int32_t tile, msgl_stream stream) {
   using namespace msgl;
   const char* op = "prefill_attention";
   if (plan == nullptr) return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: argument `plan` is null", op);
@@ -1967,6 +2031,13 @@ extern "C" int32_t msgl_prefill_attention(const msgl_tensor* out, const msgl_ten
     pp.q_tma = 1;
   }
   if (ranks != nullptr) pp.ranks = *ranks; /* checked per instance, against its rows */
+  if (item_counter != nullptr) { /* the dynamic tiles' (checked per instance: they need it) */
+    MSGL_TRY(expect_tensor(item_counter, op, "item_counter", 1, dtype_bit(MSGL_I32)));
+    MSGL_TRY(expect_contiguous(item_counter, op, "item_counter"));
+    if (item_counter->device != q->device || item_counter->shape[0] < 2)
+      return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: `item_counter` must be two or more int32 on the device of `q`", op);
+    p.split_counters = static_cast<int32_t*>(item_counter->data);
+  }
   if (p.fused_rope != 0) /* the decode kernel's prologue: this kernel would leave q unrotated and the rows unstored */
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: the fused prologue (fused_rope) is the decode kernel's", op);
   if (static_cast<long long>(p.num_q_tiles) * p.num_kv_heads > 0x7fffffffLL)

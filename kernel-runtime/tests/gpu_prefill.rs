@@ -12,9 +12,9 @@
 //! Coverage: page sizes 1/16/64/256, head dims 64/128/256, GQA 1/2/4/8, bf16 and
 //! f16, ragged batches with cached prefixes and decodes riding along, lengths that
 //! are and are not multiples of the tiles (1..1025 in one batch, 4096 and 8192
-//! alone), and every tile variant that fits each head dim, the wgmma tiles (16..43,
+//! alone), and every tile variant that fits each head dim, the wgmma tiles (16..48,
 //! sm_90a; `MINISGL_TEST_PREFILL_TILES=22,23` narrows them for a short GPU call)
-//! included; the persistent ones (34..38, 42, 47) also with a grid of a few blocks.
+//! included; the persistent ones (34..38, 42, 47, 48) also with a grid of a few blocks.
 
 mod common;
 
@@ -276,19 +276,19 @@ fn prefill_attention_gpu_tile_variants() -> Result<()> {
     Ok(())
 }
 
-/// The wgmma tiles of `head_dim` the tests run: those that fit it (16..43 at 64 and
-/// 128; 16, 22, 27, 28, 34, 35, 39..42 and 46, with 64-key tiles, at 256), narrowed to the
+/// The wgmma tiles of `head_dim` the tests run: those that fit it (16..48 at 64 and
+/// 128; 16, 22, 27, 28, 34, 35, 39..42 and 46..48, with 64-key tiles, at 256), narrowed to the
 /// comma-separated `MINISGL_TEST_PREFILL_TILES` where set.
 fn wgmma_tiles(head_dim: usize) -> Vec<Option<usize>> {
     let all: Vec<usize> =
-        if head_dim > 128 { vec![16, 22, 27, 28, 34, 35, 39, 40, 41, 42, 46, 47] } else { (16..=47).collect() };
+        if head_dim > 128 { vec![16, 22, 27, 28, 34, 35, 39, 40, 41, 42, 46, 47, 48] } else { (16..=48).collect() };
     let wanted: Option<Vec<usize>> = std::env::var("MINISGL_TEST_PREFILL_TILES")
         .ok()
         .map(|v| v.split(',').filter_map(|t| t.trim().parse().ok()).collect());
     all.into_iter().filter(|t| wanted.as_ref().is_none_or(|w| w.contains(t))).map(Some).collect()
 }
 
-/// The wgmma tiles (TILE 16..47, sm_90a; 27..47 copy K/V by TMA at pages 16 and
+/// The wgmma tiles (TILE 16..48, sm_90a; 27..48 copy K/V by TMA at pages 16 and
 /// 64) against the CPU reference: bf16 and f16, page sizes 1/16/64, head dims 64/128/256 (the tiles that fit each), GQA 1/2/4/8
 /// in turn, on the ragged, prompt and tail batches (lengths 1 and non-multiples of
 /// the 128/192-row and 64/128-key tiles, cached prefixes, a sequence without new
@@ -361,10 +361,12 @@ fn prefill_attention_gpu_wgmma_long() -> Result<()> {
     Ok(())
 }
 
-/// The persistent tiles (34..38, 42, 47) with their grid capped at a few blocks, so that
-/// each block walks many q tiles: its Q buffers alternate, the K/V ring runs on
-/// across items of different lengths, blocks end on items of no rows for some of
-/// their warpgroups. Ragged and long batches, pages 16 (TMA) and 1 (cp.async),
+/// The persistent tiles (34..38, 42, 47, 48) with their grid capped at a few blocks
+/// (through Rust's launch and the AOT launcher alike), so that each block walks many
+/// q tiles: its Q buffers alternate, the K/V ring runs on across items of different
+/// lengths, blocks end on items of no rows for some of their warpgroups; 48's blocks
+/// draw their items from the counter, which each launch must leave at zero for the
+/// next (every tile and case here runs after another). Ragged and long batches, pages 16 (TMA) and 1 (cp.async),
 /// head dims 64/128 (and 34 at 256, one Q buffer).
 #[test]
 fn prefill_attention_gpu_persistent_walks() -> Result<()> {
@@ -382,7 +384,7 @@ fn prefill_attention_gpu_persistent_walks() -> Result<()> {
         let case = Case { dtype, page_size, head_dim, heads: HEADS[i % HEADS.len()] };
         let tiles: Vec<Option<usize>> = wgmma_tiles(head_dim)
             .into_iter()
-            .filter(|t| t.is_some_and(|t| (34..=38).contains(&t) || t == 42 || t == 47))
+            .filter(|t| t.is_some_and(|t| (34..=38).contains(&t) || matches!(t, 42 | 47 | 48)))
             .collect();
         if tiles.is_empty() {
             continue;

@@ -154,6 +154,9 @@ template <int TILE> static void run_case(int hq, int hkv, int b, int L, int page
   CK(cudaMalloc(&d_indptr, (b + 1) * 4));
   CK(cudaMalloc(&d_kv, b * 4));
   CK(cudaMalloc(&d_table, table.size() * 4));
+  int* d_counter; /* the dynamic tiles' item counter (two zeros, left zero by each launch) */
+  CK(cudaMalloc(&d_counter, 8));
+  CK(cudaMemset(d_counter, 0, 8));
   CK(cudaMemcpy(d_indptr, indptr.data(), (b + 1) * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(d_kv, kv.data(), b * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(d_table, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
@@ -170,6 +173,7 @@ template <int TILE> static void run_case(int hq, int hkv, int b, int L, int page
   p.q_indptr = d_indptr;
   p.kv_lens = d_kv;
   p.block_table = d_table;
+  p.split_counters = d_counter;
   p.q_token_stride = (long long)hq * D;
   p.q_head_stride = D;
   p.num_tokens = tokens;
@@ -335,7 +339,7 @@ template <int TILE> static void run_case(int hq, int hkv, int b, int L, int page
     }
   }
   cudaFree(q); cudaFree(out); cudaFree(ref); cudaFree(kc); cudaFree(vc);
-  cudaFree(d_indptr); cudaFree(d_kv); cudaFree(d_table);
+  cudaFree(d_indptr); cudaFree(d_kv); cudaFree(d_table); cudaFree(d_counter);
   cudaEventDestroy(e0); cudaEventDestroy(e1);
 }
 

@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or a launcher signature changes. */
-#define MSGL_ABI_VERSION 10
+#define MSGL_ABI_VERSION 11
 
 /* The most dimensions a tensor view carries. */
 #define MSGL_MAX_DIMS 6
@@ -502,7 +502,8 @@ typedef struct msgl_attention_params {
   float* lse_partial;          /* device, [num_tokens, num_q_heads, max_splits] (max_splits > 1) */
   int32_t* split_counters;     /* device, [>= num_seqs * num_kv_heads] zeros, or NULL: the decode kernel's
                                   last block of a (sequence, kv head) merges its splits (and resets the
-                                  counter); NULL: the combine phase does */
+                                  counter); NULL: the combine phase does. The prefill kernel's dynamic
+                                  tiles: its item counter (two zeros, left zero) */
   int64_t q_token_stride;      /* elements */
   int64_t q_head_stride;       /* elements */
   int64_t num_tokens;
@@ -531,7 +532,8 @@ typedef struct msgl_attention_params {
   int32_t combine_launch_first; /* 1: the combine launch lets the next kernel launch before its wait
                                    (device.cuh: grid_prologue_launch_first); 0: grid_prologue */
   int32_t min_chunk;           /* kv_chunk = 0: the fewest keys a split holds, a multiple of 64 (0: 128) */
-  int32_t reserved;
+  int32_t max_blocks;          /* the prefill kernel's persistent tiles: at most this many blocks (0: as many
+                                  as the SMs hold; tests set a few, so that each block walks many items) */
 } msgl_attention_params;
 
 /* The prefill kernel's parameters (prefill_attention.cu): the attention params and,
@@ -924,13 +926,16 @@ MSGL_API int32_t msgl_paged_attention(const msgl_tensor* out, const msgl_tensor*
  * NULL for the others; q_map: q's map for those tiles when the group divides the
  * tile's rows, NULL for the rest (Q gathered by cp.async); ranks: the batch's
  * sequences ranked for the instance's rows (msgl_prefill_ranks; its q_start, q_len
- * and kv_len must agree with q_indptr and kv_lens), or NULL (the kernel searches). */
+ * and kv_len must agree with q_indptr and kv_lens), or NULL (the kernel searches);
+ * item_counter: int32 [>= 2] zeros on q's device, which the dynamic tiles (48) draw
+ * their items from and leave zero (params.split_counters in the kernel), or NULL for
+ * the other tiles. */
 MSGL_API int32_t msgl_prefill_attention(const msgl_tensor* out, const msgl_tensor* q, const msgl_tensor* k_cache,
                              const msgl_tensor* v_cache, const msgl_tensor* q_indptr, const msgl_tensor* kv_lens,
                              const msgl_tensor* block_table, const msgl_attention_params* plan,
                              const msgl_tensor_map* k_map, const msgl_tensor_map* v_map,
-                             const msgl_tensor_map* q_map, const msgl_prefill_ranks* ranks, int32_t tile,
-                             msgl_stream stream);
+                             const msgl_tensor_map* q_map, const msgl_prefill_ranks* ranks,
+                             const msgl_tensor* item_counter, int32_t tile, msgl_stream stream);
 
 /* decode_attention: the decode kernel over the tensors of paged_attention, for
  * batches whose sequences have q_len * (num_q_heads / num_kv_heads) <= rows query

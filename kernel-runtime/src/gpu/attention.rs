@@ -579,7 +579,7 @@ fn attention_params(
         fused_rope: 0,
         combine_launch_first: 0,
         min_chunk: 0,
-        reserved: 0,
+        max_blocks: 0,
     })
 }
 

@@ -41,7 +41,7 @@ use crate::op_types::attention::{AttnKernel, PagedAttnMeta};
 use crate::sys::kernels::{msgl_attention_params, msgl_prefill_params, msgl_prefill_ranks, MSGL_PREFILL_RANKS};
 use crate::tensor::Tensor;
 
-use super::launch::{device_of, dispatch, dtype_code, grid_u32};
+use super::launch::{device_of, dispatch, dtype_code, grid_u32, persistent_zeros};
 use super::tensor_map::{self, Swizzle};
 
 const OP: &str = "prefill_attention";
@@ -68,7 +68,7 @@ pub(super) struct TileShape {
     pub tma: bool,
     /// At most one block an SM, each walking the grid's items; a second Q buffer
     /// where it fits, so that the next item's Q and first K/V tiles load while the
-    /// consumers finish the current one (34..38, 42, 47).
+    /// consumers finish the current one (34..38, 42, 47, 48).
     pub persistent: bool,
 }
 
@@ -109,8 +109,8 @@ const fn persistent_shape(consumers: usize, keys: usize, stages: usize) -> TileS
 /// The first wgmma tile id.
 pub(super) const FIRST_WGMMA_TILE: usize = 16;
 
-/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..47 at head dims up to 128
-/// (TILEs 16, 22, 27, 28, 34, 35, 39..42, 46 and 47 take 64-key tiles at head dim 256: [`tile_shape`]).
+/// prefill_attention.cu's `PrefillWgTile` for TILE = 16..48 at head dims up to 128
+/// (TILEs 16, 22, 27, 28, 34, 35, 39..42 and 46..48 take 64-key tiles at head dim 256: [`tile_shape`]).
 /// 19..21, 23, 24, 26, 28, 29, 31, 33, 35 and 39..43 run the softmax of one K/V tile under
 /// the P V product of the previous one (28, 35 and 39..42 not at head dim 256); 22..26 have a producer warpgroup, and in 24 and 26
 /// the two consumers take turns issuing their products (ping-pong); 27..31 are
@@ -122,8 +122,9 @@ pub(super) const FIRST_WGMMA_TILE: usize = 16;
 /// 28 and 35 in FlashAttention-3's order (O rescaled under S's product, K released
 /// once S is done), 43 is 29 (ping-pong) in that order; 44, 45 and 46 are 30 (three
 /// consumers, 64-key tiles) with three stages, the overlap, and both (46 is 28 at
-/// head dim 256); 47 is 46 with persistent blocks (35 at head dim 256).
-pub(super) const WGMMA_TILES: [TileShape; 32] = [
+/// head dim 256); 47 is 46 with persistent blocks (35 at head dim 256), 48 is 47 with
+/// its items drawn from a counter as the blocks need them (35 so at head dim 256).
+pub(super) const WGMMA_TILES: [TileShape; 33] = [
     wg_shape(2, 128, 2),
     wg_shape(3, 64, 2),
     wg_shape(2, 64, 3),
@@ -155,6 +156,7 @@ pub(super) const WGMMA_TILES: [TileShape; 32] = [
     tma_shape(3, 64, 3),
     tma_shape(3, 64, 2),
     tma_shape(3, 64, 3),
+    persistent_shape(3, 64, 3),
     persistent_shape(3, 64, 3),
 ];
 
@@ -262,7 +264,7 @@ pub(super) fn tile_shape(tile: usize, head_dim: usize) -> Option<TileShape> {
         16 if head_dim > 128 => Some(wg_shape(2, 64, 2)),
         22 if head_dim > 128 => Some(ws_shape(2, 64, 2)),
         27 | 28 | 39 | 40 | 41 | 46 if head_dim > 128 => Some(tma_shape(2, 64, 2)),
-        34 | 35 | 42 | 47 if head_dim > 128 => Some(persistent_shape(2, 64, 2)),
+        34 | 35 | 42 | 47 | 48 if head_dim > 128 => Some(persistent_shape(2, 64, 2)),
         t if t >= FIRST_WGMMA_TILE => WGMMA_TILES.get(t - FIRST_WGMMA_TILE).copied(),
         _ => TILES.get(tile).copied(),
     }
@@ -354,9 +356,8 @@ pub(super) fn kernel_for(
 static GRID_LIMIT: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 /// Caps the blocks of a persistent tile's launch below the SM count (`None`: one
-/// block an SM), so that tests see a few blocks walk many items. Launches through
-/// Rust only (the run-time compiled instances: 34..38 and 42, and 47 but at head dim 128); the AOT launcher
-/// sizes the grid from the SM count.
+/// block an SM), so that tests see a few blocks walk many items (the AOT launcher
+/// reads the cap from the plan's `max_blocks`).
 pub(crate) fn set_prefill_grid_limit(blocks: Option<usize>) {
     GRID_LIMIT.store(blocks.map_or(usize::MAX, |b| b.max(1)), Ordering::Relaxed);
 }
@@ -522,17 +523,26 @@ pub(super) fn prefill_attention(
     if tiles == 0 {
         return Ok(());
     }
+    let limit = GRID_LIMIT.load(Ordering::Relaxed);
     let p = msgl_attention_params {
         num_q_tiles: i32::try_from(tiles).map_err(|_| Error::arg(OP, format!("{tiles} q tiles exceed 32 bits")))?,
         num_warps: shape.warps as i32,
         kv_chunk: i32::MAX,
         max_splits: 1,
+        // The cap the AOT launcher puts on a persistent tile's grid (the grid below is
+        // the cubin and NVRTC launches').
+        max_blocks: if limit == usize::MAX { 0 } else { i32::try_from(limit).unwrap_or(i32::MAX) },
         ..params
     };
-    let sms = sms.min(GRID_LIMIT.load(Ordering::Relaxed));
-    let grid = grid_u32(OP, shape.grid_blocks(tiles * hkv, sms))?;
+    let grid = grid_u32(OP, shape.grid_blocks(tiles * hkv, sms.min(limit)))?;
     let shared = shape.smem_bytes(d);
     let mut pp = prefill_params(p, shape, q, k_cache, v_cache)?;
+    // The persistent tiles' item counter, which the dynamic ones (48) draw their
+    // items from and leave zero (none while a capture runs before it exists: the
+    // launcher then refuses a dynamic tile).
+    let counter = if shape.persistent { persistent_zeros("prefill_attention item counter", dev, 2)? } else { None };
+    pp.a.split_counters = counter.as_ref().map_or(std::ptr::null_mut(), |c| c.device_ptr() as *mut i32);
+    let counter_view = counter.as_ref().map(Tensor::abi);
     if shape.producer && RANKED.load(Ordering::Relaxed) {
         if let Some(ranks) = item_ranks(meta.q_lens_host, meta.kv_lens_host, hq / hkv, shape.rows()) {
             pp.ranks = ranks;
@@ -552,12 +562,15 @@ pub(super) fn prefill_attention(
                 maps.map_or((std::ptr::null(), std::ptr::null()), |(k, v)| (k as *const _, v as *const _));
             let q_map = if pp.q_tma != 0 { &pp.q_map as *const _ } else { std::ptr::null() };
             let ranks = if pp.ranks.count > 0 { &pp.ranks as *const _ } else { std::ptr::null() };
+            let counter = counter_view.as_ref().map_or(std::ptr::null(), |c| c as *const _);
+            let tile = tile as i32;
             // SAFETY: the views describe live device tensors checked by the op (shapes,
             // dtypes, lengths against the block table) and by the caller (alignment);
-            // the maps (or nulls) describe those caches, the ranks (or null) the batch;
-            // the launcher validates again and only enqueues work on `stream`.
+            // the maps (or nulls) describe those caches, the ranks (or null) the batch,
+            // the counter (or null) a kept buffer of zeros; the launcher validates
+            // again and only enqueues work on `stream`.
             unsafe {
-                lib.msgl_prefill_attention(a, b, c, e, f, g, h, &p, k_map, v_map, q_map, ranks, tile as i32, stream)
+                lib.msgl_prefill_attention(a, b, c, e, f, g, h, &p, k_map, v_map, q_map, ranks, counter, tile, stream)
             }
         },
         |f| {
@@ -565,7 +578,8 @@ pub(super) fn prefill_attention(
             // SAFETY: `pp` is the msgl_prefill_params the entry takes: the attention
             // params filled from the tensors checked by the op, with num_q_tiles for
             // this tile's rows, the caches' tensor maps when kv_tma_rows > 0, the
-            // ranks of the batch's host lengths for these rows (or none); the
+            // ranks of the batch's host lengths for these rows (or none), the item
+            // counter (a kept buffer of zeros) for a persistent tile; the
             // block and shared memory are the instance's (prefill_threads,
             // prefill_smem_bytes, mirrored by TileShape).
             unsafe { f.launch(dev, grid, shape.threads() as u32, shared as u32, &pp) }
@@ -910,10 +924,14 @@ mod tests {
         assert_eq!((t47.q_buffers(128), t47.smem_bytes(128)), (2, (2 * 192 + 384) * 256 + 1024));
         assert!(t47.fits(64) && t47.fits(128));
         assert_eq!(tile_shape(47, 256), tile_shape(35, 256));
-        let fit_256: Vec<usize> = (16..=47).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
-        assert_eq!(fit_256, vec![16, 22, 27, 28, 34, 35, 39, 40, 41, 42, 46, 47]);
+        // 48: 47 with its items drawn as the blocks need them, the same shapes.
+        for hd in [64, 128, 256] {
+            assert_eq!(tile_shape(48, hd), tile_shape(47, hd));
+        }
+        let fit_256: Vec<usize> = (16..=48).filter(|&t| tile_shape(t, 256).unwrap().fits(256)).collect();
+        assert_eq!(fit_256, vec![16, 22, 27, 28, 34, 35, 39, 40, 41, 42, 46, 47, 48]);
         assert_eq!(tile_shape(15, 128), None);
-        assert_eq!(tile_shape(48, 128), None);
+        assert_eq!(tile_shape(49, 128), None);
     }
 
     #[test]
