@@ -22,8 +22,8 @@
 //! the merge forced each way. The other cases run the environment's tuning
 //! (`MINISGL_DECODE_*`, gpu/decode_plan.rs), so a run script can sweep it too.
 //! The `prefill-new tile=N` cases run each tile variant of the prefill kernel
-//! (prefill_attention.cu; N = 16..46 are the wgmma tiles, 22..46 warp-specialised,
-//! 27..46 with K/V by TMA, 34..38 and 42 persistent), `prefill-tile` the tile
+//! (prefill_attention.cu; N = 16..48 are the wgmma tiles, 22..48 warp-specialised,
+//! 27..48 with K/V by TMA, 34..38, 42, 47 and 48 persistent), `prefill-tile` the tile
 //! kernel, `prefill` what `Auto` picks (with `MINISGL_PREFILL_TILE`'s tile), at the
 //! same three shapes.
 //!

@@ -672,10 +672,9 @@ template <int HEAD_DIM> struct PrefillWgTile39<HEAD_DIM, true> : PrefillWgRareFl
 };
 template <int HEAD_DIM> struct PrefillWgTile<39, HEAD_DIM> : PrefillWgTile39<HEAD_DIM> {};
 /* TILE 44, 45, 46: 30 (three consumers of 64 rows, 64-key tiles, K/V by TMA) with
- * three stages (44), the overlap (45) or both (46); 46 is the default for runs of
- * 512 to 3071 keys at head dim 128 (gpu/prefill.rs's long_tma_tile: its 192-row
- * blocks are fewer than 39's, so fewer block starts), 28 at head dim 256, where three
- * consumers' accumulators do not fit. */
+ * three stages (44), the overlap (45) or both (46; its 192-row blocks are fewer than
+ * 39's, so fewer block starts); 28 at head dim 256, where three consumers'
+ * accumulators do not fit. */
 template <int HEAD_DIM, bool FITS = (HEAD_DIM <= 128)> struct PrefillWgTile46 : PrefillWgTile<28, HEAD_DIM> {};
 template <int HEAD_DIM> struct PrefillWgTile46<HEAD_DIM, true> : PrefillWgRareFlags {
   static constexpr int WGS = 3, BN = 64, STAGES = 3;
@@ -684,10 +683,8 @@ template <int HEAD_DIM> struct PrefillWgTile46<HEAD_DIM, true> : PrefillWgRareFl
 template <int HEAD_DIM> struct PrefillWgTile<46, HEAD_DIM> : PrefillWgTile46<HEAD_DIM> {};
 /* TILE 47: 46 persistent (one block an SM walking the items in static rounds, a
  * second Q buffer: the next item's Q and first K/V tiles load under the current
- * one's end). For batches of many short runs (gpu/prefill.rs's long_tma_tile with
- * MINISGL_PREFILL_MANY_TILE=1: at least 8 rounds of 46's blocks, runs up to 1536
- * keys), where block starts and ends dominate; behind 46 where few rounds leave the
- * static rounds unequal. At head dim 256, 35 (46 is 28 there). */
+ * one's end). Ahead of 46 where it runs many rounds of short blocks, behind it where
+ * few rounds leave the static rounds unequal. At head dim 256, 35 (46 is 28 there). */
 template <int HEAD_DIM> struct PrefillWgTile<47, HEAD_DIM> : PrefillWgTile46<HEAD_DIM> {
   static constexpr bool PERSISTENT = true;
 };
@@ -696,7 +693,8 @@ template <int HEAD_DIM> struct PrefillWgTile<47, HEAD_DIM> : PrefillWgTile46<HEA
  * when its producer has issued the current item's last K/V tile. With the items
  * deepest first (the grid order), a block that drew a long item takes fewer, as the
  * hardware's block scheduler gives 46, while the next item's start still runs under
- * the current one's end. */
+ * the current one's end: ahead of 46 and 47 from 64 to 2048 keys. The default for
+ * runs of 64 to 3071 keys at head dim 128 (gpu/prefill.rs's long_tma_tile). */
 template <int HEAD_DIM> struct PrefillWgTile<48, HEAD_DIM> : PrefillWgTile<47, HEAD_DIM> {
   static constexpr bool DYNAMIC = true;
 };

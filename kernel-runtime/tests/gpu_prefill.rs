@@ -407,7 +407,7 @@ fn prefill_attention_gpu_persistent_walks() -> Result<()> {
     Ok(())
 }
 
-/// The warp-specialised tiles (22..46) find each block's q tile two ways: in the
+/// The warp-specialised tiles (22..48) find each block's q tile two ways: in the
 /// batch's ranking sent with the launch (the default, checked everywhere above) and
 /// by searching the batch layout in memory, which batches of more than 64 prompts
 /// take. Here the search: the ranking switched off on the ragged and tail batches,

@@ -26,10 +26,9 @@
 //! device (the kernels are built and JIT-compiled for sm_90a there) and are an error
 //! elsewhere. On sm_90 GPUs tile 17 is the default up to head dim
 //! 128 and tile 16 at 256 (AOT instances, [`default_tile`]), tile 0 elsewhere;
-//! batches with a sequence of 512 keys or more at head dim 128 over caches TMA can
-//! copy take tile 46 (with `MINISGL_PREFILL_MANY_TILE=1`, 47, 46 persistent, where 46
-//! would run many rounds of short blocks), or 39 from 3072 keys ([`long_tma_tile`],
-//! AOT instances at head dim 128);
+//! batches with a sequence of 64 keys or more at head dim 128 over caches TMA can
+//! copy take tile 48 (persistent blocks drawing their items from a counter), or 39
+//! from 3072 keys ([`long_tma_tile`], AOT instances at head dim 128);
 //! `MINISGL_PREFILL_TILE` picks another.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -394,66 +393,40 @@ pub(super) fn tma_rows(page_size: usize, keys: usize, slots: usize) -> Option<us
     (page_size.is_power_of_two() && page_size >= 8 && slots <= i32::MAX as usize).then(|| page_size.min(keys))
 }
 
-/// The tiles for batches with long key runs on an sm_90 GPU at head dim 128 when the
-/// caches allow TMA copies ([`long_tma_batch`]), both warp-specialised with K/V
-/// copied by TMA into three stages and the softmax of one K/V tile under the P V
-/// product of the one before: TILE 39 (two consumers, 128 x 128) for runs of
-/// [`LONGEST_RUN_KEYS`] or more, TILE 46 (three consumers, 192 x 64: fewer blocks, so
-/// fewer block starts, which dominate shorter runs) below. On an H100 (docs/PERF.md,
-/// twenty-fifth session, scripts/gpu/prefill_probe.cu) at 32/8 heads: b=1 L=4096 39
-/// 326 us, 46 340, tile 17 457; b=4 L=2048 46 392, 39 403, 17 515; b=8 L=1024 46
-/// 250, 39 286, 17 303; b=16 L=512 46 186, 17 201; b=32 L=256 17 169, 46 172.
-/// TILE 47 (46 with persistent blocks) where 46 would run many rounds of short
-/// blocks ([`many_short_blocks`]), with `MINISGL_PREFILL_MANY_TILE=1`.
+/// The tiles for batches of key runs of [`LONG_TMA_MIN_KEYS`] or more on an sm_90 GPU
+/// at head dim 128 when the caches allow TMA copies ([`long_tma_batch`]), both
+/// warp-specialised with K/V copied by TMA into three stages and the softmax of one
+/// K/V tile under the P V product of the one before: TILE 39 (two consumers, 128 x
+/// 128) for runs of [`LONGEST_RUN_KEYS`] or more, TILE 48 (three consumers, 192 x 64,
+/// persistent blocks that draw their next item from a counter, so that its start runs
+/// under the current one's end and long and short items even out) below. On an H100
+/// (docs/PERF.md, twenty-seventh session, call B, probes, us, 32/8 heads unless
+/// named; 46 is 48 without persistent blocks, 47 with static rounds): b=8 L=1024 46
+/// 228, 47 215, 48 209; b=16 L=512 161 / 140 / 139; b=64 L=128 117 / 90 / 95; b=4
+/// L=2048 365 / 376 / 354; b=2 L=2048 189 / 208 / 184; 16/8 b=8 L=1024 122 / 124 /
+/// 115; b=1 L=4096 330 / 382 / 332, where 39 took 299 (the bench, same call).
 pub(super) const LONG_TMA_TILE: usize = 39;
-pub(super) const MID_TMA_TILE: usize = 46;
-pub(super) const MANY_TMA_TILE: usize = 47;
-/// [`MANY_TMA_TILE`]'s rule: 46's blocks at least this many times the SM count, and
-/// no run longer than [`MANY_MAX_KEYS`]. With the items' ranking in the launch, on an
-/// H100 (docs/PERF.md, twenty-sixth session, call C, probes; 46 -> 47, us, 32/8
-/// heads unless named): b=8 L=1024 (10.7 rounds) 226 -> 216, b=12 L=768 214 -> 193,
-/// b=16 L=512 162 -> 140, b=24 L=600 307 -> 264, b=6 L=1536 328 -> 324; below the
-/// rounds or past the keys 47's static rounds leave blocks unequal: b=4 L=2048 (10.4
-/// rounds) 367 -> 372, b=2 L=2048 188 -> 207, b=3 L=1000 87 -> 94, b=1 L=4096 327 ->
-/// 380, 16/8 b=8 L=1024 (5.3 rounds) 121 -> 123.
-const MANY_ROUNDS: usize = 8;
-const MANY_MAX_KEYS: usize = 1536;
+pub(super) const MID_TMA_TILE: usize = 48;
 /// The longest key run from which [`LONG_TMA_TILE`] rather than [`MID_TMA_TILE`]
-/// serves a batch: between the measured 2048 (46 ahead) and 4096 (39 ahead).
+/// serves a batch: between the measured 2048 (46 ahead of 39, twenty-fifth session)
+/// and 4096 (39 ahead of 46 and 48).
 const LONGEST_RUN_KEYS: usize = 3072;
-/// [`MID_TMA_TILE`]'s q rows (three consumers of 64 at head dim 128).
-const MID_TMA_ROWS: usize = 192;
-/// The longest key run from which a batch counts as long for the TMA tiles: at 512
-/// keys (b=16) 46 led tile 17, at 256 (b=32) 17 did.
-const LONG_TMA_MIN_KEYS: usize = 512;
+/// The longest key run from which a batch takes the TMA tiles rather than tile 17:
+/// 48 led 17 at every run of 64 keys or more measured (H100, twenty-seventh session,
+/// probes, us, 32/8 heads unless named: b=64 L=64 87 -> 56, 16/8 b=128 L=64 86 -> 64,
+/// b=32 L=96 54 -> 41, b=16 L=128 40 -> 29, b=32 L=256 172 -> 111, b=16 L=512 208 ->
+/// 140), but at 256 prompts of 64 keys (476 -> 485) and 512 of 32 (519 -> 535), whose
+/// items both tiles find by searching the batch layout (past `MSGL_PREFILL_RANKS`).
+const LONG_TMA_MIN_KEYS: usize = 64;
 
-/// The TMA tile for a long batch ([`long_tma_batch`]) whose longest run holds
-/// `max_kv` keys and whose [`MID_TMA_TILE`] blocks would be `mid_blocks` on `sms`
-/// SMs; [`MANY_TMA_TILE`] only where `many_tile` ([`many_tile_enabled`]).
-pub(super) fn long_tma_tile(max_kv: usize, mid_blocks: usize, sms: usize, many_tile: bool) -> usize {
+/// The TMA tile for a batch of TMA-able runs ([`long_tma_batch`]) whose longest run
+/// holds `max_kv` keys.
+pub(super) fn long_tma_tile(max_kv: usize) -> usize {
     if max_kv >= LONGEST_RUN_KEYS {
         LONG_TMA_TILE
-    } else if many_tile && many_short_blocks(max_kv, mid_blocks, sms) {
-        MANY_TMA_TILE
     } else {
         MID_TMA_TILE
     }
-}
-
-/// `MINISGL_PREFILL_MANY_TILE=1`: [`MANY_TMA_TILE`] for batches of many short blocks.
-/// Off by default until the bundle's GPU tests have run on it (docs/PERF.md,
-/// twenty-sixth session: measured in the probe, correct there on equal prompts; the
-/// ragged, prefix, page-size and f16 cases of `gpu_prefill.rs` not yet run).
-fn many_tile_enabled() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var("MINISGL_PREFILL_MANY_TILE").is_ok_and(|v| v.trim() == "1"))
-}
-
-/// Whether [`MID_TMA_TILE`]'s `blocks` (runs of at most `max_kv` keys) are many
-/// rounds of short blocks on `sms` SMs, which persistent blocks serve better: each
-/// block's start (its item, Q, the first K/V tile) runs under the previous item's end.
-fn many_short_blocks(max_kv: usize, blocks: usize, sms: usize) -> bool {
-    max_kv <= MANY_MAX_KEYS && blocks >= MANY_ROUNDS * sms.max(1)
 }
 
 /// Whether a batch whose longest sequence holds `max_kv` keys, over caches of
@@ -506,9 +479,7 @@ pub(super) fn prefill_attention(
     let [pages, page_size, ..] = k_cache.dims::<4>(OP, "k_cache")?;
     let max_kv = meta.kv_lens_host.iter().copied().max().unwrap_or(0);
     let sms = usize::try_from(dev.sm_count()).unwrap_or(1);
-    let mid_blocks = || q_tiles(meta.q_lens_host, hq / hkv, MID_TMA_ROWS) * hkv;
-    let long = long_tma_batch(hopper, d, max_kv, page_size, pages * page_size)
-        .then(|| long_tma_tile(max_kv, mid_blocks(), sms, many_tile_enabled()));
+    let long = long_tma_batch(hopper, d, max_kv, page_size, pages * page_size).then(|| long_tma_tile(max_kv));
     let tile = selected_tile(hopper, d, long);
     let shape = tile_shape(tile, d)
         .filter(|s| s.fits(d))
@@ -715,29 +686,21 @@ mod tests {
     #[test]
     fn long_batches_over_tma_able_caches_take_the_tma_tile_on_sm90_at_head_dim_128() {
         let slots = 1 << 20;
-        for tile in [LONG_TMA_TILE, MID_TMA_TILE, MANY_TMA_TILE] {
+        for tile in [LONG_TMA_TILE, MID_TMA_TILE] {
             assert!(tile_shape(tile, 128).is_some_and(|s| s.tma && s.fits(128)), "tile {tile}");
             // Asked for at head dim 256 (MINISGL_PREFILL_TILE), they take 28's or 35's
             // 64-key shape.
             assert!(tile_shape(tile, 256).is_some_and(|s| s.fits(256)), "tile {tile}");
         }
-        let tile = |kv, blocks| long_tma_tile(kv, blocks, 132, true);
-        assert_eq!((tile(512, 0), tile(3071, 0), tile(3072, 0)), (46, 46, 39));
-        // Many rounds of short blocks: 47 (when enabled). b=8 L=1024 at 32/8 heads is 8
-        // x 22 q tiles x 8.
-        assert_eq!(q_tiles(&[1024; 8], 4, MID_TMA_ROWS) * 8, 1408);
-        assert_eq!((tile(1024, 1408), tile(1536, 1056)), (47, 47));
-        assert_eq!(long_tma_tile(1024, 1408, 132, false), 46);
-        // Fewer rounds, longer runs: 46 (and 39 from 3072 keys whatever the blocks).
-        assert_eq!((tile(1024, 1055), tile(1537, 5000)), (46, 46));
-        assert_eq!(tile(4096, 100_000), 39);
-        assert!(tile_shape(MANY_TMA_TILE, 128).is_some_and(|s| s.persistent && s.fits(128)));
-        assert_eq!(tile_shape(MID_TMA_TILE, 128).map(|s| s.rows()), Some(MID_TMA_ROWS));
-        assert!(long_tma_batch(true, 128, 512, 16, slots));
+        // 48 (persistent, three consumers of 64 rows) up to 3071 keys, 39 from 3072.
+        assert_eq!((long_tma_tile(64), long_tma_tile(3071), long_tma_tile(3072)), (48, 48, 39));
+        assert_eq!(long_tma_tile(100_000), 39);
+        assert!(tile_shape(MID_TMA_TILE, 128).is_some_and(|s| s.persistent && s.rows() == 192));
+        assert!(long_tma_batch(true, 128, 64, 16, slots));
         assert!(long_tma_batch(true, 128, 8192, 64, slots));
         // Short runs, other head dims, other GPUs, pages TMA cannot copy, caches past
         // 32-bit slots: the default tile.
-        assert!(!long_tma_batch(true, 128, 511, 16, slots));
+        assert!(!long_tma_batch(true, 128, 63, 16, slots));
         assert!(!long_tma_batch(true, 64, 4096, 16, slots));
         assert!(!long_tma_batch(true, 256, 4096, 16, slots));
         assert!(!long_tma_batch(false, 128, 4096, 16, slots));

@@ -209,9 +209,9 @@ pub fn set_prefill_ranked(on: bool) {
     crate::gpu::set_prefill_ranked(on);
 }
 
-/// Caps the blocks of a persistent prefill tile's launch (34..38, 42, 47; `None`: one block
-/// an SM), so that tests see a few blocks walk many q tiles. Run-time compiled
-/// instances only; no effect on the CPU.
+/// Caps the blocks of a persistent prefill tile's launch (34..38, 42, 47, 48; `None`:
+/// one block an SM), so that tests see a few blocks walk many q tiles (the AOT
+/// launcher too, through the plan's `max_blocks`); no effect on the CPU.
 pub fn set_prefill_grid_limit(blocks: Option<usize>) {
     crate::gpu::set_prefill_grid_limit(blocks);
 }
