@@ -3,10 +3,11 @@
 # items from a counter; probes of 46/47/48 and 17 from the same tree). On an H200,
 # every open H200 figure first (2026-12-06-s22-h200.sh). Then: probes of 46, 47, 48
 # at the shapes of the many-blocks rule (and 17 / 48 below 512 keys), the prefill tests
-# of 39, 46, 47, 48 (the producer loop changed for all of them), the persistent walks
-# of 35, 47, 48 (the AOT launcher now caps their grid too), the fixtures, the
-# attention bench (Auto with MINISGL_PREFILL_MANY_TILE=1; 39, 46, 47, 48) beside
-# torch SDPA; a second round of probes if time is left.
+# of $TEST_TILES (46, 48: the producer loop changed for the warp-specialised tiles),
+# the persistent walks of $WALK_TILES (48; the AOT launcher now caps their grid too),
+# with FULL=1 the item search and the fixtures, the attention bench (Auto with
+# MINISGL_PREFILL_MANY_TILE=1; 46, 48) beside torch SDPA; a second round of probes if
+# time is left.
 BUDGET=${BUDGET:-585}
 START0=$(date +%s)
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
@@ -29,16 +30,16 @@ for tl in 17 48; do
   timeout 40 .gpu/probe/prefill_probe_rk_T$tl $SMALL > $W/ps$tl.log 2>&1; echo "T$tl small rc=$? ($(( $(date +%s) - START )) s)" >> $S
   grep -E "^SUMMARY" $W/ps$tl.log >> $S
 done
-export MINISGL_TEST_PREFILL_TILES=39,46,47,48
+export MINISGL_TEST_PREFILL_TILES=${TEST_TILES:-46,48}
 t 60 matches $T/kernel-runtime-gpu_prefill prefill_attention_gpu_matches_cpu --test-threads=1
 t 60 wg_long $T/kernel-runtime-gpu_prefill prefill_attention_gpu_wgmma_long --test-threads=1
-t 120 wg_tiles $T/kernel-runtime-gpu_prefill prefill_attention_gpu_wgmma_tiles --test-threads=1
-t 60 search $T/kernel-runtime-gpu_prefill prefill_attention_gpu_item_search --test-threads=1
-MINISGL_TEST_PREFILL_TILES=35,47,48 t 130 walks $T/kernel-runtime-gpu_prefill prefill_attention_gpu_persistent_walks --test-threads=1
-t 50 fixtures $T/models-gpu_fixtures --test-threads=1
+t 100 wg_tiles $T/kernel-runtime-gpu_prefill prefill_attention_gpu_wgmma_tiles --test-threads=1
+MINISGL_TEST_PREFILL_TILES=${WALK_TILES:-48} t 100 walks $T/kernel-runtime-gpu_prefill prefill_attention_gpu_persistent_walks --test-threads=1
+[ -n "$FULL" ] && t 60 search $T/kernel-runtime-gpu_prefill prefill_attention_gpu_item_search --test-threads=1
+[ -n "$FULL" ] && t 50 fixtures $T/models-gpu_fixtures --test-threads=1
 cat $W/t-*.sum >> $S; rm -f $W/t-*.sum
 if [ -z "$H200" ]; then
-  MINISGL_PREFILL_MANY_TILE=1 MINISGL_BENCH_ATTENTION_FILTER=prefill MINISGL_BENCH_PREFILL_TILES=46,47,48 bench 80 attn-prefill $BB/minisgl-attention prefill
+  MINISGL_PREFILL_MANY_TILE=1 MINISGL_BENCH_ATTENTION_FILTER=prefill MINISGL_BENCH_PREFILL_TILES=46,48 bench 70 attn-prefill $BB/minisgl-attention prefill
   PYTHONUNBUFFERED=1 timeout 40 python3 scripts/gpu/torch_baselines.py prefill > $W/torch.log 2>&1
   echo "torch rc=$? ($(( $(date +%s) - START )) s)" >> $S; grep SUMMARY $W/torch.log >> $S
   probes 2
