@@ -190,6 +190,16 @@ pub fn build_with_progress(opts: &AotOptions, progress: &(dyn Fn(Progress<'_>) +
     let include_dir = opts.csrc_dir.join(crate::sources::INCLUDE_DIR);
     let arch_tag = opts.archs.join("-");
 
+    // A cubin holds its instance's JIT entry alone: its compile sees an empty
+    // instance list (one file for every family), so that the AOT launchers' template
+    // kernels (every instance of the family, instantiated by the launchers' dispatch)
+    // are not compiled into each cubin too (81 kernels of ~100 s for one
+    // decode_attention cubin). The list is in each cubin's stamp.
+    let jit_gen_dir = out.join("gen-jit");
+    std::fs::create_dir_all(&jit_gen_dir).map_err(|source| Error::Io { path: jit_gen_dir.clone(), source })?;
+    write_if_changed(&jit_gen_dir.join("msgl_instances.inc"), JIT_INSTANCES_INCLUDE.as_bytes())?;
+    let jit_list_hash = sha256_hex(JIT_INSTANCES_INCLUDE.as_bytes());
+
     let mut jobs = Vec::new();
     let mut entries = Vec::new();
     let mut objects = Vec::new();
@@ -198,13 +208,6 @@ pub fn build_with_progress(opts: &AotOptions, progress: &(dyn Fn(Progress<'_>) +
         let gen_dir = out.join("gen").join(&family.name);
         std::fs::create_dir_all(&gen_dir).map_err(|source| Error::Io { path: gen_dir.clone(), source })?;
         write_if_changed(&gen_dir.join("msgl_instances.inc"), family.instances_include().as_bytes())?;
-        // A cubin holds its instance's JIT entry alone: its compile sees an empty
-        // instance list, so that the AOT launchers' template kernels (every instance
-        // of the family, instantiated by the launchers' dispatch) are not compiled
-        // into each cubin too (81 kernels of ~100 s for one decode_attention cubin).
-        let jit_gen_dir = gen_dir.join("jit");
-        std::fs::create_dir_all(&jit_gen_dir).map_err(|source| Error::Io { path: jit_gen_dir.clone(), source })?;
-        write_if_changed(&jit_gen_dir.join("msgl_instances.inc"), JIT_INSTANCES_INCLUDE.as_bytes())?;
         let common = |args: &mut Vec<String>, gen: &Path| {
             args.extend(flags.iter().cloned());
             args.push(format!("-I{}", include_dir.display()));
@@ -237,7 +240,7 @@ pub fn build_with_progress(opts: &AotOptions, progress: &(dyn Fn(Progress<'_>) +
                     args.push(family.source_path(&opts.csrc_dir).display().to_string());
                     args.push("-o".into());
                     args.push(path.display().to_string());
-                    let stamp = format!("{hash} {arch} {inst} {}", sha256_hex(JIT_INSTANCES_INCLUDE.as_bytes()));
+                    let stamp = format!("{hash} {arch} {inst} {jit_list_hash}");
                     jobs.push(Job { label: rel.clone(), output: path, stamp, args });
                     cubins.push((arch.clone(), inst, rel));
                 }
