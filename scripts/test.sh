@@ -3,10 +3,16 @@
 # builds the kernels ahead of time, builds the workspace once, fetches the
 # SmolLM2 demo model (`minisgl pull smollm2`, once), installs headless Chromium
 # for the chat page's test (scripts/ci/browser.sh, once), runs every test of the
-# workspace, and lints it with clippy (warnings are errors). No GPU needed; GPU
-# tests run too when MINISGL_GPU_TESTS=1 is set on a machine with one.
-# It also runs every fuzz target for a bounded time (scripts/ci/fuzz.sh).
-# Each phase prints its wall time, so a slow CI run shows where it went.
+# workspace, lints it with clippy (warnings are errors), and runs every fuzz
+# target for a bounded time (scripts/ci/fuzz.sh). No GPU needed; GPU tests run
+# too when MINISGL_GPU_TESTS=1 is set on a machine with one.
+#
+# CI has two cores, so independent steps run side by side where one alone
+# leaves a core idle (serial compile tails, tests waiting on servers and
+# clients): nvcc beside the workspace build, and the fuzz build and clippy,
+# niced, beside the tests. A background step writes target/ci-logs/NAME.log,
+# printed when the script waits for it; a failed one fails the run. Each step
+# prints its wall time, so a slow CI run shows where it went.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$MINISGL_ROOT"
@@ -17,16 +23,65 @@ phase_done() {
     _phase_start=$SECONDS
 }
 
+CI_LOGS=target/ci-logs
+mkdir -p "$CI_LOGS"
+declare -A _bg_pid
+# background NAME CMD...: runs CMD in the background, its output in NAME.log.
+background() {
+    local name=$1
+    shift
+    rm -f "$CI_LOGS/$name.rc"
+    (
+        start=$SECONDS
+        set +e
+        "$@" >"$CI_LOGS/$name.log" 2>&1
+        rc=$?
+        echo "$rc" >"$CI_LOGS/$name.rc"
+        printf 'minisgl test: %-14s %4ds (in the background)\n' "$name" $((SECONDS - start)) >>"$CI_LOGS/$name.log"
+    ) &
+    _bg_pid[$name]=$!
+}
+# await NAME: waits for a background step, prints its log, fails if it failed.
+await() {
+    local name=$1 rc
+    wait "${_bg_pid[$name]}" || true
+    unset "_bg_pid[$name]"
+    cat "$CI_LOGS/$name.log" >&2
+    rc=$(cat "$CI_LOGS/$name.rc" 2>/dev/null || echo "missing")
+    if [ "$rc" != 0 ]; then
+        echo "minisgl test: $name failed (exit status $rc; log: $CI_LOGS/$name.log)" >&2
+        exit 1
+    fi
+    phase_done "wait $name"
+}
+# Background steps still running when the script fails stop with it (their
+# whole process trees: cargo, rustc, nvcc).
+kill_tree() {
+    local child
+    for child in $(pgrep -P "$1" || true); do kill_tree "$child"; done
+    kill "$1" 2>/dev/null || true
+}
+trap 'for pid in "${_bg_pid[@]}"; do kill_tree "$pid"; done' EXIT
+
 cargo fmt --all -- --check
 phase_done "fmt"
-cargo xtask build-kernels
-phase_done "kernels"
+background browser scripts/ci/browser.sh
+# The fuzz targets' build (nightly, its own target dir) and clippy (its own
+# target dir: `cargo test` holds the lock of target/ while it runs) share no
+# artifacts with the test build; niced, they take what the foreground leaves.
+background fuzz-build nice -n 19 scripts/ci/fuzz.sh build
+background clippy nice -n 19 env CARGO_TARGET_DIR=target/clippy cargo clippy --workspace --all-targets -- -D warnings
+# xtask alone, then nvcc (no cargo lock) beside the workspace build.
+cargo build --package xtask
+phase_done "xtask"
+background kernels target/debug/xtask build-kernels
 # One build for everything: the test binaries and the `minisgl` binary they run
 # (and that `pull` uses below) come from this one `cargo test` build, in one
 # profile and one feature set. (A separate `cargo build -p engine` resolves
 # other features and rebuilds much of the dependency tree.)
 cargo test --workspace --no-run
 phase_done "build"
+await kernels
 MINISGL_SMOLLM2_GGUF=$(target/debug/minisgl pull smollm2)
 if [ ! -f "$MINISGL_SMOLLM2_GGUF" ]; then
     echo "minisgl pull smollm2 printed '$MINISGL_SMOLLM2_GGUF', not the path of a file" >&2
@@ -34,12 +89,11 @@ if [ ! -f "$MINISGL_SMOLLM2_GGUF" ]; then
 fi
 export MINISGL_SMOLLM2_GGUF
 phase_done "pull"
-scripts/ci/browser.sh
-phase_done "browser"
+await browser
 # Every test binary runs even when one fails, so one run shows every failure.
 cargo test --workspace --no-fail-fast "$@"
 phase_done "test"
-scripts/ci/fuzz.sh  # every cargo-fuzz target for FUZZ_SECONDS (20) each
+await fuzz-build
+scripts/ci/fuzz.sh run # every cargo-fuzz target for FUZZ_SECONDS (20) each
 phase_done "fuzz"
-cargo clippy --workspace --all-targets -- -D warnings
-phase_done "clippy"
+await clippy
