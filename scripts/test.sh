@@ -3,14 +3,14 @@
 # builds the kernels ahead of time, builds the workspace once, fetches the
 # SmolLM2 demo model (`minisgl pull smollm2`, once), installs headless Chromium
 # for the chat page's test (scripts/ci/browser.sh, once), runs every test of the
-# workspace, lints it with clippy (warnings are errors), and runs every fuzz
-# target for a bounded time (scripts/ci/fuzz.sh). No GPU needed; GPU tests run
-# too when MINISGL_GPU_TESTS=1 is set on a machine with one.
+# workspace, lints it with clippy in the same build (warnings are errors), and
+# runs every fuzz target for a bounded time (scripts/ci/fuzz.sh). No GPU
+# needed; GPU tests run too when MINISGL_GPU_TESTS=1 is set on a machine with one.
 #
 # CI has two cores, so independent steps run side by side where one alone
 # leaves a core idle (serial compile tails, tests waiting on servers and
-# clients): nvcc beside the workspace build, and the fuzz build and clippy,
-# niced, beside the tests. A background step writes target/ci-logs/NAME.log,
+# clients): nvcc beside the workspace build, and the fuzz build, niced, beside
+# the build and the tests. A background step writes target/ci-logs/NAME.log,
 # printed when the script waits for it; a failed one fails the run. Each step
 # prints its wall time, so a slow CI run shows where it went.
 set -euo pipefail
@@ -66,20 +66,39 @@ trap 'for pid in "${_bg_pid[@]}"; do kill_tree "$pid"; done' EXIT
 cargo fmt --all -- --check
 phase_done "fmt"
 background browser scripts/ci/browser.sh
-# The fuzz targets' build (nightly, its own target dir) and clippy (its own
-# target dir: `cargo test` holds the lock of target/ while it runs) share no
-# artifacts with the test build; niced, they take what the foreground leaves.
+# The fuzz targets' build (nightly, its own target dir) shares no artifacts with
+# the test build; niced, it takes what the foreground leaves.
 background fuzz-build nice -n 19 scripts/ci/fuzz.sh build
-background clippy nice -n 19 env CARGO_TARGET_DIR=target/clippy cargo clippy --workspace --all-targets -- -D warnings
+# Clippy inside the test build: our crates compile through clippy-driver (rustc
+# with clippy's lints), warnings denied, so one build both lints (as `cargo clippy
+# --workspace --all-targets -- -D warnings` would) and produces the test binaries,
+# instead of a second, check-mode build of every dependency. Exported, so that the
+# test run below finds the same artifacts. CLIPPY_ARGS is how `cargo clippy` passes
+# its arguments to the driver; the probe checks that a lint still fails the build.
+RUSTC_WORKSPACE_WRAPPER=$(rustup which clippy-driver 2>/dev/null || command -v clippy-driver)
+CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+export RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
+probe_dir=$(mktemp -d)
+echo 'fn main() { let x = 1u32; let _y = x.clone(); }' >"$probe_dir/probe.rs"
+probe_rc=0
+probe_out=$("$RUSTC_WORKSPACE_WRAPPER" rustc --edition 2021 --emit=metadata --out-dir "$probe_dir" \
+    "$probe_dir/probe.rs" 2>&1) || probe_rc=$?
+rm -rf "$probe_dir"
+if [ "$probe_rc" = 0 ] || ! grep -q 'clone-on-copy` implied by `-D warnings`' <<<"$probe_out"; then
+    echo "minisgl test: clippy-driver ($RUSTC_WORKSPACE_WRAPPER) did not deny a lint with CLIPPY_ARGS=$CLIPPY_ARGS:" >&2
+    echo "$probe_out" >&2
+    exit 1
+fi
 # xtask alone, then nvcc (no cargo lock) beside the workspace build.
 cargo build --package xtask
 phase_done "xtask"
 background kernels target/debug/xtask build-kernels
-# One build for everything: the test binaries and the `minisgl` binary they run
-# (and that `pull` uses below) come from this one `cargo test` build, in one
-# profile and one feature set. (A separate `cargo build -p engine` resolves
-# other features and rebuilds much of the dependency tree.)
-cargo test --workspace --no-run
+# One build for everything: the test binaries, the benches (linted, not run) and
+# the `minisgl` binary the tests run (and that `pull` uses below) come from this
+# one `cargo test` build, in one profile and one feature set. (A separate `cargo
+# build -p engine` resolves other features and rebuilds much of the dependency
+# tree.)
+cargo test --workspace --no-run --all-targets
 phase_done "build"
 await kernels
 MINISGL_SMOLLM2_GGUF=$(target/debug/minisgl pull smollm2)
@@ -96,4 +115,3 @@ phase_done "test"
 await fuzz-build
 scripts/ci/fuzz.sh run # every cargo-fuzz target for FUZZ_SECONDS (20) each
 phase_done "fuzz"
-await clippy

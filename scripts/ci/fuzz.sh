@@ -14,6 +14,9 @@
 # one process on one core), each with its output in fuzz/work/<target>.log,
 # printed when it ends.
 set -euo pipefail
+# The fuzz build is nightly's: not the stable clippy-driver that scripts/test.sh
+# builds the workspace through.
+unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
 source "$(dirname "$0")/../env.sh"
 cd "$MINISGL_ROOT/fuzz"
 
