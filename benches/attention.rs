@@ -464,8 +464,14 @@ fn run() -> kernel_runtime::Result<()> {
     }
     let prefill =
         |hq: usize, b: usize, l: usize| Shape { hq, hkv: 8, head_dim: 128, page_size: 16, seqs: vec![(l, l); b] };
-    let prefill_shapes =
-        [(32, 1, 4096, "32/8 b=1 L=4096"), (32, 8, 1024, "32/8 b=8 L=1024"), (16, 1, 4096, "16/8 b=1 L=4096")];
+    // Issue 12's three, and a burst of short prompts (a serving start: 256 clients'
+    // prompts in one step), where finding each block's item, not the products, costs.
+    let prefill_shapes = [
+        (32, 1, 4096, "32/8 b=1 L=4096"),
+        (32, 8, 1024, "32/8 b=8 L=1024"),
+        (16, 1, 4096, "16/8 b=1 L=4096"),
+        (32, 256, 64, "32/8 b=256 L=64"),
+    ];
     for (i, &(hq, b, l, name)) in prefill_shapes.iter().enumerate() {
         let seed = 300 + i as u64;
         // `prefill`: what Auto picks (the prefill kernel by its rule); `prefill-tile`:

@@ -21,6 +21,7 @@ mod common;
 use anyhow::{ensure, Context, Result};
 use common::{enabled_or_dry_run, gpu, random, rng, target, view_like};
 use kernel_runtime::ops::{self, AttnKernel, PagedAttnMeta};
+use kernel_runtime::sys::kernels::MSGL_PREFILL_RANKS;
 use kernel_runtime::{DType, Device, Tensor};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
@@ -409,10 +410,12 @@ fn prefill_attention_gpu_persistent_walks() -> Result<()> {
 
 /// The warp-specialised tiles (22..48) find each block's q tile two ways: in the
 /// batch's ranking sent with the launch (the default, checked everywhere above) and
-/// by searching the batch layout in memory, which batches of more than 64 prompts
-/// take. Here the search: the ranking switched off on the ragged and tail batches,
-/// and with it on, a batch of 70 prompts (lengths 1..400, some over a cached prefix,
-/// two without new tokens). Pages 16 (TMA) and 1 (cp.async), GQA 4 and 8.
+/// by searching the batch layout in memory, which batches of more than
+/// `MSGL_PREFILL_RANKS` (256) prompts take. Here the search: the ranking switched off
+/// on the ragged and tail batches, and with it on, a batch of 70 prompts (lengths
+/// 1..400, some over a cached prefix, two without new tokens: ranked) and one of
+/// `MSGL_PREFILL_RANKS` + 14 (lengths 1..120, nine without new tokens: searched).
+/// Pages 16 (TMA) and 1 (cp.async), GQA 4 and 8.
 #[test]
 fn prefill_attention_gpu_item_search() -> Result<()> {
     if !enabled_or_dry_run() || target() == CPU {
@@ -422,15 +425,19 @@ fn prefill_attention_gpu_item_search() -> Result<()> {
     let mut failures = Vec::new();
     let mut cases = 0;
     let tiles: Vec<Option<usize>> = wgmma_tiles(128).into_iter().filter(|t| t.is_some_and(|t| t >= 22)).collect();
-    let many: Batch = (0..70)
-        .map(|i| {
-            if i % 31 == 5 {
-                (0, 40)
-            } else {
-                (1 + (i * 37) % 400, 1 + (i * 37) % 400 + if i % 3 == 0 { 50 } else { 0 })
-            }
-        })
-        .collect();
+    let prompts = |n: usize, longest: usize| -> Batch {
+        (0..n)
+            .map(|i| {
+                if i % 31 == 5 {
+                    (0, 40)
+                } else {
+                    (1 + (i * 37) % longest, 1 + (i * 37) % longest + if i % 3 == 0 { 50 } else { 0 })
+                }
+            })
+            .collect()
+    };
+    let many = prompts(70, 400);
+    let too_many = prompts(MSGL_PREFILL_RANKS as usize + 14, 120);
     for (dtype, page_size, heads) in [(DType::BF16, 16, (8, 2)), (DType::F16, 1, (16, 2))] {
         let case = Case { dtype, page_size, head_dim: 128, heads };
         ops::set_prefill_ranked(false);
@@ -444,6 +451,10 @@ fn prefill_attention_gpu_item_search() -> Result<()> {
         cases += 1;
         if let Err(e) = check(&mut r, &case, "70 prompts", &many, &[AttnKernel::Prefill], &tiles) {
             failures.push(format!("{e:#}"));
+        }
+        cases += 1;
+        if let Err(e) = check(&mut r, &case, "past the ranking", &too_many, &[AttnKernel::Prefill], &tiles) {
+            failures.push(format!("searched: {e:#}"));
         }
     }
     println!("prefill attention, item search: {cases} cases");

@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or a launcher signature changes. */
-#define MSGL_ABI_VERSION 11
+#define MSGL_ABI_VERSION 12
 
 /* The most dimensions a tensor view carries. */
 #define MSGL_MAX_DIMS 6
@@ -549,12 +549,14 @@ typedef struct msgl_attention_params {
  * fill outside: a q tile's packed (token, head) rows are one box a 64-column block;
  * q_tma = 1 when it is set (the group divides the tile's rows), else 0: Q is gathered
  * by cp.async. ranks: msgl_prefill_ranks (read by the warp-specialised tiles only). */
-#define MSGL_PREFILL_RANKS 64
+#define MSGL_PREFILL_RANKS 256
 /* The batch's sequences ranked by their q tiles, so that the warp-specialised tiles
  * find a grid item's sequence in the kernel's parameters instead of searching the
  * batch layout in memory (prefill_attention.cu: prefill_ranked_tile). count: the
- * sequences with new tokens, at most MSGL_PREFILL_RANKS; 0: no ranking (the kernel
- * searches). Rank r (0 <= r < count) is the sequence with the r-th most q tiles of
+ * sequences with new tokens, at most MSGL_PREFILL_RANKS (the engine's default
+ * --max-running-requests, so that a default batch never searches; the kernel's
+ * parameters are then ~7 KiB, past the 4 KiB of CUDA before 12.1 and within the
+ * 32 KiB it allows on sm_70 and later); 0: no ranking (the kernel searches). Rank r (0 <= r < count) is the sequence with the r-th most q tiles of
  * the launched tile's rows (ties in batch order): tiles[r] = ceil(q_len[r] * group /
  * rows), non-increasing in r; seq[r] its index in the batch, q_start[r] its first
  * token (q_indptr[seq]), q_len[r] >= 1 its new tokens, kv_len[r] its keys;

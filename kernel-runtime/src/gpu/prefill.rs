@@ -416,7 +416,8 @@ const LONGEST_RUN_KEYS: usize = 3072;
 /// probes, us, 32/8 heads unless named: b=64 L=64 87 -> 56, 16/8 b=128 L=64 86 -> 64,
 /// b=32 L=96 54 -> 41, b=16 L=128 40 -> 29, b=32 L=256 172 -> 111, b=16 L=512 208 ->
 /// 140), but at 256 prompts of 64 keys (476 -> 485) and 512 of 32 (519 -> 535), whose
-/// items both tiles find by searching the batch layout (past `MSGL_PREFILL_RANKS`).
+/// items both tiles then found by searching the batch layout (past the 64 sequences
+/// `MSGL_PREFILL_RANKS` held; 256 since ABI 12, the engine's default running set).
 const LONG_TMA_MIN_KEYS: usize = 64;
 
 /// The TMA tile for a batch of TMA-able runs ([`long_tma_batch`]) whose longest run
@@ -647,9 +648,19 @@ pub(super) fn item_ranks(q_lens: &[usize], kv_lens: &[usize], group: usize, rows
     // SAFETY: msgl_prefill_ranks is plain integers: all-zero is "no ranks".
     let mut rk: msgl_prefill_ranks = unsafe { std::mem::zeroed() };
     let int = |v: usize| i32::try_from(v).ok();
+    // before[r] = sum_j min(tiles[j], tiles[r + 1]): the tiles do not grow with the
+    // rank, so ranks 0..=r + 1 count tiles[r + 1] each and the rest their own, a
+    // suffix sum (one pass from the end rather than one sum a rank).
+    let mut suffix = vec![0usize; seqs.len() + 1];
+    for r in (0..seqs.len()).rev() {
+        suffix[r] = suffix[r + 1] + seqs[r].0;
+    }
     for (r, &(tiles, seq, start, q_len, kv_len)) in seqs.iter().enumerate() {
-        let below = seqs.get(r + 1).map_or(0, |s| s.0);
-        rk.before[r] = int(seqs.iter().map(|s| s.0.min(below)).sum())?;
+        let before = match seqs.get(r + 1) {
+            Some(next) => (r + 2) * next.0 + suffix[r + 2],
+            None => 0,
+        };
+        rk.before[r] = int(before)?;
         rk.tiles[r] = int(tiles)?;
         rk.seq[r] = int(seq)?;
         rk.q_start[r] = int(start)?;
@@ -961,8 +972,10 @@ mod tests {
             vec![0, 0, 5],
             (1..=64).collect(),
         ];
+        let most = MSGL_PREFILL_RANKS as usize;
+        batches.push((0..most).map(|i| 1 + i % 7).collect());
         for _ in 0..200 {
-            let n = r.gen_range(1..=64);
+            let n = r.gen_range(1..=most);
             batches.push((0..n).map(|_| if r.gen_bool(0.2) { 0 } else { r.gen_range(1..3000) }).collect());
         }
         for q_lens in &batches {
@@ -971,9 +984,15 @@ mod tests {
                 let tiles: Vec<usize> = q_lens.iter().map(|q| (q * group).div_ceil(rows)).collect();
                 let total: usize = tiles.iter().sum();
                 let Some(rk) = item_ranks(q_lens, &kv_lens, group, rows) else {
-                    assert!(q_lens.iter().filter(|&&q| q > 0).count() > 64 || total == 0);
+                    assert!(q_lens.iter().filter(|&&q| q > 0).count() > most || total == 0);
                     continue;
                 };
+                // The segment starts, summed the long way (tensor.h's definition).
+                for r in 0..rk.count as usize {
+                    let below = if r + 1 < rk.count as usize { rk.tiles[r + 1] } else { 0 };
+                    let want: i32 = (0..rk.count as usize).map(|j| rk.tiles[j].min(below)).sum();
+                    assert_eq!(rk.before[r], want, "{q_lens:?}: before[{r}]");
+                }
                 assert_eq!(rk.count as usize, q_lens.iter().filter(|&&q| q > 0).count());
                 if rk.count == 0 {
                     continue;
@@ -998,8 +1017,12 @@ mod tests {
                 assert_eq!(ranked_item(&rk, total as i32), None);
             }
         }
-        // More prompts than the ranking holds: the kernel searches.
-        assert!(item_ranks(&[10; 65], &[10; 65], 4, 128).is_none());
-        assert!(item_ranks(&[10; 64], &[10; 64], 4, 128).is_some());
+        // More prompts than the ranking holds: the kernel searches. Sequences without
+        // new tokens take no rank.
+        assert!(item_ranks(&vec![10; most + 1], &vec![10; most + 1], 4, 128).is_none());
+        assert!(item_ranks(&vec![10; most], &vec![10; most], 4, 128).is_some());
+        let mut with_idle = vec![10; most];
+        with_idle.extend([0; 9]);
+        assert!(item_ranks(&with_idle, &vec![10; most + 9], 4, 128).is_some());
     }
 }
