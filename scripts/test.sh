@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # The test command: sets up the toolchain (scripts/env.sh), checks formatting,
-# builds the kernels ahead of time, builds the workspace once, fetches the
-# SmolLM2 demo model (`minisgl pull smollm2`, once), installs headless Chromium
-# for the chat page's test (scripts/ci/browser.sh, once), runs every test of the
-# workspace, lints it with clippy in the same build (warnings are errors), and
-# runs every fuzz target for a bounded time (scripts/ci/fuzz.sh). No GPU
-# needed; GPU tests run too when MINISGL_GPU_TESTS=1 is set on a machine with one.
+# builds the workspace once (linted by clippy in the same build, warnings are
+# errors), builds the kernels ahead of time, fetches the SmolLM2 demo model
+# (`minisgl pull smollm2`, once), installs headless Chromium for the chat page's
+# test (scripts/ci/browser.sh, once), runs every test of the workspace, and runs
+# every fuzz target for a bounded time (scripts/ci/fuzz.sh). No GPU needed; GPU
+# tests run too when MINISGL_GPU_TESTS=1 is set on a machine with one.
 #
 # CI has two cores, so independent steps run side by side where one alone
 # leaves a core idle (serial compile tails, tests waiting on servers and
-# clients): nvcc beside the workspace build, and the fuzz build, niced, beside
-# the build and the tests. A background step writes target/ci-logs/NAME.log,
-# printed when the script waits for it; a failed one fails the run. Each step
-# prints its wall time, so a slow CI run shows where it went.
+# clients): the fuzz build, niced, beside the build, the kernels and the tests.
+# A background step writes target/ci-logs/NAME.log, printed when the script
+# waits for it; a failed one fails the run. Each step prints its wall time, so a
+# slow CI run shows where it went.
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$MINISGL_ROOT"
@@ -89,18 +89,15 @@ if [ "$probe_rc" = 0 ] || ! grep -q 'clone-on-copy` implied by `-D warnings`' <<
     echo "$probe_out" >&2
     exit 1
 fi
-# xtask alone, then nvcc (no cargo lock) beside the workspace build.
-cargo build --package xtask
-phase_done "xtask"
-background kernels target/debug/xtask build-kernels
-# One build for everything: the test binaries, the benches (linted, not run) and
-# the `minisgl` binary the tests run (and that `pull` uses below) come from this
-# one `cargo test` build, in one profile and one feature set. (A separate `cargo
-# build -p engine` resolves other features and rebuilds much of the dependency
-# tree.)
+# One build for everything: the test binaries, the benches (linted, not run), the
+# `minisgl` binary the tests run (and that `pull` uses below) and the `xtask`
+# binary (xtask's CLI test runs it) come from this one `cargo test` build, in one
+# profile and one feature set. (A separate `cargo build -p engine`, or `cargo
+# xtask`, resolves other features and rebuilds part of the dependency tree.)
 cargo test --workspace --no-run --all-targets
 phase_done "build"
-await kernels
+target/debug/xtask build-kernels
+phase_done "kernels"
 MINISGL_SMOLLM2_GGUF=$(target/debug/minisgl pull smollm2)
 if [ ! -f "$MINISGL_SMOLLM2_GGUF" ]; then
     echo "minisgl pull smollm2 printed '$MINISGL_SMOLLM2_GGUF', not the path of a file" >&2
