@@ -9,7 +9,8 @@
 #
 # CI has two cores, so independent steps run side by side where one alone
 # leaves a core idle (serial compile tails, tests waiting on servers and
-# clients): the fuzz build, niced, beside the build, the kernels and the tests.
+# clients): nvcc beside the workspace build (from when that build has linked the
+# xtask binary), the fuzz build, niced, beside everything up to the fuzz runs.
 # A background step writes target/ci-logs/NAME.log, printed when the script
 # waits for it; a failed one fails the run. Each step prints its wall time, so a
 # slow CI run shows where it went.
@@ -94,10 +95,25 @@ fi
 # binary (xtask's CLI test runs it) come from this one `cargo test` build, in one
 # profile and one feature set. (A separate `cargo build -p engine`, or `cargo
 # xtask`, resolves other features and rebuilds part of the dependency tree.)
-cargo test --workspace --no-run --all-targets
+# nvcc starts as soon as that build has linked the xtask binary, so that the
+# kernels' compiles fill the build's serial stretches (one core idle) instead of
+# following it: the same work, ~200 s sooner (docs/PERF.md, twenty-eighth session).
+build_started=$CI_LOGS/build-started
+build_ended=$CI_LOGS/build-ended
+rm -f "$build_ended"
+touch "$build_started"
+background kernels bash -c '
+    # The binary this build links (newer than its start), or, once the build has
+    # ended without relinking it (nothing changed), the one already there.
+    until [ target/debug/xtask -nt "$1" ] || [ -e "$2" ]; do sleep 2; done
+    if [ ! -x target/debug/xtask ]; then echo "the build made no target/debug/xtask" >&2; exit 1; fi
+    exec target/debug/xtask build-kernels' _ "$build_started" "$build_ended"
+build_rc=0
+cargo test --workspace --no-run --all-targets || build_rc=$?
+touch "$build_ended"
+[ "$build_rc" = 0 ] || exit "$build_rc"
 phase_done "build"
-target/debug/xtask build-kernels
-phase_done "kernels"
+await kernels
 MINISGL_SMOLLM2_GGUF=$(target/debug/minisgl pull smollm2)
 if [ ! -f "$MINISGL_SMOLLM2_GGUF" ]; then
     echo "minisgl pull smollm2 printed '$MINISGL_SMOLLM2_GGUF', not the path of a file" >&2
