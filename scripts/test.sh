@@ -97,7 +97,7 @@ fi
 # xtask`, resolves other features and rebuilds part of the dependency tree.)
 # nvcc starts as soon as that build has linked the xtask binary, so that the
 # kernels' compiles fill the build's serial stretches (one core idle) instead of
-# following it: the same work, ~200 s sooner (docs/PERF.md, twenty-eighth session).
+# following it: 683 + 112 s against 673 + 206 s (docs/PERF.md, twenty-eighth session).
 build_started=$CI_LOGS/build-started
 build_ended=$CI_LOGS/build-ended
 rm -f "$build_ended"
