@@ -1889,6 +1889,8 @@ extern "C" __global__ void __launch_bounds__(msgl::prefill_block_threads<MSGL_TI
 #endif
 
 #if !defined(__CUDACC_RTC__)
+#include <algorithm>
+
 #include "minisgl/attention_host.h"
 #include "msgl_instances.inc" /* MSGL_FOR_EACH_INSTANCE(X): X(DTYPE, HEAD_DIM, TILE) for each AOT instance */
 
@@ -1903,7 +1905,10 @@ __global__ void __launch_bounds__(prefill_block_threads<TILE, HEAD_DIM>(), prefi
 /* Checks the caller's ranking (msgl_prefill_ranks) against the tensors and the
  * instance's `rows`, so that the kernel, which trusts it, stays inside them: each
  * rank's tokens inside q and apart from the others', its keys inside its block-table
- * row, its tiles, the order and the segment starts as defined, every q tile once. */
+ * row, its tiles, the order and the segment starts as defined, every q tile once.
+ * Run at every launch (every layer of a prefill step), so nothing in it is quadratic
+ * in the ranks (up to MSGL_PREFILL_RANKS): the sequences and token runs are compared
+ * as neighbours in sorted order, the segment starts from running sums. */
 static int32_t check_prefill_ranks(const msgl_prefill_ranks& rk, const msgl_attention_params& p, int rows) {
   const char* op = "prefill_attention";
   const int group = p.num_q_heads / p.num_kv_heads;
@@ -1918,19 +1923,34 @@ static int32_t check_prefill_ranks(const msgl_prefill_ranks& rk, const msgl_atte
       return set_error(MSGL_ERR_INVALID_ARGUMENT,
                        "%s: rank %d (sequence %d, tokens %lld + %lld, %lld keys) is outside the batch's tensors", op, r,
                        rk.seq[r], start, len, kv);
-    for (int j = 0; j < r; ++j)
-      if (rk.seq[j] == rk.seq[r] || (start < rk.q_start[j] + rk.q_len[j] && rk.q_start[j] < start + len))
-        return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: ranks %d and %d share a sequence or tokens", op, j, r);
     const long long tiles = (len * group + rows - 1) / rows;
     if (rk.tiles[r] != tiles || (r > 0 && rk.tiles[r] > rk.tiles[r - 1]))
       return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: rank %d has %d q tiles, not %lld of %d rows in order", op, r,
                        rk.tiles[r], tiles, rows);
     items += tiles;
   }
+  /* No two ranks share a sequence or a token: neighbours by sequence, then by first
+   * token (runs of at least one token, so overlapping runs are neighbours too). */
+  int order[MSGL_PREFILL_RANKS];
+  for (int r = 0; r < rk.count; ++r) order[r] = r;
+  const auto shared = [&](int a, int b) {
+    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: ranks %d and %d share a sequence or tokens", op, std::min(a, b),
+                     std::max(a, b));
+  };
+  std::sort(order, order + rk.count, [&](int a, int b) { return rk.seq[a] < rk.seq[b]; });
+  for (int i = 1; i < rk.count; ++i)
+    if (rk.seq[order[i - 1]] == rk.seq[order[i]]) return shared(order[i - 1], order[i]);
+  std::sort(order, order + rk.count, [&](int a, int b) { return rk.q_start[a] < rk.q_start[b]; });
+  for (int i = 1; i < rk.count; ++i)
+    if (static_cast<long long>(rk.q_start[order[i - 1]]) + rk.q_len[order[i - 1]] > rk.q_start[order[i]])
+      return shared(order[i - 1], order[i]);
+  /* before[r] = sum_j min(tiles[j], tiles[r + 1]): with the tiles non-increasing
+   * (checked above), ranks 0..r + 1 count tiles[r + 1] each and the rest their own. */
+  long long through = 0; /* tiles of ranks 0..r */
   for (int r = 0; r < rk.count; ++r) {
-    const int below = r + 1 < rk.count ? rk.tiles[r + 1] : 0;
-    long long before = 0;
-    for (int j = 0; j < rk.count; ++j) before += rk.tiles[j] < below ? rk.tiles[j] : below;
+    through += rk.tiles[r];
+    const long long below = r + 1 < rk.count ? rk.tiles[r + 1] : 0;
+    const long long before = r + 1 < rk.count ? (r + 2) * below + (items - through - below) : 0;
     if (rk.before[r] != before)
       return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: rank %d's segment starts at item %d, not %lld", op, r,
                        rk.before[r], before);

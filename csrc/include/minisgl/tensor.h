@@ -556,9 +556,10 @@ typedef struct msgl_attention_params {
  * sequences with new tokens, at most MSGL_PREFILL_RANKS (the engine's default
  * --max-running-requests, so that a default batch never searches; the kernel's
  * parameters are then ~7 KiB, past the 4 KiB of CUDA before 12.1 and within the
- * 32 KiB it allows on sm_70 and later); 0: no ranking (the kernel searches). Rank r (0 <= r < count) is the sequence with the r-th most q tiles of
- * the launched tile's rows (ties in batch order): tiles[r] = ceil(q_len[r] * group /
- * rows), non-increasing in r; seq[r] its index in the batch, q_start[r] its first
+ * 32 KiB it allows on sm_70 and later); 0: no ranking (the kernel searches). Rank r
+ * (0 <= r < count) is the sequence with the r-th most q tiles of the launched tile's
+ * rows (ties in batch order): tiles[r] = ceil(q_len[r] * group / rows),
+ * non-increasing in r; seq[r] its index in the batch, q_start[r] its first
  * token (q_indptr[seq]), q_len[r] >= 1 its new tokens, kv_len[r] its keys;
  * before[r] = sum over ranks j of min(tiles[j], tiles[r + 1]) (tiles[count] = 0):
  * the grid items of depth (q tiles from a sequence's end) below tiles[r + 1], where
