@@ -11,6 +11,11 @@ the median over replays of the link and of the duration, then the links summed b
 kernel name, as `SUMMARY timeline ...` lines.
 
     python3 scripts/gpu/timeline_table.py /tmp/t.csv [--graph ID] [--skip N] [--layer K,FIRST]
+
+With --whole it instead accounts for a whole run (a `minisgl bench`, say): the span
+from the first kernel's start to the last one's end, split into the time the GPU ran
+no kernel and each kernel's own share (its end minus the later of its start and every
+earlier kernel's end), summed by kernel name and by graph (eager launches as graph 0).
 """
 import argparse
 import csv
@@ -54,7 +59,11 @@ def main() -> int:
         help="K,FIRST: also the median link of each of a layer's K kernels, over the layers "
         "after the first, the layers starting at kernel FIRST (Qwen3-0.6B bs=1: 7,2)",
     )
+    ap.add_argument("--whole", action="store_true", help="account for the whole run instead of one graph")
+    ap.add_argument("--top", type=int, default=25, help="--whole: the kernel names listed")
     args = ap.parse_args()
+    if args.whole:
+        return whole_run(args)
 
     by_graph = defaultdict(list)
     with open(args.csv, newline="") as f:
@@ -136,6 +145,47 @@ def main() -> int:
             f"SUMMARY timeline {label}by name {k[:48]:48s} x{count:4d} links {link:8.1f} us "
             f"({100 * link / total:4.1f}%), {link / count:6.2f} us each; durations {dur / count:6.2f} us each"
         )
+    return 0
+
+
+def whole_run(args) -> int:
+    """The whole run's span split into idle time and each kernel's own share."""
+    recs = []
+    with open(args.csv, newline="") as f:
+        for r in csv.DictReader(f):
+            recs.append((int(r["start_ns"]), int(r["end_ns"]), int(r["graph_id"]), r["name"]))
+    if not recs:
+        print("SUMMARY whole: no kernels in", args.csv)
+        return 1
+    recs.sort()
+    by_name = defaultdict(lambda: [0, 0])
+    by_graph = defaultdict(lambda: [0, 0])
+    idle = 0
+    covered = recs[0][0]
+    for start, end, graph, name in recs:
+        if start > covered:
+            idle += start - covered
+        own = max(0, end - max(start, covered))
+        covered = max(covered, end)
+        k = short_name(name)
+        by_name[k][0] += 1
+        by_name[k][1] += own
+        by_graph[graph][0] += 1
+        by_graph[graph][1] += own
+    span = covered - recs[0][0]
+    label = f"{args.label} " if args.label else ""
+    print(
+        f"SUMMARY whole {label}span {span / 1e6:.1f} ms, {len(recs)} kernels, GPU idle {idle / 1e6:.1f} ms "
+        f"({100 * idle / span:.1f}%)"
+    )
+    for k, (count, own) in sorted(by_name.items(), key=lambda kv: -kv[1][1])[: args.top]:
+        print(
+            f"SUMMARY whole {label}name {k[:48]:48s} x{count:7d} {own / 1e6:8.1f} ms ({100 * own / span:4.1f}%), "
+            f"{own / count / 1000:6.2f} us each"
+        )
+    graphs = sorted(by_graph.items(), key=lambda kv: -kv[1][1])
+    for g, (count, own) in graphs[: args.top]:
+        print(f"SUMMARY whole {label}graph {g:5d}: {count:7d} kernels, {own / 1e6:8.1f} ms ({100 * own / span:4.1f}%)")
     return 0
 
 
