@@ -219,6 +219,7 @@ fn attention_case_rotating(
                 q_lens_host: &q_lens,
                 kv_lens_host: &kv_lens,
                 decode_splits: splits.fixed,
+                seq_order: None,
             };
             ops::set_decode_tuning(splits.tuning);
             ops::set_decode_split_merge(splits.merge);
@@ -341,6 +342,22 @@ fn cold_graph_cases() -> kernel_runtime::Result<()> {
             let splits = Splits { fixed: Some(1), merge: Some(false), tuning: Some(tuning), prefill_tile: None };
             let name = format!("decode-b64 graph stages={stages} {hq}/8 page=16 ctx=U[128,256]");
             push(name, decode(hq, seqs.clone()), splits, seed)?;
+        }
+    }
+    // The order of a ragged batch (`minisgl bench`'s decode steps as its graphs run
+    // them: the graph plan of that batch size): the grid's blocks start in batch
+    // order, so the last wave's length depends on where the longest sequences sit.
+    // The same contexts as drawn, longest first and shortest first.
+    for (b, seed) in [(256, 770), (192, 771), (128, 772), (96, 773), (64, 774)] {
+        let drawn = uniform_contexts(b, 100, 2048, seed);
+        let mut longest_first = drawn.clone();
+        longest_first.sort_by(|x, y| y.1.cmp(&x.1));
+        let shortest_first: Vec<_> = longest_first.iter().rev().copied().collect();
+        let fixed = ops::decode_graph_splits(GPU, b, 8, 128, DType::BF16, 40960)?;
+        let plan = Splits { fixed: Some(fixed), merge: None, tuning: None, prefill_tile: None };
+        for (order, seqs) in [("drawn", drawn), ("longest-first", longest_first), ("shortest-first", shortest_first)] {
+            let name = format!("decode-order graph splits={fixed} 16/8 page=16 b={b} ctx=U[100,2048] {order}");
+            push(name, decode(16, seqs), plan, seed)?;
         }
     }
     // Batch 1 over contexts: the eager plan, and the fixed split plan the engine
