@@ -6,12 +6,15 @@
 # = eager bit for bit), the overlapped engine with it; the prefill search past the
 # ranking at the default tiles (call A ran it over every tile and ran out of time).
 # Then the measurement: the cold graph-timed decode launches at the bench's batch
-# sizes in drawn, longest-first and shortest-first order, and `minisgl bench` with
-# the order off and on in alternating rounds.
+# sizes in drawn, longest-first and shortest-first order (and the one-kv-head
+# layout case), and `minisgl bench` with the order off and on in alternating rounds.
 BUDGET=${BUDGET:-540}
 source .gpu/lib.sh
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader >> $S
 MINISGL_BENCH_ATTENTION=cold MINISGL_BENCH_ATTENTION_FILTER=decode-order bench 70 order $BB/minisgl-attention
+# The cache layout's share of the streaming rate (the thirteenth session's one-kv-head
+# case, never run): 4/1 b=512 against 32/8 b=64 at 2048 keys, and batch 1 at 2048.
+MINISGL_BENCH_ATTENTION=cold MINISGL_BENCH_ATTENTION_FILTER=ctx=2048 bench 45 layout $BB/minisgl-attention
 mb() { local label=$1; shift; [ $(left) -lt 30 ] && { echo "mbench $label skipped" >> $S; return; }
   env "$@" timeout 40 $BIN/minisgl bench --model /tmp/q06 --load-format dummy --device cuda --vocab-size 151643 > $W/mbench-$label.log 2>&1
   echo "mbench $label rc=$? $(grep -E 'output throughput' $W/mbench-$label.log)" >> $S
