@@ -351,7 +351,7 @@ fn cold_graph_cases() -> kernel_runtime::Result<()> {
     for (b, seed) in [(256, 770), (192, 771), (128, 772), (96, 773), (64, 774)] {
         let drawn = uniform_contexts(b, 100, 2048, seed);
         let mut longest_first = drawn.clone();
-        longest_first.sort_by(|x, y| y.1.cmp(&x.1));
+        longest_first.sort_by_key(|c| std::cmp::Reverse(c.1));
         let shortest_first: Vec<_> = longest_first.iter().rev().copied().collect();
         let fixed = ops::decode_graph_splits(GPU, b, 8, 128, DType::BF16, 40960)?;
         let plan = Splits { fixed: Some(fixed), merge: None, tuning: None, prefill_tile: None };
