@@ -219,7 +219,6 @@ fn attention_case_rotating(
                 q_lens_host: &q_lens,
                 kv_lens_host: &kv_lens,
                 decode_splits: splits.fixed,
-                seq_order: None,
             };
             ops::set_decode_tuning(splits.tuning);
             ops::set_decode_split_merge(splits.merge);
@@ -347,7 +346,8 @@ fn cold_graph_cases() -> kernel_runtime::Result<()> {
     // The order of a ragged batch (`minisgl bench`'s decode steps as its graphs run
     // them: the graph plan of that batch size): the grid's blocks start in batch
     // order, so the last wave's length depends on where the longest sequences sit.
-    // The same contexts as drawn, longest first and shortest first.
+    // The same contexts as drawn, longest first (the scheduler's order for decode
+    // steps: engine/src/core/scheduler/prepare.rs) and shortest first.
     for (b, seed) in [(256, 770), (192, 771), (128, 772), (96, 773), (64, 774)] {
         let drawn = uniform_contexts(b, 100, 2048, seed);
         let mut longest_first = drawn.clone();

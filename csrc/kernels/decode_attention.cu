@@ -53,10 +53,6 @@
  * longer than the attention and combine launches together (ncu, alone: 14.6
  * against 7.3 + 2.9 us) and steps got slower (docs/PERF.md, twelfth session).
  *
- * Block order: with params.seq_order the grid takes the batch's sequences in that
- * order (the engine's: longest first), so that the blocks of a ragged batch
- * that start last are short ones (decode_block_seq).
- *
  * Split sizes: kv_chunk keys per split for the batch (the host's `waves` plan),
  * or, with params.num_q_tiles = 1 (the host's `keys` plan; that field is the tile
  * kernel's), at most kv_chunk keys, each sequence cut into equal splits
@@ -374,21 +370,8 @@ __device__ __forceinline__ void decode_merge_warps(const msgl_attention_params& 
   }
 }
 
-/* The sequence of the grid's `slot`-th sequence position: seq_order[slot] where
- * the launch has an order (tensor.h), else slot; -1 past the batch (or for an
- * order entry out of range: that block stays idle). The hardware starts blocks
- * roughly in index order, so with the longest sequences first the last wave
- * holds short blocks instead of a few long ones that the rest of the GPU waits
- * on. */
-__device__ __forceinline__ int decode_block_seq(const msgl_attention_params& p, int slot) {
-  if (slot >= p.num_seqs) return -1;
-  const int seq = p.seq_order != nullptr ? __ldg(p.seq_order + slot) : slot;
-  return static_cast<unsigned>(seq) < static_cast<unsigned>(p.num_seqs) ? seq : -1;
-}
-
 /* Attention phase: one (sequence, kv head, split) per block; blockIdx.x =
- * kv_head + num_kv_heads * (split + max_splits * slot), the slot's sequence
- * decode_block_seq's. */
+ * kv_head + num_kv_heads * (split + max_splits * seq). */
 template <int DTYPE, int HEAD_DIM, int ROWS, int MERGE>
 __device__ __forceinline__ void decode_attention_block(const msgl_attention_params& p) {
   using L = DecodeLayout<DTYPE, HEAD_DIM, ROWS>;
@@ -401,8 +384,8 @@ __device__ __forceinline__ void decode_attention_block(const msgl_attention_para
   const int kv_head = static_cast<int>(blockIdx.x % p.num_kv_heads);
   const int rest = static_cast<int>(blockIdx.x / p.num_kv_heads);
   const int split = rest % p.max_splits;
-  const int seq = decode_block_seq(p, rest / p.max_splits);
-  if (seq < 0) return;
+  const int seq = rest / p.max_splits;
+  if (seq >= p.num_seqs) return;
   const int q_start = p.q_indptr[seq];
   const int q_len = p.q_indptr[seq + 1] - q_start;
   const int kv_len = p.kv_lens[seq];
@@ -834,10 +817,9 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
   __shared__ float sm_l[WARPS][16];
   __shared__ float sm_lse[16]; /* the cluster merge's log2-sum-exps */
 
-  /* blockIdx.x = kv_head + num_kv_heads * (split + max_splits * slot); with the
+  /* blockIdx.x = kv_head + num_kv_heads * (split + max_splits * seq); with the
    * cluster merge the splits of a pair are adjacent (a cluster along x):
-   * split + max_splits * (kv_head + num_kv_heads * slot); the slot's sequence is
-   * decode_block_seq's. */
+   * split + max_splits * (kv_head + num_kv_heads * seq). */
   int kv_head, split, seq;
   if constexpr (MERGE == 2) {
     split = static_cast<int>(blockIdx.x % p.max_splits);
@@ -852,8 +834,7 @@ __device__ __forceinline__ void decode_attention_mma_block(const msgl_attention_
   }
   /* The returns before the merge are uniform over a cluster (one sequence and kv
    * head), but for blocks past the sequence's splits, which join the merge. */
-  seq = decode_block_seq(p, seq);
-  if (seq < 0) return;
+  if (seq >= p.num_seqs) return;
   const int q_start = p.q_indptr[seq];
   const int q_len = p.q_indptr[seq + 1] - q_start;
   const int kv_len = p.kv_lens[seq];

@@ -357,7 +357,6 @@ fn check_attention(dtype: DType, c: &AttnCase, seed: u64) -> Result<()> {
         q_lens_host: &q_lens,
         kv_lens_host: &kv_lens,
         decode_splits: None,
-        seq_order: None,
     };
     let scale = 1.0 / (d as f32).sqrt();
     ops::paged_attention(&out, &q, &k_cache, &v_cache, &meta, scale)?;
@@ -432,7 +431,6 @@ fn paged_attention_rejects_bad_metadata() -> Result<()> {
             q_lens_host: &[2],
             kv_lens_host: &[6],
             decode_splits: None,
-            seq_order: None,
         };
         ops::paged_attention(&out, &q, &cache, &cache, &meta, 0.125).map_err(|e| e.to_string())
     };

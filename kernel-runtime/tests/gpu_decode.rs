@@ -159,7 +159,6 @@ fn check(r: &mut StdRng, case: &Case, batch_name: &str, batch: &[(usize, usize)]
         q_lens_host: &q_lens,
         kv_lens_host: &kv_lens,
         decode_splits: None,
-        seq_order: None,
     };
     ops::paged_attention(&want, &q, &k_cache, &v_cache, &meta, scale)?;
 
@@ -167,12 +166,6 @@ fn check(r: &mut StdRng, case: &Case, batch_name: &str, batch: &[(usize, usize)]
     let gq = view_like(&gpu(&qkv)?, &q, 0)?;
     let (gkc, gvc) = (gpu(&k_cache)?, gpu(&v_cache)?);
     let tol = if dtype == DType::F32 { 1e-4 } else { 1e-2 };
-    // The blocks' order (the engine's longest first, and reversed): the same bits.
-    let mut longest_first: Vec<i32> = (0..b as i32).collect();
-    longest_first.sort_by_key(|&s| std::cmp::Reverse(kv_lens[s as usize]));
-    let shortest_first: Vec<i32> = longest_first.iter().rev().copied().collect();
-    let orders =
-        [gpu(&Tensor::from_slice(&longest_first, &[b], CPU)?)?, gpu(&Tensor::from_slice(&shortest_first, &[b], CPU)?)?];
     for v in variants {
         ops::set_decode_tuning(Some(v.tuning));
         ops::set_decode_split_merge(Some(v.merge));
@@ -184,7 +177,6 @@ fn check(r: &mut StdRng, case: &Case, batch_name: &str, batch: &[(usize, usize)]
                 q_lens_host: &q_lens,
                 kv_lens_host: &kv_lens,
                 decode_splits,
-                seq_order: None,
             };
             let what = format!(
                 "decode [{v}, splits {decode_splits:?}] {dtype} page={page_size} d={d} heads={hq}/{hkv} batch={batch_name}"
@@ -197,13 +189,6 @@ fn check(r: &mut StdRng, case: &Case, batch_name: &str, batch: &[(usize, usize)]
             let again = poisoned(&[t, hq, d], dtype)?;
             run(&again).with_context(|| what.clone())?;
             assert_same_bytes(&format!("{what}: second run"), &again, &got)?;
-            for (name, order) in ["longest first", "shortest first"].iter().zip(&orders) {
-                let ordered = poisoned(&[t, hq, d], dtype)?;
-                let ometa = PagedAttnMeta { seq_order: Some(order), ..gmeta.clone() };
-                ops::paged_attention_with(&ordered, &gq, &gkc, &gvc, &ometa, scale, AttnKernel::Decode)
-                    .with_context(|| format!("{what}: {name}"))?;
-                assert_same_bytes(&format!("{what}: blocks {name}"), &ordered, &got)?;
-            }
             if let (Some(_), Device::Cuda(ordinal)) = (decode_splits, target()) {
                 let dev = kernel_runtime::cuda::device(ordinal)?;
                 let replayed = poisoned(&[t, hq, d], dtype)?;
@@ -468,7 +453,6 @@ fn gpu_decode_reads_the_keys_rope_store_wrote_just_before() -> Result<()> {
             q_lens_host: &q_lens,
             kv_lens_host: &kv_lens,
             decode_splits: None,
-            seq_order: None,
         };
         ops::paged_attention(&want, &q, &ck, &cv, &meta, scale)?;
     }
@@ -503,7 +487,6 @@ fn gpu_decode_reads_the_keys_rope_store_wrote_just_before() -> Result<()> {
                     q_lens_host: &q_lens,
                     kv_lens_host: &kv_lens,
                     decode_splits,
-                    seq_order: None,
                 };
                 ops::paged_attention_with(&got, &q, &gkc, &gvc, &meta, scale, AttnKernel::Decode)?;
                 rel_l2(&got, &want)
@@ -609,7 +592,6 @@ fn gpu_decode_fused_rope_matches_rope_store_then_attention() -> Result<()> {
                 q_lens_host: q_lens,
                 kv_lens_host: kv_lens,
                 decode_splits,
-                seq_order: None,
             };
             let out = poisoned(&[t, hq, d], dtype)?;
             ops::set_decode_fused_rope(Some(fused));

@@ -715,7 +715,6 @@ fn decode_split_merge_in_the_launch_is_the_combine_bit_for_bit() -> Result<()> {
                         q_lens_host: &q_lens,
                         kv_lens_host: &batch.kv_lens_host,
                         decode_splits: splits,
-                        seq_order: None,
                     };
                     let run = |merge| -> Result<Vec<u8>> {
                         let out = Tensor::empty(&[kv.len(), hq, d], DType::BF16, target())?;

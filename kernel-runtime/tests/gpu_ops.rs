@@ -443,7 +443,6 @@ fn check_attention(
         q_lens_host: &q_lens,
         kv_lens_host: &kv_lens,
         decode_splits: None,
-        seq_order: None,
     };
     ops::paged_attention(&want, &q, &k_cache, &v_cache, &meta, scale)?;
 
@@ -465,7 +464,6 @@ fn check_attention(
                 q_lens_host: &q_lens,
                 kv_lens_host: &kv_lens,
                 decode_splits,
-                seq_order: None,
             };
             let what = format!(
                 "paged_attention[{kernel:?}, splits {decode_splits:?}] {dtype} page={page_size} d={d} heads={hq}/{hkv} batch={batch_name}"

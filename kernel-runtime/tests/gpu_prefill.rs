@@ -136,7 +136,6 @@ fn check(
         q_lens_host: &q_lens,
         kv_lens_host: &kv_lens,
         decode_splits: None,
-        seq_order: None,
     };
     ops::paged_attention(&want, &q, &k_cache, &v_cache, &meta, scale)?;
 
@@ -150,7 +149,6 @@ fn check(
         q_lens_host: &q_lens,
         kv_lens_host: &kv_lens,
         decode_splits: None,
-        seq_order: None,
     };
     for &kernel in kernels {
         for &tile in tiles {

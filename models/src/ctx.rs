@@ -81,9 +81,6 @@ pub struct ForwardBatch {
     device: Device,
     /// The decode kernel's fixed split count (CUDA graphs); `None`: planned per step.
     decode_splits: Option<usize>,
-    /// `[b]` i32: the order the decode kernel's blocks take the sequences in
-    /// (`PagedAttnMeta::seq_order`); `None`: batch order.
-    seq_order: Option<Tensor>,
 }
 
 /// The parts of a [`ForwardBatch`] whose tensors something else filled (the
@@ -104,7 +101,6 @@ pub(crate) struct BatchParts {
     pub page_size: usize,
     pub max_page: Option<u32>,
     pub decode_splits: Option<usize>,
-    pub seq_order: Option<Tensor>,
 }
 
 impl ForwardBatch {
@@ -126,7 +122,6 @@ impl ForwardBatch {
             page_size: p.page_size,
             max_page: p.max_page,
             decode_splits: p.decode_splits,
-            seq_order: p.seq_order,
         }
     }
 
@@ -157,7 +152,6 @@ impl ForwardBatch {
             max_page: layout.max_page(),
             device,
             decode_splits: None,
-            seq_order: None,
         })
     }
 
@@ -241,7 +235,6 @@ impl ForwardBatch {
             page_size,
             device,
             decode_splits: None,
-            seq_order: None,
         })
     }
 
@@ -330,7 +323,6 @@ impl ForwardBatch {
             q_lens_host: &self.q_lens,
             kv_lens_host: &self.kv_lens_host,
             decode_splits: self.decode_splits,
-            seq_order: self.seq_order.as_ref(),
         }
     }
 }

@@ -13,11 +13,8 @@
 //!
 //! Layout of a step of `B` rows and `T` tokens in the packed i32 buffer (one
 //! host-to-device copy): `ids[T] | positions[T] | out_loc[T] | q_indptr[B + 1] |
-//! kv_lens[B] | logit_rows[L] | seq_order[B]` (a padded decode step has `T = B`
-//! and no `logit_rows`: every row gets logits; `seq_order`, the rows longest
-//! first for the decode kernel's blocks, only with `MINISGL_DECODE_ORDER=longest`:
-//! `DecodeTuning::longest_first`, read when the buffers are made, so that a
-//! graph captured over them and every step written into them agree). The page table is its own buffer,
+//! kv_lens[B] | logit_rows[L]` (a padded decode step has `T = B` and no
+//! `logit_rows`: every row gets logits). The page table is its own buffer,
 //! `[B, width]` row-major: for graphs `width` is fixed (the context's pages) and
 //! one 2-D copy writes the columns the step uses (columns past a row's pages are
 //! never read); for eager steps `width` is the step's own.
@@ -50,8 +47,6 @@ pub struct StepInputs {
     graph_width: Option<usize>,
     page_size: usize,
     pad_page: u32,
-    /// Whether steps carry `seq_order` (longest first).
-    longest_first: bool,
     device: Device,
     upload: Upload,
 }
@@ -81,12 +76,11 @@ impl StepInputs {
             return Err(ModelError::Batch("the KV pool does not fit 32-bit slots".into()));
         }
         Ok(StepInputs {
-            packed: Tensor::zeros(&[PACKED_PER_ROW * max_batch + 1], DType::I32, device)?,
+            packed: Tensor::zeros(&[5 * max_batch + 1], DType::I32, device)?,
             table: Tensor::zeros(&[max_batch * width], DType::I32, device)?,
             graph_width: Some(width),
             page_size,
             pad_page,
-            longest_first: longest_first(),
             device,
             upload: Upload::new(device)?,
         })
@@ -103,22 +97,14 @@ impl StepInputs {
             graph_width: None,
             page_size,
             pad_page: 0,
-            longest_first: longest_first(),
             device,
             upload: Upload::new(device)?,
         })
     }
 
-    /// These buffers with the decode kernel's block order on or off (the
-    /// default: `DecodeTuning::longest_first`); before the first step is written
-    /// (a graph captured over them holds the choice).
-    pub fn with_longest_first(self, on: bool) -> StepInputs {
-        StepInputs { longest_first: on, ..self }
-    }
-
     /// The most rows a padded step may have (graph inputs).
     pub fn max_batch(&self) -> usize {
-        (self.packed.numel() - 1) / PACKED_PER_ROW
+        (self.packed.numel() - 1) / 5
     }
 
     /// The page padding rows write to.
@@ -192,8 +178,7 @@ impl StepInputs {
             }
         };
         let num_logits = logit_rows.unwrap_or(0);
-        let order_len = if self.longest_first { rows } else { 0 };
-        let packed_len = 3 * tokens + 2 * rows + 1 + num_logits + order_len;
+        let packed_len = 3 * tokens + 2 * rows + 1 + num_logits;
         self.reserve(packed_len, rows * width)?;
 
         let mut packed = Vec::with_capacity(packed_len);
@@ -213,9 +198,6 @@ impl StepInputs {
         packed.extend(i32s(&layout.kv_lens));
         packed.extend(std::iter::repeat_n(1, rows - b));
         packed.extend(layout.logits_rows.iter().map(|&r| layout.q_indptr[r as usize + 1] as i32 - 1).take(num_logits));
-        if self.longest_first {
-            packed.extend(longest_first_order(&layout.kv_lens, rows));
-        }
         debug_assert_eq!(packed.len(), packed_len);
 
         // The table: the step's own columns (all of them for an eager step).
@@ -251,11 +233,6 @@ impl StepInputs {
             kv_lens: part(3 * tokens + rows + 1, rows)?,
             block_table: table_view,
             logit_rows: logit_rows.map(|n| part(3 * tokens + 2 * rows + 1, n)).transpose()?,
-            seq_order: if self.longest_first {
-                Some(part(3 * tokens + 2 * rows + 1 + num_logits, rows)?)
-            } else {
-                None
-            },
             input_ids_host: ids_host,
             q_lens,
             kv_lens_host,
@@ -325,25 +302,6 @@ impl StepLayout {
     }
 }
 
-/// The packed buffer's entries a padded row takes (ids, positions, out_loc,
-/// q_indptr, kv_lens, seq_order), besides q_indptr's one more.
-const PACKED_PER_ROW: usize = 6;
-
-/// Whether step inputs made now carry the decode kernel's block order.
-fn longest_first() -> bool {
-    kernel_runtime::ops::decode_tuning().longest_first
-}
-
-/// The decode kernel's block order of a step of `rows` rows whose first
-/// `kv_lens.len()` rows hold those keys (the rest: padding rows of one key):
-/// the rows by keys, most first, ties in batch order. The blocks that start
-/// last are then the shortest, not whichever long rows sit at the batch's end.
-fn longest_first_order(kv_lens: &[u32], rows: usize) -> impl Iterator<Item = i32> {
-    let mut order: Vec<i32> = (0..rows as i32).collect();
-    order.sort_by_key(|&r| std::cmp::Reverse(kv_lens.get(r as usize).copied().unwrap_or(1)));
-    order.into_iter()
-}
-
 fn i32s(v: &[u32]) -> impl Iterator<Item = i32> + '_ {
     v.iter().map(|&x| x as i32)
 }
@@ -388,45 +346,6 @@ mod tests {
         let again = inputs.write_seqs(&seqs[..1], 4, 3).unwrap();
         assert_eq!(again.kv_lens().to_vec(), [6, 1, 1, 1]);
         assert_eq!(again.out_loc().to_vec::<i32>().unwrap(), [5, 36, 36, 36]);
-    }
-
-    #[test]
-    fn longest_first_order_puts_padding_last_and_keeps_ties_in_batch_order() {
-        assert_eq!(longest_first_order(&[5, 9, 5, 12], 6).collect::<Vec<_>>(), [3, 1, 0, 2, 4, 5]);
-        assert_eq!(longest_first_order(&[], 2).collect::<Vec<_>>(), [0, 1]);
-        assert_eq!(longest_first_order(&[1, 1, 2], 3).collect::<Vec<_>>(), [2, 0, 1]);
-    }
-
-    /// With the block order on, a step carries it after its other inputs, which
-    /// are those of the step without it (padded graph steps and eager ones).
-    #[test]
-    fn the_block_order_rides_along_and_changes_nothing_else() {
-        let (a, b, c) = ([5u32], [7u32], [8u32]);
-        let seqs = [
-            SeqStep { new_tokens: &a, cached_len: 5, pages: &[3, 1] },
-            SeqStep { new_tokens: &b, cached_len: 0, pages: &[2] },
-            SeqStep { new_tokens: &c, cached_len: 7, pages: &[4, 5] },
-        ];
-        let v = |t: &Tensor| t.to_vec::<i32>().unwrap();
-        let mut plain = StepInputs::new(8, 64, 4, 9, Device::Cpu).unwrap().with_longest_first(false);
-        let mut ordered = StepInputs::new(8, 64, 4, 9, Device::Cpu).unwrap().with_longest_first(true);
-        let (p, o) = (plain.write_seqs(&seqs, 4, 1).unwrap(), ordered.write_seqs(&seqs, 4, 1).unwrap());
-        assert!(p.attn_meta().seq_order.is_none());
-        assert_eq!(v(o.attn_meta().seq_order.unwrap()), [2, 0, 1, 3]);
-        for (x, y) in [(p.input_ids(), o.input_ids()), (p.positions(), o.positions()), (p.out_loc(), o.out_loc())] {
-            assert_eq!(v(x), v(y));
-        }
-        let (pm, om) = (p.attn_meta(), o.attn_meta());
-        assert_eq!((v(pm.q_indptr), v(pm.kv_lens)), (v(om.q_indptr), v(om.kv_lens)));
-        assert_eq!(v(pm.block_table), v(om.block_table));
-        // An eager step with logits of some rows: the order follows them.
-        let mut eager = StepInputs::eager(4, Device::Cpu).unwrap().with_longest_first(true);
-        let mut layout = StepLayout::from_seqs(&seqs, 4).unwrap();
-        layout.logits_rows = vec![2];
-        let e = eager.write(&layout, None).unwrap();
-        assert_eq!(v(e.logit_rows().unwrap()), [2]);
-        assert_eq!(v(e.attn_meta().seq_order.unwrap()), [2, 0, 1]);
-        assert_eq!(v(e.attn_meta().kv_lens), [6, 1, 8]);
     }
 
     #[test]

@@ -67,8 +67,6 @@ inline int32_t attention_check_and_fill(const char* op, const msgl_tensor* out, 
   if (plan->kv_chunk < 0 || plan->max_splits < 1 || plan->min_chunk < 0 || plan->min_chunk % 64 != 0)
     return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: bad plan (kv_chunk %d, max_splits %d, min_chunk %d)", op,
                      plan->kv_chunk, plan->max_splits, plan->min_chunk);
-  if (reinterpret_cast<uintptr_t>(plan->seq_order) % alignof(int32_t) != 0)
-    return set_error(MSGL_ERR_INVALID_ARGUMENT, "%s: plan's seq_order is not 4-byte aligned", op);
   msgl_attention_params& p = *params;
   p = *plan;
   if (p.max_splits > 1) {

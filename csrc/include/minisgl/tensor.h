@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 /* Bumped whenever a struct below or a launcher signature changes. */
-#define MSGL_ABI_VERSION 13
+#define MSGL_ABI_VERSION 12
 
 /* The most dimensions a tensor view carries. */
 #define MSGL_MAX_DIMS 6
@@ -534,13 +534,6 @@ typedef struct msgl_attention_params {
   int32_t min_chunk;           /* kv_chunk = 0: the fewest keys a split holds, a multiple of 64 (0: 128) */
   int32_t max_blocks;          /* the prefill kernel's persistent tiles: at most this many blocks (0: as many
                                   as the SMs hold; tests set a few, so that each block walks many items) */
-  /* Decode attention only: device, [num_seqs] int32, a permutation of the batch's
-   * sequences in the order the grid's blocks take them (the engine puts the
-   * longest first, so that the last wave holds short sequences), or NULL: batch
-   * order. Trusted as the layout's other arrays are; an index out of range
-   * leaves that block idle. Read before the grid's dependency wait (it is step
-   * input, written before the step's first kernel). */
-  const int32_t* seq_order;
 } msgl_attention_params;
 
 /* The prefill kernel's parameters (prefill_attention.cu): the attention params and,
@@ -1036,7 +1029,7 @@ static_assert(sizeof(msgl_penalty_count_params) == 48, "msgl_penalty_count_param
 static_assert(sizeof(msgl_apply_penalties_params) == 72, "msgl_apply_penalties_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_logprobs_params) == 72, "msgl_logprobs_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_convert_params) == 176, "msgl_convert_params layout changed: run cargo xtask codegen");
-static_assert(sizeof(msgl_attention_params) == 376, "msgl_attention_params layout changed: run cargo xtask codegen");
+static_assert(sizeof(msgl_attention_params) == 368, "msgl_attention_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_route_params) == 168, "msgl_moe_route_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_align_params) == 64, "msgl_moe_align_params layout changed: run cargo xtask codegen");
 static_assert(sizeof(msgl_moe_gemm_params) == 112, "msgl_moe_gemm_params layout changed: run cargo xtask codegen");

@@ -447,8 +447,6 @@ fn decode_attention(
         // The graph plan's equal chunks (kv_chunk 0) hold at least this many keys.
         // (clamped to 1 << 20 by the tuning: fits i32).
         min_chunk: if plan.kv_chunk == 0 { tuning.graph_chunk_min as i32 } else { 0 },
-        // Checked by `paged_attention` (i32, contiguous, b entries, this device).
-        seq_order: meta.seq_order.map_or(std::ptr::null(), |o| o.device_ptr() as *const i32),
         ..p
     };
     let combine_grid = grid_u32(OP, (t * hq).div_ceil(COMBINE_WARPS))?;
@@ -582,7 +580,6 @@ fn attention_params(
         combine_launch_first: 0,
         min_chunk: 0,
         max_blocks: 0,
-        seq_order: std::ptr::null(),
     })
 }
 

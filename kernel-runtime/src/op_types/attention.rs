@@ -19,11 +19,6 @@ pub struct PagedAttnMeta<'a> {
     /// the CPU path).
     pub q_lens_host: &'a [usize],
     pub kv_lens_host: &'a [usize],
-    /// `[>= b]` int32: the order in which the CUDA decode kernel's blocks take
-    /// the sequences (a permutation of `0..b`, see
-    /// [`DecodeTuning::longest_first`]); `None`: batch order. The other kernels
-    /// and the CPU path ignore it: it changes no result, not even a bit.
-    pub seq_order: Option<&'a Tensor>,
     /// A fixed split count for the CUDA decode kernel, for steps captured in a
     /// CUDA graph: the launch must not depend on the lengths, which change at
     /// every replay, so each sequence is cut on the device into at most this many
@@ -142,13 +137,6 @@ pub struct DecodeTuning {
     /// faster with it, but graphed decode steps were slower (docs/PERF.md,
     /// twelfth session).
     pub cluster: usize,
-    /// The order in which a decode launch's blocks take the batch's sequences
-    /// (`MINISGL_DECODE_ORDER`: `longest`, longest first, or `batch`, the
-    /// default): the engine's step inputs then carry the permutation
-    /// ([`PagedAttnMeta::seq_order`]). The hardware starts a grid's blocks
-    /// roughly in index order, so in batch order a ragged batch's last wave may
-    /// hold a few long sequences that the rest of the GPU waits on.
-    pub longest_first: bool,
 }
 
 impl Default for DecodeTuning {
@@ -169,7 +157,6 @@ impl Default for DecodeTuning {
             block_us: 1.0,
             combine_us: 3.0,
             cluster: 0,
-            longest_first: false,
         }
     }
 }
@@ -224,11 +211,6 @@ impl DecodeTuning {
                 1 => 0,
                 c => c,
             },
-            longest_first: match var("MINISGL_DECODE_ORDER").as_deref().map(str::trim) {
-                Some("longest") => true,
-                Some("batch") => false,
-                _ => d.longest_first,
-            },
         }
     }
 }
@@ -264,10 +246,6 @@ mod tests {
         assert_eq!(t.graph_chunk_min, 192);
         let t = DecodeTuning::from_vars(|n| (n == "MINISGL_DECODE_STAGES").then(|| "9".to_owned()));
         assert_eq!(t.stages, 4);
-        let order = |v: &str| DecodeTuning::from_vars(|n| (n == "MINISGL_DECODE_ORDER").then(|| v.to_owned()));
-        assert!(order(" longest").longest_first);
-        assert!(!order("batch").longest_first);
-        assert_eq!(order("shortest").longest_first, DecodeTuning::default().longest_first);
         assert_eq!(t.cluster, 0);
         // 1: the three-warp block (not a pipeline depth).
         let t = DecodeTuning::from_vars(|n| n.ends_with("STAGES").then(|| "1".to_owned()));

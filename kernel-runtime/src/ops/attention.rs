@@ -146,15 +146,6 @@ fn check_paged_attention(
     }
     meta.q_indptr.expect_dtype(OP, "q_indptr", &[DType::I32])?.expect_shape(OP, "q_indptr", &[b + 1])?;
     meta.kv_lens.expect_dtype(OP, "kv_lens", &[DType::I32])?.expect_shape(OP, "kv_lens", &[b])?;
-    if let Some(order) = meta.seq_order {
-        order.expect_dtype(OP, "seq_order", &[DType::I32])?.expect_contiguous(OP, "seq_order")?;
-        if order.device() != device || order.dims::<1>(OP, "seq_order")?[0] < b {
-            return Err(Error::arg(
-                OP,
-                format!("argument `seq_order` must hold {b} sequence indices on the device of `q`"),
-            ));
-        }
-    }
     let [tb, max_pages] = meta.block_table.dims::<2>(OP, "block_table")?;
     meta.block_table.expect_dtype(OP, "block_table", &[DType::I32])?.expect_contiguous(OP, "block_table")?;
     if tb < b {
