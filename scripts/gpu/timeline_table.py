@@ -10,7 +10,7 @@ records into replays (its node count each), and prints, per node in launch order
 the median over replays of the link and of the duration, then the links summed by
 kernel name, as `SUMMARY timeline ...` lines.
 
-    python3 scripts/gpu/timeline_table.py /tmp/t.csv [--graph ID] [--skip N] [--layer K,FIRST]
+    python3 scripts/gpu/timeline_table.py /tmp/t.csv [--graph ID] [--skip N] [--layer K|auto,FIRST]
 
 With --whole it instead accounts for a whole run (a `minisgl bench`, say): the span
 from the first kernel's start to the last one's end, split into the time the GPU ran
@@ -57,7 +57,8 @@ def main() -> int:
         "--layer",
         default=None,
         help="K,FIRST: also the median link of each of a layer's K kernels, over the layers "
-        "after the first, the layers starting at kernel FIRST (Qwen3-0.6B bs=1: 7,2)",
+        "after the first, the layers starting at kernel FIRST (Qwen3-0.6B bs=1: 7,2); "
+        "K = auto: the smallest width at which the kernel names repeat",
     )
     ap.add_argument("--whole", action="store_true", help="account for the whole run instead of one graph")
     ap.add_argument("--top", type=int, default=25, help="--whole: the kernel names listed")
@@ -118,8 +119,14 @@ def main() -> int:
             f"link {statistics.median(links[node]):7.2f} us  dur {statistics.median(durs[node]):7.2f} us"
         )
     if args.layer:
-        k, first = (int(x) for x in args.layer.split(","))
-        layers = (n - first) // k
+        k_arg, first_arg = args.layer.split(",")
+        first = int(first_arg)
+        names = [short_name(info[node]["name"]) for node in order]
+        k = layer_width(names, first) if k_arg == "auto" else int(k_arg)
+        if k is None:
+            print(f"SUMMARY timeline {label}layer: no repeating layer from kernel {first}")
+            k = 0
+        layers = (n - first) // k if k else 0
         total = 0.0
         for j in range(k):
             r = info[order[first + k + j]]
@@ -146,6 +153,22 @@ def main() -> int:
             f"({100 * link / total:4.1f}%), {link / count:6.2f} us each; durations {dur / count:6.2f} us each"
         )
     return 0
+
+
+def layer_width(names, first):
+    """The smallest K (2..32) such that the kernel names of the second layer (from
+    position `first + K`) repeat every K kernels up to the graph's tail (lm_head and
+    sampling, fewer than K kernels), over at least three layers: a graph's layer
+    width, which differs between models and batch sizes. The first layer may differ
+    in names (its qkv projection does not take the previous layer's norm)."""
+    for k in range(2, 33):
+        second = names[first + k : first + 2 * k]
+        layers = 1
+        while names[first + layers * k : first + (layers + 1) * k] == second:
+            layers += 1
+        if layers >= 4 and len(names) - (first + layers * k) < k:
+            return k
+    return None
 
 
 def whole_run(args) -> int:
