@@ -125,21 +125,8 @@ def main() -> int:
         k = layer_width(names, first) if k_arg == "auto" else int(k_arg)
         if k is None:
             print(f"SUMMARY timeline {label}layer: no repeating layer from kernel {first}")
-            k = 0
-        layers = (n - first) // k if k else 0
-        total = 0.0
-        for j in range(k):
-            r = info[order[first + k + j]]
-            # Kernel j of every layer after the first (the first pays for cold caches).
-            at = [first + k * layer + j for layer in range(1, layers)]
-            link = statistics.median(v for i in at for v in pos_links[i])
-            early = statistics.median(v for i in at for v in pos_early[i])
-            total += link
-            print(
-                f"SUMMARY timeline {label}layer {j} {short_name(r['name'])[:40]:40s} grid {r['grid']:>10s} "
-                f"link {link:6.2f} us, resident {early:6.2f} us before the previous end"
-            )
-        print(f"SUMMARY timeline {label}layer: {total:.1f} us a layer over {layers - 1} layers")
+        else:
+            layer_table(label, info, order, pos_links, pos_early, k, first)
     per_name = defaultdict(lambda: [0, 0.0, 0.0])
     for node in order:
         k = short_name(info[node]["name"])
@@ -155,6 +142,24 @@ def main() -> int:
     return 0
 
 
+def layer_table(label, info, order, pos_links, pos_early, k, first):
+    """The median link of each of a layer's `k` kernels, over the layers after the
+    first (which pays for cold caches), the layers starting at kernel `first`."""
+    layers = (len(order) - first) // k
+    total = 0.0
+    for j in range(k):
+        r = info[order[first + k + j]]
+        at = [first + k * layer + j for layer in range(1, layers)]
+        link = statistics.median(v for i in at for v in pos_links[i])
+        early = statistics.median(v for i in at for v in pos_early[i])
+        total += link
+        print(
+            f"SUMMARY timeline {label}layer {j} {short_name(r['name'])[:40]:40s} grid {r['grid']:>10s} "
+            f"link {link:6.2f} us, resident {early:6.2f} us before the previous end"
+        )
+    print(f"SUMMARY timeline {label}layer: {total:.1f} us a layer over {layers - 1} layers")
+
+
 def layer_width(names, first):
     """The smallest K (2..32) such that the kernel names of the second layer (from
     position `first + K`) repeat every K kernels up to the graph's tail (lm_head and
@@ -164,7 +169,7 @@ def layer_width(names, first):
     for k in range(2, 33):
         second = names[first + k : first + 2 * k]
         layers = 1
-        while names[first + layers * k : first + (layers + 1) * k] == second:
+        while first + (layers + 1) * k <= len(names) and names[first + layers * k : first + (layers + 1) * k] == second:
             layers += 1
         if layers >= 4 and len(names) - (first + layers * k) < k:
             return k

@@ -36,17 +36,6 @@ if [ $(left) -gt 100 ]; then
   rm -f $W/tl-bench.csv
 fi
 MINISGL_BENCH_ATTENTION_FILTER="b=256 L=64" MINISGL_BENCH_PREFILL_TILES=17,48 bench 50 attn-burst $BB/minisgl-attention prefill
-# timeline MODEL_TEST LAYER: the kernel timeline of one graphed step test, tabulated
-# for each graph replayed 50 times or more (bs=1 and bs=64).
-timeline() { local test=$1 layer=$2; [ $(left) -lt 70 ] && { echo "timeline $test skipped" >> $S; return; }
-  CUDA_INJECTION64_PATH=$ROOT/.gpu/libkernel_timeline.so MINISGL_TIMELINE=$W/tl-$test.csv \
-    timeout 70 $T/engine-gpu_graphs $test --test-threads=1 --nocapture > $W/tl-$test.log 2>&1
-  echo "timeline $test rc=$?" >> $S; grep 'SUMMARY graph-step' $W/tl-$test.log >> $S
-  for g in $(python3 scripts/gpu/timeline_table.py $W/tl-$test.csv | awk '/graphs: graph/ && $8 >= 50 {sub(":","",$5); print $5}'); do
-    python3 scripts/gpu/timeline_table.py $W/tl-$test.csv --graph $g --layer $layer --label "$test" 2>&1 | grep -E "graph $g:|layer|by name" | head -30 >> $S
-  done
-  gzip -f $W/tl-$test.csv
-}
 timeline qwen3_30b_a3b_graph_step_time_gpu 9,2
 timeline qwen3_0_6b_graph_step_time_gpu 7,2
 echo "end at $(( $(date +%s) - START )) s" >> $S

@@ -16,6 +16,11 @@
 #                Qwen3-0.6B graphed step test, with those variables set: the report,
 #                its details and per-instruction SASS under $W, key lines in the summary
 #                (sections: $NCU_SECTIONS)
+#   timeline TEST LAYER  the kernel timeline of one engine-gpu_graphs step test
+#                (CUPTI: .gpu/libkernel_timeline.so beside libcupti.so.13, carried
+#                xz-compressed; scripts/gpu/build_timeline.sh), tabulated for each
+#                graph replayed 50 times or more, with timeline_table.py's layer
+#                table (--layer LAYER: K,FIRST or auto,FIRST)
 #   fin          (trapped on exit) the summary and a tarball of the logs under $OUT
 # Variables: BIN (binaries), T (tests), BB (benches), W (work dir), S (summary).
 START=$(date +%s); left() { echo $(( ${BUDGET:-540} - ($(date +%s) - START) )); }
@@ -57,4 +62,14 @@ ncu_prefill() { local tile=$1 case=$2; [ $(left) -lt 45 ] && { echo "ncu tile $t
   ncu -i $W/ncu-$tile.ncu-rep --print-details all > $W/ncu-$tile-details.txt 2>&1
   ncu -i $W/ncu-$tile.ncu-rep --page source --csv --print-source sass > $W/ncu-$tile-sass.csv 2>&1
   grep -E "Grid Size|Duration|Compute \(SM\) Throughput|L2 Cache Throughput|Warp Cycles Per Issued|No Eligible" $W/ncu-$tile-details.txt | head -8 >> $S
+}
+timeline() { local test=$1 layer=$2; [ $(left) -lt 70 ] && { echo "timeline $test skipped" >> $S; return; }
+  [ -e .gpu/libcupti.so.13.xz ] && [ ! -e .gpu/libcupti.so.13 ] && xz -dk .gpu/libcupti.so.13.xz
+  CUDA_INJECTION64_PATH=$ROOT/.gpu/libkernel_timeline.so MINISGL_TIMELINE=$W/tl-$test.csv \
+    timeout 70 $T/engine-gpu_graphs $test --test-threads=1 --nocapture > $W/tl-$test.log 2>&1
+  echo "timeline $test rc=$?" >> $S; grep 'SUMMARY graph-step' $W/tl-$test.log >> $S
+  for g in $(python3 scripts/gpu/timeline_table.py $W/tl-$test.csv | awk '/graphs: graph/ && $8 >= 50 {sub(":","",$5); print $5}'); do
+    python3 scripts/gpu/timeline_table.py $W/tl-$test.csv --graph $g --layer $layer --label "$test" 2>&1 | grep -E "graph $g:|layer|by name" | head -30 >> $S
+  done
+  gzip -f $W/tl-$test.csv
 }
